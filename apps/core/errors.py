@@ -1,0 +1,34 @@
+from __future__ import annotations
+
+
+class ApplicationError(Exception):
+    """A refused request or an illegal transition, with a DLC-style code.
+
+    `field` names the input at fault (a form field or an API parameter) so the console can
+    show the message beside it and the API can name it; `status` is the HTTP status the API
+    answers with.
+    """
+
+    def __init__(
+        self, code: str, message: str, *, field: str | None = None, status: int = 400
+    ) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.field = field
+        self.status = status
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.message}" if self.field else self.message
+
+
+class ValidationFailed(ApplicationError):
+    """Several field errors at once: `errors` maps a field path to its messages."""
+
+    def __init__(self, errors: dict[str, list[str]], *, code: str = "InvalidParameter") -> None:
+        first_field, messages = next(iter(errors.items()))
+        super().__init__(code, messages[0], field=first_field)
+        self.errors = errors
+
+    def __str__(self) -> str:
+        return "; ".join(f"{f}: {m}" for f, ms in self.errors.items() for m in ms)

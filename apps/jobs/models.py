@@ -1,0 +1,339 @@
+"""Jobs, their roles (JobSpecs) and pods, and the record of what happened to them."""
+
+from __future__ import annotations
+
+import secrets
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+from apps.cluster.models import ResourceType
+
+
+def new_job_id() -> str:
+    return "dlc" + secrets.token_hex(7)
+
+
+class JobStatus(models.TextChoices):
+    CREATING = "Creating"
+    QUEUING = "Queuing"
+    BIDDING = "Bidding"
+    ENV_PREPARING = "EnvPreparing"
+    SANITY_CHECKING = "SanityChecking"
+    RUNNING = "Running"
+    RESTARTING = "Restarting"
+    STOPPING = "Stopping"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    STOPPED = "Stopped"
+
+
+FINISHED_STATUSES = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED})
+PENDING_STATUSES = frozenset({JobStatus.CREATING, JobStatus.QUEUING, JobStatus.BIDDING})
+ACTIVE_STATUSES = frozenset(
+    {JobStatus.ENV_PREPARING, JobStatus.RUNNING, JobStatus.RESTARTING, JobStatus.STOPPING}
+)
+
+
+class JobType(models.TextChoices):
+    PYTORCH = "PyTorchJob"
+    TF = "TFJob"
+    MPI = "MPIJob"
+    XGBOOST = "XGBoostJob"
+    RAY = "RayJob"
+
+
+class ResourceSource(models.TextChoices):
+    QUOTA = "quota", "Resource quota"
+    PUBLIC = "public", "Public resources (pay-as-you-go)"
+    SPOT = "spot", "Spot"
+
+
+class IdleMode(models.TextChoices):
+    OFF = "off", "Off"
+    ACCEPTABLE = "acceptable", "Acceptable"
+    ONLY_IDLE = "only_idle", "Only Idle Resources"
+
+
+class SuccessPolicy(models.TextChoices):
+    ALL_WORKERS = "AllWorkers"
+    CHIEF_WORKER = "ChiefWorker"
+
+
+class ExecutionMode(models.TextChoices):
+    SYNC = "Sync", "Sync (restart the whole job)"
+    ASYNC = "Async", "Async (restart failed pods only)"
+
+
+class Job(models.Model):
+    job_id = models.CharField(max_length=32, unique=True, default=new_job_id, editable=False)
+    workspace = models.ForeignKey(
+        "workspaces.Workspace", on_delete=models.PROTECT, related_name="jobs"
+    )
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="jobs"
+    )
+
+    # Basics
+    display_name = models.CharField(max_length=256)
+    job_type = models.CharField(max_length=16, choices=JobType.choices, default=JobType.PYTORCH)
+    image = models.CharField(max_length=512, blank=True)
+    user_command = models.TextField()
+    envs = models.JSONField(default=dict, blank=True)
+    data_sources = models.JSONField(default=list, blank=True)  # [{"uri":…, "mount_path":…}]
+    code_source = models.JSONField(default=dict, blank=True)  # {"uri":…, "branch":…, "mount_path":…}
+    priority = models.PositiveSmallIntegerField(default=1)
+    max_running_time_minutes = models.PositiveIntegerField(null=True, blank=True)
+    success_policy = models.CharField(
+        max_length=16, choices=SuccessPolicy.choices, default=SuccessPolicy.ALL_WORKERS
+    )
+
+    # Resource information
+    resource_type = models.CharField(
+        max_length=16, choices=ResourceType.choices, default=ResourceType.ECS
+    )
+    resource_source = models.CharField(max_length=16, choices=ResourceSource.choices)
+    quota = models.ForeignKey(
+        "cluster.Quota", null=True, blank=True, on_delete=models.PROTECT, related_name="jobs"
+    )
+    idle_mode = models.CharField(max_length=16, choices=IdleMode.choices, default=IdleMode.OFF)
+    vpc_id = models.CharField(max_length=64, blank=True)
+    vswitch_id = models.CharField(max_length=64, blank=True)
+    security_group_id = models.CharField(max_length=64, blank=True)
+
+    # Fault tolerance and diagnosis
+    enable_aimaster = models.BooleanField(default=False)
+    max_restarts = models.PositiveSmallIntegerField(default=3)
+    execution_mode = models.CharField(
+        max_length=8, choices=ExecutionMode.choices, default=ExecutionMode.SYNC
+    )
+    enable_easyckpt = models.BooleanField(default=False)
+    termination_grace_seconds = models.PositiveIntegerField(default=30)
+
+    # State
+    status = models.CharField(max_length=20, choices=JobStatus.choices, default=JobStatus.CREATING)
+    sub_status = models.CharField(max_length=64, blank=True)
+    reason_code = models.CharField(max_length=64, blank=True)
+    reason_message = models.TextField(blank=True)
+    restart_times = models.PositiveSmallIntegerField(default=0)
+    attempt = models.PositiveSmallIntegerField(default=0, help_text="current pod generation")
+    created_at = models.DateTimeField(auto_now_add=True)
+    submitted_at = models.DateTimeField(help_text="queue order key; kept across requeues")
+    status_changed_at = models.DateTimeField()
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    not_before = models.DateTimeField(null=True, blank=True, help_text="requeue backoff")
+    last_checkpoint_at = models.DateTimeField(null=True, blank=True)
+    pending_reason = models.CharField(max_length=256, blank=True)
+    queue_position = models.PositiveIntegerField(null=True, blank=True)
+    queue_size = models.PositiveIntegerField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [
+            models.Index(fields=["workspace", "status"]),
+            models.Index(fields=["status", "priority", "submitted_at"]),
+        ]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(priority__gte=1) & Q(priority__lte=9), name="job_priority_1_9"
+            ),
+            models.CheckConstraint(
+                condition=~Q(resource_source="quota") | Q(quota__isnull=False),
+                name="quota_job_has_quota",
+            ),
+            models.CheckConstraint(
+                condition=Q(resource_source="quota") | Q(idle_mode="off"),
+                name="idle_mode_only_with_quota",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.display_name} ({self.job_id})"
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status in FINISHED_STATUSES
+
+    @property
+    def is_spot(self) -> bool:
+        return self.resource_source == ResourceSource.SPOT
+
+    @property
+    def payment_type(self) -> str:
+        """DLC's PaymentType: quota jobs are prepaid; public and spot are postpaid."""
+        return "PrePaid" if self.resource_source == ResourceSource.QUOTA else "PostPaid"
+
+    @property
+    def duration_seconds(self) -> float | None:
+        if self.started_at is None:
+            return None
+        from django.utils import timezone
+
+        end = self.finished_at or timezone.now()
+        return max((end - self.started_at).total_seconds(), 0.0)
+
+
+class SpotStrategy(models.TextChoices):
+    PRICE_LIMIT = "SpotWithPriceLimit"
+
+
+class JobRole(models.Model):
+    """A JobSpec: one role (Worker, Master, PS, Chief…) with its pods' resources and bid."""
+
+    class RoleType(models.TextChoices):
+        WORKER = "Worker"
+        MASTER = "Master"
+        PS = "PS"
+        CHIEF = "Chief"
+        EVALUATOR = "Evaluator"
+        LAUNCHER = "Launcher"
+        HEAD = "Head"
+
+    class RestartPolicy(models.TextChoices):
+        NEVER = "Never"
+        ON_FAILURE = "OnFailure"
+        ALWAYS = "Always"
+        EXIT_CODE = "ExitCode"
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="roles")
+    role_type = models.CharField(max_length=16, choices=RoleType.choices)
+    pod_count = models.PositiveIntegerField(default=1)
+    image = models.CharField(max_length=512, blank=True)
+    instance_type = models.ForeignKey(
+        "cluster.InstanceType", null=True, blank=True, on_delete=models.PROTECT
+    )
+    # Resolved resources of one pod (from the instance type, or the resource config).
+    cpu = models.PositiveIntegerField(help_text="millicores")
+    memory = models.PositiveIntegerField(help_text="MiB")
+    gpu = models.PositiveIntegerField(default=0)
+    restart_policy = models.CharField(
+        max_length=16, choices=RestartPolicy.choices, default=RestartPolicy.ON_FAILURE
+    )
+    spot_strategy = models.CharField(max_length=32, choices=SpotStrategy.choices, blank=True)
+    spot_discount_limit = models.DecimalField(max_digits=3, decimal_places=2, null=True, blank=True)
+    spot_price_limit = models.DecimalField(
+        max_digits=12, decimal_places=6, null=True, blank=True,
+        help_text="CNY per instance-minute, as the DLC API documents it",
+    )
+
+    class Meta:
+        ordering = ["id"]
+        constraints = [
+            models.CheckConstraint(condition=Q(pod_count__gte=1), name="role_pod_count_ge_1"),
+            models.UniqueConstraint(fields=["job", "role_type"], name="one_role_type_per_job"),
+            models.CheckConstraint(
+                condition=Q(spot_discount_limit__isnull=True) | Q(spot_price_limit__isnull=True),
+                name="role_at_most_one_spot_limit",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.role_type}×{self.pod_count}"
+
+
+class PodStatus(models.TextChoices):
+    PENDING = "Pending"
+    RUNNING = "Running"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    PREEMPTED = "Preempted"
+    STOPPED = "Stopped"
+
+
+class Pod(models.Model):
+    """One pod of one attempt; pods of earlier attempts stay as history pods."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="pods")
+    role = models.ForeignKey(JobRole, on_delete=models.CASCADE, related_name="pods")
+    index = models.PositiveIntegerField()
+    attempt = models.PositiveSmallIntegerField(default=0)
+    pod_id = models.CharField(max_length=96, unique=True)
+    node = models.ForeignKey(
+        "cluster.Node", null=True, blank=True, on_delete=models.SET_NULL, related_name="pods"
+    )
+    in_quota = models.BooleanField(null=True, blank=True)
+    status = models.CharField(max_length=16, choices=PodStatus.choices, default=PodStatus.PENDING)
+    reason = models.CharField(max_length=64, blank=True)
+    message = models.TextField(blank=True)
+    exit_code = models.IntegerField(null=True, blank=True)
+    gpu_ids = models.CharField(max_length=64, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-attempt", "role_id", "index"]
+        indexes = [models.Index(fields=["status", "node"])]
+
+    def __str__(self) -> str:
+        return self.pod_id
+
+    @property
+    def is_history(self) -> bool:
+        return self.attempt < self.job.attempt
+
+
+class StatusTransition(models.Model):
+    """One entry of StatusHistory: a status the job held, from start to end, and why."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="status_history")
+    status = models.CharField(max_length=20, choices=JobStatus.choices)
+    reason_code = models.CharField(max_length=64, blank=True)
+    reason_message = models.TextField(blank=True)
+    started_at = models.DateTimeField()
+    ended_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["started_at", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.job_id}: {self.status}"
+
+
+class JobEvent(models.Model):
+    """Something that happened to a job or one of its pods, in words a user can read."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="events")
+    pod = models.ForeignKey(Pod, null=True, blank=True, on_delete=models.CASCADE)
+    at = models.DateTimeField()
+    kind = models.CharField(max_length=32)  # Submitted, Dequeued, Scheduled, Preempted…
+    message = models.TextField()
+
+    class Meta:
+        ordering = ["at", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.kind}: {self.message}"
+
+
+class Checkpoint(models.Model):
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="checkpoints")
+    step = models.PositiveBigIntegerField()
+    path = models.CharField(max_length=512, blank=True)
+    size_bytes = models.PositiveBigIntegerField(default=0)
+    created_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.job_id} step {self.step}"
+
+
+class JobRestart(models.Model):
+    """A restart AIMaster made (or a requeue after preemption), with its cause and cost."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="restarts")
+    number = models.PositiveSmallIntegerField()
+    at = models.DateTimeField()
+    cause = models.CharField(max_length=64)  # JobPreempted, SpotReclaimed, PodFailed, NodeLost
+    message = models.TextField(blank=True)
+    lost_gpu_seconds = models.FloatField(default=0)
+
+    class Meta:
+        ordering = ["number"]
+
+    def __str__(self) -> str:
+        return f"{self.job_id} restart {self.number}: {self.cause}"

@@ -1,0 +1,177 @@
+"""Writes to jobs: submit, admit, stop, and the one transition helper everything uses."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from django.db import transaction
+from django.utils import timezone
+
+from apps.core.errors import ApplicationError
+from apps.jobs.models import (
+    FINISHED_STATUSES,
+    Job,
+    JobEvent,
+    JobRole,
+    JobStatus,
+    Pod,
+    PodStatus,
+    ResourceSource,
+    StatusTransition,
+)
+from apps.jobs.specs import JobSpec, job_spec_resolve
+
+# Which statuses may follow which. A transition outside this map is a bug or a race and is
+# refused with an ApplicationError.
+ALLOWED = {
+    JobStatus.CREATING: {JobStatus.QUEUING, JobStatus.BIDDING, JobStatus.STOPPED, JobStatus.FAILED},
+    JobStatus.QUEUING: {JobStatus.ENV_PREPARING, JobStatus.RUNNING, JobStatus.STOPPED, JobStatus.FAILED},
+    JobStatus.BIDDING: {JobStatus.ENV_PREPARING, JobStatus.RUNNING, JobStatus.STOPPED, JobStatus.FAILED},
+    JobStatus.ENV_PREPARING: {
+        JobStatus.RUNNING, JobStatus.STOPPING, JobStatus.STOPPED, JobStatus.FAILED,
+        JobStatus.QUEUING, JobStatus.BIDDING, JobStatus.RESTARTING, JobStatus.SUCCEEDED,
+    },
+    JobStatus.RUNNING: {
+        JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPING, JobStatus.STOPPED,
+        JobStatus.QUEUING, JobStatus.BIDDING, JobStatus.RESTARTING,
+    },
+    JobStatus.RESTARTING: {
+        JobStatus.QUEUING, JobStatus.BIDDING, JobStatus.ENV_PREPARING, JobStatus.RUNNING,
+        JobStatus.STOPPING, JobStatus.STOPPED, JobStatus.FAILED,
+    },
+    JobStatus.STOPPING: {JobStatus.STOPPED, JobStatus.FAILED, JobStatus.SUCCEEDED},
+}
+
+
+def job_transition(
+    *, job: Job, status: str, now: datetime, reason_code: str = "", reason_message: str = ""
+) -> None:
+    """Move `job` to `status`: close the open StatusHistory entry, open a new one, save."""
+    if status not in ALLOWED.get(job.status, set()):
+        raise ApplicationError(
+            "InvalidJobStatus", f"a {job.status} job cannot become {status}", status=409
+        )
+    StatusTransition.objects.filter(job=job, ended_at__isnull=True).update(ended_at=now)
+    StatusTransition.objects.create(
+        job=job, status=status, reason_code=reason_code, reason_message=reason_message,
+        started_at=now,
+    )
+    job.status = status
+    job.reason_code = reason_code
+    job.reason_message = reason_message
+    job.status_changed_at = now
+    fields = ["status", "reason_code", "reason_message", "status_changed_at"]
+    if status in FINISHED_STATUSES:
+        job.finished_at = now
+        job.pending_reason = ""
+        job.queue_position = job.queue_size = None
+        fields += ["finished_at", "pending_reason", "queue_position", "queue_size"]
+    job.save(update_fields=fields)
+
+
+def job_event(*, job: Job, kind: str, message: str, now: datetime, pod: Pod | None = None) -> None:
+    JobEvent.objects.create(job=job, pod=pod, kind=kind, message=message, at=now)
+
+
+@transaction.atomic
+def job_submit(*, workspace, user, spec: JobSpec, now: datetime | None = None) -> Job:
+    """Validate and store a job as Creating; it moves to Queuing or Bidding right after."""
+    resolved = job_spec_resolve(spec, workspace=workspace)
+    now = now or timezone.now()
+    job = Job.objects.create(
+        workspace=workspace,
+        user=user,
+        display_name=spec.display_name.strip(),
+        job_type=spec.job_type,
+        image=spec.image.strip(),
+        user_command=spec.user_command,
+        envs=dict(spec.envs),
+        data_sources=list(spec.data_sources),
+        code_source=dict(spec.code_source),
+        priority=spec.priority,
+        max_running_time_minutes=spec.max_running_time_minutes,
+        success_policy=spec.success_policy,
+        resource_type=spec.resource_type,
+        resource_source=spec.resource_source,
+        quota=resolved.quota,
+        idle_mode=spec.idle_mode,
+        vpc_id=spec.vpc_id.strip(),
+        vswitch_id=spec.vswitch_id.strip(),
+        security_group_id=spec.security_group_id.strip(),
+        enable_aimaster=spec.enable_aimaster,
+        max_restarts=spec.max_restarts,
+        execution_mode=spec.execution_mode,
+        enable_easyckpt=spec.enable_easyckpt,
+        status=JobStatus.CREATING,
+        submitted_at=now,
+        status_changed_at=now,
+    )
+    JobRole.objects.bulk_create(
+        JobRole(
+            job=job,
+            role_type=r.spec.role_type,
+            pod_count=r.spec.pod_count,
+            image=r.spec.image.strip(),
+            instance_type=r.instance_type,
+            cpu=r.cpu,
+            memory=r.memory,
+            gpu=r.gpu,
+            restart_policy=r.spec.restart_policy,
+            spot_strategy="SpotWithPriceLimit" if spec.resource_source == ResourceSource.SPOT else "",
+            spot_discount_limit=r.spec.spot_discount_limit,
+            spot_price_limit=r.spec.spot_price_limit,
+        )
+        for r in resolved.roles
+    )
+    StatusTransition.objects.create(job=job, status=JobStatus.CREATING, started_at=now)
+    job_event(job=job, kind="Submitted", message=f"Submitted by {user.get_username()}", now=now)
+
+    from apps.jobs.tasks import job_admit_task
+
+    transaction.on_commit(lambda: job_admit_task.delay(job.pk))
+    return job
+
+
+@transaction.atomic
+def job_admit(*, job_pk: int, now: datetime) -> bool:
+    """Creating → Queuing (quota, pay-as-you-go) or Bidding (spot). False if already done."""
+    job = Job.objects.select_for_update().filter(pk=job_pk, status=JobStatus.CREATING).first()
+    if job is None:
+        return False
+    if job.resource_source == ResourceSource.SPOT:
+        job_transition(job=job, status=JobStatus.BIDDING, now=now, reason_code="JobBidding",
+                       reason_message="Waiting for spot instances at the bid limit")
+        job_event(job=job, kind="Bidding", message="Entered the spot market", now=now)
+    else:
+        job_transition(job=job, status=JobStatus.QUEUING, now=now, reason_code="JobEnqueued",
+                       reason_message="Waiting in the queue")
+        where = f"quota {job.quota.name}" if job.quota_id else "the public pool"
+        job_event(job=job, kind="Enqueued", message=f"Queued on {where}", now=now)
+    return True
+
+
+def jobs_admit_creating(*, now: datetime) -> int:
+    """Sweep for jobs left in Creating (a lost task, a crash): admit each. Idempotent."""
+    pks = list(Job.objects.filter(status=JobStatus.CREATING).values_list("pk", flat=True)[:500])
+    return sum(job_admit(job_pk=pk, now=now) for pk in pks)
+
+
+@transaction.atomic
+def job_stop(*, job: Job, by, now: datetime | None = None) -> Job:
+    """Stop a job. Pending jobs stop at once; running pods are stopped and their room freed."""
+    now = now or timezone.now()
+    job = Job.objects.select_for_update().get(pk=job.pk)
+    if job.status in FINISHED_STATUSES:
+        raise ApplicationError(
+            "JobAlreadyFinished", f"job {job.job_id} has already ended ({job.status})", status=409
+        )
+    if job.status == JobStatus.STOPPING:
+        return job
+    who = by.get_username() if by is not None else "system"
+    live = Pod.objects.filter(job=job, status__in=[PodStatus.PENDING, PodStatus.RUNNING])
+    live.update(status=PodStatus.STOPPED, reason="JobStopped", message=f"Stopped by {who}",
+                finished_at=now)
+    job_transition(job=job, status=JobStatus.STOPPED, now=now, reason_code="JobStoppedByUser",
+                   reason_message=f"Stopped by {who}")
+    job_event(job=job, kind="Stopped", message=f"Stopped by {who}", now=now)
+    return job

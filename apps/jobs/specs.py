@@ -1,0 +1,275 @@
+"""What a user asks for when creating a job, and its validation.
+
+The console's form and the API both translate their input into a `JobSpec` and call
+`job_spec_resolve`, so the two apply the same rules and name the same fields. Field paths
+are the spec's own (`roles[0].spot_discount_limit`); each interface maps them to its names.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
+
+from apps.cluster.models import InstanceType, Quota, ResourceType
+from apps.core.errors import ValidationFailed
+from apps.jobs.models import ExecutionMode, IdleMode, JobRole, JobType, ResourceSource, SuccessPolicy
+
+SPOT_DISCOUNTS = tuple(Decimal(f"0.{n}") for n in range(1, 10))
+SPOT_FLOOR_RATIO = Decimal("0.1")  # the market never goes below 10% of the original price
+MAX_PODS_PER_ROLE = 1000
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+@dataclass
+class RoleSpec:
+    role_type: str = "Worker"
+    pod_count: int = 1
+    instance_type: str = ""  # EcsSpec name; or give cpu/memory/gpu
+    cpu: int | None = None  # millicores
+    memory: int | None = None  # MiB
+    gpu: int | None = None
+    image: str = ""
+    restart_policy: str = JobRole.RestartPolicy.ON_FAILURE
+    spot_discount_limit: Decimal | None = None
+    spot_price_limit: Decimal | None = None  # CNY per instance-minute
+
+
+@dataclass
+class JobSpec:
+    display_name: str = ""
+    job_type: str = JobType.PYTORCH
+    image: str = ""
+    user_command: str = ""
+    envs: dict[str, str] = field(default_factory=dict)
+    data_sources: list[dict] = field(default_factory=list)
+    code_source: dict = field(default_factory=dict)
+    priority: int = 1
+    max_running_time_minutes: int | None = None
+    success_policy: str = SuccessPolicy.ALL_WORKERS
+    resource_type: str = ResourceType.ECS
+    resource_source: str = ResourceSource.QUOTA
+    quota: str = ""  # quota name
+    idle_mode: str = IdleMode.OFF
+    vpc_id: str = ""
+    vswitch_id: str = ""
+    security_group_id: str = ""
+    enable_aimaster: bool = False
+    max_restarts: int = 3
+    execution_mode: str = ExecutionMode.SYNC
+    enable_easyckpt: bool = False
+    roles: list[RoleSpec] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class ResolvedRole:
+    spec: RoleSpec
+    instance_type: InstanceType | None
+    cpu: int
+    memory: int
+    gpu: int
+
+
+@dataclass(frozen=True)
+class ResolvedJob:
+    spec: JobSpec
+    quota: Quota | None
+    roles: list[ResolvedRole]
+
+
+def spot_price_range_per_minute(instance_type: InstanceType) -> tuple[Decimal, Decimal]:
+    """The instance type's market price range in CNY per instance-minute: [floor, original]."""
+    original = instance_type.price_per_hour / 60
+    quantum = Decimal("0.000001")
+    low = (original * SPOT_FLOOR_RATIO).quantize(quantum, rounding=ROUND_HALF_UP)
+    return low, original.quantize(quantum, rounding=ROUND_HALF_UP)
+
+
+def as_decimal(value) -> Decimal | None:
+    """Parse a number from the form or the API; None when absent, raises ValueError if bad."""
+    if value is None or value == "":
+        return None
+    try:
+        number = Decimal(str(value))
+    except InvalidOperation:
+        raise ValueError(f"{value!r} is not a number") from None
+    if not number.is_finite():
+        raise ValueError(f"{value!r} is not a number")
+    return number
+
+
+class _Errors(dict):
+    def add(self, path: str, message: str) -> None:
+        self.setdefault(path, []).append(message)
+
+
+def job_spec_resolve(spec: JobSpec, *, workspace) -> ResolvedJob:
+    """Check every rule of the create-job form; raise ValidationFailed listing all problems."""
+    errors = _Errors()
+    _check_basics(spec, errors)
+    quota = _check_source(spec, workspace, errors)
+    roles = _check_roles(spec, errors)
+    if errors:
+        raise ValidationFailed(dict(errors))
+    return ResolvedJob(spec=spec, quota=quota, roles=roles)
+
+
+def _check_basics(spec: JobSpec, errors: _Errors) -> None:
+    if not spec.display_name.strip():
+        errors.add("display_name", "is required")
+    elif len(spec.display_name) > 256:
+        errors.add("display_name", "must be at most 256 characters")
+    if spec.job_type not in JobType.values:
+        errors.add("job_type", f"must be one of {', '.join(JobType.values)}")
+    if not spec.user_command.strip():
+        errors.add("user_command", "is required")
+    if not isinstance(spec.priority, int) or not 1 <= spec.priority <= 9:
+        errors.add("priority", "must be a whole number from 1 to 9")
+    if spec.max_running_time_minutes is not None and spec.max_running_time_minutes < 1:
+        errors.add("max_running_time_minutes", "must be at least 1 minute")
+    if spec.success_policy not in SuccessPolicy.values:
+        errors.add("success_policy", f"must be one of {', '.join(SuccessPolicy.values)}")
+    for name, value in spec.envs.items():
+        if not ENV_NAME.match(str(name)):
+            errors.add("envs", f"{name!r} is not a valid variable name")
+        elif not isinstance(value, str):
+            errors.add("envs", f"{name}: the value must be text")
+    for i, source in enumerate(spec.data_sources):
+        mount = str(source.get("mount_path", ""))
+        if not source.get("uri"):
+            errors.add(f"data_sources[{i}].uri", "is required")
+        if not mount.startswith("/mnt/data/") or ".." in mount.split("/"):
+            errors.add(f"data_sources[{i}].mount_path", "must be a path under /mnt/data/")
+    if spec.max_restarts is None or not 0 <= spec.max_restarts <= 100:
+        errors.add("max_restarts", "must be from 0 to 100")
+    if spec.execution_mode not in ExecutionMode.values:
+        errors.add("execution_mode", "must be Sync or Async")
+
+
+def _check_source(spec: JobSpec, workspace, errors: _Errors) -> Quota | None:
+    if spec.resource_type not in ResourceType.values:
+        errors.add("resource_type", "must be ECS or Lingjun")
+        return None
+    if spec.resource_source not in ResourceSource.values:
+        errors.add("resource_source", "must be quota, public or spot")
+        return None
+    if spec.idle_mode not in IdleMode.values:
+        errors.add("idle_mode", "must be off, acceptable or only_idle")
+    quota = None
+    if spec.resource_source == ResourceSource.QUOTA:
+        if not spec.quota:
+            errors.add("quota", "is required for a job on a resource quota")
+        else:
+            quota = workspace.quotas.filter(name=spec.quota).first()
+            if quota is None:
+                errors.add("quota", f"no quota {spec.quota!r} serves this workspace")
+            elif quota.resource_type != spec.resource_type:
+                errors.add(
+                    "quota", f"quota {quota.name} holds {quota.resource_type}, not {spec.resource_type}"
+                )
+    elif spec.idle_mode != IdleMode.OFF:
+        errors.add("idle_mode", "idle resources apply only to jobs on a resource quota")
+    if spec.resource_source == ResourceSource.SPOT and spec.resource_type == ResourceType.LINGJUN:
+        for name in ("vpc_id", "vswitch_id", "security_group_id"):
+            if not getattr(spec, name).strip():
+                errors.add(name, "is required for Lingjun spot jobs")
+    return quota
+
+
+def _check_roles(spec: JobSpec, errors: _Errors) -> list[ResolvedRole]:
+    if not spec.roles:
+        errors.add("roles", "add at least one role (JobSpecs)")
+        return []
+    names = [r.instance_type for r in spec.roles if r.instance_type]
+    known = {t.name: t for t in InstanceType.objects.filter(name__in=names)}
+    seen: set[str] = set()
+    resolved = []
+    for i, role in enumerate(spec.roles):
+        resolved_role = _check_role(spec, role, f"roles[{i}]", known, errors)
+        if role.role_type in seen:
+            errors.add(f"roles[{i}].role_type", f"{role.role_type} appears twice")
+        seen.add(role.role_type)
+        if resolved_role is not None:
+            resolved.append(resolved_role)
+    return resolved
+
+
+def _check_role(
+    spec: JobSpec, role: RoleSpec, path: str, known: dict[str, InstanceType], errors: _Errors
+) -> ResolvedRole | None:
+    ok = True
+    if role.role_type not in JobRole.RoleType.values:
+        errors.add(f"{path}.role_type", f"must be one of {', '.join(JobRole.RoleType.values)}")
+        ok = False
+    if not isinstance(role.pod_count, int) or not 1 <= role.pod_count <= MAX_PODS_PER_ROLE:
+        errors.add(f"{path}.pod_count", f"must be from 1 to {MAX_PODS_PER_ROLE}")
+        ok = False
+    if role.restart_policy not in JobRole.RestartPolicy.values:
+        errors.add(f"{path}.restart_policy", "is not a known restart policy")
+    itype = None
+    if role.instance_type:
+        itype = known.get(role.instance_type)
+        if itype is None:
+            errors.add(f"{path}.instance_type", f"unknown instance type {role.instance_type!r}")
+            return None
+        if itype.resource_type != spec.resource_type:
+            errors.add(
+                f"{path}.instance_type",
+                f"{itype.name} is {itype.resource_type}, the job uses {spec.resource_type}",
+            )
+            ok = False
+        cpu, memory, gpu = itype.cpu, itype.memory, itype.gpu
+    else:
+        if spec.resource_source != ResourceSource.QUOTA:
+            errors.add(f"{path}.instance_type", "public and spot jobs need an instance type")
+            return None
+        cpu, memory, gpu = role.cpu or 0, role.memory or 0, role.gpu or 0
+        if cpu <= 0:
+            errors.add(f"{path}.cpu", "give an instance type or a CPU amount above 0")
+            ok = False
+        if memory <= 0:
+            errors.add(f"{path}.memory", "give an instance type or a memory amount above 0")
+            ok = False
+        if gpu < 0:
+            errors.add(f"{path}.gpu", "must not be negative")
+            ok = False
+    ok = _check_bid(spec, role, path, itype, errors) and ok
+    if not ok:
+        return None
+    return ResolvedRole(spec=role, instance_type=itype, cpu=cpu, memory=memory, gpu=gpu)
+
+
+def _check_bid(
+    spec: JobSpec, role: RoleSpec, path: str, itype: InstanceType | None, errors: _Errors
+) -> bool:
+    discount, price = role.spot_discount_limit, role.spot_price_limit
+    if spec.resource_source != ResourceSource.SPOT:
+        if discount is not None or price is not None:
+            errors.add(f"{path}.spot_discount_limit", "bids apply only to spot jobs")
+            return False
+        return True
+    if itype is not None and (not itype.spot_enabled or itype.public_capacity == 0):
+        errors.add(f"{path}.instance_type", f"{itype.name} is not sold as spot")
+        return False
+    if discount is None and price is None:
+        errors.add(f"{path}.spot_discount_limit", "set a SpotDiscountLimit or a SpotPriceLimit")
+        return False
+    if discount is not None and price is not None:
+        errors.add(f"{path}.spot_price_limit", "set only one of SpotDiscountLimit and SpotPriceLimit")
+        return False
+    if discount is not None and discount not in SPOT_DISCOUNTS:
+        errors.add(f"{path}.spot_discount_limit", "must be one of 0.1, 0.2 … 0.9")
+        return False
+    if price is not None:
+        if spec.resource_type == ResourceType.LINGJUN:
+            errors.add(f"{path}.spot_price_limit", "Lingjun spot takes only a SpotDiscountLimit")
+            return False
+        if itype is not None:
+            low, high = spot_price_range_per_minute(itype)
+            if not low <= price <= high:
+                errors.add(
+                    f"{path}.spot_price_limit",
+                    f"must lie in {itype.name}'s market price range ¥{low}–¥{high} per minute",
+                )
+                return False
+    return True

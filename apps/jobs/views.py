@@ -1,0 +1,5 @@
+from django.http import HttpResponse
+
+
+def job_list(request):
+    return HttpResponse("jobs")

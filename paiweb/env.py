@@ -1,0 +1,75 @@
+"""Typed, validated readers for environment variables.
+
+Each reader returns the default when the variable is unset or empty, and raises
+ImproperlyConfigured with the variable's name when a value cannot be parsed, so a
+typo in a deployment fails at start-up instead of behaving oddly later.
+"""
+
+from __future__ import annotations
+
+import os
+
+from django.core.exceptions import ImproperlyConfigured
+
+
+def env_str(name: str, default: str = "") -> str:
+    return os.environ.get(name, "") or default
+
+
+def env_bool(name: str, default: bool) -> bool:
+    raw = os.environ.get(name, "").strip().lower()
+    if not raw:
+        return default
+    if raw in {"1", "true", "yes", "on"}:
+        return True
+    if raw in {"0", "false", "no", "off"}:
+        return False
+    raise ImproperlyConfigured(f"{name}: expected true or false, got {raw!r}")
+
+
+def env_float(name: str, default: float, *, minimum: float = 0.0) -> float:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name}: expected a number, got {raw!r}") from None
+    if value < minimum:
+        raise ImproperlyConfigured(f"{name}: must be ≥ {minimum}, got {value}")
+    return value
+
+
+def env_int(name: str, default: int, *, minimum: int = 0) -> int:
+    value = env_float(name, default, minimum=minimum)
+    if value != int(value):
+        raise ImproperlyConfigured(f"{name}: expected a whole number, got {value}")
+    return int(value)
+
+
+def env_list(name: str, default: list[str]) -> list[str]:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+def database_from_url(url: str) -> dict:
+    """Django DATABASES entry for a postgres:// or sqlite:/// URL."""
+    from urllib.parse import unquote, urlparse
+
+    parsed = urlparse(url)
+    if parsed.scheme in {"postgres", "postgresql", "pgsql"}:
+        return {
+            "ENGINE": "django.db.backends.postgresql",
+            "NAME": unquote(parsed.path.lstrip("/")),
+            "USER": unquote(parsed.username or ""),
+            "PASSWORD": unquote(parsed.password or ""),
+            "HOST": parsed.hostname or "",
+            "PORT": str(parsed.port or ""),
+            "CONN_MAX_AGE": 60,
+            "CONN_HEALTH_CHECKS": True,
+        }
+    if parsed.scheme == "sqlite":
+        return {"ENGINE": "django.db.backends.sqlite3", "NAME": unquote(parsed.path) or ":memory:"}
+    raise ImproperlyConfigured(f"DATABASE_URL: unsupported scheme {parsed.scheme!r}")

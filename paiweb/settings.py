@@ -1,0 +1,153 @@
+"""paiweb settings: one module, read from environment variables.
+
+With nothing set it runs on SQLite and the embedded Redis that `make demo` starts
+(a unix socket under var/). DATABASE_URL and REDIS_URL switch to PostgreSQL and a
+real Redis. `.env.example` lists every variable.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from celery.schedules import schedule
+
+from paiweb.env import database_from_url, env_bool, env_float, env_int, env_list, env_str
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(env_str("PAIWEB_VAR_DIR", str(BASE_DIR / "var")))
+VAR_DIR.mkdir(parents=True, exist_ok=True)  # SQLite, the embedded Redis, pod work dirs
+
+DEBUG = env_bool("DEBUG", True)
+SECRET_KEY = env_str("SECRET_KEY", "paiweb-insecure-development-key-change-me-in-production")
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]", "testserver"])
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django.contrib.humanize",
+    "django_htmx",
+    "apps.core",
+    "apps.workspaces",
+    "apps.cluster",
+    "apps.jobs",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+    "apps.workspaces.middleware.CurrentWorkspaceMiddleware",
+]
+
+ROOT_URLCONF = "paiweb.urls"
+WSGI_APPLICATION = "paiweb.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+                "apps.workspaces.context_processors.workspaces",
+            ],
+        },
+    },
+]
+
+DATABASE_URL = env_str("DATABASE_URL", f"sqlite:///{VAR_DIR / 'paiweb.sqlite3'}")
+DATABASES = {"default": database_from_url(DATABASE_URL)}
+if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
+    # Several processes (web, worker, beat) share one file: wait for locks, write-ahead log.
+    DATABASES["default"]["OPTIONS"] = {
+        "timeout": 20,
+        "transaction_mode": "IMMEDIATE",
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+    }
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# Redis: a real server by URL, or the embedded one on a unix socket under var/.
+EMBEDDED_REDIS_SOCKET = VAR_DIR / "redis" / "redis.sock"
+REDIS_URL = env_str("REDIS_URL", f"unix://{EMBEDDED_REDIS_SOCKET}")
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "jobs:list"
+LOGOUT_REDIRECT_URL = "login"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = env_str("TIME_ZONE", "UTC")
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = BASE_DIR / "staticfiles"
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+}
+WHITENOISE_USE_FINDERS = True
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
+}
+
+# --- Celery ------------------------------------------------------------------------------
+def _celery_url(url: str) -> str:
+    return "redis+socket://" + url.removeprefix("unix://") if url.startswith("unix://") else url
+
+
+CELERY_BROKER_URL = _celery_url(REDIS_URL)
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
+CELERY_TASK_EAGER_PROPAGATES = True
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_WORKER_SEND_TASK_EVENTS = True
+CELERY_TASK_SEND_SENT_EVENT = True
+CELERY_TIMEZONE = TIME_ZONE
+
+HEARTBEAT_INTERVAL = env_float("HEARTBEAT_INTERVAL", 10.0, minimum=0.5)
+SCHEDULER_TICK_INTERVAL = env_float("SCHEDULER_TICK_INTERVAL", 2.0, minimum=0.1)
+
+# The beat schedule is data: key → task, period from env, and `expires` equal to the period
+# so a backlog of ticks never piles up behind a stopped worker.
+CELERY_BEAT_SCHEDULE = {
+    "heartbeat": {
+        "task": "apps.core.tasks.heartbeat_task",
+        "schedule": schedule(HEARTBEAT_INTERVAL),
+        "options": {"expires": HEARTBEAT_INTERVAL},
+    },
+    "admit-creating": {
+        "task": "apps.jobs.tasks.jobs_admit_creating_task",
+        "schedule": schedule(SCHEDULER_TICK_INTERVAL),
+        "options": {"expires": SCHEDULER_TICK_INTERVAL},
+    },
+}
+
+FLOWER_URL = env_str("FLOWER_URL", "http://127.0.0.1:5555")
+
+# Access keys are stored encrypted with a key derived from this secret (or SECRET_KEY).
+ACCESS_KEY_ENCRYPTION_SECRET = env_str("ACCESS_KEY_ENCRYPTION_SECRET", SECRET_KEY)
+
+JOBS_PAGE_SIZE = env_int("JOBS_PAGE_SIZE", 20, minimum=1)

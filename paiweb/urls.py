@@ -1,0 +1,15 @@
+from django.contrib import admin
+from django.contrib.auth import views as auth_views
+from django.urls import include, path
+from django.views.generic import RedirectView
+
+urlpatterns = [
+    path("", RedirectView.as_view(pattern_name="jobs:list", permanent=False)),
+    path("login/", auth_views.LoginView.as_view(), name="login"),
+    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("admin/", admin.site.urls),
+    path("jobs/", include("apps.jobs.urls")),
+    path("workspaces/", include("apps.workspaces.urls")),
+    path("cluster/", include("apps.cluster.urls")),
+    path("", include("apps.core.urls")),
+]

@@ -1,0 +1,84 @@
+"""Shared fixtures. Redis: REDIS_URL when set (CI's real server), else an embedded
+redis-server on a temporary unix socket for the whole session."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from tests.factories import make_cluster, make_personas
+
+PASSWORD = "pw-" + "x" * 10
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _redis_for_tests():
+    from django.conf import settings
+
+    from apps.core.redis import redis_client
+    from paiweb import embedded_redis
+    from paiweb.celery import app as celery_app
+
+    process = None
+    if not os.environ.get("REDIS_URL"):
+        socket = Path(tempfile.mkdtemp(prefix="paiweb-redis-")) / "redis.sock"
+        process = embedded_redis.start(socket)
+        settings.REDIS_URL = f"unix://{socket}"
+        settings.CELERY_BROKER_URL = f"redis+socket://{socket}"
+        celery_app.conf.broker_url = settings.CELERY_BROKER_URL
+    redis_client.cache_clear()
+    yield settings.REDIS_URL
+    redis_client.cache_clear()
+    if process is not None:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+@pytest.fixture(autouse=True)
+def _eager_celery(settings):
+    """Tasks run inline in tests (on commit); the browser and agent tests start real workers."""
+    from paiweb.celery import app as celery_app
+
+    celery_app.conf.task_always_eager = True
+    celery_app.conf.task_eager_propagates = True
+    yield
+    celery_app.conf.task_always_eager = False
+
+
+@pytest.fixture
+def cluster(db):
+    return make_cluster()
+
+
+@pytest.fixture
+def personas(cluster):
+    return make_personas(cluster)
+
+
+@pytest.fixture
+def alice(personas):
+    return personas["alice"]
+
+
+@pytest.fixture
+def bob(personas):
+    return personas["bob"]
+
+
+@pytest.fixture
+def charlie(personas):
+    return personas["charlie"]
+
+
+@pytest.fixture
+def alice_client(client, alice):
+    client.force_login(alice)
+    return client
+
+
+@pytest.fixture
+def password() -> str:
+    return PASSWORD
