@@ -1,4 +1,8 @@
 from django.urls import path
 
+from apps.cluster import views
+
 app_name = "cluster"
-urlpatterns: list = []
+urlpatterns = [
+    path("quotas/", views.quota_tree, name="quotas"),
+]

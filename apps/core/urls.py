@@ -1,4 +1,8 @@
 from django.urls import path
 
+from apps.core import views
+
 app_name = "core"
-urlpatterns: list = []
+urlpatterns = [
+    path("health/", views.health, name="health"),
+]

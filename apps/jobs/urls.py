@@ -5,4 +5,7 @@ from apps.jobs import views
 app_name = "jobs"
 urlpatterns = [
     path("", views.job_list, name="list"),
+    path("new/", views.job_create, name="create"),
+    path("<str:job_id>/", views.job_detail, name="detail"),
+    path("<str:job_id>/stop/", views.job_stop_view, name="stop"),
 ]
