@@ -1,0 +1,670 @@
+"""The spot market core: prices, acquisition, reclaim, replay and per-minute billing.
+
+Pure Python (no Django, no Celery): frozen dataclasses in, a `MarketPlan` out. The clock
+(`now`) and the random generator (`rng`) are arguments, so the live tick, the tests and the
+simulator get the same answer for the same inputs.
+
+Money is `Decimal`, never float. Market prices and bids are CNY per instance-HOUR on a 0.0001
+grid; the API's SpotPriceLimit is CNY per instance-MINUTE (see `per_minute_to_hour`). A
+minute of use is charged at the hourly price in force at the minute's start, divided by 60.
+
+The rules (design §5 and the spot seed):
+- A type's price moves toward a target set by demand (running + bidding spot instances)
+  against supply (what pay-as-you-go leaves to spot), a fraction of the gap per tick, plus
+  seeded noise, clamped to [floor, original].
+- Running spot jobs are reclaimed without notice: ECS when bid < market price, Lingjun when
+  bid < system average price; either when stock runs short (lowest bids first).
+- Pay-as-you-go takes stock before spot. A bidding spot job starts when its bid covers the
+  price and stock covers the whole job (gang: all instances or none).
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import random
+from bisect import bisect_right
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
+from operator import itemgetter
+from typing import Literal
+
+ResourceType = Literal["ECS", "Lingjun"]
+PricePoint = tuple[float, Decimal]  # (epoch seconds, CNY per instance-hour) in force from then
+
+PRICE_QUANTUM = Decimal("0.0001")  # CNY per instance-hour
+MINUTE_QUANTUM = Decimal("0.000001")  # CNY per instance-minute
+DEFAULT_FLOOR_RATIO = Decimal("0.1")
+
+_at = itemgetter(0)
+
+
+class MarketError(ValueError):
+    """Input the market core cannot use; `code` is a DLC-style code the callers can show."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+# --- units -------------------------------------------------------------------------------
+
+
+def quantize_price(price: Decimal) -> Decimal:
+    """Round a per-hour price onto the 0.0001 grid (half up)."""
+    return price.quantize(PRICE_QUANTUM, rounding=ROUND_HALF_UP)
+
+
+def per_minute_to_hour(price_per_minute: Decimal) -> Decimal:
+    """The API's SpotPriceLimit (CNY per instance-minute) as a per-hour price."""
+    return quantize_price(_decimal(price_per_minute) * 60)
+
+
+def hour_to_per_minute(price_per_hour: Decimal) -> Decimal:
+    """A per-hour price in the API's per-minute unit, on a 0.000001 grid (half up)."""
+    return (_decimal(price_per_hour) / 60).quantize(MINUTE_QUANTUM, rounding=ROUND_HALF_UP)
+
+
+def price_floor(original_price: Decimal, floor_ratio: Decimal = DEFAULT_FLOOR_RATIO) -> Decimal:
+    """The lowest market price: `floor_ratio` of the original, on the grid (half up, as the
+    job form rounds the bottom of the SpotPriceLimit range)."""
+    return min(quantize_price(original_price * floor_ratio), original_price)
+
+
+def bid_limit_per_hour(
+    original_price_hour: Decimal,
+    *,
+    discount: Decimal | None,
+    price_limit_per_minute: Decimal | None,
+) -> Decimal:
+    """A role's bid limit per instance-hour from its SpotSpec: exactly one of
+    SpotDiscountLimit (0.4 means 40% of the original price) and SpotPriceLimit (per minute).
+
+    Range checks belong to the job form (`apps.jobs.specs`); this only converts.
+    """
+    if (discount is None) == (price_limit_per_minute is None):
+        raise MarketError(
+            "InvalidSpotSpec", "set exactly one of SpotDiscountLimit and SpotPriceLimit"
+        )
+    if discount is not None:
+        return quantize_price(_decimal(original_price_hour) * _decimal(discount))
+    return per_minute_to_hour(price_limit_per_minute)
+
+
+def _decimal(value: Decimal | float | int | str) -> Decimal:
+    # The SDK hands over floats (0.011); str() keeps them as the user wrote them.
+    return value if isinstance(value, Decimal) else Decimal(str(value))
+
+
+# --- prices ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MarketParams:
+    """Tuning from the cluster file."""
+
+    floor_ratio: Decimal = DEFAULT_FLOOR_RATIO  # floor = 10% of original ("up to 90% saving")
+    smoothing: float = 0.2  # fraction of the gap to the target closed per tick
+    volatility: float = 0.02  # seeded random part, relative to the price
+    sensitivity: float = 1.0  # how strongly demand/supply moves the target
+    average_window_seconds: float = 3600.0  # Lingjun system average window
+
+
+@dataclass(frozen=True)
+class TypeMarket:
+    """One instance type of the public pool at the start of a tick."""
+
+    instance_type: str
+    resource_type: ResourceType
+    original_price: Decimal  # pay-as-you-go price per instance-hour
+    capacity: int  # public instances of this type
+    payg_used: int  # includes the running pay-as-you-go jobs
+    spot_used: int  # includes the running spot jobs passed to market_step
+    bidding_demand: int  # instances asked for by spot jobs waiting in Bidding
+    price: Decimal  # current market price per instance-hour
+
+    @property
+    def floor(self) -> Decimal:
+        """The floor at the default ratio; the engine uses `MarketParams.floor_ratio`."""
+        return price_floor(self.original_price)
+
+    @property
+    def spot_stock(self) -> int:
+        return max(0, self.capacity - self.payg_used - self.spot_used)
+
+    @property
+    def demand(self) -> int:
+        return self.spot_used + self.bidding_demand
+
+
+def target_fraction(market: TypeMarket, *, sensitivity: float) -> float:
+    """Where the target price sits between the floor (0.0) and the original price (1.0).
+
+    r = spot demand / supply, supply being what pay-as-you-go leaves to spot; the target is
+    1 − exp(−sensitivity·r²): near the floor while little is used, about 2/3 of the way up
+    when demand equals supply, close to the original once bidders ask for twice the supply.
+    """
+    supply = market.capacity - market.payg_used
+    if supply <= 0:
+        return 1.0  # nothing left for spot: scarcity pricing
+    ratio = market.demand / supply
+    return 1.0 - math.exp(-sensitivity * ratio * ratio)
+
+
+def next_price(market: TypeMarket, *, params: MarketParams, rng: random.Random) -> Decimal:
+    """The type's price for the next tick: a `smoothing` step toward the demand target, times
+    (1 ± volatility) seeded noise, on the grid, clamped to [floor, original].
+
+    Draws exactly one number from `rng`, so a tick's stream does not depend on the prices.
+    """
+    noise = rng.uniform(-1.0, 1.0)
+    floor, ceiling = price_floor(market.original_price, params.floor_ratio), market.original_price
+    current = _clamp(market.price, floor, ceiling)
+    fraction = target_fraction(market, sensitivity=params.sensitivity)
+    target = floor + (ceiling - floor) * _float(fraction)
+    smoothed = current + (target - current) * _float(params.smoothing)
+    moved = smoothed * (1 + _float(params.volatility * noise))
+    return _clamp(quantize_price(moved), floor, ceiling)
+
+
+def system_average(history: Sequence[PricePoint], *, now: float, window: float) -> Decimal:
+    """Time-weighted average of a step-function price history over [now − window, now].
+
+    `history` is sorted by time; each price holds until the next point. The price in force
+    at the window's start counts from the start; points after `now` are ignored. When the
+    history begins inside the window, the average covers the part with a price.
+    """
+    start = now - window
+    first = max(bisect_right(history, start, key=_at) - 1, 0)
+    points = history[first : bisect_right(history, now, key=_at)]
+    if not points:
+        raise MarketError("NoPriceHistory", f"no market price at or before {now}")
+    ends = [t for t, _ in points[1:]] + [now]
+    total, covered = Decimal(0), Decimal(0)
+    for (t, price), end in zip(points, ends, strict=True):
+        duration = _float(end - max(t, start))
+        if duration > 0:
+            total += price * duration
+            covered += duration
+    if covered == 0:
+        return quantize_price(points[-1][1])  # a zero window: the price at `now`
+    return quantize_price(total / covered)
+
+
+def _clamp(value: Decimal, low: Decimal, high: Decimal) -> Decimal:
+    return min(max(value, low), high)
+
+
+def _float(value: float) -> Decimal:
+    # repr() is the shortest exact-roundtrip text: deterministic and free of binary noise.
+    return Decimal(repr(value))
+
+
+# --- requests and the plan ---------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class SpotRequest:
+    """A spot job, whole (gang). `needs` holds one (instance type, instances, bid limit per
+    hour) entry per role — several roles may share a type with different bids.
+
+    Shorthand for a job of one type: `instance_type=…, instances=…, bid=…` fills `needs`.
+    `started_at` (when it started running) orders equal bids for reclaim, newest first;
+    without it `submitted_at` is used.
+    """
+
+    job_id: int
+    needs: tuple[tuple[str, int, Decimal], ...] = ()
+    running: bool
+    submitted_at: float
+    aimaster: bool = False
+    started_at: float | None = None
+    instance_type: str | None = None
+    instances: int = 0
+    bid: Decimal | None = None
+
+    def __post_init__(self) -> None:
+        if self.instance_type is not None:
+            if self.needs or self.bid is None:
+                raise MarketError(
+                    "InvalidSpotRequest",
+                    f"spot job {self.job_id}: give `needs`, or instance_type with a bid",
+                )
+            object.__setattr__(self, "needs", ((self.instance_type, self.instances, self.bid),))
+        if not self.needs:
+            raise MarketError("InvalidSpotRequest", f"spot job {self.job_id} needs no instance")
+
+    @property
+    def counts(self) -> dict[str, int]:
+        """Instances per type, all roles summed."""
+        return _sum_counts((t, n) for t, n, _ in self.needs)
+
+
+@dataclass(frozen=True)
+class PaygRequest:
+    """A public pay-as-you-go job: (instance type, instances) per role. A running one is
+    already counted in `TypeMarket.payg_used` and is left alone."""
+
+    job_id: int
+    needs: tuple[tuple[str, int], ...]
+    running: bool
+    submitted_at: float
+
+
+@dataclass(frozen=True)
+class Start:
+    job_id: int
+    kind: Literal["spot", "payg"]
+
+
+@dataclass(frozen=True)
+class Reclaim:
+    """A running spot job loses all its instances. `rebid` is the job's AIMaster switch:
+    with it the job goes back to Bidding, without it it ends Failed."""
+
+    job_id: int
+    code: Literal["SpotPriceExceeded", "SpotAveragePriceExceeded", "SpotStockShortage"]
+    reason: str
+    rebid: bool = False
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """A job that stays Bidding (spot) or Queuing (pay-as-you-go), and why. `code` names the
+    first failing condition: BidBelowMarketPrice, BidBelowAveragePrice, StockShortage or
+    UnknownInstanceType."""
+
+    job_id: int
+    reason: str
+    code: str = ""
+
+
+@dataclass(frozen=True)
+class MarketPlan:
+    prices: dict[str, Decimal]  # the new market price per type
+    starts: tuple[Start, ...]
+    reclaims: tuple[Reclaim, ...]
+    waiting: tuple[Waiting, ...]
+    stock: dict[str, int] = field(default_factory=dict)  # free instances per type afterwards
+
+
+# --- the tick ----------------------------------------------------------------------------
+
+
+def market_step(
+    markets: Sequence[TypeMarket],
+    spot: Sequence[SpotRequest],
+    payg: Sequence[PaygRequest],
+    *,
+    params: MarketParams,
+    rng: random.Random,
+    now: float,
+    averages: Mapping[str, Decimal] | None = None,
+    replay: Mapping[str, Decimal] | None = None,
+) -> MarketPlan:
+    """One market tick: new prices, then reclaims on price, then pay-as-you-go (taking
+    instances back from the lowest spot bids if it must), then bidding spot jobs.
+
+    `averages` are the Lingjun system averages (`system_average` over the history up to
+    `now`); a type without one is held to its new market price. `replay` maps types to
+    recorded prices that replace the model (still clamped to [floor, original]). The plan
+    does not depend on the order of the inputs; `now` is accepted for the adapter's
+    symmetry and not otherwise needed.
+    """
+    book = _Book.open(markets, spot, params=params, rng=rng, averages=averages, replay=replay)
+    reclaims = _reclaim_on_price(book) + _reclaim_over_capacity(book)
+    payg_starts, payg_waiting, payg_reclaims = _start_payg(book, payg)
+    spot_starts, spot_waiting = _start_spot(book, [r for r in spot if not r.running])
+    return MarketPlan(
+        prices=dict(book.prices),
+        starts=tuple(payg_starts + spot_starts),
+        reclaims=tuple(reclaims + payg_reclaims),
+        waiting=tuple(payg_waiting + spot_waiting),
+        stock={t: book.stock(t) for t in book.markets},
+    )
+
+
+@dataclass
+class _Book:
+    """The tick's working state: prices, usage and the spot jobs still running."""
+
+    markets: dict[str, TypeMarket]
+    prices: dict[str, Decimal]
+    averages: dict[str, Decimal]
+    payg_used: Counter[str]
+    spot_used: Counter[str]
+    running: dict[int, SpotRequest]
+    holders: dict[str, list[SpotRequest]]  # type -> running jobs using it, reclaim order
+    sorted_types: set[str] = field(default_factory=set)
+
+    @classmethod
+    def open(
+        cls,
+        markets: Sequence[TypeMarket],
+        spot: Sequence[SpotRequest],
+        *,
+        params: MarketParams,
+        rng: random.Random,
+        averages: Mapping[str, Decimal] | None,
+        replay: Mapping[str, Decimal] | None,
+    ) -> _Book:
+        by_type = {m.instance_type: m for m in sorted(markets, key=lambda m: m.instance_type)}
+        if len(by_type) != len(markets):
+            raise MarketError("DuplicateInstanceType", "each instance type may appear once")
+        replay, averages = replay or {}, averages or {}
+        prices = {  # sorted by type, so the rng stream does not depend on input order
+            t: _replayed(m, replay[t], params)
+            if t in replay
+            else next_price(m, params=params, rng=rng)
+            for t, m in by_type.items()
+        }
+        running = {r.job_id: r for r in sorted(spot, key=lambda r: r.job_id) if r.running}
+        holders: dict[str, list[SpotRequest]] = {t: [] for t in by_type}
+        for request in running.values():
+            for t in request.counts:
+                if t in holders:
+                    holders[t].append(request)
+        return cls(
+            markets=by_type,
+            prices=prices,
+            averages={t: averages.get(t, p) for t, p in prices.items()},
+            payg_used=Counter({t: m.payg_used for t, m in by_type.items()}),
+            spot_used=Counter({t: m.spot_used for t, m in by_type.items()}),
+            running=running,
+            holders=holders,
+        )
+
+    def stock(self, instance_type: str) -> int:
+        used = self.payg_used[instance_type] + self.spot_used[instance_type]
+        return max(0, self.markets[instance_type].capacity - used)
+
+    def held_to(self, instance_type: str) -> tuple[Decimal, str]:
+        """What a running job's bid must cover to keep running, and its name."""
+        if self.markets[instance_type].resource_type == "Lingjun":
+            return self.averages[instance_type], "system average"
+        return self.prices[instance_type], "market"
+
+    def asked(self, instance_type: str) -> tuple[Decimal, str]:
+        """What a bidding job's bid must cover to start: the market price, and for Lingjun
+        also the system average (else the job would be reclaimed on the next tick)."""
+        price, average = self.prices[instance_type], self.averages[instance_type]
+        if self.markets[instance_type].resource_type == "Lingjun" and average > price:
+            return average, "system average"
+        return price, "market"
+
+    def release(self, request: SpotRequest) -> None:
+        del self.running[request.job_id]
+        for t, n in request.counts.items():
+            if t in self.markets:
+                self.spot_used[t] = max(0, self.spot_used[t] - n)
+
+    def victims_on(self, instance_type: str) -> Iterable[SpotRequest]:
+        """Running jobs on a type, lowest bid first, ties newest first."""
+        holders = self.holders[instance_type]
+        if instance_type not in self.sorted_types:
+            holders.sort(key=lambda r: _reclaim_key(r, instance_type))
+            self.sorted_types.add(instance_type)
+        while holders and holders[0].job_id not in self.running:
+            holders.pop(0)  # gone already; drop so later scans start past them
+        return (r for r in holders if r.job_id in self.running)
+
+
+def _replayed(market: TypeMarket, price: Decimal, params: MarketParams) -> Decimal:
+    floor = price_floor(market.original_price, params.floor_ratio)
+    return _clamp(quantize_price(_decimal(price)), floor, market.original_price)
+
+
+def _reclaim_key(request: SpotRequest, instance_type: str) -> tuple[Decimal, float, int]:
+    bid = min(b for t, _, b in request.needs if t == instance_type)
+    started = request.started_at if request.started_at is not None else request.submitted_at
+    return bid, -started, -request.job_id
+
+
+def _reclaim_on_price(book: _Book) -> list[Reclaim]:
+    reclaims = []
+    for request in list(book.running.values()):
+        for t, _, bid in request.needs:
+            if t not in book.markets:
+                continue  # no market to judge it by: leave it running
+            limit, name = book.held_to(t)
+            if bid < limit:
+                code = "SpotPriceExceeded" if name == "market" else "SpotAveragePriceExceeded"
+                reason = f"bid {_yuan(bid)} < {name} {_yuan(limit)} for {t}"
+                reclaims.append(Reclaim(request.job_id, code, reason, rebid=request.aimaster))
+                book.release(request)
+                break
+    return reclaims
+
+
+def _reclaim_over_capacity(book: _Book) -> list[Reclaim]:
+    """Capacity can shrink under running jobs (a node leaves the pool): spot gives way."""
+    reclaims = []
+    for t, market in book.markets.items():
+        in_use = book.payg_used[t] + book.spot_used[t]
+        if in_use <= market.capacity:
+            continue
+        victims = _pick_victims(book, {t: in_use - market.capacity}, all_or_nothing=False)
+        for victim in victims or ():
+            reason = f"stock short: capacity {market.capacity} < {in_use} instances of {t} in use"
+            reclaims.append(_shortage(book, victim, reason, t))
+    return reclaims
+
+
+def _start_payg(
+    book: _Book, payg: Sequence[PaygRequest]
+) -> tuple[list[Start], list[Waiting], list[Reclaim]]:
+    """Pay-as-you-go first, FIFO by submission; a request that does not fit waits without
+    blocking later ones (each is an independent purchase)."""
+    starts, waiting, reclaims = [], [], []
+    for request in sorted(payg, key=lambda r: (r.submitted_at, r.job_id)):
+        if request.running:
+            continue
+        counts = _sum_counts(request.needs)
+        problems = _payg_problems(book, counts)
+        shortfall = {} if problems else _shortfall(book, counts)
+        victims = _pick_victims(book, shortfall, all_or_nothing=True)
+        if victims is None:  # spot usage the engine was not told about holds the stock
+            problems = [
+                _stock_text(t, n, book.stock(t)) for t, n in counts.items() if t in shortfall
+            ]
+        if problems:
+            waiting.append(_waiting(request.job_id, problems))
+            continue
+        for victim in victims:
+            reason = f"stock short: pay-as-you-go job {request.job_id} needs instances of "
+            reclaims.append(_shortage(book, victim, reason + ", ".join(shortfall), *shortfall))
+        book.payg_used.update(counts)
+        starts.append(Start(request.job_id, "payg"))
+    return starts, waiting, reclaims
+
+
+def _payg_problems(book: _Book, counts: dict[str, int]) -> list[tuple[str, str]]:
+    problems = []
+    for t, n in counts.items():
+        if t not in book.markets:
+            problems.append(("UnknownInstanceType", f"no public pool for instance type {t}"))
+            continue
+        available = book.markets[t].capacity - book.payg_used[t]
+        if n > available:
+            held = f"{max(available, 0)} not held by pay-as-you-go"
+            problems.append(("StockShortage", f"stock: needs {n} instances of {t}, {held}"))
+    return problems
+
+
+def _shortfall(book: _Book, counts: dict[str, int]) -> dict[str, int]:
+    return {t: n - book.stock(t) for t, n in counts.items() if n > book.stock(t)}
+
+
+def _waiting(job_id: int, problems: list[tuple[str, str]]) -> Waiting:
+    return Waiting(job_id, "; ".join(text for _, text in problems), problems[0][0])
+
+
+def _pick_victims(
+    book: _Book, shortfall: Mapping[str, int], *, all_or_nothing: bool
+) -> list[SpotRequest] | None:
+    """Running spot jobs to reclaim so each type gains its shortfall, lowest bids first.
+    None when that is impossible and `all_or_nothing` (nothing is reclaimed then)."""
+    chosen: dict[int, SpotRequest] = {}
+    freed: Counter[str] = Counter()
+    for t, short in shortfall.items():
+        for victim in book.victims_on(t):
+            if freed[t] >= short:
+                break
+            if victim.job_id not in chosen:
+                chosen[victim.job_id] = victim
+                freed.update(victim.counts)
+        if freed[t] < short and all_or_nothing:
+            return None
+    return list(chosen.values())
+
+
+def _shortage(book: _Book, victim: SpotRequest, reason: str, *types: str) -> Reclaim:
+    bids = ", ".join(_yuan(b) for t, _, b in victim.needs if t in types)
+    book.release(victim)
+    text = f"{reason}; lowest bids go first (this job bid {bids})"
+    return Reclaim(victim.job_id, "SpotStockShortage", text, rebid=victim.aimaster)
+
+
+def _start_spot(book: _Book, bidding: Sequence[SpotRequest]) -> tuple[list[Start], list[Waiting]]:
+    """Highest bid first (as a share of the original price, so bids on different types
+    compare), ties by submission; each job starts whole or waits, never blocking others."""
+    starts, waiting = [], []
+    for request in sorted(bidding, key=lambda r: (-_bid_share(book, r), r.submitted_at, r.job_id)):
+        problems = _spot_problems(book, request)
+        if problems:
+            waiting.append(_waiting(request.job_id, problems))
+            continue
+        book.spot_used.update(request.counts)
+        starts.append(Start(request.job_id, "spot"))
+    return starts, waiting
+
+
+def _bid_share(book: _Book, request: SpotRequest) -> Decimal:
+    shares = [
+        b / book.markets[t].original_price if book.markets[t].original_price else b
+        for t, _, b in request.needs
+        if t in book.markets
+    ]
+    return min(shares, default=Decimal(0))
+
+
+def _spot_problems(book: _Book, request: SpotRequest) -> list[tuple[str, str]]:
+    problems = []
+    for t, _, bid in request.needs:
+        if t not in book.markets:
+            problems.append(("UnknownInstanceType", f"no spot market for instance type {t}"))
+            continue
+        asked, name = book.asked(t)
+        if bid < asked:
+            code = "BidBelowAveragePrice" if name == "system average" else "BidBelowMarketPrice"
+            problems.append((code, f"bid {_yuan(bid)} < {name} {_yuan(asked)} for {t}"))
+    for t, n in request.counts.items():
+        if t in book.markets and n > book.stock(t):
+            problems.append(_stock_text(t, n, book.stock(t)))
+    return problems
+
+
+def _stock_text(instance_type: str, needed: int, free: int) -> tuple[str, str]:
+    return "StockShortage", f"stock: needs {needed} instances of {instance_type}, {free} free"
+
+
+def _sum_counts(needs: Iterable[tuple[str, int]]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for t, n in needs:
+        counts[t] = counts.get(t, 0) + n
+    return counts
+
+
+def _yuan(price: Decimal) -> str:
+    """¥0.29/h: up to four decimals, at least two."""
+    text = f"{price:.4f}".rstrip("0")
+    if len(text.partition(".")[2]) < 2:
+        text = f"{price:.2f}"
+    return f"¥{text}/h"
+
+
+# --- replay ------------------------------------------------------------------------------
+
+
+def load_replay_csv(lines: Iterable[str]) -> dict[str, list[PricePoint]]:
+    """Price series per type from a CSV with header `timestamp,instance_type,price`.
+
+    Timestamps are epoch seconds or ISO-8601 (naive means UTC); prices are per
+    instance-hour. Each series is sorted by time (stable: equal times keep file order).
+    """
+    reader = csv.DictReader(line.lstrip("\ufeff") for line in lines)
+    reader.fieldnames = [name.strip() for name in reader.fieldnames or ()]
+    missing = {"timestamp", "instance_type", "price"} - set(reader.fieldnames)
+    if missing:
+        columns = ", ".join(sorted(missing))
+        raise MarketError("InvalidReplay", f"replay CSV lacks column(s): {columns}")
+    series: dict[str, list[PricePoint]] = {}
+    for row in reader:
+        try:
+            at, price = _parse_timestamp(row["timestamp"]), Decimal(row["price"].strip())
+        except (AttributeError, ValueError, InvalidOperation) as error:
+            raise MarketError(
+                "InvalidReplay", f"replay CSV line {reader.line_num}: {error}"
+            ) from None
+        if not price.is_finite() or price < 0:
+            raise MarketError("InvalidReplay", f"replay CSV line {reader.line_num}: price {price}")
+        series.setdefault(row["instance_type"].strip(), []).append((at, quantize_price(price)))
+    for points in series.values():
+        points.sort(key=_at)
+    return series
+
+
+def replay_price_at(series: Sequence[PricePoint], t: float) -> Decimal | None:
+    """The recorded price in force at `t` (step function); None before the first point."""
+    index = bisect_right(series, t, key=_at)
+    return series[index - 1][1] if index else None
+
+
+def _parse_timestamp(text: str) -> float:
+    text = text.strip()
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    moment = datetime.fromisoformat(text)
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.timestamp()
+
+
+# --- billing -----------------------------------------------------------------------------
+
+
+def bill_minutes(start: float, end: float, *, already_billed_until: float | None) -> list[int]:
+    """Epoch minute numbers to bill for a pod that ran on [start, end): every minute it ran
+    in, once. Minutes starting before `already_billed_until` were billed by an earlier run
+    (which billed the minute it stopped in), so they are skipped."""
+    first = int(start // 60)
+    if already_billed_until is not None:
+        first = max(first, -int(-already_billed_until // 60))
+    stop = -int(-end // 60)  # ceil: the minute `end` falls in was started
+    return list(range(first, stop)) if end > start else []
+
+
+def price_for_minute(history: Sequence[PricePoint], minute: int) -> Decimal:
+    """The per-hour price in force at the minute's start."""
+    price = replay_price_at(history, minute * 60)
+    if price is None:
+        raise MarketError("NoPriceHistory", f"no price at or before minute {minute}")
+    return price
+
+
+def minute_charge(price_per_hour: Decimal) -> Decimal:
+    """One instance-minute at a per-hour price, on a 0.000001 grid (half up)."""
+    return (price_per_hour / 60).quantize(MINUTE_QUANTUM, rounding=ROUND_HALF_UP)
+
+
+def minute_charges(
+    history: Sequence[PricePoint], minutes: Iterable[int]
+) -> list[tuple[int, Decimal]]:
+    """(minute, charge) for each minute, at the price in force at its start."""
+    return [(m, minute_charge(price_for_minute(history, m))) for m in minutes]

@@ -1,0 +1,327 @@
+"""Invariants of the spot market core, checked on generated markets (hypothesis)."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from dataclasses import dataclass
+from decimal import Decimal as D
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from apps.market.pricing import (
+    MarketParams,
+    PaygRequest,
+    SpotRequest,
+    TypeMarket,
+    bill_minutes,
+    market_step,
+    minute_charge,
+    next_price,
+    price_floor,
+    price_for_minute,
+    system_average,
+    target_fraction,
+)
+
+NOW = 1_700_000_000.0
+TYPES = ("ecs.c7.large", "ecs.g7.xlarge", "ecs.gn7i.2xlarge", "ml.gu7xf.8xlarge")
+ORIGINALS = (D("0.05"), D("0.80"), D("2.5000"), D("12.3456"), D("40"))
+FAST = settings(max_examples=150, deadline=None)
+
+
+@dataclass(frozen=True)
+class Scenario:
+    markets: tuple[TypeMarket, ...]
+    spot: tuple[SpotRequest, ...]
+    payg: tuple[PaygRequest, ...]
+    params: MarketParams
+    seed: int
+    averages: dict[str, D] | None
+    replay: dict[str, D] | None
+    shrunk: frozenset[str]  # types whose capacity dropped under running jobs
+
+    def step(self, *, spot=None, markets=None):
+        return market_step(
+            self.markets if markets is None else markets,
+            self.spot if spot is None else spot,
+            self.payg,
+            params=self.params,
+            rng=random.Random(self.seed),
+            now=NOW,
+            averages=self.averages,
+            replay=self.replay,
+        )
+
+
+def price_in(draw, original: D, ratio: D = D("0.1")) -> D:
+    low = price_floor(original, ratio)
+    ticks = draw(st.integers(int(low * 10_000), int(original * 10_000)))
+    return D(ticks) / 10_000
+
+
+@st.composite
+def scenarios(draw) -> Scenario:
+    params = MarketParams(
+        floor_ratio=draw(st.sampled_from([D("0.1"), D("0.25")])),
+        smoothing=draw(st.floats(0.0, 1.0)),
+        volatility=draw(st.floats(0.0, 0.5)),
+        sensitivity=draw(st.floats(0.0, 5.0)),
+    )
+    types = draw(st.lists(st.sampled_from(TYPES), min_size=1, max_size=3, unique=True))
+    kinds = {t: draw(st.sampled_from(["ECS", "Lingjun"])) for t in types}
+    originals = {t: draw(st.sampled_from(ORIGINALS)) for t in types}
+    capacity = {t: draw(st.integers(0, 12)) for t in types}
+    payg_used = {t: draw(st.integers(0, capacity[t])) for t in types}
+
+    def needs(max_count: int):
+        chosen = draw(st.lists(st.sampled_from(types), min_size=1, max_size=2))
+        return tuple(
+            (
+                t,
+                draw(st.integers(1, max_count)),
+                price_in(draw, originals[t], D("0.05")) + draw(st.sampled_from([0, 0, 1])),
+            )
+            for t in chosen
+        )
+
+    spot, spot_used, job_id = [], Counter(), 0
+    for _ in range(draw(st.integers(0, 6))):  # running jobs that fit the capacity
+        job_id += 1
+        wanted = needs(3)
+        counts = Counter()
+        for t, n, _ in wanted:
+            counts[t] += n
+        if all(payg_used[t] + spot_used[t] + counts[t] <= capacity[t] for t in counts):
+            spot_used.update(counts)
+            spot.append(_spot(draw, job_id, wanted, running=True))
+    bidding_demand = Counter()
+    for _ in range(draw(st.integers(0, 8))):
+        job_id += 1
+        wanted = needs(5)
+        for t, n, _ in wanted:
+            bidding_demand[t] += n
+        spot.append(_spot(draw, job_id, wanted, running=False))
+    payg = []
+    for _ in range(draw(st.integers(0, 4))):
+        job_id += 1
+        chosen = draw(st.lists(st.sampled_from(types), min_size=1, max_size=2, unique=True))
+        wanted = tuple((t, draw(st.integers(1, 8))) for t in chosen)
+        payg.append(PaygRequest(job_id, wanted, False, NOW - draw(st.integers(0, 1000))))
+
+    shrunk = set()
+    for t in types:  # a node may have left the pool under running jobs
+        cut = draw(st.integers(0, 3))
+        if cut and capacity[t] - cut >= payg_used[t] and spot_used[t]:
+            capacity[t] -= cut
+            shrunk.add(t)
+    markets = tuple(
+        TypeMarket(
+            instance_type=t,
+            resource_type=kinds[t],
+            original_price=originals[t],
+            capacity=capacity[t],
+            payg_used=payg_used[t],
+            spot_used=spot_used[t],
+            bidding_demand=bidding_demand[t],
+            price=price_in(draw, originals[t], params.floor_ratio),
+        )
+        for t in types
+    )
+    averages = draw(st.none() | st.just({t: price_in(draw, originals[t]) for t in types}))
+    replay = draw(
+        st.none() | st.just({t: D(draw(st.integers(0, 500_000))) / 10_000 for t in types[:1]})
+    )
+    return Scenario(
+        markets, tuple(spot), tuple(payg), params, draw(st.integers(0, 2**32)),
+        averages, replay, frozenset(shrunk),
+    )  # fmt: skip
+
+
+def _spot(draw, job_id: int, needs, *, running: bool) -> SpotRequest:
+    return SpotRequest(
+        job_id=job_id,
+        needs=needs,
+        running=running,
+        submitted_at=NOW - draw(st.integers(0, 5000)),
+        started_at=NOW - draw(st.integers(0, 100)) if running else None,
+        aimaster=draw(st.booleans()),
+    )
+
+
+def usage_after(scenario: Scenario, plan) -> tuple[Counter, Counter, set[int]]:
+    """(payg usage, spot usage, running spot job ids) once the plan is applied."""
+    started = {s.job_id for s in plan.starts}
+    reclaimed = {r.job_id for r in plan.reclaims}
+    payg = Counter({m.instance_type: m.payg_used for m in scenario.markets})
+    for request in scenario.payg:
+        if request.job_id in started:
+            payg.update(dict(request.needs))
+    running = {
+        r.job_id
+        for r in scenario.spot
+        if (r.running and r.job_id not in reclaimed) or r.job_id in started
+    }
+    spot = Counter()
+    for request in scenario.spot:
+        if request.job_id in running:
+            spot.update(request.counts)
+    return payg, spot, running
+
+
+def rule_price(scenario: Scenario, plan, instance_type: str) -> D:
+    """What a running job's bid is compared against after the step."""
+    market = next(m for m in scenario.markets if m.instance_type == instance_type)
+    price = plan.prices[instance_type]
+    if market.resource_type == "Lingjun" and scenario.averages:
+        return scenario.averages[instance_type]
+    return price
+
+
+@FAST
+@given(scenarios())
+def test_it_keeps_every_price_between_floor_and_original(scenario):
+    plan = scenario.step()
+    for m in scenario.markets:
+        price = plan.prices[m.instance_type]
+        assert price_floor(m.original_price, scenario.params.floor_ratio) <= price
+        assert price <= m.original_price
+        assert price == price.quantize(D("0.0001"))
+
+
+@FAST
+@given(scenarios())
+def test_it_leaves_no_spot_job_running_below_its_rule(scenario):
+    plan = scenario.step()
+    _, _, running = usage_after(scenario, plan)
+    for request in scenario.spot:
+        if request.job_id in running:
+            for t, _, bid in request.needs:
+                assert bid >= rule_price(scenario, plan, t), (request, plan)
+
+
+@FAST
+@given(scenarios())
+def test_it_never_uses_more_than_the_capacity(scenario):
+    plan = scenario.step()
+    payg, spot, _ = usage_after(scenario, plan)
+    for m in scenario.markets:
+        t = m.instance_type
+        assert payg[t] + spot[t] <= m.capacity
+        assert plan.stock[t] == m.capacity - payg[t] - spot[t]
+
+
+@FAST
+@given(scenarios())
+def test_it_decides_each_job_once_and_whole(scenario):
+    plan = scenario.step()
+    starts = Counter(s.job_id for s in plan.starts)
+    waits = Counter(w.job_id for w in plan.waiting)
+    reclaims = Counter(r.job_id for r in plan.reclaims)
+    assert max([*starts.values(), *waits.values(), *reclaims.values()], default=1) == 1
+    pending = [r.job_id for r in scenario.spot if not r.running]
+    pending += [r.job_id for r in scenario.payg if not r.running]
+    assert sorted(pending) == sorted([*starts, *waits])
+    assert set(reclaims) <= {r.job_id for r in scenario.spot if r.running}
+    assert all(w.reason and w.code for w in plan.waiting)
+
+
+@FAST
+@given(scenarios())
+def test_it_never_makes_a_fitting_payg_job_wait_for_spot(scenario):
+    plan = scenario.step()
+    payg, _, _ = usage_after(scenario, plan)
+    capacity = {m.instance_type: m.capacity for m in scenario.markets}
+    waiting = {w.job_id for w in plan.waiting}
+    for request in scenario.payg:
+        if request.job_id in waiting:
+            assert any(n > capacity[t] - payg[t] for t, n in request.needs), request
+
+
+@FAST
+@given(scenarios())
+def test_it_reclaims_for_stock_only_when_payg_or_a_shrink_needs_it(scenario):
+    plan = scenario.step()
+    if any(r.code == "SpotStockShortage" for r in plan.reclaims):
+        assert any(s.kind == "payg" for s in plan.starts) or scenario.shrunk
+
+
+@FAST
+@given(scenarios(), st.randoms(use_true_random=False))
+def test_it_plans_the_same_for_the_same_seed_whatever_the_input_order(scenario, shuffler):
+    spot, markets = list(scenario.spot), list(scenario.markets)
+    shuffler.shuffle(spot)
+    shuffler.shuffle(markets)
+    assert scenario.step() == scenario.step(spot=spot, markets=markets)
+
+
+@FAST
+@given(scenarios())
+def test_it_moves_toward_the_target_without_noise(scenario):
+    params = MarketParams(
+        floor_ratio=scenario.params.floor_ratio,
+        smoothing=scenario.params.smoothing,
+        volatility=0.0,
+        sensitivity=scenario.params.sensitivity,
+    )
+    for m in scenario.markets:
+        floor = price_floor(m.original_price, params.floor_ratio)
+        fraction = D(repr(target_fraction(m, sensitivity=params.sensitivity)))
+        target = floor + (m.original_price - floor) * fraction
+        new = next_price(m, params=params, rng=random.Random(0))
+        low, high = sorted([m.price, target])
+        assert low - D("0.0001") <= new <= high + D("0.0001")
+
+
+@st.composite
+def histories(draw):
+    times = sorted(draw(st.lists(st.integers(0, 10_000), min_size=1, max_size=12, unique=True)))
+    return [(float(t), D(draw(st.integers(1, 100_000))) / 10_000) for t in times]
+
+
+@FAST
+@given(histories(), st.integers(0, 12_000), st.integers(0, 8_000))
+def test_it_keeps_the_average_within_the_prices_in_the_window(history, now, window):
+    if history[0][0] > now:
+        return
+    in_force = [p for t, p in history if now - window < t <= now]
+    before = [p for t, p in history if t <= now - window]
+    prices = in_force + before[-1:]
+    average = system_average(history, now=float(now), window=float(window))
+    assert min(prices) <= average <= max(prices)
+
+
+@FAST
+@given(
+    st.floats(0, 10_000, allow_nan=False),
+    st.floats(0, 5_000, allow_nan=False),
+    st.floats(0, 5_000, allow_nan=False),
+)
+def test_it_bills_each_started_minute_once_across_runs(start, first_run, second_run):
+    middle, end = start + first_run, start + first_run + second_run
+    once = bill_minutes(start, end, already_billed_until=None)
+    earlier = bill_minutes(start, middle, already_billed_until=None)
+    later = bill_minutes(start, end, already_billed_until=middle if earlier else None)
+    assert not set(earlier) & set(later)
+    assert sorted(set(earlier) | set(later)) == once or (not earlier and later == once)
+    # every billed minute overlaps [start, end), and every second run lies in a billed minute
+    assert all(m * 60 < end and (m + 1) * 60 > start for m in once)
+    assert all(int(s // 60) in once for s in (start, end - 1e-6) if start <= s < end)
+
+
+@FAST
+@given(histories(), st.integers(10_000, 20_000), st.integers(0, 600))
+def test_it_bills_the_sum_of_per_minute_prices(history, start, seconds):
+    end = start + seconds
+    minutes = bill_minutes(float(start), float(end), already_billed_until=None)
+    billed = sum((minute_charge(price_for_minute(history, m)) for m in minutes), D(0))
+    # independently: walk the run second by second, charging each new minute once
+    seen, expected = set(), D(0)
+    for second in range(start, end):
+        minute = second // 60
+        if minute not in seen:
+            seen.add(minute)
+            in_force = [p for t, p in history if t <= minute * 60][-1]
+            expected += (in_force / 60).quantize(D("0.000001"))
+    assert billed == expected
