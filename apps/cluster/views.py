@@ -1,5 +1,31 @@
-from django.http import HttpResponse
+"""The quota page: the quota tree per resource type, with each quota's guarantee and use."""
+
+from __future__ import annotations
+
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.utils.cache import patch_vary_headers
+from django.views.decorators.http import require_GET
+from django_htmx.middleware import HtmxDetails
+
+from apps.cluster.models import ResourceType
+from apps.cluster.selectors import quota_usage_rows
 
 
-def quota_tree(request):
-    return HttpResponse("quotas")
+class HtmxHttpRequest(HttpRequest):
+    htmx: HtmxDetails
+
+
+@login_required
+@require_GET
+def quota_tree(request: HtmxHttpRequest) -> HttpResponse:
+    """The whole tree: every team sees every quota, since idle capacity is shared."""
+    rows = quota_usage_rows()
+    groups = [(rt, ResourceType(rt).label, rows[rt]) for rt in ResourceType.values if rt in rows]
+    template = "cluster/quotas.html"
+    if request.htmx:
+        template += "#quota-tables"
+    response = render(request, template, {"groups": groups})
+    patch_vary_headers(response, ["HX-Request"])
+    return response

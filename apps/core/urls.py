@@ -5,4 +5,5 @@ from apps.core import views
 app_name = "core"
 urlpatterns = [
     path("health/", views.health, name="health"),
+    path("healthz", views.healthz, name="healthz"),
 ]

@@ -1,5 +1,54 @@
-from django.http import HttpResponse
+"""Operations: the health panel (for people) and /healthz (for load balancers)."""
+
+from __future__ import annotations
+
+from django.contrib.auth.decorators import login_required
+from django.db import DatabaseError, connection
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import render
+from django.utils import timezone
+from django.utils.cache import patch_vary_headers
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_GET, require_safe
+from django_htmx.middleware import HtmxDetails
+
+from apps.cluster.selectors import cluster_counts
+from apps.core.selectors import health_snapshot
 
 
-def health(request):
-    return HttpResponse("health")
+class HtmxHttpRequest(HttpRequest):
+    htmx: HtmxDetails
+
+
+@login_required
+@require_GET
+def health(request: HtmxHttpRequest) -> HttpResponse:
+    """Beat, workers and broker, node and job counts; the panel re-polls every 10 s."""
+    now = timezone.now()
+    snapshot = health_snapshot(now=now)
+    beat_age = (now - snapshot.beat_last_seen).total_seconds() if snapshot.beat_last_seen else None
+    template = "core/health.html"
+    if request.htmx:
+        template += "#health-panel"
+    context = {"health": snapshot, "beat_age": beat_age, "counts": cluster_counts(), "now": now}
+    response = render(request, template, context)
+    patch_vary_headers(response, ["HX-Request"])
+    return response
+
+
+@never_cache
+@require_safe
+def healthz(request: HttpRequest) -> JsonResponse:
+    """200 when the database answers, 503 when it does not. No login; no details leak."""
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+            cursor.fetchone()
+    except DatabaseError as exc:
+        return JsonResponse(
+            {"status": "error", "checks": {"database": f"unreachable ({type(exc).__name__})"}},
+            status=503,
+        )
+    return JsonResponse(
+        {"status": "ok", "checks": {"database": "ok"}, "time": timezone.now().isoformat()}
+    )

@@ -1,0 +1,172 @@
+"""Jobs in the admin: for looking, not for driving.
+
+A job's state moves only through the job services (submit, stop, the scheduler), which keep
+StatusHistory, events and pods consistent, so the admin shows state read-only and offers no
+"add job": submit through the console or the API.
+"""
+
+from __future__ import annotations
+
+from django.contrib import admin
+from django.http import HttpRequest
+
+from apps.jobs.models import (
+    Checkpoint,
+    Job,
+    JobEvent,
+    JobRestart,
+    JobRole,
+    Pod,
+    StatusTransition,
+)
+
+
+class _ReadOnlyInline(admin.TabularInline):
+    extra = 0
+    can_delete = False
+    show_change_link = False
+
+    def has_add_permission(self, request: HttpRequest, obj=None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj=None) -> bool:
+        return False
+
+
+class JobRoleInline(_ReadOnlyInline):
+    model = JobRole
+    fields = ("role_type", "pod_count", "instance_type", "cpu", "memory", "gpu",
+              "restart_policy", "spot_strategy", "spot_discount_limit", "spot_price_limit")
+
+
+class PodInline(_ReadOnlyInline):
+    model = Pod
+    fields = ("pod_id", "role", "attempt", "status", "node", "in_quota", "gpu_ids", "reason",
+              "exit_code", "started_at", "finished_at")
+    show_change_link = True
+
+    def get_queryset(self, request: HttpRequest):
+        return super().get_queryset(request).select_related("role", "node")
+
+
+class StatusTransitionInline(_ReadOnlyInline):
+    model = StatusTransition
+    verbose_name_plural = "status history"
+    fields = ("status", "reason_code", "reason_message", "started_at", "ended_at")
+
+
+class JobEventInline(_ReadOnlyInline):
+    model = JobEvent
+    fields = ("at", "kind", "pod", "message")
+
+    def get_queryset(self, request: HttpRequest):
+        return super().get_queryset(request).select_related("pod")
+
+
+class CheckpointInline(_ReadOnlyInline):
+    model = Checkpoint
+    fields = ("step", "path", "size_bytes", "created_at")
+
+
+class JobRestartInline(_ReadOnlyInline):
+    model = JobRestart
+    fields = ("number", "at", "cause", "message", "lost_gpu_seconds")
+
+
+STATE_FIELDS = (
+    "job_id", "status", "sub_status", "reason_code", "reason_message", "restart_times",
+    "attempt", "created_at", "submitted_at", "status_changed_at", "started_at", "finished_at",
+    "not_before", "last_checkpoint_at", "pending_reason", "queue_position", "queue_size",
+)
+
+
+@admin.register(Job)
+class JobAdmin(admin.ModelAdmin):
+    list_display = ("job_id", "display_name", "workspace", "user", "status", "resource_source",
+                    "resource_type", "quota", "idle_mode", "priority", "created_at")
+    list_filter = ("status", "resource_source", "resource_type", "job_type", "idle_mode",
+                   "enable_aimaster", "workspace", "quota")
+    list_select_related = ("workspace", "user", "quota")
+    search_fields = ("job_id", "display_name", "user__username", "workspace__name")
+    date_hierarchy = "created_at"
+    # Where a job runs is the scheduler's business once it exists: shown, not edited.
+    readonly_fields = (*STATE_FIELDS, "workspace", "user", "resource_type", "resource_source",
+                       "quota", "idle_mode")
+    inlines = [JobRoleInline, PodInline, StatusTransitionInline, JobEventInline,
+               CheckpointInline, JobRestartInline]
+    fieldsets = (
+        (None, {"fields": ("job_id", "display_name", "workspace", "user", "job_type", "image",
+                           "user_command", "envs", "data_sources", "code_source", "priority",
+                           "max_running_time_minutes", "success_policy")}),
+        ("Resources", {"fields": ("resource_type", "resource_source", "quota", "idle_mode",
+                                  "vpc_id", "vswitch_id", "security_group_id")}),
+        ("Fault tolerance", {"fields": ("enable_aimaster", "max_restarts", "execution_mode",
+                                        "enable_easyckpt", "termination_grace_seconds")}),
+        ("State", {"fields": STATE_FIELDS[1:]}),
+    )
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+
+class _ReadOnlyAdmin(admin.ModelAdmin):
+    """Records the services write: browsable and searchable, never edited by hand."""
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj=None) -> bool:
+        return False
+
+
+@admin.register(JobRole)
+class JobRoleAdmin(_ReadOnlyAdmin):
+    list_display = ("job", "role_type", "pod_count", "instance_type", "cpu", "memory", "gpu",
+                    "spot_discount_limit", "spot_price_limit")
+    list_filter = ("role_type", "restart_policy")
+    list_select_related = ("job", "instance_type")
+    search_fields = ("job__job_id", "job__display_name", "instance_type__name")
+
+
+@admin.register(Pod)
+class PodAdmin(_ReadOnlyAdmin):
+    list_display = ("pod_id", "job", "role", "attempt", "status", "node", "in_quota",
+                    "exit_code", "started_at", "finished_at")
+    list_filter = ("status", "in_quota", "node__pool", "node")
+    list_select_related = ("job", "role", "node")
+    search_fields = ("pod_id", "job__job_id", "job__display_name", "node__name")
+
+
+@admin.register(StatusTransition)
+class StatusTransitionAdmin(_ReadOnlyAdmin):
+    list_display = ("job", "status", "reason_code", "started_at", "ended_at")
+    list_filter = ("status", "reason_code")
+    list_select_related = ("job",)
+    search_fields = ("job__job_id", "reason_code", "reason_message")
+    date_hierarchy = "started_at"
+
+
+@admin.register(JobEvent)
+class JobEventAdmin(_ReadOnlyAdmin):
+    list_display = ("at", "job", "kind", "pod", "message")
+    list_filter = ("kind",)
+    list_select_related = ("job", "pod")
+    search_fields = ("job__job_id", "message", "kind")
+    date_hierarchy = "at"
+
+
+@admin.register(Checkpoint)
+class CheckpointAdmin(_ReadOnlyAdmin):
+    list_display = ("job", "step", "path", "size_bytes", "created_at")
+    list_select_related = ("job",)
+    search_fields = ("job__job_id", "path")
+    date_hierarchy = "created_at"
+
+
+@admin.register(JobRestart)
+class JobRestartAdmin(_ReadOnlyAdmin):
+    list_display = ("job", "number", "at", "cause", "lost_gpu_seconds")
+    list_filter = ("cause",)
+    list_select_related = ("job",)
+    search_fields = ("job__job_id", "cause", "message")
+    date_hierarchy = "at"

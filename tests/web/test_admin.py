@@ -1,0 +1,167 @@
+"""The Django admin: every model has a working page; jobs, workspaces and pools show their
+children inline; an AccessKey's secret is shown once, on creation, and never again."""
+
+from __future__ import annotations
+
+import pytest
+from django.contrib import admin
+from django.contrib.admin.models import LogEntry
+from django.urls import reverse
+from django.utils import timezone
+
+from apps.cluster.models import Node, Quota
+from apps.jobs.models import Job, JobEvent, JobRole, Pod, StatusTransition
+from apps.workspaces.models import AccessKey
+from tests.factories import make_access_key
+
+APPS = ("cluster", "workspaces", "jobs")
+
+
+@pytest.fixture(autouse=True)
+def _fast_passwords(settings):
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture
+def job(personas, cluster):
+    now = timezone.now()
+    job = Job.objects.create(
+        workspace=personas["ws_a"], user=personas["alice"], display_name="resnet-50",
+        user_command="python train.py", resource_source="quota", quota=cluster["team_a"],
+        status="Running", submitted_at=now, status_changed_at=now,
+    )
+    role = JobRole.objects.create(job=job, role_type="Worker", pod_count=1, cpu=8000,
+                                  memory=32768, gpu=2)
+    pod = Pod.objects.create(job=job, role=role, index=0, pod_id=f"{job.job_id}-worker-0",
+                             node=cluster["nodes"][0], in_quota=True, status="Running")
+    StatusTransition.objects.create(job=job, status="Running", started_at=now)
+    JobEvent.objects.create(job=job, pod=pod, at=now, kind="Scheduled",
+                            message="placed on gpu-node-0")
+    return job
+
+
+def _registered():
+    return [model for model in admin.site._registry if model._meta.app_label in APPS]
+
+
+def test_it_registers_every_model(db):
+    from django.apps import apps
+
+    models = {m for label in APPS for m in apps.get_app_config(label).get_models()}
+    assert models <= set(admin.site._registry)
+
+
+def test_it_renders_every_changelist_and_add_page(admin_client, job):
+    for model in _registered():
+        prefix = f"admin:{model._meta.app_label}_{model._meta.model_name}"
+        changelist = admin_client.get(reverse(f"{prefix}_changelist"))
+        assert changelist.status_code == 200, model
+        search = admin_client.get(reverse(f"{prefix}_changelist"), {"q": "a"})
+        assert search.status_code == 200, model
+        add = admin_client.get(reverse(f"{prefix}_add"))
+        assert add.status_code in (200, 403), model
+
+
+def test_it_shows_a_job_with_roles_pods_history_and_events(admin_client, job):
+    body = admin_client.get(reverse("admin:jobs_job_change", args=[job.pk])).content.decode()
+    for text in ("Worker", f"{job.job_id}-worker-0", "Status history", "placed on gpu-node-0",
+                 "gpu-node-0"):
+        assert text in body, text
+    assert admin_client.get(reverse("admin:jobs_job_add")).status_code == 403
+
+
+def test_it_shows_memberships_under_a_workspace(admin_client, personas):
+    ws = personas["ws_a"]
+    body = admin_client.get(reverse("admin:workspaces_workspace_change", args=[ws.pk])).content
+    assert b"membership_set" in body and b"alice" in body and b"bob" in body
+
+
+def test_it_shows_nodes_under_a_pool(admin_client, cluster):
+    pool = cluster["dedicated"]
+    body = admin_client.get(reverse("admin:cluster_resourcepool_change", args=[pool.pk])).content
+    assert b"gpu-node-3" in body
+
+
+def test_it_cordons_nodes(admin_client, cluster):
+    ids = [n.pk for n in cluster["nodes"][:2]]
+    admin_client.post(reverse("admin:cluster_node_changelist"),
+                      {"action": "cordon", "_selected_action": ids})
+    assert Node.objects.filter(status=Node.Status.CORDONED).count() == 2
+
+
+def test_it_refuses_a_quota_edit_that_breaks_the_tree(admin_client, cluster, personas):
+    team_a = cluster["team_a"]
+    response = admin_client.post(reverse("admin:cluster_quota_change", args=[team_a.pk]), {
+        "name": "team-a", "parent": cluster["root"].pk, "pool": cluster["dedicated"].pk,
+        "resource_type": "ECS", "min_cpu": team_a.min_cpu, "min_memory": team_a.min_memory,
+        "min_gpu": 12, "queue_strategy": "StrictFIFO", "workspaces": [personas["ws_a"].pk],
+    })
+    assert response.status_code == 200
+    assert "the children of &#x27;root-ecs&#x27; need 20 GPU" in response.content.decode()
+    team_a.refresh_from_db()
+    assert team_a.min_gpu == 8
+
+
+def test_it_accepts_a_quota_edit_that_fits(admin_client, cluster, personas):
+    team_a = cluster["team_a"]
+    response = admin_client.post(reverse("admin:cluster_quota_change", args=[team_a.pk]), {
+        "name": "team-a", "parent": cluster["root"].pk, "pool": cluster["dedicated"].pk,
+        "resource_type": "ECS", "min_cpu": team_a.min_cpu, "min_memory": team_a.min_memory,
+        "min_gpu": 6, "queue_strategy": "BestEffortFIFO", "workspaces": [personas["ws_a"].pk],
+    })
+    assert response.status_code == 302
+    assert Quota.objects.get(pk=team_a.pk).min_gpu == 6
+
+
+# --- AccessKey secrets ---------------------------------------------------------------------
+
+
+def test_it_shows_a_new_secret_once(admin_client, personas):
+    response = admin_client.post(reverse("admin:workspaces_accesskey_add"), {
+        "user": personas["alice"].pk, "description": "laptop", "enabled": "on",
+    }, follow=True)
+    assert response.status_code == 200
+    key = AccessKey.objects.get(description="laptop")
+    secret = key.secret()
+    assert key.key_id.startswith("LTAI") and len(secret) >= 16
+    assert secret in response.content.decode()  # the message, once
+    again = admin_client.get(reverse("admin:workspaces_accesskey_changelist"))
+    assert secret not in again.content.decode()
+    change = admin_client.get(reverse("admin:workspaces_accesskey_change", args=[key.pk]))
+    assert secret not in change.content.decode()
+    assert key.secret_encrypted not in change.content.decode()
+    assert not any(secret in (e.change_message + e.object_repr) for e in LogEntry.objects.all())
+
+
+def test_it_never_shows_or_edits_an_existing_secret(admin_client, personas):
+    key, secret = make_access_key(personas["bob"])
+    url = reverse("admin:workspaces_accesskey_change", args=[key.pk])
+    body = admin_client.get(url).content.decode()
+    assert secret not in body and key.secret_encrypted not in body
+    assert 'name="secret' not in body and 'name="key_id"' not in body
+    admin_client.post(url, {"description": "renamed", "enabled": "on",
+                            "secret_encrypted": "forged", "key_id": "LTAIforged"})
+    key.refresh_from_db()
+    assert key.description == "renamed"
+    assert key.secret() == secret and key.key_id != "LTAIforged"
+
+
+def test_it_rotates_a_secret_and_shows_the_new_one_once(admin_client, personas):
+    key, old = make_access_key(personas["bob"])
+    response = admin_client.post(reverse("admin:workspaces_accesskey_changelist"),
+                                 {"action": "rotate_secret", "_selected_action": [key.pk]},
+                                 follow=True)
+    key.refresh_from_db()
+    assert key.secret() != old
+    assert key.secret() in response.content.decode()
+
+
+def test_it_disables_and_enables_keys(admin_client, personas):
+    key, _ = make_access_key(personas["bob"])
+    url = reverse("admin:workspaces_accesskey_changelist")
+    admin_client.post(url, {"action": "disable", "_selected_action": [key.pk]})
+    key.refresh_from_db()
+    assert not key.enabled
+    admin_client.post(url, {"action": "enable", "_selected_action": [key.pk]})
+    key.refresh_from_db()
+    assert key.enabled

@@ -1,0 +1,215 @@
+"""The quota page, the health panel and /healthz."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.db import OperationalError
+from django.urls import reverse
+from django.utils import timezone
+
+from apps.cluster.models import Node
+from apps.cluster.selectors import quota_usage_rows
+from apps.core.selectors import Health
+from apps.core.services import heartbeat_record
+from apps.jobs.models import Job, JobRole, JobStatus, Pod, PodStatus
+
+GIB = 1024
+
+
+@pytest.fixture(autouse=True)
+def _fast_passwords(settings):
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+def make_job(personas, quota, *, pods, cpu=8000, memory=32 * GIB, gpu=2, status="Running",
+             idle_mode="off"):
+    """A quota job whose pods are given as (status, node name or None, in_quota)."""
+    now = timezone.now()
+    job = Job.objects.create(
+        workspace=personas["ws_a"], user=personas["alice"], display_name="train",
+        user_command="python train.py", resource_source="quota", quota=quota,
+        idle_mode=idle_mode, status=status, submitted_at=now, status_changed_at=now,
+    )
+    role = JobRole.objects.create(job=job, role_type="Worker", pod_count=len(pods), cpu=cpu,
+                                  memory=memory, gpu=gpu)
+    for i, (pod_status, node, in_quota) in enumerate(pods):
+        Pod.objects.create(job=job, role=role, index=i, pod_id=f"{job.job_id}-worker-{i}",
+                           node=Node.objects.get(name=node) if node else None,
+                           in_quota=in_quota, status=pod_status)
+    return job
+
+
+@pytest.fixture
+def busy(cluster, personas):
+    """team-a: 2 In Quota pods (4 GPU) and a borrower pod (2 GPU, Not in Quota); team-b: one
+    placed pending pod (1 GPU), one unplaced; finished pods count for nothing."""
+    make_job(personas, cluster["team_a"], pods=[
+        (PodStatus.RUNNING, "gpu-node-0", True), (PodStatus.RUNNING, "gpu-node-0", True),
+        (PodStatus.SUCCEEDED, "gpu-node-1", True),
+    ])
+    make_job(personas, cluster["team_a"], idle_mode="acceptable",
+             pods=[(PodStatus.RUNNING, "gpu-node-1", False)])
+    make_job(personas, cluster["team_b"], gpu=1, memory=16 * GIB, status=JobStatus.QUEUING, pods=[
+        (PodStatus.PENDING, "gpu-node-2", True), (PodStatus.PENDING, None, None),
+    ])
+    make_job(personas, cluster["team_b"], status=JobStatus.FAILED,
+             pods=[(PodStatus.PREEMPTED, "gpu-node-3", False)])
+    return cluster
+
+
+def _row(rows, name):
+    return next(r for group in rows.values() for r in group if r.quota.name == name)
+
+
+# --- Quotas -------------------------------------------------------------------------------
+
+
+def test_it_sums_in_quota_use_over_the_subtree(busy):
+    rows = quota_usage_rows()
+    team_a, team_b, root = _row(rows, "team-a"), _row(rows, "team-b"), _row(rows, "root-ecs")
+    assert (team_a.gpu.used, team_a.cpu.used, team_a.memory.used) == (4, 16000, 64 * GIB)
+    assert (team_b.gpu.used, team_b.cpu.used) == (1, 8000)
+    assert (root.gpu.used, root.memory.used) == (5, 80 * GIB)
+    assert [r.depth for r in rows["ECS"]] == [0, 1, 1]
+    assert team_a.workspaces == ["team-a"]
+
+
+def test_it_shows_borrowed_and_lent(busy):
+    rows = quota_usage_rows()
+    team_a, team_b, root = _row(rows, "team-a"), _row(rows, "team-b"), _row(rows, "root-ecs")
+    assert (team_a.gpu.borrowed, team_b.gpu.borrowed, root.gpu.borrowed) == (2, 0, 2)
+    # Idle guarantee (min − use), capped by what borrowers hold in the pool (2 GPU).
+    assert (team_a.gpu.lent, team_b.gpu.lent, root.gpu.lent) == (2, 2, 2)
+    assert _row(rows, "lingjun-a").gpu.lent == 0
+
+
+def test_it_reads_usage_in_four_queries_whatever_the_size(busy, personas,
+                                                          django_assert_max_num_queries):
+    for _ in range(5):
+        make_job(personas, busy["team_b"], pods=[(PodStatus.RUNNING, "gpu-node-3", True)] * 2)
+    with django_assert_max_num_queries(4):
+        quota_usage_rows()
+
+
+def test_it_computes_bar_widths(busy):
+    team_a = _row(quota_usage_rows(), "team-a")
+    assert team_a.gpu.percent == 50 and not team_a.gpu.over
+    assert team_a.memory.used_text == "64" and team_a.memory.min_text == "1536"
+
+
+def test_it_requires_a_login_for_quotas(client, db):
+    response = client.get(reverse("cluster:quotas"))
+    assert response.status_code == 302
+    assert response["Location"].startswith(reverse("login"))
+
+
+def test_it_renders_the_quota_tree(alice_client, busy):
+    response = alice_client.get(reverse("cluster:quotas"))
+    assert response.status_code == 200
+    body = response.content.decode()
+    for text in ("root-ecs", "team-a", "lingjun-a", "General computing (ECS)", "Lingjun",
+                 'aria-label="4 of 8 GPU in use (50%)"', 'style="width: 50%"',
+                 'class="quota-mine"', 'hx-trigger="every 10s"'):
+        assert text in body, text
+
+
+def test_it_serves_the_quota_tables_as_a_fragment(alice_client, busy):
+    response = alice_client.get(reverse("cluster:quotas"), headers={"HX-Request": "true"})
+    body = response.content.decode()
+    assert body.lstrip().startswith('<div id="quota-tables"')
+    assert "<html" not in body and "team-b" in body
+
+
+def test_it_says_when_there_are_no_quotas(alice_client, personas):
+    from apps.cluster.models import Quota
+
+    Quota.objects.filter(parent__isnull=False).delete()
+    Quota.objects.all().delete()
+    assert "No quotas yet" in alice_client.get(reverse("cluster:quotas")).content.decode()
+
+
+# --- Health -------------------------------------------------------------------------------
+
+
+def _snapshot(**overrides) -> Health:
+    values = {"beat_last_seen": timezone.now() - timedelta(seconds=4), "beat_ok": True,
+              "workers": ["celery@agent-1"], "broker_ok": True, "broker_error": ""}
+    return Health(**{**values, **overrides})
+
+
+@pytest.fixture
+def fake_health(monkeypatch):
+    def use(snapshot: Health) -> None:
+        monkeypatch.setattr("apps.core.views.health_snapshot", lambda **kwargs: snapshot)
+
+    return use
+
+
+def test_it_requires_a_login_for_health(client, db):
+    assert client.get(reverse("core:health")).status_code == 302
+
+
+def test_it_shows_beat_workers_nodes_and_jobs(alice_client, busy, fake_health):
+    fake_health(_snapshot())
+    Node.objects.filter(name="gpu-node-3").update(status=Node.Status.LOST)
+    body = alice_client.get(reverse("core:health")).content.decode()
+    assert "Running" in body and "Last heartbeat 4 s ago" in body
+    assert "1 worker answered a ping" in body and "celery@agent-1" in body
+    assert "<span>Ready</span><span class=\"count\">4</span>" in body
+    assert "<span>Lost</span><span class=\"count health-state is-bad\">1</span>" in body
+    assert "<span>Queuing</span><span class=\"count\">1</span>" in body
+    assert reverse("core:healthz") in body and 'hx-trigger="every 10s"' in body
+
+
+def test_it_shows_a_stale_beat_and_a_down_broker(alice_client, db, fake_health):
+    fake_health(_snapshot(beat_ok=False, beat_last_seen=None, workers=[], broker_ok=False,
+                          broker_error="ConnectionError: refused"))
+    body = alice_client.get(reverse("core:health")).content.decode()
+    assert "Never seen" in body and "Broker unreachable" in body
+    assert "ConnectionError: refused" in body
+
+
+def test_it_links_admin_only_for_staff(alice_client, admin_client, db, fake_health):
+    fake_health(_snapshot())
+    admin_url = reverse("admin:index")
+    assert f'href="{admin_url}"' not in alice_client.get(reverse("core:health")).content.decode()
+    assert f'href="{admin_url}"' in admin_client.get(reverse("core:health")).content.decode()
+
+
+def test_it_serves_the_health_panel_as_a_fragment(alice_client, db, fake_health):
+    fake_health(_snapshot())
+    response = alice_client.get(reverse("core:health"), headers={"HX-Request": "true"})
+    body = response.content.decode()
+    assert body.lstrip().startswith('<div id="health-panel"')
+    assert "<html" not in body
+
+
+def test_it_reads_a_real_snapshot(alice_client, db):
+    heartbeat_record(name="beat", now=timezone.now())
+    body = alice_client.get(reverse("core:health")).content.decode()
+    assert "Running" in body and "Broker reachable" in body
+
+
+# --- /healthz -----------------------------------------------------------------------------
+
+
+def test_it_answers_healthz_without_a_login(client, db):
+    response = client.get("/healthz")
+    assert response.status_code == 200
+    assert response.json()["status"] == "ok"
+    assert response.json()["checks"] == {"database": "ok"}
+    assert "no-cache" in response["Cache-Control"]
+
+
+def test_it_answers_503_when_the_database_does_not(client, db, monkeypatch):
+    class Down:
+        def cursor(self):
+            raise OperationalError("could not connect")
+
+    monkeypatch.setattr("apps.core.views.connection", Down())
+    response = client.get(reverse("core:healthz"))
+    assert response.status_code == 503
+    assert response.json() == {"status": "error",
+                               "checks": {"database": "unreachable (OperationalError)"}}
