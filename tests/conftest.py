@@ -22,6 +22,8 @@ def _redis_for_tests():
     from paiweb import embedded_redis
     from paiweb.celery import app as celery_app
 
+    # Test users need no costly password hashing.
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
     process = None
     if not os.environ.get("REDIS_URL"):
         socket = Path(tempfile.mkdtemp(prefix="paiweb-redis-")) / "redis.sock"
@@ -46,6 +48,12 @@ def _eager_celery(settings):
     celery_app.conf.task_eager_propagates = True
     yield
     celery_app.conf.task_always_eager = False
+
+
+@pytest.fixture(autouse=True)
+def _no_processes_unless_asked(settings):
+    """Placed pods count as running unless a test asks for real node agents."""
+    settings.EXECUTION_BACKEND = "none"
 
 
 @pytest.fixture

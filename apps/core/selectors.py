@@ -27,7 +27,10 @@ def health_snapshot(*, now: datetime, ping_timeout: float = 1.0) -> Health:
     try:
         from paiweb.celery import app
 
-        replies = app.control.ping(timeout=ping_timeout) or []
+        # Fail fast when the broker is down instead of retrying for several seconds.
+        with app.connection_for_write() as conn:
+            conn.ensure_connection(max_retries=1, timeout=ping_timeout)
+            replies = app.control.ping(timeout=ping_timeout, connection=conn) or []
         workers = sorted(name for reply in replies for name in reply)
     except Exception as exc:  # the panel reports the broker as down rather than erroring
         broker_ok, broker_error = False, f"{type(exc).__name__}: {exc}"

@@ -1,17 +1,131 @@
-from django.http import HttpResponse
+"""The jobs console: list, create, detail (with its live fragment) and stop.
+
+Views are thin: fetch with permission, validate a form, call one service, redirect, or
+render a fragment of the page for htmx.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.paginator import Paginator
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.utils.cache import patch_vary_headers
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+from django_htmx.http import HTMX_STOP_POLLING
+from django_htmx.middleware import HtmxDetails
+
+from apps.core.errors import ApplicationError, ValidationFailed
+from apps.jobs import selectors
+from apps.jobs.forms import ROLE_ROWS, JobCreateForm, JobFilterForm, RoleForm
+from apps.jobs.models import Job
+from apps.jobs.services import job_stop, job_submit
 
 
-def job_list(request):
-    return HttpResponse("jobs")
+class HtmxHttpRequest(HttpRequest):
+    htmx: HtmxDetails
 
 
-def job_create(request):
-    return HttpResponse("create")
+def _get_job_for_user(request: HttpRequest, job_id: str) -> Job:
+    """The job, if the user belongs to its workspace; 404 otherwise."""
+    return selectors.job_get_for_user(user=request.user, job_id=job_id)
 
 
-def job_detail(request, job_id):
-    return HttpResponse("detail")
+def _htmx_target(request: HtmxHttpRequest) -> str | None:
+    return request.htmx.target if request.htmx else None
 
 
-def job_stop_view(request, job_id):
-    return HttpResponse("stop")
+@login_required
+@require_GET
+def job_list(request: HtmxHttpRequest) -> HttpResponse:
+    form = JobFilterForm(request.GET, quotas=selectors.quotas_for(workspace=request.workspace))
+    filters = form.filters()
+    jobs = selectors.job_list(user=request.user, workspace=request.workspace, filters=filters)
+    page = Paginator(jobs, settings.JOBS_PAGE_SIZE).get_page(request.GET.get("page"))
+    template = "jobs/list.html"
+    if _htmx_target(request) == "job-table":
+        template += "#job-table"
+    context = {"form": form, "page": page, "filtered": bool(filters)}
+    response = render(request, template, context)
+    patch_vary_headers(response, ["HX-Request", "HX-Target"])
+    return response
+
+
+def _job_create_form(request: HttpRequest, data=None) -> JobCreateForm:
+    workspace = request.workspace
+    return JobCreateForm(
+        data,
+        workspace=workspace,
+        resource_types=selectors.resource_types_for(workspace=workspace),
+        quotas=selectors.quotas_for(workspace=workspace),
+        instance_types=selectors.instance_types(),
+    )
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def job_create(request: HtmxHttpRequest) -> HttpResponse:
+    form = _job_create_form(request, request.POST if request.method == "POST" else None)
+    if request.method == "POST" and request.workspace is not None:
+        if form.is_valid():
+            try:
+                job = job_submit(
+                    workspace=request.workspace, user=request.user, spec=form.to_spec()
+                )
+            except ValidationFailed as failed:
+                form.add_spec_errors(failed.errors)
+            except ApplicationError as error:
+                form.other_errors.append(error.message)
+            else:
+                messages.success(request, f"Job “{job.display_name}” submitted as {job.job_id}.")
+                return redirect("jobs:detail", job_id=job.job_id)
+    # A rejected form answers 200, as Django's own form views do: the page is the answer,
+    # and browsers and htmx treat it as an ordinary page.
+    return render(request, "jobs/create.html", {"form": form})
+
+
+@login_required
+@require_GET
+def job_price_info(request: HtmxHttpRequest) -> HttpResponse:
+    """The create form's price line for one role row: the instance type's prices and the
+    row's bid in ¥/h. The row's inputs come in the query string under their usual names."""
+    try:
+        row = min(max(int(request.GET.get("row", 0)), 0), ROLE_ROWS - 1)
+    except ValueError:
+        row = 0
+    role = RoleForm(request.GET, index=row, instance_types=selectors.instance_types())
+    role.is_valid()
+    return render(request, "jobs/create.html#price-info", {"role": role})
+
+
+@login_required
+@require_GET
+def job_detail(request: HtmxHttpRequest, job_id: str) -> HttpResponse:
+    """The job page; to the page's own poll (target #job-live) only the live fragment,
+    with 286 once the job has finished so htmx stops asking."""
+    job = _get_job_for_user(request, job_id)
+    context = {
+        "job": job, "live": selectors.job_live(job=job), "roles": selectors.job_roles(job=job)
+    }
+    if _htmx_target(request) == "job-live":
+        status = HTMX_STOP_POLLING if job.is_finished else 200
+        response = render(request, "jobs/detail.html#job-live", context, status=status)
+    else:
+        response = render(request, "jobs/detail.html", context)
+    patch_vary_headers(response, ["HX-Request", "HX-Target"])
+    return response
+
+
+@login_required
+@require_POST
+def job_stop_view(request: HtmxHttpRequest, job_id: str) -> HttpResponse:
+    job = _get_job_for_user(request, job_id)
+    try:
+        job_stop(job=job, by=request.user)
+    except ApplicationError as error:
+        messages.error(request, error.message)
+    else:
+        messages.success(request, f"Job {job.job_id} stopped.")
+    return redirect("jobs:detail", job_id=job.job_id)

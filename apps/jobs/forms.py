@@ -1,0 +1,412 @@
+"""The console's forms: create a job (the job's fields plus a fixed set of role rows) and
+filter the job list.
+
+The forms only parse input into a `JobSpec`; every rule lives in `job_spec_resolve`, shared
+with the API. Its errors come back as spec paths (`roles[1].spot_discount_limit`) and
+`JobCreateForm.add_spec_errors` puts each one beside the input it is about.
+"""
+
+from __future__ import annotations
+
+import re
+from decimal import Decimal
+
+from django import forms
+from django.forms.utils import ErrorDict
+
+from apps.cluster.models import InstanceType, Quota, ResourceType
+from apps.core.errors import ValidationFailed
+from apps.jobs.models import (
+    ExecutionMode,
+    IdleMode,
+    JobRole,
+    JobStatus,
+    JobType,
+    ResourceSource,
+    SuccessPolicy,
+)
+from apps.jobs.selectors import PriceInfo
+from apps.jobs.specs import SPOT_DISCOUNTS, JobSpec, RoleSpec, job_spec_resolve
+
+ROLE_ROWS = 4
+DEFAULT_ROLE_TYPES = ("Worker", "Master", "PS", "Chief")
+DISCOUNT_CHOICES = [("", "—")] + [
+    (str(d), f"{d} ({int(d * 100)}% of the original price)") for d in SPOT_DISCOUNTS
+]
+LIMIT_TYPES = [("discount", "SpotDiscountLimit"), ("price", "SpotPriceLimit")]
+# spec field → role-form field, where the form asks in friendlier units
+ROLE_FIELD_NAMES = {"cpu": "cpu_cores", "memory": "memory_gib", "gpu": "gpus"}
+JOB_FIELD_NAMES = {"code_source": "code_source_uri"}
+SPEC_PATH = re.compile(r"^(?P<name>\w+)(?:\[(?P<index>\d+)\])?(?:\.(?P<field>\w+))?$")
+
+
+def _as_named(choices) -> list[tuple[str, str]]:
+    """DLC's own names (PyTorchJob, OnFailure, PS) as labels, not Django's prettified ones."""
+    return [(value, value) for value in choices.values]
+
+
+class OptionAttrsSelect(forms.Select):
+    """A select whose options carry data attributes (resource type, price) for the page's JS."""
+
+    def __init__(self, *args, option_attrs: dict[str, dict] | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.option_attrs = option_attrs or {}
+
+    def create_option(self, name, value, label, selected, index, subindex=None, attrs=None):
+        option = super().create_option(name, value, label, selected, index, subindex, attrs)
+        option["attrs"].update(self.option_attrs.get(str(value), {}))
+        return option
+
+
+def instance_type_label(itype: InstanceType) -> str:
+    gpu = f" · {itype.gpu}× {itype.gpu_model or 'GPU'}" if itype.gpu else ""
+    price = f"¥{itype.price_per_hour:.2f}/h"
+    return f"{itype.name} — {itype.vcpus:g} vCPU · {itype.memory_gib:g} GiB{gpu} · {price}"
+
+
+class JobForm(forms.Form):
+    """The job's own fields: basics, resource information, VPC, fault tolerance."""
+
+    # Basics
+    display_name = forms.CharField(max_length=256, required=False)
+    job_type = forms.ChoiceField(
+        choices=_as_named(JobType), initial=JobType.PYTORCH, required=False
+    )
+    image = forms.CharField(max_length=512, required=False)
+    user_command = forms.CharField(
+        required=False, widget=forms.Textarea(attrs={"rows": 4, "spellcheck": "false"})
+    )
+    envs = forms.CharField(
+        label="Environment variables", required=False,
+        widget=forms.Textarea(attrs={"rows": 3, "spellcheck": "false",
+                                     "placeholder": "NCCL_DEBUG=INFO"}),
+        help_text="KEY=VALUE, one per line.",
+    )
+    data_sources = forms.CharField(
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 2, "spellcheck": "false",
+                                     "placeholder": "oss://bucket/imagenet /mnt/data/imagenet"}),
+        help_text="One per line: the source URI, a space, the mount path under /mnt/data/.",
+    )
+    code_source_uri = forms.CharField(label="Code source", max_length=512, required=False)
+    code_source_branch = forms.CharField(label="Branch", max_length=128, required=False)
+    priority = forms.IntegerField(
+        initial=1, required=False, widget=forms.NumberInput(attrs={"min": 1, "max": 9}),
+        help_text="1 to 9; 9 is the highest.",
+    )
+    max_running_time_minutes = forms.IntegerField(
+        label="Max running time (minutes)", required=False,
+        widget=forms.NumberInput(attrs={"min": 1}), help_text="Empty: no limit.",
+    )
+    success_policy = forms.ChoiceField(
+        choices=_as_named(SuccessPolicy), initial=SuccessPolicy.ALL_WORKERS, required=False
+    )
+
+    # Resource information
+    resource_type = forms.ChoiceField(
+        choices=ResourceType.choices, widget=forms.RadioSelect, required=False
+    )
+    resource_source = forms.ChoiceField(
+        choices=ResourceSource.choices, widget=forms.RadioSelect, initial=ResourceSource.QUOTA,
+        required=False,
+    )
+    quota = forms.ChoiceField(required=False)
+    idle_mode = forms.ChoiceField(
+        label="Idle resources", choices=IdleMode.choices, widget=forms.RadioSelect,
+        initial=IdleMode.OFF, required=False,
+    )
+    vpc_id = forms.CharField(label="VPC id", max_length=64, required=False)
+    vswitch_id = forms.CharField(label="vSwitch id", max_length=64, required=False)
+    security_group_id = forms.CharField(label="Security group id", max_length=64, required=False)
+
+    # Fault tolerance and diagnosis
+    enable_aimaster = forms.BooleanField(
+        label="Automatic fault tolerance (AIMaster)", required=False
+    )
+    max_restarts = forms.IntegerField(
+        initial=3, required=False, widget=forms.NumberInput(attrs={"min": 0, "max": 100})
+    )
+    execution_mode = forms.ChoiceField(
+        choices=ExecutionMode.choices, widget=forms.RadioSelect, initial=ExecutionMode.SYNC,
+        required=False,
+    )
+    enable_easyckpt = forms.BooleanField(label="EasyCkpt checkpoints", required=False)
+
+    def __init__(self, *args, resource_types: list[str], quotas: list[Quota], **kwargs):
+        super().__init__(*args, **kwargs)
+        labels = dict(ResourceType.choices)
+        self.fields["resource_type"].choices = [(t, labels[t]) for t in resource_types]
+        self.fields["resource_type"].initial = resource_types[0]
+        if len(resource_types) == 1:
+            self.fields["resource_type"].widget = forms.HiddenInput()
+        self.fields["quota"].choices = [("", "—")] + [(q.name, q.name) for q in quotas]
+        self.fields["quota"].widget = OptionAttrsSelect(
+            choices=self.fields["quota"].choices,
+            option_attrs={q.name: {"data-resource-type": q.resource_type} for q in quotas},
+        )
+        if quotas:
+            self.fields["quota"].initial = quotas[0].name
+        else:
+            self.fields["resource_source"].initial = ResourceSource.PUBLIC
+
+    @property
+    def resource_type_fixed(self) -> bool:
+        return len(self.fields["resource_type"].choices) == 1
+
+    def clean_envs(self) -> dict[str, str]:
+        envs, problems = {}, []
+        for n, line in enumerate(self.cleaned_data["envs"].splitlines(), start=1):
+            if not line.strip():
+                continue
+            name, sep, value = line.strip().partition("=")
+            if not sep or not name.strip():
+                problems.append(f"line {n}: write KEY=VALUE")
+                continue
+            envs[name.strip()] = value
+        if problems:
+            raise forms.ValidationError(problems)
+        return envs
+
+    def clean_data_sources(self) -> list[dict]:
+        sources, problems = [], []
+        for n, line in enumerate(self.cleaned_data["data_sources"].splitlines(), start=1):
+            parts = line.split()
+            if not parts:
+                continue
+            if len(parts) != 2:
+                problems.append(f"line {n}: write the URI and the mount path, separated by a space")
+                continue
+            uri, mount = parts
+            if not mount.startswith("/"):
+                mount = "/mnt/data/" + mount  # a bare name mounts under /mnt/data/
+            sources.append({"uri": uri, "mount_path": mount})
+        if problems:
+            raise forms.ValidationError(problems)
+        return sources
+
+
+class RoleForm(forms.Form):
+    """One role row (JobSpec). Row 0 is always used; the others only when `enabled`."""
+
+    enabled = forms.BooleanField(label="Use this role", required=False)
+    role_type = forms.ChoiceField(label="Role", choices=_as_named(JobRole.RoleType), required=False)
+    pod_count = forms.IntegerField(label="Pods", initial=1, required=False)
+    instance_type = forms.ChoiceField(label="Instance type", required=False)
+    cpu_cores = forms.DecimalField(label="CPU cores", required=False, min_value=0,
+                                   decimal_places=3)
+    memory_gib = forms.DecimalField(label="Memory (GiB)", required=False, min_value=0,
+                                    decimal_places=3)
+    gpus = forms.IntegerField(label="GPUs", required=False, min_value=0)
+    restart_policy = forms.ChoiceField(
+        choices=_as_named(JobRole.RestartPolicy), initial=JobRole.RestartPolicy.ON_FAILURE,
+        required=False,
+    )
+    spot_limit_type = forms.ChoiceField(
+        label="Bid limit", choices=LIMIT_TYPES, widget=forms.RadioSelect, initial="discount",
+        required=False,
+    )
+    spot_discount_limit = forms.DecimalField(
+        label="SpotDiscountLimit", required=False, widget=forms.Select(choices=DISCOUNT_CHOICES)
+    )
+    spot_price_limit = forms.DecimalField(
+        label="SpotPriceLimit (¥ per instance-minute)", required=False, max_digits=12,
+        decimal_places=6, widget=forms.NumberInput(attrs={"step": "0.000001", "min": 0}),
+    )
+
+    def __init__(self, *args, index: int, instance_types: list[InstanceType], **kwargs):
+        kwargs.setdefault("prefix", f"roles-{index}")
+        super().__init__(*args, **kwargs)
+        self.index = index
+        self.instance_types = {t.name: t for t in instance_types}
+        self.fields["role_type"].initial = DEFAULT_ROLE_TYPES[index % len(DEFAULT_ROLE_TYPES)]
+        if index == 0:
+            del self.fields["enabled"]
+        choices = [("", "Custom resources (quota jobs only)")] + [
+            (t.name, instance_type_label(t)) for t in instance_types
+        ]
+        self.fields["instance_type"].choices = choices
+        self.fields["instance_type"].widget = OptionAttrsSelect(
+            choices=choices,
+            option_attrs={
+                t.name: {"data-resource-type": t.resource_type,
+                         "data-price-per-hour": str(t.price_per_hour)}
+                for t in instance_types
+            },
+        )
+
+    def full_clean(self) -> None:
+        if self.is_bound and not self.is_enabled:  # an unused row is not validated
+            self._errors, self.cleaned_data = ErrorDict(), {}
+            return
+        super().full_clean()
+
+    @property
+    def is_enabled(self) -> bool:
+        if self.index == 0:
+            return True
+        if not self.is_bound:
+            return False
+        return bool(self.fields["enabled"].widget.value_from_datadict(
+            self.data, self.files, self.add_prefix("enabled")
+        ))
+
+    def to_spec(self, *, resource_source: str) -> RoleSpec:
+        c = getattr(self, "cleaned_data", {})
+        itype = c.get("instance_type") or ""
+        spot = resource_source == ResourceSource.SPOT
+        role = RoleSpec(
+            role_type=c.get("role_type") or DEFAULT_ROLE_TYPES[self.index],
+            pod_count=_or(c.get("pod_count"), 0),
+            instance_type=itype,
+            restart_policy=c.get("restart_policy") or JobRole.RestartPolicy.ON_FAILURE,
+            # Bids mean something only to spot jobs; a stray value left in a hidden input
+            # of a quota job is not the user's intent.
+            spot_discount_limit=c.get("spot_discount_limit") if spot else None,
+            spot_price_limit=c.get("spot_price_limit") if spot else None,
+        )
+        if not itype:
+            role.cpu = _scaled(c.get("cpu_cores"), 1000)
+            role.memory = _scaled(c.get("memory_gib"), 1024)
+            role.gpu = c.get("gpus") or 0
+        return role
+
+    def price_info(self) -> PriceInfo | None:
+        """The chosen instance type's prices and this row's bid in ¥/h, for the form."""
+        data = getattr(self, "cleaned_data", None)
+        if data is None:  # an unbound row shows the initial choice
+            name = self.initial.get("instance_type") or self.fields["instance_type"].initial
+            data = {"instance_type": name}
+        itype = self.instance_types.get(data.get("instance_type") or "")
+        if itype is None:
+            return None
+        return PriceInfo(itype, discount=data.get("spot_discount_limit"),
+                         price_limit=data.get("spot_price_limit"))
+
+
+class JobCreateForm:
+    """The create-job page's input: a `JobForm` and `ROLE_ROWS` role rows, as one form."""
+
+    def __init__(self, data=None, *, workspace, resource_types: list[str], quotas: list[Quota],
+                 instance_types: list[InstanceType]):
+        self.workspace = workspace
+        self.job = JobForm(data, resource_types=resource_types, quotas=quotas)
+        self.roles = [
+            RoleForm(data, index=i, instance_types=instance_types) for i in range(ROLE_ROWS)
+        ]
+        self.role_errors: list[str] = []  # about the roles as a whole ("add at least one")
+        self.other_errors: list[str] = []  # paths no input shows
+
+    @property
+    def enabled_roles(self) -> list[RoleForm]:
+        return [r for r in self.roles if r.is_enabled]
+
+    @property
+    def has_errors(self) -> bool:
+        return bool(
+            self.job.errors or self.role_errors or self.other_errors
+            or any(r.errors for r in self.enabled_roles)
+        )
+
+    def is_valid(self) -> bool:
+        """Parse every part; when parsing fails, still run the spec's rules so the page
+        lists every problem at once, not the parse errors first and the rules next time."""
+        parsed = [self.job.is_valid()] + [r.is_valid() for r in self.enabled_roles]
+        if all(parsed):
+            return True
+        try:
+            job_spec_resolve(self.to_spec(), workspace=self.workspace)
+        except ValidationFailed as failed:
+            self.add_spec_errors(failed.errors)
+        return False
+
+    def to_spec(self) -> JobSpec:
+        c = getattr(self.job, "cleaned_data", {})
+        fields = self.job.fields
+        source = c.get("resource_source") or fields["resource_source"].initial
+        code_source = {}
+        if c.get("code_source_uri"):
+            code_source = {"uri": c["code_source_uri"], "branch": c.get("code_source_branch", "")}
+        return JobSpec(
+            display_name=c.get("display_name", ""),
+            job_type=c.get("job_type") or JobType.PYTORCH,
+            image=c.get("image", ""),
+            user_command=c.get("user_command", ""),
+            envs=c.get("envs") or {},
+            data_sources=c.get("data_sources") or [],
+            code_source=code_source,
+            priority=_or(c.get("priority"), 1),
+            max_running_time_minutes=c.get("max_running_time_minutes"),
+            success_policy=c.get("success_policy") or SuccessPolicy.ALL_WORKERS,
+            resource_type=c.get("resource_type") or fields["resource_type"].initial,
+            resource_source=source,
+            quota=c.get("quota", "") if source == ResourceSource.QUOTA else "",
+            idle_mode=c.get("idle_mode") or IdleMode.OFF,
+            vpc_id=c.get("vpc_id", ""),
+            vswitch_id=c.get("vswitch_id", ""),
+            security_group_id=c.get("security_group_id", ""),
+            enable_aimaster=bool(c.get("enable_aimaster")),
+            max_restarts=_or(c.get("max_restarts"), 3),
+            execution_mode=c.get("execution_mode") or ExecutionMode.SYNC,
+            enable_easyckpt=bool(c.get("enable_easyckpt")),
+            roles=[r.to_spec(resource_source=source) for r in self.enabled_roles],
+        )
+
+    def add_spec_errors(self, errors: dict[str, list[str]]) -> None:
+        """Show each spec error beside its input; an input that already shows a parse
+        error keeps only that one."""
+        enabled = self.enabled_roles
+        for path, messages in errors.items():
+            match = SPEC_PATH.match(path)
+            name, index, field = (match["name"], match["index"], match["field"]) if match else (
+                path, None, None)
+            if name == "roles" and index is not None and int(index) < len(enabled):
+                field = ROLE_FIELD_NAMES.get(field, field)
+                _add_errors(enabled[int(index)], field, messages)
+            elif name == "roles":
+                self.role_errors += messages
+            elif JOB_FIELD_NAMES.get(name, name) in self.job.fields:
+                if index is not None:  # data_sources[2].uri → "line 3: uri is required"
+                    messages = [f"line {int(index) + 1}: {field} {m}" for m in messages]
+                _add_errors(self.job, JOB_FIELD_NAMES.get(name, name), messages)
+            else:
+                self.other_errors += [f"{path}: {m}" for m in messages]
+
+
+def _add_errors(form: forms.Form, field: str | None, messages: list[str]) -> None:
+    if field not in form.fields:
+        form.add_error(None, [f"{field}: {m}" for m in messages])
+    elif not form.has_error(field):
+        form.add_error(field, messages)
+
+
+def _or(value, default):
+    return default if value is None else value
+
+
+def _scaled(value: Decimal | None, factor: int) -> int | None:
+    return None if value is None else int(value * factor)
+
+
+class JobFilterForm(forms.Form):
+    """The job list's filters, read from the query string."""
+
+    q = forms.CharField(label="Name or id", required=False)
+    status = forms.ChoiceField(required=False, choices=[("", "Any status")] + JobStatus.choices)
+    payment_type = forms.ChoiceField(
+        label="Payment", required=False,
+        choices=[("", "Any payment"), ("PrePaid", "PrePaid (quota)"),
+                 ("PostPaid", "PostPaid (public, spot)")],
+    )
+    quota = forms.ChoiceField(required=False)
+    idle_mode = forms.ChoiceField(
+        label="Idle resources", required=False, choices=[("", "Any idle mode")] + IdleMode.choices
+    )
+
+    def __init__(self, *args, quotas: list[Quota], **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["quota"].choices = [("", "Any quota")] + [(q.name, q.name) for q in quotas]
+
+    def filters(self) -> dict:
+        """The valid filters; an invalid value (a stale link) is ignored, not an error page."""
+        self.is_valid()
+        return {k: v for k, v in getattr(self, "cleaned_data", {}).items() if v}

@@ -1,0 +1,195 @@
+"""Reads for the jobs console: the job list, one job with everything its page shows, and
+the choices the create-job form offers in a workspace."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import TypedDict
+
+from django.db.models import Count, F, IntegerField, OuterRef, Q, QuerySet, Subquery, Sum
+from django.http import Http404
+
+from apps.cluster.models import InstanceType, Quota, ResourceType
+from apps.jobs.models import Job, JobEvent, JobRole, Pod, PodStatus, ResourceSource
+from apps.jobs.specs import SPOT_FLOOR_RATIO, spot_price_range_per_minute
+from apps.workspaces.selectors import workspace_list
+
+
+class JobFilters(TypedDict, total=False):
+    status: str
+    payment_type: str  # PrePaid | PostPaid
+    quota: str  # quota name
+    idle_mode: str
+    q: str  # display name or job id
+
+
+def job_list(*, user, workspace, filters: JobFilters | None = None) -> QuerySet[Job]:
+    """Jobs of `workspace` (only if `user` belongs to it), newest first, with pod counts.
+
+    `pods_total` is what the roles ask for; `pods_running` counts running pods of the
+    current attempt only, so history pods never inflate it.
+    """
+    if workspace is None or not workspace_list(user=user).filter(pk=workspace.pk).exists():
+        return Job.objects.none()
+    planned = (
+        JobRole.objects.filter(job=OuterRef("pk"))
+        .values("job")
+        .annotate(total=Sum("pod_count"))
+        .values("total")
+    )
+    jobs = (
+        Job.objects.filter(workspace=workspace)
+        .select_related("quota", "user")
+        .annotate(
+            pods_total=Subquery(planned, output_field=IntegerField()),
+            pods_running=Count(
+                "pods",
+                filter=Q(pods__status=PodStatus.RUNNING, pods__attempt=F("attempt")),
+            ),
+        )
+        .order_by("-created_at", "-id")  # Meta.ordering does not apply to GROUP BY queries
+    )
+    return _filter_jobs(jobs, filters or {})
+
+
+def _filter_jobs(jobs: QuerySet[Job], filters: JobFilters) -> QuerySet[Job]:
+    if status := filters.get("status"):
+        jobs = jobs.filter(status=status)
+    if filters.get("payment_type") == "PrePaid":
+        jobs = jobs.filter(resource_source=ResourceSource.QUOTA)
+    elif filters.get("payment_type") == "PostPaid":
+        jobs = jobs.exclude(resource_source=ResourceSource.QUOTA)
+    if quota := filters.get("quota"):
+        jobs = jobs.filter(quota__name=quota)
+    if idle_mode := filters.get("idle_mode"):
+        jobs = jobs.filter(idle_mode=idle_mode)
+    if q := (filters.get("q") or "").strip():
+        jobs = jobs.filter(Q(display_name__icontains=q) | Q(job_id__iexact=q))
+    return jobs
+
+
+def job_get_for_user(*, user, job_id: str) -> Job:
+    """The job if `user` belongs to its workspace; Http404 otherwise (never 403: no leaks)."""
+    job = (
+        Job.objects.filter(job_id=job_id, workspace__in=workspace_list(user=user))
+        .select_related("workspace", "quota", "user")
+        .first()
+    )
+    if job is None:
+        raise Http404("No such job")
+    return job
+
+
+@dataclass(frozen=True)
+class RoleBid:
+    role: JobRole
+    per_hour: Decimal | None  # the bid as CNY per instance-hour
+
+
+@dataclass(frozen=True)
+class JobLive:
+    """What the live part of the job page shows; re-read every poll."""
+
+    current_pods: list[Pod]
+    history_pods: list[Pod]
+    status_history: list
+    events: list[JobEvent]
+    checkpoints: list
+    restarts: list
+
+
+def job_roles(*, job: Job) -> list[RoleBid]:
+    roles = JobRole.objects.filter(job=job).select_related("instance_type")
+    return [RoleBid(role=role, per_hour=role_bid_per_hour(role)) for role in roles]
+
+
+def role_bid_per_hour(role: JobRole) -> Decimal | None:
+    if role.spot_price_limit is not None:
+        return role.spot_price_limit * 60
+    if role.spot_discount_limit is not None and role.instance_type is not None:
+        return role.spot_discount_limit * role.instance_type.price_per_hour
+    return None
+
+
+def job_live(*, job: Job) -> JobLive:
+    pods = list(
+        Pod.objects.filter(job=job)
+        .select_related("role", "node")
+        .order_by("-attempt", "role_id", "index")
+    )
+    return JobLive(
+        current_pods=[p for p in pods if p.attempt >= job.attempt],
+        history_pods=[p for p in pods if p.attempt < job.attempt],
+        status_history=list(job.status_history.all()),
+        events=list(job.events.select_related("pod").order_by("-at", "-id")[:200]),
+        checkpoints=list(job.checkpoints.all()[:50]),
+        restarts=list(job.restarts.all()),
+    )
+
+
+# --- the create-job form's choices --------------------------------------------------------
+
+
+def resource_types_for(*, workspace) -> list[str]:
+    """Resource types a job of `workspace` can use: its quotas' types plus whatever the
+    public pool sells (an instance type with public capacity). Always at least ECS."""
+    types = set(workspace.quotas.values_list("resource_type", flat=True)) if workspace else set()
+    types |= set(
+        InstanceType.objects.filter(public_capacity__gt=0).values_list("resource_type", flat=True)
+    )
+    return [t for t in ResourceType.values if t in types] or [ResourceType.ECS]
+
+
+def quotas_for(*, workspace) -> list[Quota]:
+    if workspace is None:
+        return []
+    return list(workspace.quotas.order_by("resource_type", "name"))
+
+
+def instance_types() -> list[InstanceType]:
+    return list(InstanceType.objects.order_by("resource_type", "price_per_hour", "name"))
+
+
+@dataclass(frozen=True)
+class PriceInfo:
+    """One instance type's prices as the create form shows them, with the bid in ¥/h."""
+
+    instance_type: InstanceType
+    discount: Decimal | None = None
+    price_limit: Decimal | None = None  # CNY per instance-minute, as the API takes it
+
+    @property
+    def range_per_minute(self) -> tuple[Decimal, Decimal]:
+        return spot_price_range_per_minute(self.instance_type)
+
+    @property
+    def low_per_minute(self) -> Decimal:
+        return self.range_per_minute[0]
+
+    @property
+    def high_per_minute(self) -> Decimal:
+        return self.range_per_minute[1]
+
+    @property
+    def low_per_hour(self) -> Decimal:
+        return self.instance_type.price_per_hour * SPOT_FLOOR_RATIO
+
+    @property
+    def high_per_hour(self) -> Decimal:
+        return self.instance_type.price_per_hour
+
+    @property
+    def discount_per_hour(self) -> Decimal | None:
+        if self.discount is None:
+            return None
+        return self.discount * self.instance_type.price_per_hour
+
+    @property
+    def price_limit_per_hour(self) -> Decimal | None:
+        return None if self.price_limit is None else self.price_limit * 60
+
+    @property
+    def price_limit_in_range(self) -> bool:
+        low, high = self.range_per_minute
+        return self.price_limit is None or low <= self.price_limit <= high

@@ -1,0 +1,74 @@
+"""Small display filters for the jobs pages: durations, money, resources, status badges."""
+
+from __future__ import annotations
+
+from decimal import ROUND_HALF_UP, Decimal
+
+from django import template
+from django.utils.html import format_html
+
+register = template.Library()
+
+# Status → badge colour family. Anything unknown is neutral.
+BADGE_KINDS = {
+    "Creating": "pending", "Queuing": "pending", "Bidding": "bidding",
+    "EnvPreparing": "starting", "SanityChecking": "starting",
+    "Running": "running", "Restarting": "warning", "Stopping": "warning",
+    "Succeeded": "succeeded", "Failed": "failed", "Stopped": "stopped",
+    "Pending": "pending", "Preempted": "warning",
+}
+
+
+@register.filter
+def status_badge(status: str) -> str:
+    """`{{ job.status|status_badge }}` → a coloured badge."""
+    kind = BADGE_KINDS.get(str(status), "neutral")
+    return format_html('<span class="badge badge-{}">{}</span>', kind, status)
+
+
+@register.filter
+def duration(seconds) -> str:
+    """Seconds as a short human duration: 45s, 3m 05s, 2h 03m, 4d 2h; '—' when unknown."""
+    if seconds is None or seconds == "":
+        return "—"
+    total = int(float(seconds))
+    days, rest = divmod(total, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{days}d {hours}h"
+    if hours:
+        return f"{hours}h {minutes:02d}m"
+    if minutes:
+        return f"{minutes}m {secs:02d}s"
+    return f"{secs}s"
+
+
+@register.filter
+def cny(value, places: int = 2) -> str:
+    """A CNY amount: `{{ price|cny }}` → ¥0.80, `{{ price|cny:6 }}` → ¥0.013333."""
+    if value is None or value == "":
+        return "—"
+    quantum = Decimal(1).scaleb(-int(places))
+    return f"¥{Decimal(str(value)).quantize(quantum, rounding=ROUND_HALF_UP)}"
+
+
+@register.filter
+def cores(millicores) -> str:
+    if millicores is None:
+        return "—"
+    return f"{millicores / 1000:g}"
+
+
+@register.filter
+def gib(mib) -> str:
+    if mib is None:
+        return "—"
+    return f"{mib / 1024:g} GiB"
+
+
+@register.filter
+def percent(ratio) -> str:
+    if ratio is None:
+        return "—"
+    return f"{Decimal(str(ratio)) * 100:.0f}%"

@@ -1,0 +1,79 @@
+// The create-job form: show the sections that follow the choices made so far.
+//
+// An element with data-show-when="name=value|value;other=value" is shown only while every
+// condition holds (a checkbox reads "on" when checked, "" when not). The inputs inside a
+// hidden element are disabled so the browser does not submit them: what is not shown is
+// not asked for. Without JavaScript every section stays visible and the server decides.
+(function () {
+  "use strict";
+
+  var form = document.getElementById("job-form");
+  if (!form) return;
+
+  function valueOf(name) {
+    var el = form.elements.namedItem(name);
+    if (!el) return "";
+    if (typeof RadioNodeList !== "undefined" && el instanceof RadioNodeList) {
+      for (var i = 0; i < el.length; i++) if (el[i].checked && !el[i].disabled) return el[i].value;
+      return "";
+    }
+    if (el.type === "checkbox") return el.checked ? "on" : "";
+    return el.value;
+  }
+
+  function holds(expression) {
+    return expression.split(";").every(function (condition) {
+      var at = condition.indexOf("=");
+      var name = condition.slice(0, at).trim();
+      var wanted = condition.slice(at + 1).split("|");
+      return wanted.indexOf(valueOf(name)) !== -1;
+    });
+  }
+
+  // Keep a radio group answered: if its checked option got hidden, take the first visible one.
+  function repairRadios() {
+    form.querySelectorAll("input[type=radio]:checked:disabled").forEach(function (radio) {
+      var group = form.querySelectorAll('input[type=radio][name="' + radio.name + '"]');
+      for (var i = 0; i < group.length; i++) {
+        if (!group[i].disabled) { group[i].checked = true; return; }
+      }
+    });
+  }
+
+  // Offer only the instance types and quotas of the chosen resource type.
+  // Returns the selects whose choice was cleared, so their dependants can refresh.
+  function filterOptions() {
+    var type = valueOf("resource_type");
+    var cleared = [];
+    form.querySelectorAll("option[data-resource-type]").forEach(function (option) {
+      var off = option.getAttribute("data-resource-type") !== type;
+      option.hidden = off;
+      option.disabled = off;
+      if (off && option.selected) {
+        option.parentElement.value = "";
+        cleared.push(option.parentElement);
+      }
+    });
+    return cleared;
+  }
+
+  function update() {
+    var cleared = filterOptions();
+    for (var pass = 0; pass < 3; pass++) {  // conditions depend on each other; settle them
+      form.querySelectorAll("[data-show-when]").forEach(function (el) {
+        el.hidden = !holds(el.getAttribute("data-show-when"));
+      });
+      form.querySelectorAll("input, select, textarea").forEach(function (input) {
+        if (input.type === "hidden") return;
+        input.disabled = input.closest("[data-show-when][hidden]") !== null;
+      });
+      repairRadios();
+    }
+    cleared.forEach(function (select) {  // e.g. the role's price line (htmx listens)
+      select.dispatchEvent(new Event("change", { bubbles: true }));
+    });
+  }
+
+  form.addEventListener("change", update);
+  update();
+})();

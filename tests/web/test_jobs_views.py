@@ -1,0 +1,508 @@
+"""The jobs console: create, list, detail (and its live fragment), stop."""
+
+from __future__ import annotations
+
+import html as html_lib
+import re
+from datetime import timedelta
+from decimal import Decimal
+
+import pytest
+from django.urls import reverse
+from django.utils import timezone
+
+from apps.jobs.models import Job, JobRole, JobStatus, Pod, StatusTransition
+
+# --- helpers -------------------------------------------------------------------------------
+
+
+def spot_form(**overrides) -> dict:
+    """A valid create-job POST: one Worker on ecs.g7.xlarge, spot, SpotDiscountLimit 0.4."""
+    data = {
+        "display_name": "sample-spot-job",
+        "job_type": "PyTorchJob",
+        "image": "registry.local/pytorch:2.3",
+        "user_command": "python train.py",
+        "envs": "",
+        "data_sources": "",
+        "priority": "1",
+        "success_policy": "AllWorkers",
+        "resource_type": "ECS",
+        "resource_source": "spot",
+        "idle_mode": "off",
+        "max_restarts": "3",
+        "execution_mode": "Sync",
+        "roles-0-role_type": "Worker",
+        "roles-0-pod_count": "1",
+        "roles-0-instance_type": "ecs.g7.xlarge",
+        "roles-0-restart_policy": "OnFailure",
+        "roles-0-spot_limit_type": "discount",
+        "roles-0-spot_discount_limit": "0.4",
+        "roles-1-role_type": "Master",
+        "roles-1-pod_count": "1",
+    }
+    data.update(overrides)
+    return {k: v for k, v in data.items() if v is not None}
+
+
+def quota_form(**overrides) -> dict:
+    data = spot_form(
+        resource_source="quota", quota="team-a",
+        **{"roles-0-instance_type": "", "roles-0-cpu_cores": "8", "roles-0-memory_gib": "32",
+           "roles-0-gpus": "1", "roles-0-spot_discount_limit": ""},
+    )
+    data.update(overrides)
+    return data
+
+
+def field_error(response, field_id: str) -> str:
+    """The error text shown beside the input with id `field_id` (its `<id>_error` block)."""
+    content = response.content.decode()
+    assert 'id="form-errors"' in content  # "The job was not created" above the form
+    match = re.search(rf'<div class="field-errors" id="{re.escape(field_id)}_error">(.*?)</div>',
+                      content, re.S)
+    assert match, f"no error shown beside {field_id}"
+    # the error block sits in the same field container as the input
+    container = content.rfind('<div class="field', 0, match.start())
+    container = max(container, content.rfind('<fieldset class="field', 0, match.start()))
+    assert f'id="{field_id}"' in content[container:match.start()], f"error not beside {field_id}"
+    return html_lib.unescape(re.sub(r"<[^>]+>", " ", match[1])).strip()
+
+
+def make_job(personas, *, status=JobStatus.RUNNING, name="train", workspace="ws_a",
+             user="alice", source="quota", idle_mode="off", created=None, pods=0) -> Job:
+    now = created or timezone.now()
+    quota = personas["ws_a"].quotas.get(name="team-a") if source == "quota" else None
+    job = Job.objects.create(
+        workspace=personas[workspace], user=personas[user], display_name=name,
+        user_command="python train.py", resource_source=source, quota=quota,
+        idle_mode=idle_mode, status=status, submitted_at=now, status_changed_at=now,
+        started_at=now if status not in (JobStatus.QUEUING, JobStatus.BIDDING) else None,
+        finished_at=now + timedelta(minutes=5) if status in ("Succeeded", "Failed", "Stopped")
+        else None,
+    )
+    role = JobRole.objects.create(job=job, role_type="Worker", pod_count=max(pods, 1),
+                                  cpu=4000, memory=16384)
+    for i in range(pods):
+        Pod.objects.create(job=job, role=role, index=i, pod_id=f"{job.job_id}-worker-{i}",
+                           status="Running", in_quota=True, started_at=now)
+    StatusTransition.objects.create(job=job, status=status, started_at=now)
+    if created is not None:  # auto_now_add ignores the value given at create
+        Job.objects.filter(pk=job.pk).update(created_at=created)
+    return job
+
+
+# --- create ------------------------------------------------------------------------------
+
+
+def test_it_renders_every_section_of_the_create_form(alice_client):
+    response = alice_client.get(reverse("jobs:create"))
+    assert response.status_code == 200
+    content = response.content.decode()
+    for section in ("Basics", "Resource information", "Roles", "VPC",
+                    "Fault tolerance and diagnosis"):
+        assert f"<h2>{section}</h2>" in content
+    for name in ("display_name", "job_type", "image", "user_command", "envs", "data_sources",
+                 "code_source_uri", "code_source_branch", "priority", "max_running_time_minutes",
+                 "success_policy", "resource_type", "resource_source", "quota", "idle_mode",
+                 "vpc_id", "vswitch_id", "security_group_id", "enable_aimaster", "max_restarts",
+                 "execution_mode", "enable_easyckpt"):
+        assert f'name="{name}"' in content, name
+    for i in range(4):
+        for name in ("role_type", "pod_count", "instance_type", "cpu_cores", "memory_gib",
+                     "gpus", "restart_policy", "spot_limit_type", "spot_discount_limit",
+                     "spot_price_limit"):
+            assert f'name="roles-{i}-{name}"' in content, (i, name)
+    assert 'name="roles-0-enabled"' not in content  # the first role is always used
+    assert 'name="roles-1-enabled"' in content
+    assert 'value="0.4">0.4 (40% of the original price)</option>' in content
+    assert "ecs.g7.xlarge — 4 vCPU · 16 GiB · ¥0.80/h" in content
+    assert '<option value="team-a" selected data-resource-type="ECS">' in content
+    assert 'value="Lingjun"' in content  # team-a's workspace has an ECS and a Lingjun quota
+    assert 'name="priority" value="1"' in content
+    assert 'name="max_restarts" value="3"' in content
+    assert "js/job-form.js" in content
+
+
+def test_it_fixes_the_resource_type_when_the_workspace_has_one(alice_client, personas, cluster):
+    personas["ws_a"].quotas.remove(cluster["lingjun_quota"])
+    cluster["lingjun_type"].public_capacity = 0
+    cluster["lingjun_type"].save()
+    content = alice_client.get(reverse("jobs:create")).content.decode()
+    assert '<input type="hidden" name="resource_type" value="ECS"' in content
+    assert 'value="Lingjun"' not in content
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_submits_a_spot_job_and_shows_it_bidding(alice_client, personas):
+    response = alice_client.post(reverse("jobs:create"), spot_form(), follow=True)
+    job = Job.objects.get()
+    assert response.redirect_chain == [(reverse("jobs:detail", args=[job.job_id]), 302)]
+    assert job.status == JobStatus.BIDDING
+    assert job.workspace == personas["ws_a"] and job.user == personas["alice"]
+    role = job.roles.get()
+    assert (role.role_type, role.instance_type.name) == ("Worker", "ecs.g7.xlarge")
+    assert role.spot_discount_limit == Decimal("0.4") and role.spot_price_limit is None
+    content = response.content.decode()
+    assert 'class="badge badge-bidding">Bidding</span>' in content
+    assert "submitted as" in content  # the success message
+    assert "SpotDiscountLimit 0.40" in content and "¥0.32/h" in content
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_submits_a_quota_job_with_a_resource_config_and_two_roles(alice_client, personas):
+    data = quota_form(**{"roles-1-enabled": "on", "roles-1-pod_count": "2",
+                         "roles-1-cpu_cores": "0.5", "roles-1-memory_gib": "1.5",
+                         "envs": "A=1\nB = two words", "data_sources": "oss://b/d imagenet",
+                         "code_source_uri": "https://git.local/repo.git",
+                         "code_source_branch": "main", "enable_aimaster": "on"})
+    response = alice_client.post(reverse("jobs:create"), data)
+    assert response.status_code == 302
+    job = Job.objects.get()
+    assert job.status != JobStatus.CREATING and job.quota.name == "team-a"
+    assert job.status_history.filter(status=JobStatus.QUEUING).exists()
+    worker, master = job.roles.all()
+    assert (worker.cpu, worker.memory, worker.gpu) == (8000, 32768, 1)
+    assert (master.role_type, master.pod_count) == ("Master", 2)
+    assert (master.cpu, master.memory) == (500, 1536)
+    assert job.envs == {"A": "1", "B": " two words"}
+    assert job.data_sources == [{"uri": "oss://b/d", "mount_path": "/mnt/data/imagenet"}]
+    assert job.code_source == {"uri": "https://git.local/repo.git", "branch": "main"}
+    assert job.enable_aimaster and job.max_restarts == 3
+
+
+def test_it_ignores_a_role_row_that_is_not_used(alice_client):
+    data = spot_form(**{"roles-2-pod_count": "many", "roles-2-instance_type": "nope"})
+    response = alice_client.post(reverse("jobs:create"), data)
+    assert response.status_code == 302
+    assert Job.objects.get().roles.count() == 1
+
+
+def test_it_asks_the_market_for_each_roles_live_price(alice_client):
+    content = alice_client.get(reverse("jobs:create")).content.decode()
+    assert content.count(f'hx-get="{reverse("market:price-panel")}"') == 4
+    assert 'hx-include="#id_roles-0-instance_type"' in content
+
+
+def test_it_creates_nothing_for_a_user_without_a_workspace(client, personas):
+    from tests.factories import make_user
+
+    client.force_login(make_user("dave"))
+    assert "No workspace" in client.get(reverse("jobs:create")).content.decode()
+    response = client.post(reverse("jobs:create"), spot_form())
+    assert response.status_code == 200
+    assert Job.objects.count() == 0
+    assert "No workspace" in client.get(reverse("jobs:list")).content.decode()
+
+
+def test_it_ignores_a_stray_bid_on_a_quota_job(alice_client):
+    response = alice_client.post(
+        reverse("jobs:create"), quota_form(**{"roles-0-spot_discount_limit": "0.4"})
+    )
+    assert response.status_code == 302
+    assert Job.objects.get().roles.get().spot_discount_limit is None
+
+
+def test_it_rejects_both_spot_limits_beside_the_price_field(alice_client):
+    data = spot_form(**{"roles-0-spot_price_limit": "0.011"})
+    response = alice_client.post(reverse("jobs:create"), data)
+    assert response.status_code == 200
+    assert "set only one" in field_error(response, "id_roles-0-spot_price_limit")
+    assert Job.objects.count() == 0
+
+
+def test_it_rejects_a_discount_off_the_list(alice_client):
+    response = alice_client.post(reverse("jobs:create"),
+                                 spot_form(**{"roles-0-spot_discount_limit": "0.45"}))
+    assert response.status_code == 200
+    message = field_error(response, "id_roles-0-spot_discount_limit")
+    assert message == "must be one of 0.1, 0.2 … 0.9"
+    assert Job.objects.count() == 0
+
+
+def test_it_puts_the_second_roles_error_on_the_second_row(alice_client):
+    data = spot_form(**{"roles-1-enabled": "on", "roles-1-instance_type": "ecs.g7.xlarge",
+                        "roles-1-spot_discount_limit": "0.45"})
+    response = alice_client.post(reverse("jobs:create"), data)
+    assert "must be one of" in field_error(response, "id_roles-1-spot_discount_limit")
+    assert 'id="id_roles-0-spot_discount_limit_error"' not in response.content.decode()
+    assert Job.objects.count() == 0
+
+
+def test_it_requires_a_command(alice_client):
+    response = alice_client.post(reverse("jobs:create"), spot_form(user_command="  "))
+    assert response.status_code == 200
+    assert field_error(response, "id_user_command") == "is required"
+    assert Job.objects.count() == 0
+
+
+def test_it_rejects_a_pod_count_of_zero(alice_client):
+    response = alice_client.post(reverse("jobs:create"), spot_form(**{"roles-0-pod_count": "0"}))
+    assert response.status_code == 200
+    assert field_error(response, "id_roles-0-pod_count") == "must be from 1 to 1000"
+    assert Job.objects.count() == 0
+
+
+def test_it_requires_a_vpc_for_lingjun_spot(alice_client):
+    data = spot_form(resource_type="Lingjun",
+                     **{"roles-0-instance_type": "ml.gu8xf.8xlarge-gu108"})
+    response = alice_client.post(reverse("jobs:create"), data)
+    assert response.status_code == 200
+    for field in ("vpc_id", "vswitch_id", "security_group_id"):
+        assert field_error(response, f"id_{field}") == "is required for Lingjun spot jobs"
+    assert Job.objects.count() == 0
+
+
+def test_it_rejects_a_price_limit_outside_the_range(alice_client):
+    data = spot_form(**{"roles-0-spot_limit_type": "price", "roles-0-spot_discount_limit": "",
+                        "roles-0-spot_price_limit": "0.02"})
+    response = alice_client.post(reverse("jobs:create"), data)
+    assert response.status_code == 200
+    message = field_error(response, "id_roles-0-spot_price_limit")
+    assert "market price range ¥0.001333–¥0.013333 per minute" in message
+    assert Job.objects.count() == 0
+
+
+def test_it_lists_parse_errors_and_rule_errors_together(alice_client):
+    data = spot_form(display_name="", priority="high", envs="NOT A PAIR",
+                     **{"roles-0-pod_count": "0"})
+    response = alice_client.post(reverse("jobs:create"), data)
+    assert response.status_code == 200
+    assert field_error(response, "id_display_name") == "is required"
+    assert field_error(response, "id_priority") == "Enter a whole number."
+    assert "line 1: write KEY=VALUE" in field_error(response, "id_envs")
+    assert field_error(response, "id_roles-0-pod_count") == "must be from 1 to 1000"
+    assert Job.objects.count() == 0
+
+
+def test_it_keeps_the_input_of_a_rejected_form(alice_client):
+    data = spot_form(user_command="", display_name="keep-me")
+    content = alice_client.post(reverse("jobs:create"), data).content.decode()
+    assert 'value="keep-me"' in content
+    assert '<option value="0.4" selected>' in content
+    assert re.search(r'<input type="radio" name="resource_source" value="spot"[^>]*checked',
+                     content)
+
+
+def test_it_rejects_a_quota_of_another_workspace(alice_client):
+    response = alice_client.post(reverse("jobs:create"), quota_form(quota="team-b"))
+    assert response.status_code == 200
+    assert "Select a valid choice" in field_error(response, "id_quota")
+    assert Job.objects.count() == 0
+
+
+def test_it_shows_the_price_info_of_an_instance_type(alice_client):
+    response = alice_client.get(reverse("jobs:price-info"), {
+        "row": "1", "roles-1-enabled": "on", "roles-1-instance_type": "ecs.g7.xlarge",
+        "roles-1-spot_discount_limit": "0.4", "roles-1-spot_price_limit": "0.011",
+    }, headers={"HX-Request": "true"})
+    assert response.status_code == 200
+    content = response.content.decode()
+    assert "<html" not in content
+    assert "original (pay-as-you-go)\n                  ¥0.80/h" in content or "¥0.80/h" in content
+    assert "¥0.001333–¥0.013333 per minute" in content
+    assert "(¥0.08–¥0.80/h)" in content
+    assert "SpotDiscountLimit 0.4 = <strong>¥0.32/h</strong>" in content
+    assert "SpotPriceLimit ¥0.011000/min = <strong>¥0.66/h</strong>" in content
+
+
+def test_it_warns_when_the_price_limit_is_outside_the_range(alice_client):
+    response = alice_client.get(reverse("jobs:price-info"), {
+        "row": "0", "roles-0-instance_type": "ecs.g7.xlarge", "roles-0-spot_price_limit": "0.5",
+    })
+    assert "outside the range" in response.content.decode()
+
+
+# --- list --------------------------------------------------------------------------------
+
+
+def test_it_lists_the_workspace_jobs_with_pod_counts(alice_client, personas):
+    make_job(personas, name="mine", pods=2)
+    make_job(personas, name="theirs", workspace="ws_b", user="charlie")
+    response = alice_client.get(reverse("jobs:list"))
+    content = response.content.decode()
+    assert "mine" in content and "theirs" not in content
+    assert '<td class="num">2/2</td>' in content
+    assert 'class="badge badge-running">Running</span>' in content
+
+
+def test_it_lists_without_a_query_per_job(alice_client, personas, django_assert_max_num_queries):
+    for i in range(5):
+        make_job(personas, name=f"job-{i}", pods=2)
+    with django_assert_max_num_queries(12):
+        alice_client.get(reverse("jobs:list"))
+
+
+@pytest.mark.parametrize(("query", "expected"), [
+    ({"status": "Succeeded"}, {"done"}),
+    ({"payment_type": "PrePaid"}, {"done", "borrower"}),
+    ({"payment_type": "PostPaid"}, {"spotty"}),
+    ({"quota": "team-a"}, {"done", "borrower"}),
+    ({"idle_mode": "acceptable"}, {"borrower"}),
+    ({"q": "SPOT"}, {"spotty"}),
+])
+def test_it_filters_the_list(alice_client, personas, query, expected):
+    make_job(personas, name="done", status=JobStatus.SUCCEEDED)
+    make_job(personas, name="borrower", idle_mode="acceptable")
+    make_job(personas, name="spotty", source="spot", status=JobStatus.BIDDING)
+    response = alice_client.get(reverse("jobs:list"), query)
+    names = set(re.findall(r'<a href="/jobs/dlc\w+/">([^<]+)</a>', response.content.decode()))
+    assert names == expected
+
+
+def test_it_finds_a_job_by_its_id(alice_client, personas):
+    job = make_job(personas, name="needle")
+    make_job(personas, name="hay")
+    content = alice_client.get(reverse("jobs:list"), {"q": job.job_id}).content.decode()
+    assert "needle" in content and "hay" not in content
+
+
+def test_it_answers_htmx_filters_with_the_table_only(alice_client, personas):
+    make_job(personas, name="done", status=JobStatus.SUCCEEDED)
+    response = alice_client.get(reverse("jobs:list"), {"status": "Succeeded"},
+                                headers={"HX-Request": "true", "HX-Target": "job-table"})
+    content = response.content.decode()
+    assert content.lstrip().startswith('<div id="job-table"')
+    assert "<html" not in content and "done" in content
+    assert "HX-Request" in response["Vary"]
+
+
+def test_it_paginates_the_list(alice_client, personas, settings):
+    settings.JOBS_PAGE_SIZE = 2
+    start = timezone.now() - timedelta(hours=1)
+    for i in range(5):
+        make_job(personas, name=f"job-{i}", created=start + timedelta(minutes=i))
+    first = alice_client.get(reverse("jobs:list")).content.decode()
+    assert "job-4" in first and "job-3" in first and "job-2" not in first
+    assert "Page 1 of 3" in first
+    assert 'href="?page=2"' in first
+    last = alice_client.get(reverse("jobs:list"), {"page": "3"}).content.decode()
+    assert "job-0" in last and "job-1" not in last
+    assert 'href="?page=2"' in last
+
+
+def test_it_keeps_the_filters_in_the_page_links(alice_client, personas, settings):
+    settings.JOBS_PAGE_SIZE = 1
+    for i in range(3):
+        make_job(personas, name=f"job-{i}", status=JobStatus.SUCCEEDED)
+    content = alice_client.get(reverse("jobs:list"), {"status": "Succeeded"}).content.decode()
+    assert 'href="?status=Succeeded&amp;page=2"' in content
+
+
+def test_it_shows_an_empty_state_with_a_create_link(alice_client):
+    content = alice_client.get(reverse("jobs:list")).content.decode()
+    assert "No jobs yet" in content
+    assert f'<a href="{reverse("jobs:create")}">Create a job</a>' in content
+
+
+def test_it_shows_an_empty_state_for_filters_that_match_nothing(alice_client, personas):
+    make_job(personas)
+    content = alice_client.get(reverse("jobs:list"), {"status": "Failed"}).content.decode()
+    assert "No jobs match these filters" in content
+
+
+def test_it_ignores_an_unknown_filter_value(alice_client, personas):
+    make_job(personas, name="still-here")
+    response = alice_client.get(reverse("jobs:list"), {"status": "Exploded", "page": "99"})
+    assert response.status_code == 200
+    assert "still-here" in response.content.decode()
+
+
+# --- detail, live fragment, stop ------------------------------------------------------------
+
+
+def test_it_shows_a_job_with_its_pods_and_history(alice_client, personas):
+    job = make_job(personas, pods=1)
+    Job.objects.filter(pk=job.pk).update(
+        attempt=1, restart_times=1, enable_aimaster=True, pending_reason="", sub_status="Training"
+    )
+    role = job.roles.get()
+    Pod.objects.filter(job=job).update(attempt=0, status="Preempted", reason="Preempted",
+                                       message="preempted by dlc-x of quota team-b")
+    Pod.objects.create(job=job, role=role, index=0, attempt=1, pod_id="current-pod",
+                       status="Running", in_quota=False)
+    content = alice_client.get(reverse("jobs:detail", args=[job.job_id])).content.decode()
+    pods, history = content.split('id="history-pods"')
+    assert "current-pod" in pods and f"{job.job_id}-worker-0" not in pods
+    assert f"{job.job_id}-worker-0" in history and "preempted by dlc-x" in history
+    assert "Not in Quota" in pods
+    assert "Restarts</dt><dd>1/3" in content
+    assert "Training" in content
+    assert 'hx-trigger="every 3s"' in content
+    assert f'action="{reverse("jobs:stop", args=[job.job_id])}" data-confirm=' in content
+
+
+def test_it_shows_why_a_job_is_pending_and_its_queue_position(alice_client, personas):
+    job = make_job(personas, status=JobStatus.QUEUING)
+    Job.objects.filter(pk=job.pk).update(
+        pending_reason="quota team-a has 2 of 8 GPUs free", queue_position=3, queue_size=7
+    )
+    content = alice_client.get(reverse("jobs:detail", args=[job.job_id])).content.decode()
+    assert "quota team-a has 2 of 8 GPUs free" in content
+    assert "position 3 of 7" in content
+
+
+def test_it_hides_another_workspaces_job(client, personas):
+    job = make_job(personas)
+    client.force_login(personas["charlie"])
+    assert client.get(reverse("jobs:detail", args=[job.job_id])).status_code == 404
+    assert client.post(reverse("jobs:stop", args=[job.job_id])).status_code == 404
+    job.refresh_from_db()
+    assert job.status == JobStatus.RUNNING
+
+
+def test_it_shows_a_job_to_a_member_of_its_workspace(client, personas):
+    job = make_job(personas)
+    client.force_login(personas["bob"])
+    assert client.get(reverse("jobs:detail", args=[job.job_id])).status_code == 200
+
+
+def test_it_answers_404_for_an_unknown_job(alice_client):
+    assert alice_client.get(reverse("jobs:detail", args=["dlcnope"])).status_code == 404
+
+
+def test_it_stops_a_job(alice_client, personas):
+    job = make_job(personas, pods=2)
+    response = alice_client.post(reverse("jobs:stop", args=[job.job_id]), follow=True)
+    assert response.redirect_chain == [(reverse("jobs:detail", args=[job.job_id]), 302)]
+    job.refresh_from_db()
+    assert job.status == JobStatus.STOPPED
+    content = response.content.decode()
+    assert f"Job {job.job_id} stopped." in content
+    assert 'id="stop-job"' not in content  # no Stop button on a finished job
+    assert 'hx-trigger="every 3s"' not in content
+
+
+def test_it_reports_stopping_a_finished_job_as_a_message(alice_client, personas):
+    job = make_job(personas, status=JobStatus.SUCCEEDED)
+    response = alice_client.post(reverse("jobs:stop", args=[job.job_id]), follow=True)
+    assert response.status_code == 200
+    content = response.content.decode()
+    assert 'class="message message-error"' in content
+    assert "has already ended (Succeeded)" in content
+
+
+def test_it_refuses_to_stop_with_get(alice_client, personas):
+    job = make_job(personas)
+    assert alice_client.get(reverse("jobs:stop", args=[job.job_id])).status_code == 405
+
+
+def test_it_polls_the_live_fragment_while_the_job_runs(alice_client, personas):
+    job = make_job(personas, pods=1)
+    response = alice_client.get(reverse("jobs:detail", args=[job.job_id]),
+                                headers={"HX-Request": "true", "HX-Target": "job-live"})
+    assert response.status_code == 200
+    content = response.content.decode()
+    assert content.lstrip().startswith('<div id="job-live"')
+    assert "<html" not in content
+    assert 'hx-trigger="every 3s"' in content
+
+
+def test_it_stops_polling_with_286_once_the_job_has_finished(alice_client, personas):
+    job = make_job(personas, status=JobStatus.FAILED)
+    response = alice_client.get(reverse("jobs:detail", args=[job.job_id]),
+                                headers={"HX-Request": "true", "HX-Target": "job-live"})
+    assert response.status_code == 286
+    content = response.content.decode()
+    assert 'class="badge badge-failed">Failed</span>' in content
+    assert "hx-trigger" not in content

@@ -1,0 +1,110 @@
+"""The page frame every console page shares (base.html) and the login page."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from django.contrib.staticfiles import finders
+from django.urls import reverse
+
+TEMPLATES = Path(settings.BASE_DIR) / "templates"
+
+
+def test_it_renders_the_login_page(client, db):
+    response = client.get("/login/")
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert 'name="username"' in html and 'name="password"' in html
+    assert "Sign in to paiweb" in html
+    assert "css/paiweb.css" in html
+
+
+def test_it_rejects_a_bad_password(client, alice):
+    response = client.post("/login/", {"username": "alice", "password": "wrong-password"})
+    assert response.status_code == 200
+    assert "Please enter a correct username and password" in response.content.decode()
+    assert "_auth_user_id" not in client.session
+
+
+def test_it_logs_in_with_the_right_password(client, alice, password):
+    response = client.post("/login/", {"username": "alice", "password": password})
+    assert response.status_code == 302
+    assert response.url == reverse("jobs:list")
+
+
+def test_it_sends_anonymous_users_to_the_login_page(client, db):
+    response = client.get(reverse("jobs:list"))
+    assert response.status_code == 302
+    assert response.url.startswith("/login/?next=")
+
+
+def test_it_links_every_page_in_the_nav(alice_client, settings):
+    html = alice_client.get(reverse("jobs:list")).content.decode()
+    for name in ("jobs:list", "jobs:create", "cluster:quotas", "workspaces:access-keys",
+                 "core:health", "market:index", "billing:index"):
+        assert f'href="{reverse(name)}"' in html, name
+    assert f'href="{settings.FLOWER_URL}"' in html
+    assert reverse("admin:index") not in html  # alice is not staff
+
+
+def test_it_links_the_admin_for_staff(client, alice):
+    alice.is_staff = True
+    alice.save()
+    client.force_login(alice)
+    html = client.get(reverse("jobs:list")).content.decode()
+    assert f'href="{reverse("admin:index")}"' in html
+
+
+def test_it_offers_the_workspace_switcher(client, personas):
+    ws_c = personas["ws_b"]
+    personas["alice"].workspaces.add(ws_c, through_defaults={"role": "member"})
+    client.force_login(personas["alice"])
+    html = client.get(reverse("jobs:list")).content.decode()
+    form = re.search(r'<form class="ws-switch" method="post" action="([^"]+)">(.*?)</form>',
+                     html, re.S)
+    assert form and form[1] == reverse("workspaces:switch")
+    assert 'name="workspace_id"' in form[2]
+    assert "csrfmiddlewaretoken" in form[2]
+    assert f'<option value="{personas["ws_a"].pk}" selected>Team A</option>' in form[2]
+    assert f'<option value="{ws_c.pk}">Team B</option>' in form[2]
+
+
+def test_it_shows_the_user_and_a_logout_form(alice_client):
+    html = alice_client.get(reverse("jobs:list")).content.decode()
+    assert "alice" in html
+    assert re.search(rf'<form method="post" action="{reverse("logout")}">', html)
+
+
+def test_it_sends_the_csrf_token_with_htmx_requests(alice_client):
+    html = alice_client.get(reverse("jobs:list")).content.decode()
+    assert re.search(r"<body hx-headers='\{\"X-CSRFToken\": \"[A-Za-z0-9]+\"\}'>", html)
+
+
+@pytest.mark.parametrize("url_name", ["jobs:list", "jobs:create"])
+def test_it_serves_every_asset_of_the_page_from_static(alice_client, url_name):
+    html = alice_client.get(reverse(url_name)).content.decode()
+    assets = re.findall(r'<(?:script|link)[^>]+(?:src|href)="([^"]+)"', html)
+    assert any(a.endswith("htmx.min.js") for a in assets)
+    assert any(a.endswith("paiweb.css") for a in assets)
+    for url in assets:
+        assert url.startswith(settings.STATIC_URL) or url.startswith("/" + settings.STATIC_URL), url
+        path = url.split(settings.STATIC_URL, 1)[1]
+        assert finders.find(path), f"{url} is not a file in static/"
+
+
+def test_it_loads_no_asset_from_another_host():
+    for template in TEMPLATES.rglob("*.html"):
+        text = template.read_text()
+        remote = re.search(r'<(?:script|link|img)[^>]+(?:src|href)="(?:https?:)?//', text)
+        assert not remote, template
+
+
+def test_it_vendors_htmx_and_the_chart_library_with_their_licenses():
+    static = Path(settings.BASE_DIR) / "static" / "vendor"
+    assert (static / "htmx" / "htmx.min.js").stat().st_size > 10_000
+    assert (static / "htmx" / "LICENSE").exists()
+    assert (static / "uplot" / "uPlot.iife.min.js").stat().st_size > 10_000
+    assert (static / "uplot" / "LICENSE").exists()
