@@ -1,0 +1,68 @@
+"""Per-minute bill lines of public (pay-as-you-go) and spot pods, and each pod's meter.
+
+Quota jobs are prepaid and never produce bill lines.
+"""
+
+from __future__ import annotations
+
+from django.db import models
+from django.db.models import Q
+
+PAY_TYPE_TAG = "acs:pai:dlc:payType"
+
+
+class PayType(models.TextChoices):
+    SPOT = "spot", "Spot"
+    POSTPAID = "postpaid", "Pay-as-you-go"
+
+
+class BillLine(models.Model):
+    """One instance-minute of one pod. (pod, minute) is unique: billing the same minute
+    twice inserts nothing."""
+
+    workspace = models.ForeignKey(
+        "workspaces.Workspace", on_delete=models.PROTECT, related_name="bill_lines"
+    )
+    job = models.ForeignKey("jobs.Job", on_delete=models.CASCADE, related_name="bill_lines")
+    pod = models.ForeignKey("jobs.Pod", on_delete=models.CASCADE, related_name="bill_lines")
+    minute = models.IntegerField(help_text="epoch minute: seconds since 1970 // 60")
+    day = models.DateField(help_text="UTC day of the minute")
+    instance_type = models.ForeignKey("cluster.InstanceType", on_delete=models.PROTECT)
+    price_per_hour = models.DecimalField(max_digits=12, decimal_places=4)
+    amount = models.DecimalField(max_digits=14, decimal_places=6, help_text="CNY")
+    pay_type = models.CharField(max_length=8, choices=PayType.choices)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["pod", "minute"], name="one_bill_line_per_pod_minute"),
+        ]
+        indexes = [
+            models.Index(fields=["workspace", "day"]),
+            models.Index(fields=["job", "day"]),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.pod_id} minute {self.minute}: ¥{self.amount}"
+
+    @property
+    def tag(self) -> str:
+        return f"{PAY_TYPE_TAG}={self.pay_type}"
+
+
+class PodMeter(models.Model):
+    """How far a pod of a public or spot job has been billed: every minute before
+    `billed_until` (an epoch minute) is. Closed once the pod has ended and is fully billed."""
+
+    pod = models.OneToOneField(
+        "jobs.Pod", on_delete=models.CASCADE, primary_key=True, related_name="meter"
+    )
+    billed_until = models.IntegerField(null=True, blank=True)
+    closed = models.BooleanField(default=False)
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["closed"], condition=Q(closed=False), name="pod_meter_open"),
+        ]
+
+    def __str__(self) -> str:
+        return f"meter of {self.pod_id}"

@@ -1,0 +1,219 @@
+"""Billing: charge every started minute of every pod of a public or spot job, exactly once.
+
+Each pod of a pay-as-you-go or spot job has a PodMeter (opened with the pod by the market;
+any running such pod without one is adopted). `billing_accrue` bills each open meter's
+minutes from `billed_until` up to the pod's end (or `now`), inserts one BillLine per
+(pod, minute) — a unique key, inserted with ignore_conflicts — and moves the meter on, all
+in one transaction: a crash leaves nothing half-done, and a replayed run bills nothing twice.
+
+Prices: spot minutes at the market price in force at the minute's start (the PricePoint
+history; `pricing.price_for_minute`), except a pod's first, partial minute, which is charged
+at the price in force when the pod started — the price its bid was accepted at, never an
+earlier one above the bid. Pay-as-you-go minutes at the instance type's original price.
+Quota jobs are prepaid: they get no meter and no bill lines.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC, date, datetime
+from decimal import Decimal
+from typing import NamedTuple
+
+from django.db import connection, transaction
+
+from apps.billing.models import BillLine, PayType, PodMeter
+from apps.cluster.models import InstanceType
+from apps.jobs.models import Pod, PodStatus, ResourceSource
+from apps.market import pricing
+
+log = logging.getLogger(__name__)
+
+CHUNK = 2000
+MAX_MINUTES_PER_RUN = 1440  # per pod: a long outage is billed over several runs
+PAY_TYPES = {ResourceSource.SPOT: PayType.SPOT, ResourceSource.PUBLIC: PayType.POSTPAID}
+LIVE_POD_STATUSES = (PodStatus.PENDING, PodStatus.RUNNING)
+
+
+def pod_meters_open(*, pod_ids: Iterable[int]) -> None:
+    """Start metering pods of public or spot jobs (the market calls this as it starts them)."""
+    PodMeter.objects.bulk_create(
+        [PodMeter(pod_id=pod_id) for pod_id in pod_ids], batch_size=CHUNK, ignore_conflicts=True
+    )
+
+
+@dataclass(frozen=True)
+class AccrueReport:
+    pods: int  # meters looked at
+    lines: int  # minute lines written
+    amount: Decimal
+    closed: int  # meters of ended pods, now fully billed
+
+
+@dataclass(frozen=True)
+class _Meter:
+    pod_id: int
+    billed_until: int | None
+    status: str
+    started_at: datetime | None
+    finished_at: datetime | None
+    job_id: int
+    workspace_id: int
+    source: str
+    type_id: int | None
+
+
+class _Line(NamedTuple):
+    """A bill line to insert, in BillLine's column order."""
+
+    workspace_id: int
+    job_id: int
+    pod_id: int
+    minute: int
+    day: date
+    instance_type_id: int
+    price_per_hour: Decimal
+    amount: Decimal
+    pay_type: str
+
+
+def _insert_lines(lines: list[_Line]) -> None:
+    """Insert the lines, skipping any (pod, minute) already billed. On PostgreSQL one
+    INSERT … SELECT FROM unnest() ON CONFLICT DO NOTHING (10,000 lines a minute is a normal
+    load); elsewhere bulk_create(ignore_conflicts=True)."""
+    if not lines:
+        return
+    if connection.vendor != "postgresql":
+        BillLine.objects.bulk_create(
+            [BillLine(**line._asdict()) for line in lines], batch_size=CHUNK,
+            ignore_conflicts=True)
+        return
+    columns = list(zip(*lines, strict=True))
+    types = ["bigint", "bigint", "bigint", "integer", "date", "bigint", "numeric", "numeric",
+             "text"]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {BillLine._meta.db_table} ({', '.join(_Line._fields)}) "
+            f"SELECT * FROM unnest({', '.join(f'%s::{t}[]' for t in types)}) "
+            "ON CONFLICT (pod_id, minute) DO NOTHING",
+            [list(column) for column in columns],
+        )
+
+
+@transaction.atomic
+def billing_accrue(*, now: datetime) -> AccrueReport:
+    """Bill every started, unbilled minute of every metered pod up to `now`. Call under the
+    "billing-accrue" lock; running it twice bills nothing twice."""
+    _adopt_running_pods()
+    meters = [_Meter(*row) for row in PodMeter.objects.filter(closed=False).values_list(
+        "pod_id", "billed_until", "pod__status", "pod__started_at", "pod__finished_at",
+        "pod__job_id", "pod__job__workspace_id", "pod__job__resource_source",
+        "pod__role__instance_type_id")]
+    plans = {m.pod_id: _minutes(m, now) for m in meters}
+    prices = _price_book(meters, plans, now)
+    lines, moved, closed = [], defaultdict(list), []
+    for meter in meters:
+        minutes, done = plans[meter.pod_id]
+        if minutes and meter.type_id is not None:
+            priced = prices.charges(meter, minutes)
+            if priced is None:
+                continue  # no market price yet: leave the meter where it is
+            lines += priced
+            moved[minutes[-1] + 1].append(meter.pod_id)
+        if done:
+            closed.append(meter.pod_id)
+    _insert_lines(lines)
+    for billed_until, pod_ids in moved.items():
+        for chunk in _chunks(pod_ids):
+            PodMeter.objects.filter(pod_id__in=chunk).update(billed_until=billed_until)
+    for chunk in _chunks(closed):
+        PodMeter.objects.filter(pod_id__in=chunk).update(closed=True)
+    amount = sum((line.amount for line in lines), Decimal(0))
+    return AccrueReport(pods=len(meters), lines=len(lines), amount=amount, closed=len(closed))
+
+
+def _adopt_running_pods() -> None:
+    """Meter running pods of public and spot jobs that nobody opened a meter for."""
+    orphans = Pod.objects.filter(
+        status=PodStatus.RUNNING, meter__isnull=True,
+        job__resource_source__in=(ResourceSource.PUBLIC, ResourceSource.SPOT),
+    ).order_by().values_list("pk", flat=True)
+    pod_meters_open(pod_ids=list(orphans))
+
+
+def _minutes(meter: _Meter, now: datetime) -> tuple[list[int], bool]:
+    """The minutes to bill now, and whether the meter is done after them."""
+    ended = meter.status not in LIVE_POD_STATUSES
+    if meter.started_at is None:
+        return [], ended  # never ran: nothing to bill
+    if ended and meter.finished_at is None:
+        log.warning("pod %s ended without a finish time; billed until its last run", meter.pod_id)
+        return [], True
+    end = meter.finished_at or now
+    already = None if meter.billed_until is None else meter.billed_until * 60
+    minutes = pricing.bill_minutes(meter.started_at.timestamp(), end.timestamp(),
+                                   already_billed_until=already)
+    if len(minutes) > MAX_MINUTES_PER_RUN:  # catching up after an outage: a day per run
+        return minutes[:MAX_MINUTES_PER_RUN], False
+    return minutes, meter.finished_at is not None
+
+
+class _PriceBook:
+    """Prices for the run: spot history per type, and original prices."""
+
+    def __init__(self, histories: dict[int, list[pricing.PricePoint]],
+                 originals: dict[int, Decimal]) -> None:
+        self.histories = histories
+        self.originals = originals
+
+    def charges(self, meter: _Meter, minutes: list[int]) -> list[_Line] | None:
+        pay_type = PAY_TYPES[meter.source]
+        started = meter.started_at.timestamp()
+        lines = []
+        for minute in minutes:
+            price = self._price(meter, minute, started)
+            if price is None:
+                log.warning("no market price for pod %s at minute %s", meter.pod_id, minute)
+                return None
+            lines.append(_Line(
+                meter.workspace_id, meter.job_id, meter.pod_id, minute,
+                datetime.fromtimestamp(minute * 60, UTC).date(), meter.type_id, price,
+                pricing.minute_charge(price), pay_type,
+            ))
+        return lines
+
+    def _price(self, meter: _Meter, minute: int, started: float) -> Decimal | None:
+        if meter.source != ResourceSource.SPOT:
+            return self.originals[meter.type_id]
+        history = self.histories.get(meter.type_id, [])
+        if minute * 60 < started:  # the pod's first, partial minute
+            return pricing.replay_price_at(history, started)
+        try:
+            return pricing.price_for_minute(history, minute)
+        except pricing.MarketError:
+            return None
+
+
+def _price_book(meters: list[_Meter], plans: dict, now: datetime) -> _PriceBook:
+    from apps.market.selectors import price_histories
+
+    spot = [m for m in meters if m.source == ResourceSource.SPOT and plans[m.pod_id][0]]
+    histories = {}
+    if spot:
+        first = min(plans[m.pod_id][0][0] for m in spot) * 60
+        histories = price_histories(
+            type_ids={m.type_id for m in spot}, since=datetime.fromtimestamp(first, UTC),
+            until=now,
+        )
+    type_ids = {m.type_id for m in meters if m.type_id is not None}
+    originals = dict(
+        InstanceType.objects.filter(pk__in=type_ids).values_list("pk", "price_per_hour"))
+    return _PriceBook(histories, originals)
+
+
+def _chunks(ids: list[int]) -> Iterable[list[int]]:
+    for start in range(0, len(ids), CHUNK):
+        yield ids[start : start + CHUNK]

@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class MarketConfig(AppConfig):
+    name = "apps.market"
+    verbose_name = "Spot market"

@@ -1,0 +1,424 @@
+"""Reads of the spot market: usage of the public pool, price history, the market page, the
+create form's live price panel, and a job's bids against the market.
+
+Prices are CNY per instance-hour; per-minute figures are derived for the form (the API's
+SpotPriceLimit unit).
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+
+from django.db.models import Count, OuterRef, Subquery, Sum
+from django.http import Http404
+from django.utils import timezone
+
+from apps.cluster.models import InstanceType, ResourceType
+from apps.jobs.models import Job, JobRole, JobStatus, Pod, PodStatus, ResourceSource
+from apps.market import pricing
+from apps.market.models import MarketParameters, MarketState, PricePoint
+
+LIVE_POD_STATUSES = (PodStatus.PENDING, PodStatus.RUNNING)
+MARKET_SOURCES = (ResourceSource.PUBLIC, ResourceSource.SPOT)
+CHART_WINDOWS = {"1h": timedelta(hours=1), "6h": timedelta(hours=6), "24h": timedelta(days=1),
+                 "7d": timedelta(days=7)}
+MAX_CHART_POINTS = 1500
+AVERAGE_SAMPLES = 120
+
+History = list[pricing.PricePoint]  # [(epoch seconds, ¥/h)], sorted, a step function
+
+
+# --- the public pool's usage -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TypeUsage:
+    payg_used: int = 0
+    spot_used: int = 0
+    bidding_demand: int = 0
+
+
+def market_usage() -> dict[int, TypeUsage]:
+    """Per instance type id: instances held by live pods of pay-as-you-go and spot jobs, and
+    instances asked for by spot jobs in Bidding."""
+    held: dict[int, dict[str, int]] = defaultdict(dict)
+    live = Pod.objects.filter(
+        status__in=LIVE_POD_STATUSES, job__resource_source__in=MARKET_SOURCES,
+        role__instance_type__isnull=False,
+    )
+    for type_id, source, count in live.values_list(
+        "role__instance_type_id", "job__resource_source"
+    ).annotate(n=Count("id")).order_by():
+        held[type_id][source] = count
+    bidding = dict(
+        JobRole.objects.filter(
+            job__status=JobStatus.BIDDING, job__resource_source=ResourceSource.SPOT,
+            instance_type__isnull=False,
+        ).values_list("instance_type_id").annotate(n=Sum("pod_count")).order_by()
+    )
+    return {
+        type_id: TypeUsage(
+            payg_used=held[type_id].get(ResourceSource.PUBLIC, 0),
+            spot_used=held[type_id].get(ResourceSource.SPOT, 0),
+            bidding_demand=bidding.get(type_id, 0),
+        )
+        for type_id in set(held) | set(bidding)
+    }
+
+
+# --- price history -----------------------------------------------------------------------
+
+
+def price_histories(
+    *, type_ids: Iterable[int], since: datetime, until: datetime
+) -> dict[int, History]:
+    """Each type's price history over [since, until], starting with the point in force at
+    `since` (which may lie before it). Types without any point by `until` are left out."""
+    type_ids = list(type_ids)
+    if not type_ids:
+        return {}
+    before = PricePoint.objects.filter(instance_type=OuterRef("pk"), at__lte=since).order_by("-at")
+    firsts = InstanceType.objects.filter(pk__in=type_ids).annotate(
+        first_at=Subquery(before.values("at")[:1]),
+        first_price=Subquery(before.values("price_per_hour")[:1]),
+    ).values_list("pk", "first_at", "first_price")
+    histories: dict[int, History] = {}
+    for type_id, at, price in firsts:
+        if at is not None:
+            histories[type_id] = [(at.timestamp(), price)]
+    rows = PricePoint.objects.filter(
+        instance_type_id__in=type_ids, at__gt=since, at__lte=until
+    ).order_by("instance_type_id", "at").values_list("instance_type_id", "at", "price_per_hour")
+    for type_id, at, price in rows:
+        histories.setdefault(type_id, []).append((at.timestamp(), price))
+    return histories
+
+
+def system_averages(
+    *, types: Sequence[InstanceType | int], now: datetime, window_seconds: float
+) -> dict[int, Decimal]:
+    """Lingjun's system average price per type id over the window ending at `now`."""
+    ids = [t if isinstance(t, int) else t.pk for t in types]
+    since = now - timedelta(seconds=window_seconds)
+    histories = price_histories(type_ids=ids, since=since, until=now)
+    return {
+        type_id: pricing.system_average(history, now=now.timestamp(), window=window_seconds)
+        for type_id, history in histories.items()
+    }
+
+
+# --- the market page -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MarketRow:
+    """One instance type of the public pool as the market page shows it."""
+
+    instance_type: InstanceType
+    price: Decimal | None  # None until the market has priced it
+    floor: Decimal
+    usage: TypeUsage
+    stepped_at: datetime | None = None
+    system_average: Decimal | None = None  # Lingjun only
+
+    @property
+    def original(self) -> Decimal:
+        return self.instance_type.price_per_hour
+
+    @property
+    def capacity(self) -> int:
+        return self.instance_type.public_capacity
+
+    @property
+    def stock(self) -> int:
+        return max(0, self.capacity - self.usage.payg_used - self.usage.spot_used)
+
+    @property
+    def price_per_minute(self) -> Decimal | None:
+        return None if self.price is None else pricing.hour_to_per_minute(self.price)
+
+    @property
+    def floor_per_minute(self) -> Decimal:
+        return pricing.hour_to_per_minute(self.floor)
+
+    @property
+    def original_per_minute(self) -> Decimal:
+        return pricing.hour_to_per_minute(self.original)
+
+    @property
+    def saving(self) -> Decimal | None:
+        """How much below the original price the market sits (0.7 = 70% cheaper)."""
+        if self.price is None or not self.original:
+            return None
+        return 1 - self.price / self.original
+
+    @property
+    def is_lingjun(self) -> bool:
+        return self.instance_type.resource_type == ResourceType.LINGJUN
+
+
+def market_params() -> pricing.MarketParams:
+    return MarketParameters.load().to_params()
+
+
+def market_overview(*, now: datetime | None = None) -> list[MarketRow]:
+    """Every instance type with public capacity, ECS first, cheapest first."""
+    types = InstanceType.objects.filter(public_capacity__gt=0).order_by(
+        "resource_type", "price_per_hour", "name"
+    )
+    return _rows(list(types), now=now or timezone.now())
+
+
+def market_type(*, name: str, now: datetime | None = None) -> MarketRow:
+    """One instance type's row; Http404 when the public pool does not sell it."""
+    instance_type = InstanceType.objects.filter(name=name, public_capacity__gt=0).first()
+    if instance_type is None:
+        raise Http404("No such instance type in the public pool")
+    return _rows([instance_type], now=now or timezone.now())[0]
+
+
+def _rows(types: list[InstanceType], *, now: datetime) -> list[MarketRow]:
+    params = market_params()
+    states = MarketState.objects.in_bulk([t.pk for t in types])
+    usage = market_usage()
+    lingjun = [t for t in types if t.resource_type == ResourceType.LINGJUN]
+    averages = system_averages(types=lingjun, now=now, window_seconds=params.average_window_seconds)
+    rows = []
+    for t in types:
+        state = states.get(t.pk)
+        rows.append(MarketRow(
+            instance_type=t,
+            price=state.price_per_hour if state else None,
+            floor=pricing.price_floor(t.price_per_hour, params.floor_ratio),
+            usage=usage.get(t.pk, TypeUsage()),
+            stepped_at=state.stepped_at if state else None,
+            system_average=averages.get(t.pk),
+        ))
+    return rows
+
+
+def price_panel(*, name: str) -> MarketRow | None:
+    """The create form's live price for one instance type (None when not sold as spot)."""
+    try:
+        row = market_type(name=name)
+    except Http404:
+        return None
+    return row if row.instance_type.spot_enabled else None
+
+
+# --- charts (inline SVG, upgraded to uPlot by static/js/market-chart.js) --------------------
+
+CHART_WIDTH, CHART_HEIGHT = 720, 240
+PAD_LEFT, PAD_RIGHT, PAD_TOP, PAD_BOTTOM = 64, 12, 12, 28
+LINE_STYLES = {  # css name → (colour, dash)
+    "price": ("#2563eb", ""),
+    "floor": ("#16a34a", "6 4"),
+    "original": ("#dc2626", "6 4"),
+    "average": ("#9333ea", "2 3"),
+    "bid": ("#ea580c", ""),
+}
+
+
+@dataclass(frozen=True)
+class ChartLine:
+    label: str
+    kind: str  # a LINE_STYLES key
+    points: str  # SVG polyline points
+    last: Decimal | None
+
+    @property
+    def colour(self) -> str:
+        return LINE_STYLES[self.kind][0]
+
+    @property
+    def dash(self) -> str:
+        return LINE_STYLES[self.kind][1]
+
+
+@dataclass(frozen=True)
+class Chart:
+    """A price chart: lines in SVG user space plus the same data for uPlot (`data`)."""
+
+    since: datetime
+    until: datetime
+    lines: list[ChartLine]
+    y_ticks: list[tuple[float, str]]
+    x_ticks: list[tuple[float, str]]
+    data: dict = field(default_factory=dict)
+    width: int = CHART_WIDTH
+    height: int = CHART_HEIGHT
+
+    @property
+    def plot_bottom(self) -> int:
+        return self.height - PAD_BOTTOM
+
+    @property
+    def plot_right(self) -> int:
+        return self.width - PAD_RIGHT
+
+    @property
+    def empty(self) -> bool:
+        return not any(line.points for line in self.lines)
+
+
+def price_chart(*, row: MarketRow, window: str = "6h", now: datetime | None = None) -> Chart:
+    """The market price of one type over a window, with its floor and original price, and
+    for Lingjun the system average price as it moved."""
+    until = now or timezone.now()
+    since = until - CHART_WINDOWS.get(window, CHART_WINDOWS["6h"])
+    t = row.instance_type
+    history = price_histories(type_ids=[t.pk], since=since, until=until).get(t.pk, [])
+    series: list[tuple[str, str, History]] = [("Market price", "price", history)]
+    series.append(("Floor", "floor", [(since.timestamp(), row.floor)]))
+    series.append(("Original (pay-as-you-go)", "original", [(since.timestamp(), row.original)]))
+    if row.is_lingjun and history:
+        series.append(("System average", "average", _rolling_average(t, since, until)))
+    return _chart(series, since=since, until=until)
+
+
+def _rolling_average(t: InstanceType, since: datetime, until: datetime) -> History:
+    window = market_params().average_window_seconds
+    history = price_histories(
+        type_ids=[t.pk], since=since - timedelta(seconds=window), until=until
+    ).get(t.pk, [])
+    start, end = since.timestamp(), until.timestamp()
+    samples = [start + (end - start) * i / AVERAGE_SAMPLES for i in range(AVERAGE_SAMPLES + 1)]
+    points = []
+    for at in samples:
+        if history and history[0][0] <= at:
+            points.append((at, pricing.system_average(history, now=at, window=window)))
+    return points
+
+
+def _chart(series: list[tuple[str, str, History]], *, since: datetime, until: datetime) -> Chart:
+    start, end = since.timestamp(), until.timestamp()
+    clipped = [(label, kind, _clip(h, start, end)) for label, kind, h in series]
+    values = [p for _, _, h in clipped for _, p in h]
+    low, high = (min(values), max(values)) if values else (Decimal(0), Decimal(1))
+    margin = (high - low) * Decimal("0.08") or max(high * Decimal("0.1"), Decimal("0.01"))
+    low, high = max(low - margin, Decimal(0)), high + margin
+    plot_w = CHART_WIDTH - PAD_LEFT - PAD_RIGHT
+    plot_h = CHART_HEIGHT - PAD_TOP - PAD_BOTTOM
+
+    def x(at: float) -> float:
+        return PAD_LEFT + plot_w * (at - start) / ((end - start) or 1)
+
+    def y(price: Decimal) -> float:
+        return PAD_TOP + plot_h * float((high - price) / ((high - low) or 1))
+
+    lines = [
+        ChartLine(label, kind, _step_points(h, end, x, y), h[-1][1] if h else None)
+        for label, kind, h in clipped
+    ]
+    y_ticks = [(y(low + (high - low) * i / 4), f"¥{low + (high - low) * i / 4:.4f}")
+               for i in range(5)]
+    x_ticks = [(x(start + (end - start) * i / 4),
+                datetime.fromtimestamp(start + (end - start) * i / 4, UTC).strftime("%m-%d %H:%M"))
+               for i in range(5)]
+    return Chart(since=since, until=until, lines=lines, y_ticks=y_ticks, x_ticks=x_ticks,
+                 data=_uplot_data(clipped, end))
+
+
+def _clip(history: History, start: float, end: float) -> History:
+    """The part of a step function inside [start, end]; the price in force at `start` is
+    moved to `start`. Thinned by stride to at most MAX_CHART_POINTS points."""
+    index = max(bisect.bisect_right(history, start, key=lambda p: p[0]) - 1, 0)
+    points = [(max(at, start), price) for at, price in history[index:] if at <= end]
+    if len(points) > MAX_CHART_POINTS:
+        stride = -(-len(points) // MAX_CHART_POINTS)
+        points = points[::stride] + ([points[-1]] if (len(points) - 1) % stride else [])
+    return points
+
+
+def _step_points(history: History, end: float, x, y) -> str:
+    coords: list[str] = []
+    for i, (at, price) in enumerate(history):
+        until = history[i + 1][0] if i + 1 < len(history) else end
+        coords.append(f"{x(at):.1f},{y(price):.1f}")
+        coords.append(f"{x(until):.1f},{y(price):.1f}")
+    return " ".join(coords)
+
+
+def _uplot_data(series: list[tuple[str, str, History]], end: float) -> dict:
+    """Series on one shared time axis (uPlot's shape), each a step function."""
+    times = sorted({at for _, _, h in series for at, _ in h} | {end})
+    out = {"t": times, "series": []}
+    for label, kind, history in series:
+        keys = [at for at, _ in history]
+        values = []
+        for at in times:
+            index = bisect.bisect_right(keys, at) - 1
+            values.append(float(history[index][1]) if index >= 0 else None)
+        out["series"].append({"label": label, "kind": kind, "colour": LINE_STYLES[kind][0],
+                              "dash": LINE_STYLES[kind][1], "values": values})
+    return out
+
+
+# --- a job's bids against the market ----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RoleBidLine:
+    role_type: str
+    instance_type: str
+    bid_per_hour: Decimal
+    pod_count: int
+
+
+@dataclass(frozen=True)
+class BidHistory:
+    """A spot job's bid limits per role and the market prices of their instance types over
+    the job's lifetime (submission until it finished, or now)."""
+
+    job: Job
+    bids: list[RoleBidLine]
+    prices: dict[str, History]  # instance type name → price points
+    charts: dict[str, Chart]  # instance type name → bid(s) against the market price
+
+    @property
+    def empty(self) -> bool:
+        return not self.bids
+
+
+def role_bid_per_hour(role: JobRole) -> Decimal | None:
+    """The role's bid limit per instance-hour (None for a role without a valid bid)."""
+    if role.instance_type is None:
+        return None
+    try:
+        return pricing.bid_limit_per_hour(
+            role.instance_type.price_per_hour, discount=role.spot_discount_limit,
+            price_limit_per_minute=role.spot_price_limit,
+        )
+    except pricing.MarketError:
+        return None
+
+
+def job_bid_history(*, job: Job, now: datetime | None = None) -> BidHistory:
+    """Bid per hour against the market price points, for the job page (empty for jobs that
+    are not spot jobs)."""
+    if not job.is_spot:
+        return BidHistory(job=job, bids=[], prices={}, charts={})
+    until = job.finished_at or now or timezone.now()
+    since = min(job.submitted_at, until - timedelta(minutes=1))
+    bids = []
+    types: dict[str, InstanceType] = {}
+    for role in JobRole.objects.filter(job=job).select_related("instance_type"):
+        bid = role_bid_per_hour(role)
+        if bid is not None:
+            bids.append(RoleBidLine(role.role_type, role.instance_type.name, bid, role.pod_count))
+            types[role.instance_type.name] = role.instance_type
+    histories = price_histories(type_ids=[t.pk for t in types.values()], since=since, until=until)
+    prices = {name: histories.get(t.pk, []) for name, t in types.items()}
+    charts = {}
+    for name, history in prices.items():
+        series: list[tuple[str, str, History]] = [("Market price", "price", history)]
+        for b in bids:
+            if b.instance_type == name:
+                series.append((f"{b.role_type} bid", "bid", [(since.timestamp(), b.bid_per_hour)]))
+        charts[name] = _chart(series, since=since, until=until)
+    return BidHistory(job=job, bids=bids, prices=prices, charts=charts)

@@ -1,0 +1,50 @@
+// Upgrades the server-drawn SVG price charts (figure[data-price-chart]) to interactive
+// uPlot charts with a cursor that reads out every line. Without JavaScript, or without
+// uPlot, the SVG stays: this file only enhances.
+(function () {
+  "use strict";
+
+  function money(u, value) {
+    return value == null ? "—" : "¥" + value.toFixed(4) + "/h";
+  }
+
+  function upgrade(figure) {
+    if (typeof window.uPlot !== "function" || figure.dataset.upgraded) return;
+    var source = document.getElementById(figure.dataset.priceChart);
+    if (!source) return;
+    var data = JSON.parse(source.textContent);
+    var stepped = window.uPlot.paths.stepped({ align: 1 });
+    var series = [{ label: "Time (UTC)", value: "{YYYY}-{MM}-{DD} {HH}:{mm}:{ss}" }];
+    var columns = [data.t];
+    data.series.forEach(function (s) {
+      series.push({
+        label: s.label, stroke: s.colour, width: s.kind === "price" ? 2 : 1.5,
+        dash: s.dash ? s.dash.split(" ").map(Number) : undefined,
+        paths: stepped, value: money, spanGaps: false
+      });
+      columns.push(s.values);
+    });
+    var svg = figure.querySelector("svg");
+    var width = figure.clientWidth || 720;
+    var holder = document.createElement("div");
+    holder.className = "uplot-holder";
+    figure.insertBefore(holder, svg);
+    new window.uPlot({
+      width: width, height: 260, series: series, tzDate: function (ts) {
+        return window.uPlot.tzDate(new Date(ts * 1e3), "Etc/UTC");
+      },
+      axes: [{}, { values: function (u, ticks) { return ticks.map(function (v) { return "¥" + v.toFixed(2); }); }, size: 64 }]
+    }, columns, holder);
+    svg.style.display = "none";
+    var legend = figure.querySelector(".chart-legend");
+    if (legend) legend.hidden = true;
+    figure.dataset.upgraded = "1";
+  }
+
+  function upgradeAll(root) {
+    (root || document).querySelectorAll("figure[data-price-chart]").forEach(upgrade);
+  }
+
+  document.addEventListener("DOMContentLoaded", function () { upgradeAll(document); });
+  document.addEventListener("htmx:afterSettle", function (event) { upgradeAll(event.target); });
+})();

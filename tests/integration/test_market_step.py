@@ -1,0 +1,365 @@
+"""The live market tick on the database: bidding, gang starts, reclaims, AIMaster re-bids.
+
+Prices come from a replay CSV (exact and readable); the model's own moves are checked in
+test_market_model.py. ecs.g7.xlarge: original ¥0.80/h, floor ¥0.08/h, 20 public instances.
+The helpers at the top are shared by the other market and billing tests.
+"""
+
+from __future__ import annotations
+
+import random
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal as D
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from apps.billing.models import PodMeter
+from apps.jobs.models import Job, JobEvent, JobStatus, PodStatus
+from apps.jobs.services import job_admit, job_stop, job_submit
+from apps.jobs.specs import JobSpec, RoleSpec
+from apps.market.models import PricePoint
+from apps.market.services import market_params_set, market_step
+
+pytestmark = pytest.mark.django_db
+
+NOW = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
+G7, LJ = "ecs.g7.xlarge", "ml.gu8xf.8xlarge-gu108"
+
+
+@pytest.fixture(autouse=True)
+def _fast_passwords(settings):
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+def at(minutes: float = 0, seconds: float = 0) -> datetime:
+    return NOW + timedelta(minutes=minutes, seconds=seconds)
+
+
+def submit(personas, *, source: str = "spot", itype: str = G7, pods: int = 1,
+           discount: str | None = None, price_limit: str | None = None, aimaster: bool = False,
+           roles: list[RoleSpec] | None = None, now: datetime = NOW, ws: str = "ws_a",
+           user: str = "alice", name: str = "job", max_restarts: int = 3) -> Job:
+    """Submit and admit a job (Creating → Bidding or Queuing) at `now`."""
+    lingjun = itype.startswith("ml.")
+    spec = JobSpec(
+        display_name=name, user_command="python train.py", resource_source=source,
+        resource_type="Lingjun" if lingjun else "ECS", enable_aimaster=aimaster,
+        max_restarts=max_restarts,
+        vpc_id="vpc-1" if lingjun else "", vswitch_id="vsw-1" if lingjun else "",
+        security_group_id="sg-1" if lingjun else "",
+        roles=roles or [RoleSpec(
+            pod_count=pods, instance_type=itype,
+            spot_discount_limit=D(discount) if discount else None,
+            spot_price_limit=D(price_limit) if price_limit else None,
+        )],
+    )
+    job = job_submit(workspace=personas[ws], user=personas[user], spec=spec, now=now)
+    job_admit(job_pk=job.pk, now=now)
+    job.refresh_from_db()
+    return job
+
+
+def step(now: datetime):
+    return market_step(now=now, rng=random.Random(7))
+
+
+def reload(*jobs: Job) -> None:
+    for job in jobs:
+        job.refresh_from_db()
+
+
+def replay_writer(settings, tmp_path):
+    """A function that writes a replay CSV of (datetime, type, price) rows and switches the
+    market to it (the `replay` fixture of the market and billing tests)."""
+
+    def write(rows: list[tuple[datetime, str, str]]):
+        path = tmp_path / "prices.csv"
+        lines = ["timestamp,instance_type,price"]
+        lines += [f"{when.isoformat()},{itype},{price}" for when, itype, price in rows]
+        path.write_text("\n".join(lines) + "\n")
+        settings.MARKET_REPLAY_CSV = str(path)
+        return path
+
+    return write
+
+
+@pytest.fixture
+def replay(settings, tmp_path):
+    return replay_writer(settings, tmp_path)
+
+
+# --- bidding ---------------------------------------------------------------------------------
+
+
+def test_it_keeps_a_bid_below_the_market_price_bidding_and_says_why(personas, replay):
+    replay([(NOW, G7, "0.50")])
+    job = submit(personas, discount="0.4")  # ¥0.32/h
+    step(at(0))
+    reload(job)
+    assert job.status == JobStatus.BIDDING
+    assert job.pending_reason == "bid ¥0.32/h < market ¥0.50/h for ecs.g7.xlarge"
+    assert not job.pods.exists()
+
+
+def test_it_keeps_a_job_bidding_while_stock_cannot_cover_all_its_pods(personas, replay):
+    replay([(NOW, G7, "0.30")])
+    job = submit(personas, discount="0.9", pods=21)
+    step(at(0))
+    reload(job)
+    assert job.status == JobStatus.BIDDING
+    assert job.pending_reason == "stock: needs 21 instances of ecs.g7.xlarge, 20 free"
+
+
+def test_it_starts_a_job_when_its_bid_covers_the_price_and_stock_covers_every_pod(
+    personas, replay
+):
+    replay([(NOW, G7, "0.30")])
+    job = submit(personas, roles=[
+        RoleSpec(role_type="Worker", pod_count=3, instance_type=G7, spot_discount_limit=D("0.8")),
+        RoleSpec(role_type="PS", pod_count=1, instance_type=G7, spot_discount_limit=D("0.8")),
+    ])
+    report = step(at(0, 10))
+    reload(job)
+    assert report.started == 1
+    assert job.status == JobStatus.RUNNING and job.started_at == at(0, 10)
+    assert job.pending_reason == ""
+    assert [t.status for t in job.status_history.all()] == [
+        "Creating", "Bidding", "EnvPreparing", "Running"]
+    pods = list(job.pods.all())
+    assert len(pods) == 4
+    assert all(p.status == PodStatus.RUNNING and p.node is None and p.in_quota is None
+               and p.started_at == at(0, 10) for p in pods)
+    assert {p.pod_id for p in pods} >= {f"{job.job_id}-worker-0-a0", f"{job.job_id}-ps-0-a0"}
+    assert PodMeter.objects.filter(pod__job=job).count() == 4
+    event = JobEvent.objects.get(job=job, kind="BidAccepted")
+    assert event.message == "Bid accepted at ¥0.64/h (market ¥0.30/h)"
+
+
+def test_it_starts_a_bid_equal_to_the_market_price(personas, replay):
+    replay([(NOW, G7, "0.64")])
+    job = submit(personas, discount="0.8")  # ¥0.64/h
+    step(at(0))
+    reload(job)
+    assert job.status == JobStatus.RUNNING
+
+
+def test_it_accepts_a_price_limit_per_minute(personas, replay):
+    replay([(NOW, G7, "0.60")])
+    job = submit(personas, price_limit="0.011")  # the seed's SpotPriceLimit: ¥0.66/h
+    step(at(0))
+    reload(job)
+    assert job.status == JobStatus.RUNNING
+    assert job.events.get(kind="BidAccepted").message == "Bid accepted at ¥0.66/h (market ¥0.60/h)"
+
+
+def test_it_starts_a_gang_only_when_stock_covers_the_whole_job(personas, replay):
+    replay([(NOW, G7, "0.30")])
+    payg = submit(personas, source="public", pods=18, name="payg")
+    step(at(0))
+    reload(payg)
+    assert payg.status == JobStatus.RUNNING
+    three = submit(personas, discount="0.9", pods=3, name="three", now=at(1))
+    two = submit(personas, discount="0.5", pods=2, name="two", now=at(1))
+    step(at(1))
+    reload(three, two)
+    assert three.status == JobStatus.BIDDING and not three.pods.exists()
+    assert three.pending_reason == "stock: needs 3 instances of ecs.g7.xlarge, 2 free"
+    assert two.status == JobStatus.RUNNING and two.pods.count() == 2
+
+
+# --- pay-as-you-go -----------------------------------------------------------------------------
+
+
+def test_it_starts_a_public_job_on_the_public_pool_before_spot_takes_the_stock(personas, replay):
+    replay([(NOW, G7, "0.30")])
+    spot = submit(personas, discount="0.9", pods=20, name="spot", now=at(-5))
+    payg = submit(personas, source="public", pods=5, name="payg")
+    step(at(0))
+    reload(spot, payg)
+    assert payg.status == JobStatus.RUNNING
+    assert payg.events.get(kind="Started").message == "Started on the public pool"
+    assert all(p.node is None and p.in_quota is None for p in payg.pods.all())
+    assert spot.status == JobStatus.BIDDING
+    assert spot.pending_reason == "stock: needs 20 instances of ecs.g7.xlarge, 15 free"
+
+
+def test_it_keeps_a_public_job_queuing_when_pay_as_you_go_holds_the_pool(personas, replay):
+    replay([(NOW, G7, "0.30")])
+    submit(personas, source="public", pods=15, name="first")
+    step(at(0))
+    second = submit(personas, source="public", pods=6, name="second", now=at(1))
+    step(at(1))
+    reload(second)
+    assert second.status == JobStatus.QUEUING
+    assert "needs 6 instances of ecs.g7.xlarge, 5 not held by pay-as-you-go" in \
+        second.pending_reason
+
+
+# --- reclaims ----------------------------------------------------------------------------------
+
+
+def test_it_reclaims_an_ecs_spot_job_when_its_bid_falls_below_the_market(personas, replay):
+    replay([(NOW, G7, "0.30"), (at(1), G7, "0.70")])
+    job = submit(personas, discount="0.8")  # ¥0.64/h
+    step(at(0))
+    report = step(at(1))
+    reload(job)
+    assert report.reclaimed == 1
+    assert job.status == JobStatus.FAILED
+    assert job.reason_code == "SpotPriceExceeded"
+    assert "bid ¥0.64/h < market ¥0.70/h" in job.reason_message
+    pod = job.pods.get()
+    assert pod.status == PodStatus.PREEMPTED and pod.reason == "SpotPriceExceeded"
+    assert "bid ¥0.64/h < market ¥0.70/h for ecs.g7.xlarge" in pod.message
+    assert pod.finished_at == at(1)
+
+
+def test_it_holds_lingjun_to_the_system_average_not_the_market_price(personas, replay):
+    market_params_set(average_window_seconds=600)
+    replay([(NOW, LJ, "60"), (at(5), LJ, "150")])
+    job = submit(personas, itype=LJ, discount="0.5")  # ¥100/h
+    step(at(0))
+    reload(job)
+    assert job.status == JobStatus.RUNNING
+    step(at(5))  # market ¥150 > bid, but the average of the last 10 minutes is ¥60
+    step(at(8))  # (5 min × 60 + 3 min × 150) / 8 min = ¥93.75
+    reload(job)
+    assert job.status == JobStatus.RUNNING
+    step(at(10))  # (5 × 60 + 5 × 150) / 10 = ¥105 > ¥100
+    reload(job)
+    assert job.status == JobStatus.FAILED
+    assert job.reason_code == "SpotAveragePriceExceeded"
+    assert "bid ¥100.00/h < system average ¥105.00/h" in job.reason_message
+
+
+def test_it_reclaims_the_lowest_bids_first_when_pay_as_you_go_takes_the_stock(personas, replay):
+    replay([(NOW, G7, "0.30")])
+    low = submit(personas, discount="0.5", pods=10, name="low")
+    high = submit(personas, discount="0.9", pods=10, name="high")
+    step(at(0))
+    reload(low, high)
+    assert low.status == high.status == JobStatus.RUNNING
+    payg = submit(personas, source="public", pods=5, name="payg", now=at(1))
+    step(at(1))
+    reload(low, high, payg)
+    assert payg.status == JobStatus.RUNNING
+    assert high.status == JobStatus.RUNNING
+    assert low.status == JobStatus.FAILED and low.reason_code == "SpotStockShortage"
+    assert "lowest bids go first" in low.reason_message
+    assert set(low.pods.values_list("status", flat=True)) == {PodStatus.PREEMPTED}
+
+
+def test_it_sends_a_reclaimed_job_with_aimaster_back_to_bidding_and_runs_it_again(
+    personas, replay
+):
+    replay([(NOW, G7, "0.30"), (at(1), G7, "0.70"), (at(3), G7, "0.40")])
+    job = submit(personas, discount="0.8", aimaster=True)
+    step(at(0))
+    step(at(1))
+    reload(job)
+    assert job.status == JobStatus.BIDDING
+    assert job.reason_code == "SpotPriceExceeded"
+    assert (job.restart_times, job.attempt) == (1, 1)
+    assert job.restarts.get().cause == "SpotPriceExceeded"
+    step(at(2))
+    reload(job)
+    assert job.status == JobStatus.BIDDING
+    assert job.pending_reason == "bid ¥0.64/h < market ¥0.70/h for ecs.g7.xlarge"
+    step(at(3))
+    reload(job)
+    assert job.status == JobStatus.RUNNING
+    pods = {p.attempt: p for p in job.pods.all()}
+    assert pods[0].status == PodStatus.PREEMPTED and pods[1].status == PodStatus.RUNNING
+    assert pods[1].pod_id == f"{job.job_id}-worker-0-a1"
+    kinds = list(job.events.values_list("kind", flat=True))
+    assert kinds == ["Submitted", "Bidding", "BidAccepted", "Reclaimed", "Requeued",
+                     "BidAccepted", "Resumed"]
+    assert [t.status for t in job.status_history.all()] == [
+        "Creating", "Bidding", "EnvPreparing", "Running", "Bidding", "EnvPreparing", "Running"]
+
+
+def test_it_fails_a_reclaimed_job_once_aimaster_restarts_are_spent(personas, replay):
+    replay([(NOW, G7, "0.30"), (at(1), G7, "0.70")])
+    job = submit(personas, discount="0.8", aimaster=True, max_restarts=0)
+    step(at(0))
+    step(at(1))
+    reload(job)
+    assert job.status == JobStatus.FAILED and job.reason_code == "SpotPriceExceeded"
+    assert "restarts exhausted" in job.reason_message
+
+
+def test_it_lets_a_re_bid_wait_out_the_aimaster_backoff(personas, replay, settings):
+    settings.SCHEDULER_REQUEUE_BACKOFF_SECONDS = 120
+    replay([(NOW, G7, "0.30"), (at(1), G7, "0.70"), (at(2), G7, "0.30")])
+    job = submit(personas, discount="0.8", aimaster=True)
+    step(at(0))
+    step(at(1))
+    step(at(2))
+    reload(job)
+    assert job.status == JobStatus.BIDDING
+    assert job.pending_reason == "AIMaster backoff: bids again from 12:03:00 UTC"
+    step(at(3))
+    reload(job)
+    assert job.status == JobStatus.RUNNING
+
+
+def test_it_frees_the_stock_of_a_stopped_spot_job(personas, replay):
+    replay([(NOW, G7, "0.30")])
+    first = submit(personas, discount="0.9", pods=20, name="first")
+    step(at(0))
+    second = submit(personas, discount="0.9", pods=5, name="second", now=at(1))
+    step(at(1))
+    reload(second)
+    assert second.status == JobStatus.BIDDING
+    job_stop(job=first, by=personas["alice"], now=at(2))
+    step(at(2))
+    reload(second)
+    assert second.status == JobStatus.RUNNING
+
+
+# --- bookkeeping -------------------------------------------------------------------------------
+
+
+def test_it_writes_waiting_reasons_only_when_they_change(personas, replay):
+    replay([(NOW, G7, "0.50")])
+    job = submit(personas, discount="0.4")
+    step(at(0))
+    with CaptureQueriesContext(connection) as queries:
+        step(at(1))
+    writes = [q["sql"] for q in queries
+              if q["sql"].startswith("UPDATE") and "pending_reason" in q["sql"]]
+    assert writes == []
+    reload(job)
+    assert job.pending_reason.startswith("bid ¥0.32/h")
+
+
+def test_it_refreshes_the_quoted_price_of_a_waiting_job_within_a_minute(personas, replay, settings):
+    settings.MARKET_STEP_INTERVAL = 10
+    replay([(NOW, G7, "0.50"), (at(1), G7, "0.55")])
+    job = submit(personas, discount="0.4")
+    step(at(0))
+    seen = []
+    for tick in range(6):  # a minute of 10-second ticks: the job's turn comes once
+        step(at(1, 10 * tick))
+        reload(job)
+        seen.append(job.pending_reason)
+    assert seen[-1] == "bid ¥0.32/h < market ¥0.55/h for ecs.g7.xlarge"
+    assert len({i for i in range(1, 6) if seen[i] != seen[i - 1]}) <= 1
+
+
+def test_it_records_a_price_point_on_change_and_at_least_every_ten_minutes(personas, replay):
+    replay([(NOW, G7, "0.30"), (at(12), G7, "0.35")])
+    for minute in range(14):
+        step(at(minute))
+    points = list(PricePoint.objects.filter(instance_type__name=G7)
+                  .order_by("at").values_list("at", "price_per_hour"))
+    assert points == [(at(0), D("0.3000")), (at(10), D("0.3000")), (at(12), D("0.3500"))]
+
+
+def test_it_ignores_a_tick_at_or_before_the_last_one(personas, replay):
+    replay([(NOW, G7, "0.30")])
+    assert not step(at(1)).skipped
+    assert step(at(1)).skipped
+    assert step(at(0)).skipped

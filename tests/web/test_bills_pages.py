@@ -1,0 +1,121 @@
+"""The bills page and its CSV export: daily bills per workspace and job, the payType tag,
+pagination, and workspace scoping."""
+
+from __future__ import annotations
+
+import csv
+import io
+import random
+from datetime import timedelta
+from decimal import Decimal as D
+
+import pytest
+from django.urls import reverse
+from django.utils import timezone
+
+from apps.billing.models import BillLine
+from apps.billing.services import billing_accrue
+from apps.market.services import market_step
+from tests.integration.test_market_step import submit
+
+
+@pytest.fixture(autouse=True)
+def _fast_passwords(settings):
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture
+def billed(personas):
+    """Team A: a spot job and a pay-as-you-go job billed for 3 minutes each, and a line from
+    yesterday (a complete day). Team B (charlie): a pay-as-you-go job of its own."""
+    start = timezone.now().replace(second=0, microsecond=0) - timedelta(minutes=3)
+    spot = submit(personas, discount="0.9", now=start, name="spot-train")
+    payg = submit(personas, source="public", now=start, name="payg-train")
+    theirs = submit(personas, source="public", now=start, name="charlies-job", ws="ws_b",
+                    user="charlie")
+    market_step(now=start, rng=random.Random(1))
+    billing_accrue(now=start + timedelta(minutes=2, seconds=30))
+    line = BillLine.objects.filter(job=payg).first()
+    yesterday = line.day - timedelta(days=1)
+    BillLine.objects.create(workspace=line.workspace, job=payg, pod=line.pod,
+                            minute=line.minute - 1440, day=yesterday,
+                            instance_type=line.instance_type, price_per_hour=D("0.8"),
+                            amount=D("0.013333"), pay_type="postpaid")
+    return {"spot": spot, "payg": payg, "theirs": theirs, "yesterday": yesterday}
+
+
+def test_it_shows_daily_bills_per_workspace_and_job(alice_client, billed):
+    response = alice_client.get(reverse("billing:index"))
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert "spot-train" in html and "payg-train" in html
+    days = response.context["days"]
+    assert [d.complete for d in days] == [False, True]
+    assert days[1].day == billed["yesterday"] and days[1].postpaid == D("0.013333")
+    assert "complete" in html and "open" in html
+    assert "acs:pai:dlc:payType" in html
+
+
+def test_it_filters_by_the_pay_type_tag(alice_client, billed):
+    response = alice_client.get(reverse("billing:index"), {"pay_type": "spot"})
+    html = response.content.decode()
+    assert "spot-train" in html and "payg-train" not in html
+    assert all(d.postpaid == 0 for d in response.context["days"])
+    assert 'href="/bills/export.csv?pay_type=spot"' in html
+
+
+def test_it_pages_the_job_bills(alice_client, billed, settings):
+    settings.JOBS_PAGE_SIZE = 1
+    first = alice_client.get(reverse("billing:index"))
+    assert first.context["page"].paginator.num_pages == 3
+    second = alice_client.get(reverse("billing:index"), {"page": 2},
+                              headers={"HX-Request": "true", "HX-Target": "job-bills"})
+    html = second.content.decode()
+    assert html.lstrip().startswith('<div id="job-bills"') and "Page 2 of 3" in html
+
+
+def test_it_keeps_other_workspaces_bills_out_of_sight(client, personas, billed):
+    client.force_login(personas["charlie"])
+    html = client.get(reverse("billing:index")).content.decode()
+    assert "charlies-job" in html
+    assert "spot-train" not in html and "payg-train" not in html
+    rows = list(csv.reader(io.StringIO(b"".join(
+        client.get(reverse("billing:export")).streaming_content).decode())))
+    assert {r[3] for r in rows[1:]} == {"charlies-job"}
+
+
+def test_it_exports_the_bills_as_csv(alice_client, billed):
+    response = alice_client.get(reverse("billing:export"), {"pay_type": "postpaid"})
+    assert response.status_code == 200
+    assert response["Content-Type"].startswith("text/csv")
+    assert 'filename="bills-team-a-postpaid.csv"' in response["Content-Disposition"]
+    rows = list(csv.reader(io.StringIO(b"".join(response.streaming_content).decode())))
+    assert rows[0] == ["day", "workspace", "job_id", "job_name", "pod", "instance_type",
+                       "tag:acs:pai:dlc:payType", "minutes", "amount"]
+    payg = billed["payg"]
+    assert [r[0] for r in rows[1:]] == [billed["yesterday"].isoformat(), rows[2][0]]
+    assert rows[2][1:] == ["team-a", payg.job_id, "payg-train", f"{payg.job_id}-worker-0-a0",
+                           "ecs.g7.xlarge", "postpaid", "3", "0.039999"]
+
+
+@pytest.mark.parametrize("name", ["billing:index", "billing:export"])
+def test_it_asks_anonymous_visitors_to_log_in(client, db, name):
+    response = client.get(reverse(name))
+    assert response.status_code == 302 and "/login/" in response["Location"]
+
+
+def test_its_job_cost_partial_shows_cost_for_spot_and_usage_for_quota_jobs(billed):
+    from django.template.loader import render_to_string
+
+    from apps.billing.selectors import job_usage
+    from apps.jobs.models import Job
+
+    html = render_to_string("billing/_job_cost.html", {"usage": job_usage(job=billed["spot"])})
+    assert "Cost so far" in html and "acs:pai:dlc:payType=spot" in html
+    spot = billed["spot"]
+    quota = Job.objects.create(
+        workspace=spot.workspace, user=spot.user, display_name="q", user_command="x",
+        resource_source="quota", quota=spot.workspace.quotas.first(),
+        submitted_at=spot.submitted_at, status_changed_at=spot.submitted_at)
+    html = render_to_string("billing/_job_cost.html", {"usage": job_usage(job=quota)})
+    assert "PrePaid" in html and "GPU-hours" in html and "Cost so far" not in html

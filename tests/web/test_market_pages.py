@@ -1,0 +1,122 @@
+"""The market page, one instance type's page with its chart, and the create form's price panel."""
+
+from __future__ import annotations
+
+import random
+from datetime import timedelta
+
+import pytest
+from django.urls import reverse
+from django.utils import timezone
+
+from apps.market.services import market_params_set, market_step
+from tests.integration.test_market_step import submit
+
+G7, LJ = "ecs.g7.xlarge", "ml.gu8xf.8xlarge-gu108"
+
+
+@pytest.fixture(autouse=True)
+def _fast_passwords(settings):
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture
+def market(personas):
+    """A few ticks over the last ten minutes, with a running spot job on ecs.g7.xlarge."""
+    now = timezone.now()
+    submit(personas, discount="0.9", pods=3, now=now - timedelta(minutes=10))
+    submit(personas, discount="0.1", pods=2, now=now - timedelta(minutes=10), name="cheap")
+    for minutes in (10, 6, 2):
+        market_step(now=now - timedelta(minutes=minutes), rng=random.Random(minutes))
+    return now
+
+
+def test_it_lists_every_type_of_the_public_pool_with_price_range_and_stock(alice_client, market):
+    response = alice_client.get(reverse("market:index"))
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert G7 in html and LJ in html
+    assert "¥0.001333–¥0.013333" in html  # g7's range per minute
+    assert "¥0.08–¥0.80" in html  # and per hour
+    row = next(r for r in response.context["rows"] if r.instance_type.name == G7)
+    usage = (row.capacity, row.usage.spot_used, row.stock, row.usage.bidding_demand)
+    assert usage == (20, 3, 17, 2)
+    assert row.price is not None and row.floor <= row.price <= row.original
+
+
+def test_it_returns_only_the_table_to_its_own_poll(alice_client, market):
+    response = alice_client.get(reverse("market:index"), headers={
+        "HX-Request": "true", "HX-Target": "market-table"})
+    html = response.content.decode()
+    assert html.lstrip().startswith('<div id="market-table"')
+    assert "<html" not in html
+
+
+def test_it_draws_the_price_chart_with_floor_and_original_lines(alice_client, market):
+    response = alice_client.get(reverse("market:detail", args=[G7]))
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert "<svg" in html and 'data-kind="price"' in html
+    assert 'data-kind="floor"' in html and 'data-kind="original"' in html
+    assert 'data-kind="average"' not in html
+    assert 'id="price-chart-data"' in html  # the same data, for uPlot
+    assert "js/market-chart.js" in html
+
+
+def test_it_adds_the_system_average_to_a_lingjun_chart(alice_client, market):
+    response = alice_client.get(reverse("market:detail", args=[LJ]) + "?window=1h")
+    html = response.content.decode()
+    assert 'data-kind="average"' in html and "System average" in html
+
+
+def test_it_answers_404_for_a_type_the_public_pool_does_not_sell(alice_client, market):
+    assert alice_client.get(reverse("market:detail", args=["ecs.nope"])).status_code == 404
+
+
+def test_its_price_panel_shows_the_live_price_and_range(alice_client, market):
+    response = alice_client.get(reverse("market:price-panel"), {"r0-instance_type": G7},
+                                headers={"HX-Request": "true"})
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert 'class="price-panel"' in html and f'data-instance-type="{G7}"' in html
+    assert "¥0.001333–¥0.013333 per minute" in html and "stock 17 of 20" in html
+    assert "<html" not in html
+
+
+def test_its_price_panel_speaks_json_too(alice_client, market):
+    market_params_set(floor_ratio="0.2")
+    data = alice_client.get(reverse("market:price-panel"),
+                            {"instance_type": G7, "format": "json"}).json()
+    assert data["available"] and data["instance_type"] == G7
+    assert data["original_per_hour"] == "0.8000" and data["floor_per_hour"] == "0.1600"
+    assert data["stock"] == 17 and data["price_per_hour"] is not None
+    missing = alice_client.get(reverse("market:price-panel"),
+                               {"instance_type": "x", "format": "json"})
+    assert missing.status_code == 404
+    assert missing.json() == {"instance_type": "x", "available": False}
+
+
+def test_its_price_panel_asks_for_a_type_when_none_is_chosen(alice_client, market):
+    html = alice_client.get(reverse("market:price-panel")).content.decode()
+    assert "Choose an instance type" in html
+
+
+@pytest.mark.parametrize("name", ["market:index", "market:price-panel"])
+def test_it_asks_anonymous_visitors_to_log_in(client, db, name):
+    response = client.get(reverse(name))
+    assert response.status_code == 302 and "/login/" in response["Location"]
+
+
+def test_its_bid_history_partial_draws_bids_against_the_market_for_the_job_page(personas, market):
+    from django.template.loader import render_to_string
+
+    from apps.jobs.models import Job
+    from apps.market.selectors import job_bid_history
+
+    job = Job.objects.get(display_name="job")
+    history = job_bid_history(job=job, now=market)
+    assert [(b.role_type, str(b.bid_per_hour)) for b in history.bids] == [("Worker", "0.7200")]
+    html = render_to_string("market/_bid_history.html", {"bid_history": history})
+    assert 'id="bid-history"' in html and 'data-kind="bid"' in html and "¥0.7200/h" in html
+    quota_job = Job(resource_source="quota")
+    assert job_bid_history(job=quota_job).empty
