@@ -1,0 +1,103 @@
+"""Error responses in Alibaba Cloud's shape, and DLC names for the job spec's field paths.
+
+Every failure the API reports is an `ApplicationError` (code, message, HTTP status); the
+body is `{"RequestId", "Code", "Message"}`, which the SDK raises as an exception carrying
+the code and the status.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+
+from django.http import JsonResponse
+
+from apps.core.errors import ApplicationError, ValidationFailed
+
+
+def new_request_id() -> str:
+    return str(uuid.uuid4()).upper()
+
+
+def error_response(error: ApplicationError, *, request_id: str) -> JsonResponse:
+    body = {"RequestId": request_id, "Code": error.code, "Message": error.message}
+    return JsonResponse(body, status=error.status, headers={"x-acs-request-id": request_id})
+
+
+def invalid_parameter(name: str, message: str) -> ApplicationError:
+    return ApplicationError("InvalidParameter", f"{name}: {message}", field=name)
+
+
+def missing_parameter(name: str) -> ApplicationError:
+    return ApplicationError("MissingParameter", f"{name} is required.", field=name)
+
+
+def not_found(entity: str, ident: str) -> ApplicationError:
+    """404 for what does not exist and for what belongs to a workspace the caller cannot see."""
+    return ApplicationError(
+        f"EntityNotExist.{entity}", f"The {entity.lower()} {ident!r} does not exist.", status=404
+    )
+
+
+# Spec field path (apps.jobs.specs) → the CreateJob parameter a DLC user wrote.
+_TOP_LEVEL = {
+    "display_name": "DisplayName",
+    "job_type": "JobType",
+    "image": "JobSpecs[0].Image",
+    "user_command": "UserCommand",
+    "envs": "Envs",
+    "data_sources": "DataSources",
+    "code_source": "CodeSource",
+    "priority": "Priority",
+    "max_running_time_minutes": "JobMaxRunningTimeMinutes",
+    "success_policy": "SuccessPolicy",
+    "resource_type": "JobSpecs[0].EcsSpec",
+    "resource_source": "ResourceId",
+    "quota": "ResourceId",
+    "idle_mode": "Settings.OversoldType",
+    "vpc_id": "UserVpc.VpcId",
+    "vswitch_id": "UserVpc.SwitchId",
+    "security_group_id": "UserVpc.SecurityGroupId",
+    "enable_aimaster": "Settings.EnableErrorMonitoringInAIMaster",
+    "max_restarts": "Settings.ErrorMonitoringArgs",
+    "execution_mode": "Settings.ErrorMonitoringArgs",
+    "enable_easyckpt": "Settings.AdvancedSettings.EnableEasyCkpt",
+    "roles": "JobSpecs",
+}
+_ROLE = {
+    "role_type": "Type",
+    "pod_count": "PodCount",
+    "instance_type": "EcsSpec",
+    "cpu": "ResourceConfig.CPU",
+    "memory": "ResourceConfig.Memory",
+    "gpu": "ResourceConfig.GPU",
+    "image": "Image",
+    "restart_policy": "RestartPolicy",
+    "spot_discount_limit": "SpotSpec.SpotDiscountLimit",
+    "spot_price_limit": "SpotSpec.SpotPriceLimit",
+}
+_DATA_SOURCE = {"uri": "Uri", "mount_path": "MountPath"}
+_INDEXED = re.compile(r"^(roles|data_sources)\[(\d+)\]\.(\w+)$")
+
+
+def dlc_field(path: str) -> str:
+    """`roles[0].spot_price_limit` → `JobSpecs[0].SpotSpec.SpotPriceLimit`; unknown paths
+    come back unchanged."""
+    match = _INDEXED.match(path)
+    if match:
+        group, index, name = match.groups()
+        if group == "roles":
+            return f"JobSpecs[{index}].{_ROLE.get(name, name)}"
+        return f"DataSources[{index}].{_DATA_SOURCE.get(name, name)}"
+    return _TOP_LEVEL.get(path, path)
+
+
+def from_validation(error: ValidationFailed) -> ApplicationError:
+    """One InvalidParameter naming every problem with the DLC parameter names."""
+    problems = [
+        f"{dlc_field(path)}: {message}"
+        for path, messages in error.errors.items()
+        for message in messages
+    ]
+    first = dlc_field(error.field) if error.field else None
+    return ApplicationError("InvalidParameter", "; ".join(problems), field=first)

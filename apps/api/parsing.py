@@ -1,0 +1,449 @@
+"""DLC request → paiweb values: the CreateJob body as a `JobSpec`, and query parameters.
+
+Shapes and types are checked here (a string where a number belongs, a PodCount of "two");
+the rules of the create-job form are checked once, by `job_spec_resolve`, for the console
+and the API alike. Every problem becomes an InvalidParameter naming the DLC parameter.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any
+
+from apps.api.errors import invalid_parameter, missing_parameter
+from apps.api.serializers import IDLE_MODE
+from apps.cluster.models import InstanceType, Quota, ResourceType
+from apps.core.errors import ApplicationError
+from apps.jobs.models import ExecutionMode, IdleMode, ResourceSource
+from apps.jobs.specs import JobSpec, RoleSpec, as_decimal
+
+SPOT_STRATEGIES = ("SpotWithPriceLimit",)
+MAX_INT = 2**31 - 1  # what the database's integer columns hold
+MAX_MINUTES = 10 * 366 * 24 * 60
+MAX_CPU_MILLICORES = 10_000 * 1000
+MAX_MEMORY_MIB = 2**31 - 1
+MAX_GPUS = 1024
+_QUANTITY = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*$")
+_MEMORY_UNITS_MIB = {
+    "": 1024, "gi": 1024, "g": 1000**3 / 2**20, "mi": 1, "m": 1000**2 / 2**20,
+    "ki": 1 / 1024, "k": 1000 / 2**20, "ti": 1024 * 1024,
+}
+
+
+class Problems:
+    """Collects InvalidParameter messages keyed by DLC parameter path."""
+
+    def __init__(self) -> None:
+        self.items: list[tuple[str, str]] = []
+
+    def add(self, path: str, message: str) -> None:
+        self.items.append((path, message))
+
+    def raise_if_any(self) -> None:
+        if self.items:
+            path = self.items[0][0]
+            text = "; ".join(f"{p}: {m}" for p, m in self.items)
+            raise ApplicationError("InvalidParameter", text, field=path)
+
+    # Typed readers: each returns `default` when the key is absent (or null) and records a
+    # problem when the value has the wrong type.
+
+    def text(
+        self, data: dict, key: str, path: str, default: str = "", *, max_length: int | None = None
+    ) -> str:
+        value = data.get(key)
+        if value is None:
+            return default
+        if not isinstance(value, str):
+            self.add(path, "must be a string")
+            return default
+        if "\x00" in value:
+            self.add(path, "must not contain NUL characters")
+            return default
+        if max_length is not None and len(value) > max_length:
+            self.add(path, f"must be at most {max_length} characters")
+            return default
+        return value
+
+    def integer(
+        self, data: dict, key: str, path: str, default: int | None = None, *, maximum: int = MAX_INT
+    ) -> int | None:
+        value = data.get(key)
+        if value is None:
+            return default
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        if isinstance(value, bool) or not isinstance(value, int):
+            self.add(path, "must be an integer")
+            return default
+        if abs(value) > maximum:
+            self.add(path, f"must be at most {maximum}")
+            return default
+        return value
+
+    def boolean(self, data: dict, key: str, path: str, default: bool = False) -> bool:
+        value = data.get(key)
+        if value is None:
+            return default
+        if isinstance(value, str) and value.lower() in ("true", "false"):
+            return value.lower() == "true"
+        if not isinstance(value, bool):
+            self.add(path, "must be true or false")
+            return default
+        return value
+
+    def number(self, data: dict, key: str, path: str) -> Decimal | None:
+        value = data.get(key)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int | float | str):
+            self.add(path, "must be a number")
+            return None
+        try:
+            return as_decimal(value)
+        except ValueError:
+            self.add(path, "must be a number")
+            return None
+
+    def mapping(self, data: dict, key: str, path: str) -> dict:
+        value = data.get(key)
+        if value is None:
+            return {}
+        if not isinstance(value, dict):
+            self.add(path, "must be an object")
+            return {}
+        return value
+
+    def array(self, data: dict, key: str, path: str) -> list:
+        value = data.get(key)
+        if value is None:
+            return []
+        if not isinstance(value, list):
+            self.add(path, "must be an array")
+            return []
+        return value
+
+
+# --- CreateJob ---------------------------------------------------------------------------
+
+
+def workspace_id_of(body: dict) -> str:
+    value = body.get("WorkspaceId")
+    if value is None or value == "":
+        raise missing_parameter("WorkspaceId")
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        raise invalid_parameter("WorkspaceId", "must be a string")
+    return str(value)
+
+
+def job_spec_from_create_job(body: dict) -> JobSpec:
+    """The CreateJob body as a JobSpec. Raises InvalidParameter for shapes and types; the
+    form's rules are left to job_spec_resolve."""
+    p = Problems()
+    specs = p.array(body, "JobSpecs", "JobSpecs")
+    roles, spot = [], False
+    role_oversold: set[str] = set()
+    for i, item in enumerate(specs):
+        path = f"JobSpecs[{i}]"
+        if not isinstance(item, dict):
+            p.add(path, "must be an object")
+            continue
+        role, is_spot = _role(p, item, path)
+        roles.append(role)
+        spot = spot or is_spot
+        if oversold := p.text(item, "OversoldType", f"{path}.OversoldType"):
+            role_oversold.add(oversold)
+
+    quota = p.text(body, "ResourceId", "ResourceId").strip()
+    if not quota:
+        quota_ids = {p.text(s, "QuotaId", "JobSpecs.QuotaId") for s in specs if isinstance(s, dict)}
+        quota = next(iter(quota_ids - {""}), "") if len(quota_ids - {""}) == 1 else ""
+    if spot and quota:
+        p.add("ResourceId", "a spot job bids for public instances; leave ResourceId empty")
+    if spot:
+        source = ResourceSource.SPOT
+    else:
+        source = ResourceSource.QUOTA if quota else ResourceSource.PUBLIC
+
+    settings = p.mapping(body, "Settings", "Settings")
+    idle_mode = _idle_mode(p, settings, role_oversold, quota=bool(quota))
+    aimaster = p.boolean(settings, "EnableErrorMonitoringInAIMaster",
+                         "Settings.EnableErrorMonitoringInAIMaster")
+    mode, max_restarts = _error_monitoring_args(
+        p, p.text(settings, "ErrorMonitoringArgs", "Settings.ErrorMonitoringArgs")
+    )
+    advanced = p.mapping(settings, "AdvancedSettings", "Settings.AdvancedSettings")
+    easyckpt = p.boolean(advanced, "EnableEasyCkpt", "Settings.AdvancedSettings.EnableEasyCkpt")
+    vpc = p.mapping(body, "UserVpc", "UserVpc")
+
+    spec = JobSpec(
+        display_name=p.text(body, "DisplayName", "DisplayName"),
+        job_type=p.text(body, "JobType", "JobType"),
+        image=next((r.image for r in roles if r.image), ""),
+        user_command=p.text(body, "UserCommand", "UserCommand"),
+        envs=_envs(p, body),
+        data_sources=_data_sources(p, body),
+        code_source=_code_source(p, body),
+        priority=p.integer(body, "Priority", "Priority", default=1),
+        max_running_time_minutes=p.integer(body, "JobMaxRunningTimeMinutes",
+                                           "JobMaxRunningTimeMinutes", maximum=MAX_MINUTES),
+        success_policy=p.text(body, "SuccessPolicy", "SuccessPolicy", default="AllWorkers"),
+        resource_type=_resource_type(quota, roles),
+        resource_source=source,
+        quota=quota if source == ResourceSource.QUOTA else "",
+        idle_mode=idle_mode,
+        vpc_id=p.text(vpc, "VpcId", "UserVpc.VpcId", max_length=64),
+        vswitch_id=p.text(vpc, "SwitchId", "UserVpc.SwitchId", max_length=64),
+        security_group_id=p.text(vpc, "SecurityGroupId", "UserVpc.SecurityGroupId", max_length=64),
+        enable_aimaster=aimaster,
+        max_restarts=max_restarts,
+        execution_mode=mode,
+        enable_easyckpt=easyckpt,
+        roles=roles,
+    )
+    p.raise_if_any()
+    return spec
+
+
+def _role(p: Problems, item: dict, path: str) -> tuple[RoleSpec, bool]:
+    config = p.mapping(item, "ResourceConfig", f"{path}.ResourceConfig")
+    spot_spec = p.mapping(item, "SpotSpec", f"{path}.SpotSpec")
+    strategy = p.text(spot_spec, "SpotStrategy", f"{path}.SpotSpec.SpotStrategy")
+    if strategy and strategy not in SPOT_STRATEGIES:
+        p.add(f"{path}.SpotSpec.SpotStrategy", f"must be {' or '.join(SPOT_STRATEGIES)}")
+    is_spot = bool(spot_spec) or p.boolean(item, "UseSpotInstance", f"{path}.UseSpotInstance")
+    role = RoleSpec(
+        role_type=p.text(item, "Type", f"{path}.Type", default="Worker"),
+        pod_count=p.integer(item, "PodCount", f"{path}.PodCount", default=1, maximum=10**6),
+        instance_type=p.text(item, "EcsSpec", f"{path}.EcsSpec").strip(),
+        cpu=_cpu(p, config, f"{path}.ResourceConfig.CPU"),
+        memory=_memory(p, config, f"{path}.ResourceConfig.Memory"),
+        gpu=_gpu(p, config, f"{path}.ResourceConfig.GPU"),
+        image=p.text(item, "Image", f"{path}.Image", max_length=512),
+        restart_policy=p.text(item, "RestartPolicy", f"{path}.RestartPolicy", default="OnFailure"),
+        spot_discount_limit=p.number(spot_spec, "SpotDiscountLimit",
+                                     f"{path}.SpotSpec.SpotDiscountLimit"),
+        spot_price_limit=p.number(spot_spec, "SpotPriceLimit", f"{path}.SpotSpec.SpotPriceLimit"),
+    )
+    return role, is_spot
+
+
+def _quantity(p: Problems, config: dict, key: str, path: str) -> tuple[Decimal, str] | None:
+    value = config.get(key)
+    if value is None or value == "":
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        p.add(path, "must be a quantity such as \"4\" or \"16Gi\"")
+        return None
+    match = _QUANTITY.match(str(value))
+    if match is None:
+        p.add(path, f"{value!r} is not a quantity such as \"4\" or \"16Gi\"")
+        return None
+    return Decimal(match[1]), match[2].lower()
+
+
+def _cpu(p: Problems, config: dict, path: str) -> int | None:
+    """CPU cores ("4", 4, "0.5") or millicores ("500m") → millicores."""
+    parsed = _quantity(p, config, "CPU", path)
+    if parsed is None:
+        return None
+    amount, unit = parsed
+    if unit not in ("", "m"):
+        p.add(path, "give cores (\"4\") or millicores (\"500m\")")
+        return None
+    millicores = int(amount if unit == "m" else amount * 1000)
+    if millicores > MAX_CPU_MILLICORES:
+        p.add(path, f"must be at most {MAX_CPU_MILLICORES // 1000} cores")
+        return None
+    return millicores
+
+
+def _memory(p: Problems, config: dict, path: str) -> int | None:
+    """"16Gi", "512Mi", "16G" or a plain number of GiB → MiB."""
+    parsed = _quantity(p, config, "Memory", path)
+    if parsed is None:
+        return None
+    amount, unit = parsed
+    if unit not in _MEMORY_UNITS_MIB:
+        p.add(path, "give a size such as \"16Gi\" or \"512Mi\"")
+        return None
+    mib = int(amount * Decimal(str(_MEMORY_UNITS_MIB[unit])))
+    if mib > MAX_MEMORY_MIB:
+        p.add(path, "is too large")
+        return None
+    return mib
+
+
+def _gpu(p: Problems, config: dict, path: str) -> int | None:
+    parsed = _quantity(p, config, "GPU", path)
+    if parsed is None:
+        return None
+    amount, unit = parsed
+    if unit or amount != amount.to_integral_value() or amount > MAX_GPUS:
+        p.add(path, f"must be a whole number of GPUs up to {MAX_GPUS}")
+        return None
+    return int(amount)
+
+
+def _idle_mode(p: Problems, settings: dict, role_values: set[str], *, quota: bool) -> str:
+    value = p.text(settings, "OversoldType", "Settings.OversoldType")
+    path = "Settings.OversoldType"
+    if not value and role_values:
+        if len(role_values) > 1:
+            p.add("JobSpecs.OversoldType", "every JobSpec must use the same OversoldType")
+            return IdleMode.OFF
+        value, path = next(iter(role_values)), "JobSpecs[0].OversoldType"
+    elif value and role_values - {value}:
+        p.add("JobSpecs.OversoldType", "must agree with Settings.OversoldType")
+    if not value:
+        return IdleMode.OFF
+    if value not in IDLE_MODE:
+        p.add(path, f"must be one of {', '.join(IDLE_MODE)}")
+        return IdleMode.OFF
+    if not quota and value == "ForbiddenQuotaOverSold":
+        return IdleMode.OFF  # the default spelled out: harmless without a quota
+    return IDLE_MODE[value]
+
+
+def _error_monitoring_args(p: Problems, text: str) -> tuple[str, int]:
+    """--job-execution-mode=Sync|Async --enable-job-restart=True|False
+    --max-num-of-job-restart=N → (execution mode, max restarts). Other flags DLC knows
+    (hang detection and the like) are accepted and ignored."""
+    path = "Settings.ErrorMonitoringArgs"
+    mode, restart, max_restarts = ExecutionMode.SYNC, True, 3
+    try:
+        tokens = shlex.split(text)
+    except ValueError:
+        p.add(path, "cannot be split into --name=value flags")
+        return mode, max_restarts
+    i = 0
+    while i < len(tokens):
+        token = tokens[i]
+        i += 1
+        if not token.startswith("--"):
+            p.add(path, f"{token!r} is not a --name=value flag")
+            continue
+        name, has_value, value = token[2:].partition("=")
+        if not has_value and i < len(tokens) and not tokens[i].startswith("--"):
+            value, i = tokens[i], i + 1
+        if name == "job-execution-mode":
+            modes = {m.lower(): m for m in ExecutionMode.values}
+            if value.lower() not in modes:
+                p.add(path, "--job-execution-mode must be Sync or Async")
+            else:
+                mode = modes[value.lower()]
+        elif name == "enable-job-restart":
+            if value.lower() not in ("true", "false", "1", "0"):
+                p.add(path, "--enable-job-restart must be True or False")
+            else:
+                restart = value.lower() in ("true", "1")
+        elif name == "max-num-of-job-restart":
+            if not value.isdigit():
+                p.add(path, "--max-num-of-job-restart must be a whole number")
+            else:
+                max_restarts = int(value)
+    return mode, max_restarts if restart else 0
+
+
+def _envs(p: Problems, body: dict) -> dict:
+    envs = p.mapping(body, "Envs", "Envs")
+    for name, value in envs.items():
+        if "\x00" in name or (isinstance(value, str) and "\x00" in value):
+            p.add("Envs", "must not contain NUL characters")
+    return {str(k): v for k, v in envs.items()}
+
+
+def _data_sources(p: Problems, body: dict) -> list[dict]:
+    sources = []
+    for i, item in enumerate(p.array(body, "DataSources", "DataSources")):
+        path = f"DataSources[{i}]"
+        if not isinstance(item, dict):
+            p.add(path, "must be an object")
+            continue
+        ident = p.text(item, "DataSourceId", f"{path}.DataSourceId")
+        uri = p.text(item, "Uri", f"{path}.Uri") or (f"datasource://{ident}" if ident else "")
+        source = {"uri": uri, "mount_path": p.text(item, "MountPath", f"{path}.MountPath")}
+        if ident:
+            source["data_source_id"] = ident
+        sources.append(source)
+    return sources
+
+
+def _code_source(p: Problems, body: dict) -> dict:
+    item = p.mapping(body, "CodeSource", "CodeSource")
+    fields = {
+        "code_source_id": p.text(item, "CodeSourceId", "CodeSource.CodeSourceId"),
+        "branch": p.text(item, "Branch", "CodeSource.Branch"),
+        "commit": p.text(item, "Commit", "CodeSource.Commit"),
+        "mount_path": p.text(item, "MountPath", "CodeSource.MountPath"),
+    }
+    return {k: v for k, v in fields.items() if v}
+
+
+def _resource_type(quota: str, roles: list[RoleSpec]) -> str:
+    """CreateJob has no ResourceType: a quota's type decides, else the first EcsSpec's."""
+    if quota:
+        found = Quota.objects.filter(name=quota).values_list("resource_type", flat=True).first()
+        if found:
+            return found
+    names = [r.instance_type for r in roles if r.instance_type]
+    if names:
+        found = InstanceType.objects.filter(name=names[0]).values_list("resource_type", flat=True)
+        return found.first() or ResourceType.ECS
+    return ResourceType.ECS
+
+
+# --- query parameters --------------------------------------------------------------------
+
+
+def query_int(
+    query, name: str, *, default: int, minimum: int = 1, maximum: int | None = None
+) -> int:
+    raw = query.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise invalid_parameter(name, "must be an integer") from None
+    if value < minimum or (maximum is not None and value > maximum):
+        bound = f"from {minimum} to {maximum}" if maximum is not None else f"at least {minimum}"
+        raise invalid_parameter(name, f"must be {bound}")
+    return value
+
+
+def query_bool(query, name: str) -> bool | None:
+    raw = query.get(name)
+    if raw is None or raw == "":
+        return None
+    if raw.lower() in ("true", "1"):
+        return True
+    if raw.lower() in ("false", "0"):
+        return False
+    raise invalid_parameter(name, "must be true or false")
+
+
+def query_time(query, name: str) -> datetime | None:
+    """An ISO-8601 time (2026-11-29T10:00:00Z); without an offset it is taken as UTC."""
+    raw = query.get(name)
+    if raw is None or raw == "":
+        return None
+    try:
+        moment = datetime.fromisoformat(raw.strip().replace(" ", "T"))
+    except ValueError:
+        raise invalid_parameter(name, f"{raw!r} is not an ISO-8601 time such as "
+                                      "2026-11-29T10:00:00Z") from None
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def query_choice(query, name: str, choices: dict[str, Any]) -> Any:
+    raw = query.get(name)
+    if raw is None or raw == "":
+        return None
+    folded = {k.lower(): v for k, v in choices.items()}
+    if raw.lower() not in folded:
+        raise invalid_parameter(name, f"must be one of {', '.join(choices)}")
+    return folded[raw.lower()]

@@ -1,0 +1,389 @@
+"""Model → DLC dict: the response bodies of the API, field for field as the SDK's models
+name and type them (`from_map` fills every field it knows and ignores the rest).
+
+Times are ISO-8601 UTC (`2026-11-29T10:00:00Z`); absent values are left out, never null.
+A few fields the SDK does not model are added where a raw HTTP caller needs them; they are
+listed in docs/api.md.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import defaultdict
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any
+
+from apps.cluster.models import InstanceType, Quota
+from apps.jobs.models import Job, JobEvent, JobRole, Pod, ResourceSource, StatusTransition
+from apps.jobs.specs import spot_price_range_per_minute
+from apps.workspaces.models import Workspace
+
+# Job.idle_mode ↔ DLC's Settings.OversoldType
+OVERSOLD_TYPE = {
+    "off": "ForbiddenQuotaOverSold",
+    "acceptable": "AcceptQuotaOverSold",
+    "only_idle": "ForceQuotaOverSold",
+}
+IDLE_MODE = {value: key for key, value in OVERSOLD_TYPE.items()}
+IN_QUOTA, NOT_IN_QUOTA = "InQuota", "NotInQuota"
+MIB_PER_GIB = 1024
+
+
+def iso(moment: datetime | None) -> str | None:
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ") if moment else None
+
+
+def compact(data: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in data.items() if value is not None}
+
+
+def _float(value: Decimal | None) -> float | None:
+    return float(value) if value is not None else None
+
+
+def cpu_text(millicores: int) -> str:
+    return str(millicores // 1000) if millicores % 1000 == 0 else f"{millicores}m"
+
+
+def memory_text(mib: int) -> str:
+    return f"{mib // MIB_PER_GIB}Gi" if mib % MIB_PER_GIB == 0 else f"{mib}Mi"
+
+
+def pod_uid(pod: Pod) -> str:
+    """A stable UID per pod (DLC's PodUid tells history pods of one name apart)."""
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"paiweb:pod:{pod.pod_id}"))
+
+
+# --- jobs --------------------------------------------------------------------------------
+
+
+def error_monitoring_args(job: Job) -> str:
+    """AIMaster's settings in the ErrorMonitoringArgs syntax the DLC console writes."""
+    restart = job.max_restarts > 0
+    return (
+        f"--job-execution-mode={job.execution_mode} --enable-job-restart={restart} "
+        f"--max-num-of-job-restart={job.max_restarts}"
+    )
+
+
+def job_settings(job: Job) -> dict[str, Any]:
+    return compact(
+        {
+            "OversoldType": OVERSOLD_TYPE[job.idle_mode]
+            if job.resource_source == ResourceSource.QUOTA
+            else None,
+            "EnableErrorMonitoringInAIMaster": job.enable_aimaster,
+            "ErrorMonitoringArgs": error_monitoring_args(job) if job.enable_aimaster else None,
+            "AdvancedSettings": {"EnableEasyCkpt": job.enable_easyckpt},
+            "TerminationGracePeriodSeconds": job.termination_grace_seconds,
+        }
+    )
+
+
+def job_spec(job: Job, role: JobRole) -> dict[str, Any]:
+    itype = role.instance_type
+    spot = None
+    if role.spot_strategy:
+        spot = compact(
+            {
+                "SpotStrategy": role.spot_strategy,
+                "SpotDiscountLimit": _float(role.spot_discount_limit),
+                "SpotPriceLimit": _float(role.spot_price_limit),
+            }
+        )
+    quota = job.resource_source == ResourceSource.QUOTA
+    return compact(
+        {
+            "Type": role.role_type,
+            "PodCount": role.pod_count,
+            "Image": role.image or job.image or None,
+            "EcsSpec": itype.name if itype else None,
+            "ResourceConfig": compact(
+                {
+                    "CPU": cpu_text(role.cpu),
+                    "Memory": memory_text(role.memory),
+                    "GPU": str(role.gpu),
+                    "GPUType": (itype.gpu_model if itype else "") or None,
+                }
+            ),
+            "SpotSpec": spot,
+            "UseSpotInstance": bool(role.spot_strategy),
+            "RestartPolicy": role.restart_policy,
+            "QuotaId": job.quota.name if quota and job.quota_id else None,
+            "OversoldType": OVERSOLD_TYPE[job.idle_mode] if quota else None,
+        }
+    )
+
+
+def _finish_times(job: Job) -> dict[str, str | None]:
+    finished = iso(job.finished_at)
+    return {
+        "GmtFinishTime": finished,
+        "GmtSuccessedTime": finished if job.status == "Succeeded" else None,
+        "GmtFailedTime": finished if job.status == "Failed" else None,
+        "GmtStoppedTime": finished if job.status == "Stopped" else None,
+    }
+
+
+def _requests(roles: list[JobRole]) -> tuple[int, Decimal, Decimal]:
+    """Total CPU cores, GPUs and memory (GiB) the job asks for."""
+    cpu = sum(r.cpu * r.pod_count for r in roles)
+    gpu = sum(r.gpu * r.pod_count for r in roles)
+    memory = sum(r.memory * r.pod_count for r in roles)
+    return cpu // 1000, Decimal(gpu), Decimal(memory) / MIB_PER_GIB
+
+
+def _user_vpc(job: Job) -> dict[str, str] | None:
+    if not (job.vpc_id or job.vswitch_id or job.security_group_id):
+        return None
+    return compact(
+        {
+            "VpcId": job.vpc_id or None,
+            "SwitchId": job.vswitch_id or None,
+            "SecurityGroupId": job.security_group_id or None,
+        }
+    )
+
+
+def _job_common(job: Job, roles: list[JobRole]) -> dict[str, Any]:
+    """What GetJob and ListJobs report alike."""
+    cpu, _, _ = _requests(roles)
+    return {
+        "JobId": job.job_id,
+        "DisplayName": job.display_name,
+        "JobType": job.job_type,
+        "WorkspaceId": job.workspace.workspace_id,
+        "WorkspaceName": job.workspace.name,
+        "UserId": str(job.user_id),
+        "Status": job.status,
+        "SubStatus": job.sub_status or None,
+        "ReasonCode": job.reason_code or None,
+        "ReasonMessage": job.reason_message or None,
+        "GmtCreateTime": iso(job.created_at),
+        "GmtSubmittedTime": iso(job.submitted_at),
+        "GmtRunningTime": iso(job.started_at),
+        **_finish_times(job),
+        "Duration": int(job.duration_seconds or 0),
+        "Priority": job.priority,
+        "UserCommand": job.user_command,
+        "Envs": dict(job.envs),
+        "DataSources": [data_source(source) for source in job.data_sources],
+        "CodeSource": code_source(job.code_source),
+        "JobSpecs": [job_spec(job, role) for role in roles],
+        "JobMaxRunningTimeMinutes": job.max_running_time_minutes,
+        "ResourceId": job.quota.name if job.quota_id else None,
+        "ResourceType": job.resource_type,
+        "RestartTimes": f"{job.restart_times}/{job.max_restarts if job.enable_aimaster else 0}",
+        "Settings": job_settings(job),
+        "ElasticSpec": {"EnableAIMaster": job.enable_aimaster},
+        "RequestCPU": cpu,
+        "UserVpc": _user_vpc(job),
+    }
+
+
+def data_source(source: dict) -> dict[str, Any]:
+    return compact(
+        {
+            "DataSourceId": source.get("data_source_id") or None,
+            "Uri": source.get("uri") or None,
+            "MountPath": source.get("mount_path") or None,
+        }
+    )
+
+
+def code_source(source: dict) -> dict[str, Any] | None:
+    if not source:
+        return None
+    return compact(
+        {
+            "CodeSourceId": source.get("code_source_id") or source.get("uri") or None,
+            "Branch": source.get("branch") or None,
+            "Commit": source.get("commit") or None,
+            "MountPath": source.get("mount_path") or None,
+        }
+    )
+
+
+def job_detail(
+    job: Job, *, roles: list[JobRole], pods: list[Pod], history: list[StatusTransition]
+) -> dict[str, Any]:
+    """GetJob's body (without RequestId)."""
+    _, gpu, memory = _requests(roles)
+    return compact(
+        {
+            **_job_common(job, roles),
+            "RequestGPU": float(gpu),
+            "RequestMemory": float(memory),
+            "ResourceLevel": resource_level(job, pods),
+            "Pods": pod_tree(pods),
+            "StatusHistory": [status_transition(t) for t in history],
+        }
+    )
+
+
+def job_item(job: Job, *, roles: list[JobRole]) -> dict[str, Any]:
+    """One entry of ListJobs (the SDK types RequestGPU and RequestMemory as text here)."""
+    _, gpu, memory = _requests(roles)
+    return compact(
+        {
+            **_job_common(job, roles),
+            "RequestGPU": str(gpu),
+            "RequestMemory": format(memory.normalize(), "f"),
+            "NodeCount": str(sum(r.pod_count for r in roles)),
+            "Username": job.user.get_username(),
+            "ResourceQuotaName": job.quota.name if job.quota_id else None,
+            "UseOversoldResource": job.idle_mode != "off",
+        }
+    )
+
+
+def status_transition(entry: StatusTransition) -> dict[str, Any]:
+    return compact(
+        {
+            "Status": entry.status,
+            "StartTime": iso(entry.started_at),
+            "EndTime": iso(entry.ended_at),
+            "ReasonCode": entry.reason_code or None,
+            "ReasonMessage": entry.reason_message or None,
+        }
+    )
+
+
+def pod_resource_type(pod: Pod) -> str | None:
+    if pod.in_quota is None:
+        return None
+    return IN_QUOTA if pod.in_quota else NOT_IN_QUOTA
+
+
+def resource_level(job: Job, pods: list[Pod]) -> str | None:
+    """For quota jobs: whether the current pods run In Quota, Not in Quota, or Mixed."""
+    if job.resource_source != ResourceSource.QUOTA:
+        return None
+    kinds = {pod_resource_type(p) for p in pods if p.attempt == job.attempt} - {None}
+    if not kinds:
+        return None
+    return kinds.pop() if len(kinds) == 1 else "Mixed"
+
+
+def pod_item(pod: Pod) -> dict[str, Any]:
+    duration = None
+    if pod.started_at is not None and pod.finished_at is not None:
+        duration = max((pod.finished_at - pod.started_at).total_seconds(), 0.0)
+    return compact(
+        {
+            "PodId": pod.pod_id,
+            "PodUid": pod_uid(pod),
+            "Type": pod.role.role_type,
+            "Status": pod.status,
+            "SubStatus": pod.reason or None,
+            "NodeName": pod.node.name if pod.node_id else None,
+            "GmtCreateTime": iso(pod.created_at),
+            "GmtStartTime": iso(pod.started_at),
+            "GmtFinishTime": iso(pod.finished_at),
+            "ResourceType": pod_resource_type(pod),
+            "Duration": duration,
+        }
+    )
+
+
+def pod_tree(pods: list[Pod]) -> list[dict[str, Any]]:
+    """One entry per pod slot (role and index): its newest pod, with the pods it replaced
+    (earlier attempts: preempted, reclaimed, restarted) as HistoryPods, newest first."""
+    slots: dict[tuple[int, int], list[Pod]] = defaultdict(list)
+    for pod in pods:
+        slots[(pod.role_id, pod.index)].append(pod)
+    tree = []
+    for key in sorted(slots):
+        newest, *older = sorted(slots[key], key=lambda p: (-p.attempt, -p.pk))
+        item = pod_item(newest)
+        item["HistoryPods"] = [pod_item(p) for p in older]
+        tree.append(item)
+    return tree
+
+
+def event_line(event: JobEvent) -> str:
+    where = f" [{event.pod.pod_id}]" if event.pod_id else ""
+    return f"{iso(event.at)} {event.kind}{where}: {event.message}"
+
+
+# --- instance types and prices -------------------------------------------------------------
+
+
+def ecs_spec(
+    itype: InstanceType, *, spot_in_use: int = 0, payg_in_use: int = 0,
+    market_price: Decimal | None = None,
+) -> dict[str, Any]:
+    """ListEcsSpecs' EcsSpec, plus the SpotPriceLimit range (CNY per instance-minute).
+    `market_price` is the spot market's price now, CNY per instance-hour."""
+    low, high = spot_price_range_per_minute(itype)
+    sold = itype.public_capacity > 0
+    spot = sold and itype.spot_enabled
+    stock = itype.public_capacity - spot_in_use - payg_in_use
+    payment_types = (["PostPaid"] if sold else []) + (["Spot"] if spot else [])
+    return compact(
+        {
+            "InstanceType": itype.name,
+            "ResourceType": itype.resource_type,
+            "AcceleratorType": "GPU" if itype.gpu else "CPU",
+            "Cpu": itype.cpu // 1000,
+            "Memory": itype.memory // MIB_PER_GIB,
+            "Gpu": itype.gpu,
+            "GpuType": itype.gpu_model or None,
+            "IsAvailable": sold,
+            "PaymentTypes": payment_types,
+            "SpotStockStatus": ("WithStock" if stock > 0 else "WithoutStock") if spot else None,
+            # The market price as a fraction of the original (0.3: 70% cheaper).
+            "NonProtectSpotDiscount": float(round(market_price / itype.price_per_hour, 4))
+            if spot and market_price is not None and itype.price_per_hour else None,
+            # paiweb additions (the SDK's EcsSpec has no price fields):
+            "OriginalPricePerHour": float(itype.price_per_hour),
+            "SpotPriceLimitRange": {"Min": float(low), "Max": float(high)} if spot else None,
+        }
+    )
+
+
+# --- workspaces and quotas ----------------------------------------------------------------
+
+
+def workspace_item(
+    workspace: Workspace, *, admins: list[str], is_default: bool, creator: str | None
+) -> dict[str, Any]:
+    return compact(
+        {
+            "WorkspaceId": workspace.workspace_id,
+            "WorkspaceName": workspace.name,
+            "DisplayName": workspace.display_name or workspace.name,
+            "Description": workspace.description,
+            "Creator": creator,
+            "AdminNames": admins,
+            "GmtCreateTime": iso(workspace.created_at),
+            "GmtModifiedTime": iso(workspace.created_at),
+            "IsDefault": is_default,
+            "Status": "ENABLED",
+            "EnvTypes": ["prod"],
+        }
+    )
+
+
+def quota_item(quota: Quota, *, workspace_ids: list[str]) -> dict[str, Any]:
+    specs = [
+        {"Name": "CPU", "Type": "Cores", "Value": cpu_text(quota.min_cpu)},
+        {"Name": "Memory", "Type": "GiB", "Value": str(quota.min_memory // MIB_PER_GIB)},
+        {"Name": "GPU", "Type": "Count", "Value": str(quota.min_gpu)},
+    ]
+    return compact(
+        {
+            "Id": quota.name,
+            "Name": quota.name,
+            "DisplayName": quota.name,
+            "QuotaType": quota.resource_type,
+            "Mode": "isolate",
+            "ProductCode": "PAI",
+            "Specs": specs,
+            # paiweb additions:
+            "ParentId": quota.parent.name if quota.parent_id else None,
+            "QueueStrategy": quota.queue_strategy,
+            "WorkspaceIds": workspace_ids,
+        }
+    )

@@ -1,0 +1,537 @@
+"""The OpenAPI endpoints: thin views that authenticate, read, call one service, serialize.
+
+`endpoint(GET=…, POST=…)` turns handlers into one csrf-exempt view per path. A handler takes
+a `Call` (the request and the AccessKey that signed it) and returns the body without its
+RequestId; anything it raises becomes `{"RequestId", "Code", "Message"}` with the status the
+error carries, so bad input is never a 500.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+from django.core.exceptions import RequestDataTooBig
+from django.db.models import Count, Exists, OuterRef, Prefetch, Q, QuerySet
+from django.http import HttpRequest, JsonResponse
+from django.utils import timezone
+from django.views.decorators.csrf import csrf_exempt
+
+from apps.agent.logs import log_tail, pod_log_path
+from apps.api import parsing, serializers
+from apps.api.auth import authenticate
+from apps.api.errors import (
+    error_response,
+    from_validation,
+    invalid_parameter,
+    missing_parameter,
+    new_request_id,
+    not_found,
+)
+from apps.api.services import job_delete, job_priority_update
+from apps.cluster.models import InstanceType, Quota
+from apps.core.errors import ApplicationError, ValidationFailed
+from apps.jobs.models import (
+    Job,
+    JobEvent,
+    JobRole,
+    JobStatus,
+    Pod,
+    PodStatus,
+    ResourceSource,
+    StatusTransition,
+)
+from apps.jobs.services import job_stop, job_submit
+from apps.jobs.specs import spot_price_range_per_minute
+from apps.market.models import MarketState
+from apps.market.pricing import hour_to_per_minute
+from apps.market.selectors import price_histories
+from apps.workspaces.models import AccessKey, Membership, Workspace
+from apps.workspaces.selectors import workspace_for_user, workspace_list
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_PAGE_SIZE = 50
+MAX_PAGE_SIZE = 1000
+DEFAULT_LIST_WINDOW = timedelta(days=7)  # ListJobs without StartTime/EndTime, as DLC does
+MAX_EVENTS = 2000
+INTERNAL_ERROR = ApplicationError(
+    "InternalError", "The request processing has failed due to some unknown error.", status=500
+)
+
+
+@dataclass(frozen=True)
+class Call:
+    request: HttpRequest
+    key: AccessKey
+    now: datetime
+
+    @property
+    def user(self):
+        return self.key.user
+
+    @property
+    def query(self):
+        return self.request.GET
+
+
+Handler = Callable[..., dict[str, Any]]
+
+
+def endpoint(**handlers: Handler):
+    """One view for one path; `handlers` maps HTTP methods to handler functions."""
+
+    @csrf_exempt
+    def view(request: HttpRequest, **kwargs: str) -> JsonResponse:
+        request_id = new_request_id()
+        try:
+            handler = handlers.get(request.method or "")
+            if handler is None:
+                raise _unknown_action()
+            _refuse_nul(request, kwargs)
+            now = timezone.now()
+            call = Call(request=request, key=authenticate(request, now=now), now=now)
+            body = handler(call, **kwargs)
+        except ValidationFailed as error:
+            return error_response(from_validation(error), request_id=request_id)
+        except ApplicationError as error:
+            return error_response(error, request_id=request_id)
+        except RequestDataTooBig:
+            error = ApplicationError(
+                "InvalidParameter", "The request body is too large.", status=413
+            )
+            return error_response(error, request_id=request_id)
+        except Exception:
+            logger.exception("API request %s %s failed (RequestId %s)",
+                             request.method, request.path, request_id)
+            return error_response(INTERNAL_ERROR, request_id=request_id)
+        return JsonResponse({"RequestId": request_id, **body},
+                            headers={"x-acs-request-id": request_id})
+
+    return view
+
+
+def _unknown_action() -> ApplicationError:
+    return ApplicationError(
+        "InvalidAction.NotFound",
+        "Specified api is not found, please check your url and method.",
+        status=404,
+    )
+
+
+@csrf_exempt
+def unknown_action(request: HttpRequest, path: str = "") -> JsonResponse:
+    return error_response(_unknown_action(), request_id=new_request_id())
+
+
+def _refuse_nul(request: HttpRequest, kwargs: dict[str, str]) -> None:
+    """PostgreSQL cannot compare text holding NUL: refuse it before any query sees it."""
+    for name, value in [*request.GET.items(), *kwargs.items()]:
+        if "\x00" in value:
+            raise invalid_parameter(name, "must not contain NUL characters")
+
+
+def _json_body(call: Call) -> dict[str, Any]:
+    raw = call.request.body
+    if not raw.strip():
+        return {}
+    try:
+        data = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        raise ApplicationError("InvalidParameter", "The request body is not valid JSON.") from None
+    if not isinstance(data, dict):
+        raise ApplicationError("InvalidParameter", "The request body must be a JSON object.")
+    return data
+
+
+def _page(call: Call, items: QuerySet, *, default_size: int = DEFAULT_PAGE_SIZE) -> QuerySet:
+    number = parsing.query_int(call.query, "PageNumber", default=1)
+    size = parsing.query_int(call.query, "PageSize", default=default_size, maximum=MAX_PAGE_SIZE)
+    return items[(number - 1) * size : number * size]
+
+
+def _order(
+    call: Call, fields: dict[str, str], *, default: str, ascending: bool = False
+) -> list[str]:
+    """SortBy (one of `fields`, else `default`) and Order (asc|desc; desc unless told)."""
+    field = parsing.query_choice(call.query, "SortBy", fields) or fields[default]
+    order = parsing.query_choice(call.query, "Order", {"asc": "", "desc": "-"})
+    sign = ("" if ascending else "-") if order is None else order
+    return [f"{sign}{field}", f"{sign}pk"]
+
+
+# --- jobs --------------------------------------------------------------------------------
+
+
+def _visible_workspaces(call: Call) -> QuerySet[Workspace]:
+    return workspace_list(user=call.user)
+
+
+def _jobs(call: Call) -> QuerySet[Job]:
+    return Job.objects.filter(workspace__in=_visible_workspaces(call)).select_related(
+        "workspace", "quota", "user"
+    )
+
+
+def _roles() -> Prefetch:
+    return Prefetch("roles", queryset=JobRole.objects.select_related("instance_type"))
+
+
+def _job(call: Call, job_id: str) -> Job:
+    """The job, if it is in one of the caller's workspaces; 404 otherwise (never 403)."""
+    jobs = Job.objects.filter(job_id=job_id).select_related("workspace", "quota")
+    if not call.user.is_superuser:  # one join instead of workspace_list()'s subquery
+        jobs = jobs.filter(workspace__membership__user=call.user)
+    job = next(iter(jobs.order_by()[:1]), None)
+    if job is None:
+        raise not_found("Job", job_id)
+    return job
+
+
+def create_job(call: Call) -> dict[str, Any]:
+    body = _json_body(call)
+    workspace_id = parsing.workspace_id_of(body)
+    workspace = workspace_for_user(user=call.user, workspace_id=workspace_id)
+    if workspace is None:
+        raise not_found("Workspace", workspace_id)
+    spec = parsing.job_spec_from_create_job(body)
+    job = job_submit(workspace=workspace, user=call.user, spec=spec, now=call.now)
+    return {"JobId": job.job_id}
+
+
+def get_job(call: Call, job_id: str) -> dict[str, Any]:
+    job = _job(call, job_id)
+    roles = list(JobRole.objects.filter(job=job).select_related("instance_type"))
+    by_id = {role.pk: role for role in roles}
+    pods = list(Pod.objects.filter(job=job).select_related("node").order_by())
+    for pod in pods:
+        pod.role = by_id[pod.role_id]
+    history = list(StatusTransition.objects.filter(job=job))
+    return serializers.job_detail(job, roles=roles, pods=pods, history=history)
+
+
+PAYMENT_TYPES = {
+    "PrePaid": ResourceSource.QUOTA,
+    "PostPaid": ResourceSource.PUBLIC,
+    "Spot": ResourceSource.SPOT,
+}
+JOB_SORT = {
+    "GmtCreateTime": "created_at",
+    "GmtFinishTime": "finished_at",
+    "DisplayName": "display_name",
+    "JobType": "job_type",
+    "Status": "status",
+}
+# Statuses DLC documents; the *Reserving ones are accepted and never produced.
+KNOWN_STATUSES = {*JobStatus.values, "SucceededReserving", "FailedReserving"}
+
+
+def list_jobs(call: Call) -> dict[str, Any]:
+    query = call.query
+    jobs = _jobs(call)
+    if workspace_id := query.get("WorkspaceId"):
+        if workspace_for_user(user=call.user, workspace_id=workspace_id) is None:
+            raise not_found("Workspace", workspace_id)
+        jobs = jobs.filter(workspace_id=int(workspace_id))
+    if statuses := [s.strip() for s in query.get("Status", "").split(",") if s.strip()]:
+        if unknown := [s for s in statuses if s not in KNOWN_STATUSES]:
+            raise invalid_parameter("Status", f"{unknown[0]!r} is not a job status")
+        jobs = jobs.filter(status__in=statuses)
+    if source := parsing.query_choice(query, "PaymentType", PAYMENT_TYPES):
+        jobs = jobs.filter(resource_source=source)
+    if oversold := query.get("OversoldInfo"):
+        jobs = _filter_oversold(jobs, oversold)
+    if name := query.get("ResourceQuotaName"):
+        jobs = jobs.filter(quota__name__icontains=name)
+    if resource_id := query.get("ResourceId"):
+        jobs = jobs.filter(quota__name=resource_id)
+    if display_name := query.get("DisplayName"):
+        jobs = jobs.filter(display_name__icontains=display_name)
+    if job_id := query.get("JobId"):
+        jobs = jobs.filter(job_id=job_id)
+    if job_type := query.get("JobType"):
+        jobs = jobs.filter(job_type=job_type)
+    if username := query.get("Username"):
+        jobs = jobs.filter(user__username=username)
+    if parsing.query_bool(query, "ShowOwn"):
+        jobs = jobs.filter(user=call.user)
+    start, end = parsing.query_time(query, "StartTime"), parsing.query_time(query, "EndTime")
+    if start is None and end is None:
+        start = call.now - DEFAULT_LIST_WINDOW
+    if start is not None:
+        jobs = jobs.filter(created_at__gte=start)
+    if end is not None:
+        jobs = jobs.filter(created_at__lte=end)
+    total = jobs.count()
+    page = _page(call, jobs.order_by(*_order(call, JOB_SORT, default="GmtCreateTime")))
+    items = [serializers.job_item(job, roles=list(job.roles.all()))
+             for job in page.prefetch_related(_roles())]
+    return {"Jobs": items, "TotalCount": total}
+
+
+def _filter_oversold(jobs: QuerySet[Job], value: str) -> QuerySet[Job]:
+    """DLC's OversoldInfo: the idle mode, and for AcceptQuotaOverSold-true/-false whether the
+    job actually runs on idle resources now."""
+    mode, _, used = value.partition("-")
+    if mode not in serializers.IDLE_MODE or (used and mode != "AcceptQuotaOverSold") or (
+        used and used.lower() not in ("true", "false")
+    ):
+        raise invalid_parameter(
+            "OversoldInfo",
+            "must be ForbiddenQuotaOverSold, ForceQuotaOverSold, AcceptQuotaOverSold, "
+            "AcceptQuotaOverSold-true or AcceptQuotaOverSold-false",
+        )
+    jobs = jobs.filter(resource_source=ResourceSource.QUOTA, idle_mode=serializers.IDLE_MODE[mode])
+    if used:
+        borrowing = Pod.objects.filter(job=OuterRef("pk"), attempt=OuterRef("attempt"),
+                                       in_quota=False)
+        wanted = used.lower() == "true"
+        jobs = jobs.filter(Exists(borrowing)) if wanted else jobs.exclude(Exists(borrowing))
+    return jobs
+
+
+def update_job(call: Call, job_id: str) -> dict[str, Any]:
+    job = _job(call, job_id)
+    body = _json_body(call)
+    for name in ("UserCommand", "JobSpecs", "Description", "Accessibility"):
+        if body.get(name) is not None:
+            raise invalid_parameter(name, "cannot be changed; UpdateJob changes only Priority")
+    problems = parsing.Problems()
+    priority = problems.integer(body, "Priority", "Priority")
+    problems.raise_if_any()
+    if priority is None:
+        raise missing_parameter("Priority")
+    job_priority_update(job=job, priority=priority, by=call.user, now=call.now)
+    return {"JobId": job.job_id}
+
+
+def delete_job(call: Call, job_id: str) -> dict[str, Any]:
+    job = _job(call, job_id)
+    job_delete(job=job)
+    return {"JobId": job_id}
+
+
+def stop_job(call: Call, job_id: str) -> dict[str, Any]:
+    job = _job(call, job_id)
+    job_stop(job=job, by=call.user, now=call.now)
+    return {"JobId": job.job_id}
+
+
+def _events(call: Call, events: QuerySet[JobEvent]) -> list[str]:
+    start = parsing.query_time(call.query, "StartTime") or call.now - DEFAULT_LIST_WINDOW
+    end = parsing.query_time(call.query, "EndTime") or call.now
+    limit = parsing.query_int(call.query, "MaxEventsNum", default=MAX_EVENTS, maximum=MAX_EVENTS)
+    events = events.filter(at__gte=start, at__lte=end).select_related("pod").order_by("at", "pk")
+    return [serializers.event_line(e) for e in events[:limit]]
+
+
+def get_job_events(call: Call, job_id: str) -> dict[str, Any]:
+    job = _job(call, job_id)
+    return {"JobId": job.job_id, "Events": _events(call, job.events.all())}
+
+
+def _pod(call: Call, job: Job, pod_id: str) -> Pod:
+    pod = job.pods.select_related("role").filter(pod_id=pod_id).first()
+    uid = call.query.get("PodUid")
+    if pod is None or (uid and uid != serializers.pod_uid(pod)):
+        raise not_found("Pod", uid or pod_id)
+    return pod
+
+
+def get_pod_events(call: Call, job_id: str, pod_id: str) -> dict[str, Any]:
+    job = _job(call, job_id)
+    pod = _pod(call, job, pod_id)
+    return {
+        "JobId": job.job_id,
+        "PodId": pod.pod_id,
+        "PodUid": serializers.pod_uid(pod),
+        "Events": _events(call, job.events.filter(pod=pod)),
+    }
+
+
+def get_pod_logs(call: Call, job_id: str, pod_id: str) -> dict[str, Any]:
+    """The last MaxLines lines (default 2000) of the pod's output, as the agent wrote it.
+    The lines carry no time, so StartTime and EndTime are accepted and not applied."""
+    job = _job(call, job_id)
+    pod = _pod(call, job, pod_id)
+    pod.job = job
+    lines = parsing.query_int(call.query, "MaxLines", default=2000, maximum=100_000)
+    text, _ = log_tail(pod_log_path(pod), lines)
+    return {"JobId": job.job_id, "PodId": pod.pod_id, "PodUid": serializers.pod_uid(pod),
+            "Logs": text.splitlines()}
+
+
+# --- instance types and the spot market -----------------------------------------------------
+
+ECS_SORT = {"CPU": "cpu", "GPU": "gpu", "Memory": "memory", "GmtCreateTime": "pk"}
+
+
+def list_ecs_specs(call: Call) -> dict[str, Any]:
+    query = call.query
+    types = InstanceType.objects.all()
+    if accelerator := parsing.query_choice(query, "AcceleratorType", {"CPU": "CPU", "GPU": "GPU"}):
+        types = types.filter(gpu=0) if accelerator == "CPU" else types.filter(gpu__gt=0)
+    if names := [n.strip() for n in query.get("InstanceTypes", "").split(",") if n.strip()]:
+        types = types.filter(name__in=names)
+    if resource_type := parsing.query_choice(query, "ResourceType",
+                                             {"ECS": "ECS", "Lingjun": "Lingjun"}):
+        types = types.filter(resource_type=resource_type)
+    total = types.count()
+    page = list(_page(call, types.order_by(*_order(call, ECS_SORT, default="GmtCreateTime"))))
+    in_use = _public_instances_in_use([t.pk for t in page])
+    prices = MarketState.objects.in_bulk([t.pk for t in page])
+    specs = [
+        serializers.ecs_spec(t, spot_in_use=in_use[t.pk][ResourceSource.SPOT],
+                             payg_in_use=in_use[t.pk][ResourceSource.PUBLIC],
+                             market_price=getattr(prices.get(t.pk), "price_per_hour", None))
+        for t in page
+    ]
+    return {"EcsSpecs": specs, "TotalCount": total}
+
+
+def _public_instances_in_use(type_ids: list[int]) -> dict[int, dict[str, int]]:
+    """Live pods of pay-as-you-go and spot jobs per instance type: what the public pool lends."""
+    rows = (
+        Pod.objects.filter(
+            role__instance_type__in=type_ids,
+            status__in=[PodStatus.PENDING, PodStatus.RUNNING],
+            job__resource_source__in=[ResourceSource.PUBLIC, ResourceSource.SPOT],
+        )
+        .values("role__instance_type", "job__resource_source")
+        .annotate(n=Count("pk"))
+    )
+    used: dict[int, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    for row in rows:
+        used[row["role__instance_type"]][row["job__resource_source"]] = row["n"]
+    return used
+
+
+def price_history(
+    itype: InstanceType, *, start: datetime, end: datetime
+) -> list[tuple[datetime, Decimal]]:
+    """The market's prices of `itype` over [start, end] in CNY per instance-minute, oldest
+    first; the first is the price in force at `start` (set at or before it)."""
+    history = price_histories(type_ids=[itype.pk], since=start, until=end).get(itype.pk, [])
+    return [(datetime.fromtimestamp(at, UTC), hour_to_per_minute(price)) for at, price in history]
+
+
+def spot_prices(call: Call) -> dict[str, Any]:
+    """paiweb's spot price endpoint: the SpotPriceLimit range now and the price history."""
+    name = call.query.get("InstanceType", "").strip()
+    if not name:
+        raise missing_parameter("InstanceType")
+    itype = InstanceType.objects.filter(name=name).first()
+    if itype is None:
+        raise invalid_parameter("InstanceType", f"unknown instance type {name!r}")
+    if not itype.spot_enabled or itype.public_capacity == 0:
+        raise invalid_parameter("InstanceType", f"{name} is not sold as spot")
+    end = parsing.query_time(call.query, "EndTime") or call.now
+    start = parsing.query_time(call.query, "StartTime") or end - timedelta(days=1)
+    if start > end:
+        raise invalid_parameter("StartTime", "must not be after EndTime")
+    low, high = spot_price_range_per_minute(itype)
+    points = price_history(itype, start=start, end=end)
+    state = MarketState.objects.filter(instance_type=itype).first()
+    return serializers.compact({
+        "InstanceType": itype.name,
+        "ResourceType": itype.resource_type,
+        "Unit": "CNY/instance-minute",
+        "MinPrice": float(low),
+        "MaxPrice": float(high),
+        "Price": float(hour_to_per_minute(state.price_per_hour)) if state else None,
+        "StartTime": serializers.iso(start),
+        "EndTime": serializers.iso(end),
+        "Prices": [{"Time": serializers.iso(t), "Price": float(p)} for t, p in points],
+    })
+
+
+# --- workspaces and quotas (AIWorkspace 2021-02-04) -------------------------------------------
+
+WORKSPACE_SORT = {"GmtCreateTime": "created_at", "GmtModifiedTime": "created_at",
+                  "WorkspaceName": "name"}
+
+
+def _workspace_items(call: Call, workspaces: list[Workspace]) -> list[dict[str, Any]]:
+    admins: dict[int, list[str]] = defaultdict(list)
+    owners: dict[int, str] = {}
+    memberships = Membership.objects.filter(
+        workspace__in=workspaces, role__in=[Membership.Role.OWNER, Membership.Role.ADMIN]
+    ).select_related("user").order_by("pk")
+    for m in memberships:
+        admins[m.workspace_id].append(m.user.get_username())
+        if m.role == Membership.Role.OWNER:
+            owners.setdefault(m.workspace_id, str(m.user_id))
+    default = _visible_workspaces(call).values_list("pk", flat=True).first()
+    return [
+        serializers.workspace_item(w, admins=admins[w.pk], is_default=w.pk == default,
+                                   creator=owners.get(w.pk))
+        for w in workspaces
+    ]
+
+
+def list_workspaces(call: Call) -> dict[str, Any]:
+    query = call.query
+    workspaces = _visible_workspaces(call)
+    if name := query.get("WorkspaceName"):
+        workspaces = workspaces.filter(Q(name__icontains=name) | Q(display_name__icontains=name))
+    if ids := [i.strip() for i in query.get("WorkspaceIds", "").split(",") if i.strip()]:
+        workspaces = workspaces.filter(pk__in=[int(i) for i in ids if i.isdigit()])
+    if (status := query.get("Status")) and status.upper() != "ENABLED":
+        workspaces = workspaces.none()
+    total = workspaces.count()
+    ordered = workspaces.order_by(*_order(call, WORKSPACE_SORT, default="WorkspaceName",
+                                          ascending=True))
+    page = list(_page(call, ordered, default_size=20))
+    return {"Workspaces": _workspace_items(call, page), "TotalCount": total}
+
+
+def get_workspace(call: Call, workspace_id: str) -> dict[str, Any]:
+    workspace = workspace_for_user(user=call.user, workspace_id=workspace_id)
+    if workspace is None:
+        raise not_found("Workspace", workspace_id)
+    item = _workspace_items(call, [workspace])[0]
+    owner = (
+        Membership.objects.filter(workspace=workspace, role=Membership.Role.OWNER)
+        .select_related("user").order_by("pk").first()
+    )
+    if owner is not None:
+        item["Owner"] = {"UserId": str(owner.user_id), "UserName": owner.user.get_username(),
+                         "DisplayName": owner.user.get_full_name() or owner.user.get_username()}
+    return item
+
+
+def list_quotas(call: Call) -> dict[str, Any]:
+    """The quotas that serve the caller's workspaces."""
+    visible = list(_visible_workspaces(call).values_list("pk", flat=True))
+    quotas = Quota.objects.filter(workspaces__in=visible).distinct().select_related("parent")
+    if name := call.query.get("Name"):
+        quotas = quotas.filter(name=name)
+    quotas = list(quotas.order_by("name").prefetch_related("workspaces"))
+    items = [
+        serializers.quota_item(
+            q, workspace_ids=[w.workspace_id for w in q.workspaces.all() if w.pk in visible]
+        )
+        for q in quotas
+    ]
+    return {"Quotas": items, "TotalCount": len(items)}
+
+
+# --- the views, one per path ----------------------------------------------------------------
+
+jobs_view = endpoint(GET=list_jobs, POST=create_job)
+job_view = endpoint(GET=get_job, PUT=update_job, DELETE=delete_job)
+job_stop_view = endpoint(POST=stop_job)
+job_events_view = endpoint(GET=get_job_events)
+pod_events_view = endpoint(GET=get_pod_events)
+pod_logs_view = endpoint(GET=get_pod_logs)
+ecs_specs_view = endpoint(GET=list_ecs_specs)
+spot_prices_view = endpoint(GET=spot_prices)
+workspaces_view = endpoint(GET=list_workspaces)
+workspace_view = endpoint(GET=get_workspace)
+quotas_view = endpoint(GET=list_quotas)

@@ -1,0 +1,52 @@
+"""Writes to AccessKeys: create (the secret is returned once and stored encrypted),
+disable, enable, delete."""
+
+from __future__ import annotations
+
+from django.db import transaction
+from django.views.decorators.debug import sensitive_variables
+
+from apps.core.errors import ApplicationError
+from apps.workspaces.models import AccessKey
+
+MAX_ACCESS_KEYS_PER_USER = 5
+
+
+@sensitive_variables("secret")
+@transaction.atomic
+def access_key_create(*, user, description: str = "") -> tuple[AccessKey, str]:
+    """A new enabled key for `user`, and its secret: the only time the plain secret exists
+    outside the request that signs with it."""
+    if AccessKey.objects.select_for_update().filter(user=user).count() >= MAX_ACCESS_KEYS_PER_USER:
+        raise ApplicationError(
+            "AccessKeyLimitExceeded",
+            f"You already have {MAX_ACCESS_KEYS_PER_USER} access keys; delete one first.",
+            status=409,
+        )
+    key_id, secret = AccessKey.new_pair()
+    key = AccessKey(user=user, key_id=key_id, description=description.strip())
+    key.set_secret(secret)
+    key.save()
+    return key, secret
+
+
+def access_key_disable(*, key: AccessKey) -> AccessKey:
+    """Signatures made with a disabled key are refused from the next request on."""
+    AccessKey.objects.filter(pk=key.pk).update(enabled=False)
+    key.enabled = False
+    return key
+
+
+def access_key_enable(*, key: AccessKey) -> AccessKey:
+    AccessKey.objects.filter(pk=key.pk).update(enabled=True)
+    key.enabled = True
+    return key
+
+
+def access_key_delete(*, key: AccessKey) -> None:
+    """Only a disabled key may be deleted, so a key in use is never lost with one click."""
+    if key.enabled:
+        raise ApplicationError(
+            "AccessKeyEnabled", f"Disable {key.key_id} before deleting it.", status=409
+        )
+    key.delete()

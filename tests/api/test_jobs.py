@@ -1,0 +1,297 @@
+"""The job calls of PAI-DLC 2020-12-03 through the official SDK: CreateJob, GetJob,
+ListJobs, UpdateJob, StopJob, DeleteJob, GetJobEvents, GetPodEvents, GetPodLogs."""
+
+from __future__ import annotations
+
+import inspect
+import re
+from datetime import timedelta
+
+import pytest
+from alibabacloud_pai_dlc20201203.models import (
+    GetJobEventsRequest,
+    GetJobRequest,
+    GetPodEventsRequest,
+    GetPodLogsRequest,
+    ListJobsRequest,
+    UpdateJobRequest,
+)
+from django.utils import timezone
+
+from apps.agent.logs import pod_log_path
+from apps.jobs.models import Job, JobStatus, Pod, PodStatus
+from tests.api.conftest import quota_job_body, sdk_error, spot_job_body
+
+ISO_UTC = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$")
+AIMASTER = {
+    "OversoldType": "AcceptQuotaOverSold",
+    "EnableErrorMonitoringInAIMaster": True,
+    "ErrorMonitoringArgs": "--job-execution-mode=Async --enable-job-restart=True "
+                           "--max-num-of-job-restart=5 --enable-log-hang-detection=True",
+    "AdvancedSettings": {"EnableEasyCkpt": True},
+}
+
+
+def test_it_creates_a_quota_job_with_idle_resources_aimaster_and_easyckpt(dlc, create_job, ws_a):
+    job_id = create_job(quota_job_body(ws_a, Priority=4, Settings=AIMASTER,
+                                       JobMaxRunningTimeMinutes=90))
+
+    job = Job.objects.get(job_id=job_id)
+    assert (job.resource_source, job.quota.name, job.idle_mode) == ("quota", "team-a", "acceptable")
+    assert (job.enable_aimaster, job.execution_mode, job.max_restarts) == (True, "Async", 5)
+    assert job.enable_easyckpt and job.priority == 4 and job.max_running_time_minutes == 90
+    role = job.roles.get()
+    assert (role.cpu, role.memory, role.gpu, role.pod_count) == (8000, 32768, 2, 2)
+
+    body = dlc.get_job(job_id, GetJobRequest()).body
+    assert body.settings.oversold_type == "AcceptQuotaOverSold"
+    assert body.settings.enable_error_monitoring_in_aimaster is True
+    assert body.settings.error_monitoring_args == (
+        "--job-execution-mode=Async --enable-job-restart=True --max-num-of-job-restart=5"
+    )
+    assert body.settings.advanced_settings == {"EnableEasyCkpt": True}
+    assert body.restart_times == "0/5"
+    assert body.resource_id == "team-a" and body.resource_type == "ECS"
+
+
+def test_it_turns_off_restarts_when_aimaster_says_so(create_job, ws_a):
+    settings = {"EnableErrorMonitoringInAIMaster": True,
+                "ErrorMonitoringArgs": "--enable-job-restart=False"}
+    job = Job.objects.get(job_id=create_job(quota_job_body(ws_a, Settings=settings)))
+    assert (job.enable_aimaster, job.max_restarts, job.execution_mode) == (True, 0, "Sync")
+
+
+@pytest.mark.parametrize(
+    ("oversold", "idle_mode"),
+    [("ForbiddenQuotaOverSold", "off"), ("AcceptQuotaOverSold", "acceptable"),
+     ("ForceQuotaOverSold", "only_idle")],
+)
+def test_it_maps_oversold_type_to_the_idle_mode(create_job, ws_a, oversold, idle_mode):
+    job_id = create_job(quota_job_body(ws_a, Settings={"OversoldType": oversold}))
+    assert Job.objects.get(job_id=job_id).idle_mode == idle_mode
+
+
+def test_it_creates_a_pay_as_you_go_job_without_resource_id(dlc, create_job, ws_a):
+    body = spot_job_body(ws_a)
+    del body["JobSpecs"][0]["SpotSpec"]
+    job_id = create_job(body)
+    job = Job.objects.get(job_id=job_id)
+    assert (job.resource_source, job.quota, job.status) == ("public", None, "Queuing")
+    detail = dlc.get_job(job_id, GetJobRequest()).body
+    assert detail.resource_id is None and detail.job_specs[0].spot_spec is None
+
+
+def test_get_job_sends_the_fields_newer_sdks_model(raw, create_job, ws_a):
+    job_id = create_job(quota_job_body(ws_a, UserVpc={"VpcId": "vpc-1"}))
+    body = raw.send("GET", f"/api/v1/jobs/{job_id}").json()
+    assert (body["RequestCPU"], body["RequestGPU"], body["RequestMemory"]) == (16, 4.0, 64.0)
+    assert body["UserVpc"] == {"VpcId": "vpc-1"}
+    assert body["JobSpecs"][0]["QuotaId"] == "team-a"
+    assert body["Settings"]["TerminationGracePeriodSeconds"] == 30
+    assert all(isinstance(p["Duration"], float) for p in body["Pods"] if "Duration" in p)
+
+
+def test_get_job_reports_every_field_in_the_sdk_types(dlc, create_job, ws_a):
+    job_id = create_job(quota_job_body(ws_a, Envs={"EPOCHS": "3"},
+                                       DataSources=[{"Uri": "oss://bucket/imagenet/",
+                                                     "MountPath": "/mnt/data/imagenet/"}],
+                                       UserVpc={"VpcId": "vpc-1", "SwitchId": "vsw-1",
+                                                "SecurityGroupId": "sg-1"}))
+    body = dlc.get_job(job_id, GetJobRequest()).body
+
+    assert (body.job_id, body.display_name, body.job_type) == (job_id, "train-resnet", "PyTorchJob")
+    assert body.workspace_id == ws_a and body.workspace_name == "team-a"
+    # The scheduler places it at once (tasks run eagerly in tests).
+    assert body.status in ("EnvPreparing", "Running")
+    for stamp in (body.gmt_create_time, body.gmt_submitted_time, body.gmt_running_time):
+        assert ISO_UTC.match(stamp)
+    assert isinstance(body.duration, int) and isinstance(body.priority, int)
+    assert body.restart_times == "0/0"
+    assert body.envs == {"EPOCHS": "3"}
+    assert body.data_sources[0].uri == "oss://bucket/imagenet/"
+    assert body.data_sources[0].mount_path == "/mnt/data/imagenet/"
+    history = [h.status for h in body.status_history]
+    assert history[:3] == ["Creating", "Queuing", "EnvPreparing"] and history[-1] == body.status
+    assert all(ISO_UTC.match(h.start_time) for h in body.status_history)
+    assert body.status_history[0].end_time == body.status_history[1].start_time
+    [spec] = body.job_specs
+    assert (spec.type, spec.pod_count, spec.image) == ("Worker", 2, "pytorch:2.3")
+    assert spec.resource_config.to_map() == {"CPU": "8", "Memory": "32Gi", "GPU": "2"}
+    if hasattr(body, "request_cpu"):  # not in SDK 1.4.17's model; always on the wire
+        assert body.request_cpu == 16 and body.request_gpu == 4.0 and body.request_memory == 64.0
+    assert body.settings.oversold_type == "ForbiddenQuotaOverSold"
+    assert body.resource_level == "InQuota"
+    pods = body.pods
+    assert len(pods) == 2 and {p.type for p in pods} == {"Worker"}
+    assert all(p.status == "Running" and p.resource_type == "InQuota" for p in pods)
+    assert all(p.history_pods == [] and p.pod_uid and ISO_UTC.match(p.gmt_start_time)
+               for p in pods)
+    if hasattr(body, "user_vpc"):  # the current SDK models UserVpc on GetJob
+        assert body.user_vpc.vpc_id == "vpc-1"
+
+
+def test_get_job_shows_the_pods_a_restart_replaced_as_history_pods(dlc, create_job, ws_a):
+    job_id = create_job(quota_job_body(ws_a, Settings=AIMASTER))
+    job = Job.objects.get(job_id=job_id)
+    first = list(job.pods.order_by("index"))
+    now = timezone.now()
+    job.pods.update(status=PodStatus.PREEMPTED, reason="Preempted", finished_at=now)
+    Job.objects.filter(pk=job.pk).update(attempt=1, restart_times=1)
+    for old in first:
+        Pod.objects.create(job=job, role=old.role, index=old.index, attempt=1,
+                           pod_id=old.pod_id.replace("-a0", "-a1"), node=old.node,
+                           in_quota=False, status=PodStatus.RUNNING,
+                           started_at=now + timedelta(seconds=5))
+
+    body = dlc.get_job(job_id, GetJobRequest()).body
+
+    assert body.restart_times == "1/5"
+    assert body.resource_level == "NotInQuota"
+    assert [p.pod_id for p in body.pods] == [p.pod_id.replace("-a0", "-a1") for p in first]
+    for pod, old in zip(body.pods, first, strict=True):
+        assert (pod.status, pod.resource_type) == ("Running", "NotInQuota")
+        [history] = pod.history_pods
+        assert (history.pod_id, history.status) == (old.pod_id, "Preempted")
+        assert history.pod_uid != pod.pod_uid
+
+
+def test_list_jobs_filters_sorts_and_pages(dlc, dlc_for, raw, create_job, ws_a):
+    quota_id = create_job(quota_job_body(ws_a, DisplayName="alpha-quota",
+                                         Settings={"OversoldType": "AcceptQuotaOverSold"}))
+    spot_id = create_job(spot_job_body(ws_a, DisplayName="beta-spot"))
+    bob_id = create_job(spot_job_body(ws_a, DisplayName="gamma-bob"), client=dlc_for("bob"))
+
+    def ids(**params) -> list[str]:
+        if set(params) <= set(inspect.signature(ListJobsRequest).parameters):
+            return [j.job_id for j in dlc.list_jobs(ListJobsRequest(**params)).body.jobs]
+        # SDK 1.4.17 has no PaymentType yet: the same query, signed by hand.
+        query = {"".join(w.title() for w in k.split("_")): v for k, v in params.items()}
+        return [j["JobId"] for j in raw.send("GET", "/api/v1/jobs", query=query).json()["Jobs"]]
+
+    assert ids() == [bob_id, spot_id, quota_id]  # newest first
+    assert ids(sort_by="DisplayName", order="asc") == [quota_id, spot_id, bob_id]
+    assert ids(status="Bidding") == [bob_id, spot_id]
+    assert ids(payment_type="PrePaid") == [quota_id]
+    assert ids(payment_type="Spot") == [bob_id, spot_id]
+    assert ids(payment_type="PostPaid") == []
+    assert ids(oversold_info="AcceptQuotaOverSold") == [quota_id]
+    assert ids(oversold_info="AcceptQuotaOverSold-false") == [quota_id]  # all pods In Quota
+    assert ids(oversold_info="AcceptQuotaOverSold-true") == []
+    assert ids(oversold_info="ForbiddenQuotaOverSold") == []
+    assert ids(resource_quota_name="team") == [quota_id]
+    assert ids(show_own=True) == [spot_id, quota_id]
+    assert ids(display_name="BETA") == [spot_id]
+    assert ids(workspace_id=ws_a, page_size=2, page_number=2) == [quota_id]
+    tomorrow = (timezone.now() + timedelta(days=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    assert ids(start_time=tomorrow) == []
+
+    page = dlc.list_jobs(ListJobsRequest(page_size=1)).body
+    assert page.total_count == 3 and len(page.jobs) == 1
+    item = dlc.list_jobs(ListJobsRequest(job_id=quota_id)).body.jobs[0]
+    assert (item.username, item.resource_quota_name, item.node_count) == ("alice", "team-a", "2")
+    assert (item.request_gpu, item.request_memory, item.use_oversold_resource) == ("4", "64", True)
+    assert item.job_specs[0].pod_count == 2 and item.settings.oversold_type == "AcceptQuotaOverSold"
+
+
+def test_it_stops_a_job_and_refuses_to_stop_it_twice(dlc, create_job, ws_a):
+    job_id = create_job(spot_job_body(ws_a))
+    assert dlc.stop_job(job_id).body.job_id == job_id
+    body = dlc.get_job(job_id, GetJobRequest()).body
+    assert body.status == "Stopped" and body.reason_code == "JobStoppedByUser"
+    assert ISO_UTC.match(body.gmt_stopped_time) and body.gmt_finish_time == body.gmt_stopped_time
+    with pytest.raises(Exception) as caught:
+        dlc.stop_job(job_id)
+    assert sdk_error(caught) == ("JobAlreadyFinished", 409)
+
+
+def test_it_deletes_only_finished_jobs(dlc, create_job, ws_a):
+    job_id = create_job(spot_job_body(ws_a))
+    with pytest.raises(Exception) as caught:
+        dlc.delete_job(job_id)
+    assert sdk_error(caught) == ("JobNotFinished", 409)
+    dlc.stop_job(job_id)
+    assert dlc.delete_job(job_id).body.job_id == job_id
+    assert not Job.objects.filter(job_id=job_id).exists()
+    with pytest.raises(Exception) as caught:
+        dlc.get_job(job_id, GetJobRequest())
+    assert sdk_error(caught) == ("EntityNotExist.Job", 404)
+
+
+def test_it_changes_the_priority_of_a_queued_quota_job(dlc, create_job, ws_a):
+    job_id = create_job(quota_job_body(ws_a, ResourceId="team-a",
+                                       JobSpecs=[{"Type": "Worker", "PodCount": 1,
+                                                  "ResourceConfig": {"CPU": "4", "Memory": "8Gi",
+                                                                     "GPU": "64"}}]))
+    assert Job.objects.get(job_id=job_id).status == JobStatus.QUEUING  # too big to place
+    dlc.update_job(job_id, UpdateJobRequest(priority=7))
+    assert Job.objects.get(job_id=job_id).priority == 7
+    assert "PriorityChanged" in " ".join(
+        dlc.get_job_events(job_id, GetJobEventsRequest()).body.events)
+
+
+@pytest.mark.parametrize(
+    ("make", "request_", "code", "status"),
+    [
+        ("spot", UpdateJobRequest(priority=3), "InvalidParameter", 400),
+        ("stopped", UpdateJobRequest(priority=3), "InvalidJobStatus", 409),
+        ("quota", UpdateJobRequest(priority=10), "InvalidParameter", 400),
+        ("quota", UpdateJobRequest(), "MissingParameter", 400),
+    ],
+)
+def test_it_refuses_other_updates(dlc, create_job, ws_a, make, request_, code, status):
+    body = spot_job_body(ws_a) if make == "spot" else quota_job_body(ws_a)
+    job_id = create_job(body)
+    if make == "stopped":
+        dlc.stop_job(job_id)
+    with pytest.raises(Exception) as caught:
+        dlc.update_job(job_id, request_)
+    assert sdk_error(caught) == (code, status)
+
+
+def test_update_job_changes_nothing_but_priority(raw, create_job, ws_a):
+    """(UpdateJobRequest of SDK 1.4.17 cannot even carry UserCommand: sent by hand.)"""
+    job_id = create_job(quota_job_body(ws_a))
+    response = raw.send("PUT", f"/api/v1/jobs/{job_id}", body=b'{"UserCommand": "rm -rf /"}')
+    assert response.status_code == 400
+    assert response.json()["Code"] == "InvalidParameter"
+    assert "UserCommand" in response.json()["Message"]
+    assert Job.objects.get(job_id=job_id).user_command == "python train.py"
+
+
+def test_it_returns_the_tail_of_a_pods_log(dlc, create_job, ws_a, settings, tmp_path):
+    settings.POD_WORK_ROOT = tmp_path
+    job_id = create_job(quota_job_body(ws_a))
+    pod = Pod.objects.filter(job__job_id=job_id).select_related("job").first()
+    log = pod_log_path(pod)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.write_text("epoch 1 loss 0.9\nepoch 2 loss 0.5\nepoch 3 loss 0.2\n")
+
+    body = dlc.get_pod_logs(job_id, pod.pod_id, GetPodLogsRequest(max_lines=2)).body
+    assert body.logs == ["epoch 2 loss 0.5", "epoch 3 loss 0.2"]
+    body = dlc.get_pod_logs(job_id, pod.pod_id, GetPodLogsRequest()).body
+    assert len(body.logs) == 3
+
+
+def test_it_lists_job_and_pod_events_and_empty_logs(dlc, create_job, ws_a, settings, tmp_path):
+    settings.POD_WORK_ROOT = tmp_path  # no pod has written anything here
+    job_id = create_job(quota_job_body(ws_a))
+    events = dlc.get_job_events(job_id, GetJobEventsRequest()).body
+    assert events.job_id == job_id
+    assert [e.split(" ")[1].rstrip(":") for e in events.events][:2] == ["Submitted", "Enqueued"]
+    assert all(ISO_UTC.match(e.split(" ")[0]) for e in events.events)
+    limited = dlc.get_job_events(job_id, GetJobEventsRequest(max_events_num=1)).body
+    assert len(limited.events) == 1
+
+    pod = dlc.get_job(job_id, GetJobRequest()).body.pods[0]
+    logs = dlc.get_pod_logs(job_id, pod.pod_id, GetPodLogsRequest()).body
+    assert (logs.job_id, logs.pod_id, logs.pod_uid, logs.logs) == (
+        job_id, pod.pod_id, pod.pod_uid, [])
+    pod_events = dlc.get_pod_events(job_id, pod.pod_id, GetPodEventsRequest(pod_uid=pod.pod_uid))
+    assert pod_events.body.pod_id == pod.pod_id and pod_events.body.events == []
+
+    with pytest.raises(Exception) as caught:
+        dlc.get_pod_logs(job_id, "no-such-pod", GetPodLogsRequest())
+    assert sdk_error(caught) == ("EntityNotExist.Pod", 404)
+    with pytest.raises(Exception) as caught:
+        dlc.get_pod_events(job_id, pod.pod_id, GetPodEventsRequest(pod_uid="not-its-uid"))
+    assert sdk_error(caught) == ("EntityNotExist.Pod", 404)
