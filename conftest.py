@@ -1,0 +1,64 @@
+"""Repository-wide pytest rules.
+
+CI sets PAIWEB_FAIL_ON_SKIP=1: then a skipped test fails the run (a test that silently
+skips, say because Chromium or a service is missing, proves nothing), unless it is marked
+`@pytest.mark.optional`. A module skipped at collection time (`pytest.importorskip`, a
+module-level `pytest.skip`) counts too, since its markers cannot be read; skip inside an
+optional test instead. xfail is not a skip and is left alone.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+FAIL_ON_SKIP = os.environ.get("PAIWEB_FAIL_ON_SKIP", "").strip().lower() in {"1", "true", "yes"}
+
+_optional: set[str] = set()
+_skipped: list[tuple[str, str]] = []
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "optional: may be skipped even when PAIWEB_FAIL_ON_SKIP=1 (CI) forbids skips",
+    )
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    _optional.update(item.nodeid for item in items if item.get_closest_marker("optional"))
+
+
+def pytest_collectreport(report: pytest.CollectReport) -> None:
+    if report.skipped:
+        _skipped.append((report.nodeid, _reason(report)))
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.skipped and not hasattr(report, "wasxfail") and report.nodeid not in _optional:
+        _skipped.append((report.nodeid, _reason(report)))
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if FAIL_ON_SKIP and _skipped and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    if not (FAIL_ON_SKIP and _skipped):
+        return
+    terminalreporter.section("skipped tests fail this run (PAIWEB_FAIL_ON_SKIP=1)", red=True)
+    for nodeid, reason in _skipped:
+        terminalreporter.line(f"SKIPPED {nodeid or '<session>'}: {reason}", red=True)
+    terminalreporter.line(
+        "Make the test run here (install what it needs in .ci/run or the Makefile), "
+        "or mark it @pytest.mark.optional if skipping is acceptable."
+    )
+
+
+def _reason(report: pytest.TestReport | pytest.CollectReport) -> str:
+    longrepr = report.longrepr
+    if isinstance(longrepr, tuple) and len(longrepr) == 3:
+        return str(longrepr[2]).removeprefix("Skipped: ")
+    return str(longrepr)

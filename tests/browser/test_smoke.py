@@ -1,0 +1,57 @@
+"""Smoke tests in a real Chromium: the login page, its styles, and signing in."""
+
+from __future__ import annotations
+
+import re
+from urllib.parse import urlsplit
+
+import pytest
+from django.urls import reverse
+from playwright.sync_api import expect
+
+from tests.browser.conftest import login
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+# What an author's stylesheet is bound to change on a page: the body's box, font and colours.
+COMPUTED_STYLE = """() => {
+    const style = getComputedStyle(document.body);
+    return [style.margin, style.fontFamily, style.fontSize, style.color,
+            style.backgroundColor, style.lineHeight].join(" | ");
+}"""
+LINKED_SHEETS = """() => [...document.styleSheets].filter(s => s.href).map(
+    s => ({href: s.href, rules: s.cssRules.length}))"""
+
+
+def test_it_serves_the_login_page_with_its_own_css(browser_page, live_server):
+    response = browser_page.goto(f"{live_server.url}/login/")
+
+    assert response.status == 200
+    sheets = browser_page.evaluate(LINKED_SHEETS)
+    assert sheets, "the login page links no stylesheet"
+    for sheet in sheets:
+        assert sheet["href"].startswith(f"{live_server.url}/static/"), sheet
+        assert sheet["rules"] > 0, f"{sheet['href']} was served empty or not as CSS"
+    styled = browser_page.evaluate(COMPUTED_STYLE)
+    browser_page.evaluate("() => { for (const s of document.styleSheets) s.disabled = true; }")
+    assert browser_page.evaluate(COMPUTED_STYLE) != styled, "the stylesheets change nothing"
+    assert browser_page.external_requests == []
+
+
+def test_it_shows_an_error_for_a_wrong_password(browser_page, live_server, alice):
+    login(browser_page, live_server, "alice", "not-the-password")
+
+    assert urlsplit(browser_page.url).path == "/login/"
+    expect(browser_page.get_by_text(re.compile("correct username and password"))).to_be_visible()
+    assert browser_page.external_requests == []
+
+
+@pytest.mark.parametrize("username", ["alice", "bob", "charlie"])
+def test_it_lands_a_persona_on_the_jobs_list(
+    browser_page, live_server, personas, password, username
+):
+    response = login(browser_page, live_server, username, password)
+
+    assert response.status == 200
+    assert urlsplit(browser_page.url).path == reverse("jobs:list")
+    assert browser_page.external_requests == []
