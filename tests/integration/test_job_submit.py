@@ -40,10 +40,11 @@ def test_it_moves_a_spot_job_from_creating_to_bidding(personas):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_it_queues_a_quota_job(personas):
+def test_it_queues_a_quota_job_and_the_tick_places_it(personas):
     job = job_submit(workspace=personas["ws_a"], user=personas["bob"], spec=quota_spec())
     job.refresh_from_db()
-    assert job.status == JobStatus.QUEUING
+    assert [t.status for t in job.status_history.all()][:2] == ["Creating", "Queuing"]
+    assert job.status == JobStatus.RUNNING
     assert job.quota.name == "team-a"
     assert job.roles.get().gpu == 2
 
@@ -105,7 +106,7 @@ def test_it_refuses_idle_mode_without_a_quota(personas):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_it_stops_a_queued_job_and_refuses_a_second_stop(personas):
+def test_it_stops_a_job_and_refuses_a_second_stop(personas):
     job = job_submit(workspace=personas["ws_a"], user=personas["alice"], spec=quota_spec())
     job_stop(job=job, by=personas["alice"])
     job.refresh_from_db()
