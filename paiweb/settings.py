@@ -7,6 +7,8 @@ real Redis. `.env.example` lists every variable.
 
 from __future__ import annotations
 
+import os
+import tempfile
 from pathlib import Path
 
 from celery.schedules import schedule
@@ -35,6 +37,11 @@ INSTALLED_APPS = [
     "apps.workspaces",
     "apps.cluster",
     "apps.jobs",
+    "apps.scheduler",
+    "apps.market",
+    "apps.billing",
+    "apps.api",
+    "apps.agent",
 ]
 
 MIDDLEWARE = [
@@ -78,6 +85,10 @@ if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
         "transaction_mode": "IMMEDIATE",
         "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
     }
+    # The test database is a file, not memory, so that tests can run a real node agent (a
+    # worker subprocess) on it: one file per test run, named by PAIWEB_TEST_DB_NAME if set.
+    _test_db = Path(tempfile.gettempdir()) / f"paiweb-test-{os.getpid()}.sqlite3"
+    DATABASES["default"]["TEST"] = {"NAME": env_str("PAIWEB_TEST_DB_NAME", str(_test_db))}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # Redis: a real server by URL, or the embedded one on a unix socket under var/.
@@ -129,6 +140,29 @@ CELERY_TIMEZONE = TIME_ZONE
 
 HEARTBEAT_INTERVAL = env_float("HEARTBEAT_INTERVAL", 10.0, minimum=0.5)
 SCHEDULER_TICK_INTERVAL = env_float("SCHEDULER_TICK_INTERVAL", 2.0, minimum=0.1)
+# A borrower younger than this is not preempted yet; a requeued job waits this long.
+SCHEDULER_MIN_RUN_SECONDS = env_float("SCHEDULER_MIN_RUN_SECONDS", 60.0)
+SCHEDULER_REQUEUE_BACKOFF_SECONDS = env_float("SCHEDULER_REQUEUE_BACKOFF_SECONDS", 10.0)
+# The spot market moves prices every MARKET_STEP_INTERVAL seconds (seeded by MARKET_SEED when
+# set, for reproducible runs); MARKET_REPLAY_CSV replays recorded prices instead
+# (header timestamp,instance_type,price). Billing charges started minutes every BILLING_INTERVAL.
+MARKET_STEP_INTERVAL = env_float("MARKET_STEP_INTERVAL", 10.0, minimum=0.1)
+MARKET_REPLAY_CSV = env_str("MARKET_REPLAY_CSV", "")
+MARKET_SEED = env_str("MARKET_SEED", "")
+BILLING_INTERVAL = env_float("BILLING_INTERVAL", 60.0, minimum=1.0)
+# Node agents (EXECUTION_BACKEND=agent, docs/execution.md): agents are asked for a heartbeat
+# every AGENT_HEARTBEAT_INTERVAL seconds; a node silent for NODE_LOST_AFTER seconds is Lost
+# and its pods fail (NodeLost). Pods work under POD_WORK_ROOT; each pod's log keeps at most
+# POD_LOG_MAX_BYTES. SANDBOX: auto (bubblewrap when it works here), bwrap (required) or none.
+AGENT_HEARTBEAT_INTERVAL = env_float("AGENT_HEARTBEAT_INTERVAL", 5.0, minimum=0.5)
+NODE_LOST_AFTER = env_float("NODE_LOST_AFTER", 30.0, minimum=1.0)
+POD_WORK_ROOT = Path(env_str("POD_WORK_ROOT", str(VAR_DIR / "pods")))
+POD_LOG_MAX_BYTES = env_int("POD_LOG_MAX_BYTES", 10 * 1024 * 1024, minimum=1024)
+SANDBOX = env_str("SANDBOX", "auto")
+if SANDBOX not in {"auto", "bwrap", "none"}:
+    from django.core.exceptions import ImproperlyConfigured
+
+    raise ImproperlyConfigured(f"SANDBOX: expected auto, bwrap or none, got {SANDBOX!r}")
 
 # The beat schedule is data: key → task, period from env, and `expires` equal to the period
 # so a backlog of ticks never piles up behind a stopped worker.
@@ -138,12 +172,44 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": schedule(HEARTBEAT_INTERVAL),
         "options": {"expires": HEARTBEAT_INTERVAL},
     },
+    "scheduler-tick": {
+        "task": "apps.scheduler.tasks.scheduler_tick_task",
+        "schedule": schedule(SCHEDULER_TICK_INTERVAL),
+        "options": {"expires": SCHEDULER_TICK_INTERVAL},
+    },
     "admit-creating": {
         "task": "apps.jobs.tasks.jobs_admit_creating_task",
         "schedule": schedule(SCHEDULER_TICK_INTERVAL),
         "options": {"expires": SCHEDULER_TICK_INTERVAL},
     },
+    "market-step": {
+        "task": "apps.market.tasks.market_step_task",
+        "schedule": schedule(MARKET_STEP_INTERVAL),
+        "options": {"expires": MARKET_STEP_INTERVAL},
+    },
+    "billing-accrue": {
+        "task": "apps.billing.tasks.billing_accrue_task",
+        "schedule": schedule(BILLING_INTERVAL),
+        "options": {"expires": BILLING_INTERVAL},
+    },
+    "agent-heartbeat": {
+        "task": "apps.agent.tasks.agent_heartbeat_task",
+        "schedule": schedule(AGENT_HEARTBEAT_INTERVAL),
+        "options": {"expires": AGENT_HEARTBEAT_INTERVAL},
+    },
+    "nodes-watchdog": {
+        "task": "apps.agent.tasks.nodes_watchdog_task",
+        "schedule": schedule(AGENT_HEARTBEAT_INTERVAL),
+        "options": {"expires": AGENT_HEARTBEAT_INTERVAL},
+    },
 }
+
+# "agent": node agents run pods as real processes; "none": placed pods count as running.
+EXECUTION_BACKEND = env_str("EXECUTION_BACKEND", "none")
+if EXECUTION_BACKEND not in {"agent", "none"}:
+    from django.core.exceptions import ImproperlyConfigured
+
+    raise ImproperlyConfigured(f"EXECUTION_BACKEND: expected agent or none, got {EXECUTION_BACKEND!r}")
 
 FLOWER_URL = env_str("FLOWER_URL", "http://127.0.0.1:5555")
 

@@ -8,8 +8,12 @@ urlpatterns = [
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
+    path("api/v1/", include("apps.api.urls")),
     path("jobs/", include("apps.jobs.urls")),
+    path("pods/", include("apps.agent.urls")),
     path("workspaces/", include("apps.workspaces.urls")),
     path("cluster/", include("apps.cluster.urls")),
+    path("market/", include("apps.market.urls")),
+    path("bills/", include("apps.billing.urls")),
     path("", include("apps.core.urls")),
 ]

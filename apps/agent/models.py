@@ -1,0 +1,64 @@
+"""What the node agents keep: how each pod runs (one row per launched pod) and which agent
+serves which node."""
+
+from __future__ import annotations
+
+from django.db import models
+
+
+class PodProcess(models.Model):
+    """One launched pod's process. The launch (in the scheduler's transaction) decides its
+    place in the job — rank, world size, master address and port, queue — and the agent
+    that claims it fills in where and how it runs, and how it ended."""
+
+    class State(models.TextChoices):
+        QUEUED = "queued"  # pod_start_task is on the node's queue
+        STARTING = "starting"  # an agent claimed it
+        RUNNING = "running"
+        EXITED = "exited"
+        CANCELLED = "cancelled"  # the pod was stopped or preempted before it started
+
+    pod = models.OneToOneField("jobs.Pod", on_delete=models.CASCADE, related_name="process")
+    state = models.CharField(max_length=16, choices=State.choices, default=State.QUEUED)
+    queue = models.CharField(max_length=160)
+    rank = models.PositiveIntegerField(default=0)
+    world_size = models.PositiveIntegerField(default=1)
+    master_addr = models.CharField(max_length=255, default="127.0.0.1")
+    master_port = models.PositiveIntegerField(default=0)
+    agent = models.CharField(max_length=255, blank=True, help_text="the worker that claimed it")
+    host = models.CharField(max_length=255, blank=True)
+    pid = models.IntegerField(null=True, blank=True)
+    sandbox = models.CharField(max_length=16, blank=True)
+    work_dir = models.CharField(max_length=1024, blank=True)
+    log_path = models.CharField(max_length=1024, blank=True)
+    exit_code = models.IntegerField(null=True, blank=True)
+    queued_at = models.DateTimeField()
+    started_at = models.DateTimeField(null=True, blank=True)
+    exited_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["agent", "state"])]
+
+    def __str__(self) -> str:
+        return f"{self.pod_id} ({self.state})"
+
+    @property
+    def is_live(self) -> bool:
+        return self.state in {self.State.QUEUED, self.State.STARTING, self.State.RUNNING}
+
+
+class NodeAgent(models.Model):
+    """The agent that last reported serving a node (its heartbeat), and how it runs pods."""
+
+    node = models.OneToOneField("cluster.Node", on_delete=models.CASCADE, related_name="agent")
+    worker = models.CharField(max_length=255, help_text="Celery worker name, e.g. agent@host")
+    hostname = models.CharField(max_length=255)
+    address = models.CharField(max_length=255, help_text="where other hosts reach its pods")
+    sandbox = models.CharField(max_length=255, blank=True)
+    last_seen = models.DateTimeField()
+
+    class Meta:
+        ordering = ["node__name"]
+
+    def __str__(self) -> str:
+        return f"{self.node} ← {self.worker}"

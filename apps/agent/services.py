@@ -1,0 +1,603 @@
+"""Writes for pod execution: launching and terminating pods (the scheduler's hook calls these),
+what agents report (running, exit, checkpoints, heartbeats), and the watchdog's sweeps.
+
+Every report is a compare-and-set on the pod's status: a replayed report changes nothing,
+and a pod already Stopped or Preempted keeps that status when its killed process exits (only
+its exit code is recorded). Job-level decisions lock the job row first, then its pods, in
+the same order as the scheduler and `job_stop`.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Q
+
+from apps.agent.models import NodeAgent, PodProcess
+from apps.cluster.models import Node
+from apps.core.models import Heartbeat
+from apps.core.services import heartbeat_record
+from apps.jobs.models import (
+    Checkpoint,
+    ExecutionMode,
+    Job,
+    JobRestart,
+    JobRole,
+    JobStatus,
+    Pod,
+    PodStatus,
+    ResourceSource,
+    SuccessPolicy,
+)
+from apps.jobs.services import job_event, job_transition
+
+logger = logging.getLogger(__name__)
+
+PUBLIC_QUEUE = "public"
+LIVE = (PodStatus.PENDING, PodStatus.RUNNING)
+RUNNABLE_JOB_STATUSES = (JobStatus.ENV_PREPARING, JobStatus.RUNNING, JobStatus.RESTARTING)
+# Rank 0 is the Master (PyTorchJob) or Chief (TFJob); Workers follow; then the rest.
+ROLE_ORDER = ("Master", "Chief", "Launcher", "Head", "Worker", "PS", "Evaluator")
+
+
+def node_queue(node_name: str) -> str:
+    return f"node.{node_name}"
+
+
+def pod_queue(pod: Pod) -> str:
+    """The queue of the agent that runs `pod`: its node's, or "public" for the public pool."""
+    return node_queue(pod.node.name) if pod.node_id else PUBLIC_QUEUE
+
+
+def _rank_key(pod: Pod) -> tuple[int, int]:
+    role = pod.role.role_type
+    return (ROLE_ORDER.index(role) if role in ROLE_ORDER else len(ROLE_ORDER), pod.index)
+
+
+def _lock_job(job_pk: int) -> Job:
+    return Job.objects.select_for_update().get(pk=job_pk)
+
+
+def _tick_soon() -> None:
+    from apps.scheduler.tasks import scheduler_tick_soon
+
+    scheduler_tick_soon()
+
+
+# --- launch and terminate (the execution hook) ---------------------------------------------
+
+
+def pods_launch(*, job: Job, now: datetime) -> list[Pod]:
+    """Start the job's Pending pods of its current attempt: decide each one's rank, GPUs and
+    master, and enqueue `pod_start_task` on its node's queue once the transaction commits.
+    A pod already launched is left alone, so calling this twice starts nothing twice."""
+    current = sorted(
+        Pod.objects.filter(job=job, attempt=job.attempt)
+        .exclude(status__in=[PodStatus.FAILED, PodStatus.STOPPED, PodStatus.PREEMPTED])
+        .select_related("role", "node"),
+        key=_rank_key,
+    )
+    launched = set(PodProcess.objects.filter(pod__in=current).values_list("pod_id", flat=True))
+    pending = [p for p in current if p.status == PodStatus.PENDING and p.pk not in launched]
+    if not pending:
+        return []
+    _assign_gpus(pending)
+    master_addr, master_port = _master(current)
+    ranks = {pod.pk: rank for rank, pod in enumerate(current)}
+    PodProcess.objects.bulk_create(
+        PodProcess(pod=pod, queue=pod_queue(pod), rank=ranks[pod.pk], world_size=len(current),
+                   master_addr=master_addr, master_port=master_port, queued_at=now)
+        for pod in pending
+    )
+    starts = [(pod.pod_id, pod_queue(pod)) for pod in pending]
+
+    def enqueue() -> None:
+        from apps.agent.tasks import pod_start_task
+
+        for pod_id, queue in starts:
+            pod_start_task.apply_async(args=(pod_id,), queue=queue)
+
+    transaction.on_commit(enqueue)
+    return pending
+
+
+def _gpu_set(ids: str) -> set[int]:
+    return {int(i) for i in ids.split(",") if i.strip().isdigit()}
+
+
+def _assign_gpus(pods: Sequence[Pod]) -> None:
+    """Give each pod GPU indexes on its node that no other live pod there holds. A pod of
+    the public pool runs on an instance of its own: indexes 0…n-1."""
+    by_node: dict[int, list[Pod]] = defaultdict(list)
+    for pod in pods:
+        if pod.role.gpu and pod.node_id:
+            by_node[pod.node_id].append(pod)
+        elif pod.role.gpu:
+            pod.gpu_ids = ",".join(str(i) for i in range(pod.role.gpu))
+    for node_id, group in by_node.items():
+        used: set[int] = set()
+        holders = (Pod.objects.filter(node_id=node_id, status__in=LIVE)
+                   .exclude(pk__in=[p.pk for p in group]).exclude(gpu_ids=""))
+        for ids in holders.values_list("gpu_ids", flat=True):
+            used |= _gpu_set(ids)
+        free = [i for i in range(group[0].node.gpu) if i not in used]
+        for pod in group:
+            if len(free) < pod.role.gpu:
+                logger.warning("node %s has %d free GPU indexes for pod %s, which needs %d",
+                               pod.node.name, len(free), pod.pod_id, pod.role.gpu)
+            taken, free = free[: pod.role.gpu], free[pod.role.gpu:]
+            pod.gpu_ids = ",".join(map(str, taken))
+    Pod.objects.bulk_update(pods, ["gpu_ids"])
+
+
+def _free_port() -> int:
+    """A port free on this host now. Good on one host; with agents on several hosts the
+    master's host could have it taken (docs/execution.md)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("", 0))
+        return sock.getsockname()[1]
+
+
+def _master(current: Sequence[Pod]) -> tuple[str, int]:
+    """MASTER_ADDR and MASTER_PORT for the attempt: kept from pods already launched (an Async
+    restart rejoins the same master); else 127.0.0.1 when one host serves every node, or the
+    address of the agent serving the rank-0 pod's node."""
+    known = (PodProcess.objects.filter(pod__in=current, master_port__gt=0)
+             .values_list("master_addr", "master_port").first())
+    if known:
+        return known
+    node_ids = {p.node_id for p in current if p.node_id}
+    agents = {a.node_id: a for a in NodeAgent.objects.filter(node_id__in=node_ids)}
+    hosts = {agents[n].hostname if n in agents else f"node:{n}" for n in node_ids}
+    address = "127.0.0.1"
+    if len(hosts) > 1:
+        master = current[0]
+        agent = agents.get(master.node_id)
+        address = agent.address if agent else (master.node.name if master.node_id else address)
+    return address, _free_port()
+
+
+def pods_terminate(*, job: Job, pods: Iterable[Pod], now: datetime, reason: str) -> None:
+    """Make the pods' processes go away: a start still queued is cancelled; a started pod's
+    agent gets `pod_stop_task` (SIGTERM, the job's grace period, SIGKILL). Pod statuses are
+    the caller's: this only acts on processes."""
+    pks = [p.pk for p in pods]
+    PodProcess.objects.filter(pod__in=pks, state=PodProcess.State.QUEUED).update(
+        state=PodProcess.State.CANCELLED)
+    stops = list(
+        PodProcess.objects.filter(
+            pod__in=pks, state__in=[PodProcess.State.STARTING, PodProcess.State.RUNNING]
+        ).values_list("pod__pod_id", "queue")
+    )
+    if not stops:
+        return
+    grace = job.termination_grace_seconds
+
+    def enqueue() -> None:
+        from apps.agent.tasks import pod_stop_task
+
+        for pod_id, queue in stops:
+            pod_stop_task.apply_async(args=(pod_id, grace), queue=queue)
+
+    transaction.on_commit(enqueue)
+
+
+def _pods_end(*, job: Job, pods: Sequence[Pod], status: str, reason: str, message: str,
+              now: datetime) -> None:
+    """Give the still-live `pods` a final status and make their processes go away."""
+    live = [p for p in pods if p.status in LIVE]
+    Pod.objects.filter(pk__in=[p.pk for p in live], status__in=LIVE).update(
+        status=status, reason=reason, message=message[:2000], finished_at=now)
+    pods_terminate(job=job, pods=live, now=now, reason=message)
+
+
+# --- what an agent reports -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PodLaunch:
+    """What an agent needs to start a pod it claimed."""
+
+    pod_pk: int
+    pod_id: str
+    job_pk: int
+    job_id: str
+    attempt: int
+    role_type: str
+    index: int
+    rank: int
+    world_size: int
+    master_addr: str
+    master_port: int
+    node_name: str
+    gpu_ids: str
+    memory_mib: int
+    command: str
+    envs: dict
+    data_sources: list
+    grace: int
+
+
+@transaction.atomic
+def pod_claim(*, pod_id: str, agent: str, hostname: str, now: datetime) -> PodLaunch | None:
+    """Claim a queued pod for this agent; None if it was claimed already, cancelled, or is no
+    longer Pending (stopped or preempted before it started)."""
+    proc = (PodProcess.objects.select_related("pod__job", "pod__role", "pod__node")
+            .filter(pod__pod_id=pod_id).first())
+    if proc is None or not PodProcess.objects.filter(
+        pk=proc.pk, state=PodProcess.State.QUEUED
+    ).update(state=PodProcess.State.STARTING, agent=agent, host=hostname):
+        return None
+    pod, job = proc.pod, proc.pod.job
+    if pod.status != PodStatus.PENDING or job.status not in RUNNABLE_JOB_STATUSES:
+        PodProcess.objects.filter(pk=proc.pk).update(state=PodProcess.State.CANCELLED)
+        return None
+    return PodLaunch(
+        pod_pk=pod.pk, pod_id=pod.pod_id, job_pk=job.pk, job_id=job.job_id,
+        attempt=pod.attempt, role_type=pod.role.role_type, index=pod.index, rank=proc.rank,
+        world_size=proc.world_size, master_addr=proc.master_addr, master_port=proc.master_port,
+        node_name=pod.node.name if pod.node_id else "", gpu_ids=pod.gpu_ids,
+        memory_mib=pod.role.memory, command=job.user_command, envs=dict(job.envs or {}),
+        data_sources=list(job.data_sources or []), grace=job.termination_grace_seconds,
+    )
+
+
+@transaction.atomic
+def pod_report_running(*, pod_id: str, pid: int, sandbox: str, work_dir: str, log_path: str,
+                       now: datetime) -> bool:
+    """The agent started the pod's process: Pending → Running; the job Running once every
+    pod of its attempt runs. False if the pod was stopped meanwhile."""
+    pod = Pod.objects.select_related("node").filter(pod_id=pod_id).first()
+    if pod is None:
+        return False
+    job = _lock_job(pod.job_id)
+    PodProcess.objects.filter(pod=pod).update(
+        state=PodProcess.State.RUNNING, pid=pid, sandbox=sandbox, work_dir=work_dir,
+        log_path=log_path, started_at=now)
+    if not Pod.objects.filter(pk=pod.pk, status=PodStatus.PENDING).update(
+        status=PodStatus.RUNNING, started_at=now
+    ):
+        return False
+    where = pod.node.name if pod.node_id else "the public pool"
+    job_event(job=job, pod=pod, kind="PodStarted", now=now,
+              message=f"Started on {where} (pid {pid}, sandbox: {sandbox})")
+    waiting = Pod.objects.filter(job=job, attempt=job.attempt, status=PodStatus.PENDING)
+    if job.status == JobStatus.ENV_PREPARING and not waiting.exists():
+        job_transition(job=job, status=JobStatus.RUNNING, now=now, reason_code="JobRunning",
+                       reason_message="All pods are running")
+    return True
+
+
+@transaction.atomic
+def pod_report_exit(*, pod_id: str, exit_code: int | None, now: datetime, reason: str = "",
+                    message: str = "") -> None:
+    """The pod's process ended (exit_code None: it vanished). Running → Succeeded or Failed,
+    then the job's success policy, restart policy and AIMaster decide what follows."""
+    found = Pod.objects.filter(pod_id=pod_id).values_list("pk", "job_id").first()
+    if found is None:
+        return
+    job = _lock_job(found[1])
+    pod = Pod.objects.select_related("role", "node").get(pk=found[0])
+    PodProcess.objects.filter(pod=pod).update(
+        state=PodProcess.State.EXITED, exit_code=exit_code, exited_at=now)
+    if pod.status not in LIVE:  # Stopped or Preempted first: keep that, note the exit code
+        if pod.exit_code is None and exit_code is not None:
+            Pod.objects.filter(pk=pod.pk).update(exit_code=exit_code)
+        return
+    ok = exit_code == 0
+    code_text = f"code {exit_code}" if exit_code is not None else "no exit code"
+    pod.status = PodStatus.SUCCEEDED if ok else PodStatus.FAILED
+    pod.exit_code, pod.finished_at = exit_code, now
+    pod.reason = reason or ("Completed" if ok else "Error")
+    pod.message = message or f"Exited with {code_text}"
+    pod.save(update_fields=["status", "exit_code", "finished_at", "reason", "message"])
+    job_event(job=job, pod=pod, kind="PodSucceeded" if ok else "PodFailed", now=now,
+              message=pod.message)
+    if job.status in RUNNABLE_JOB_STATUSES and pod.attempt == job.attempt:
+        _job_after_pod_exit(job=job, pod=pod, now=now)
+
+
+def _job_after_pod_exit(*, job: Job, pod: Pod, now: datetime) -> None:
+    current = sorted(
+        Pod.objects.filter(job=job, attempt=job.attempt).select_related("role", "node"),
+        key=_rank_key,
+    )
+    if pod.status == PodStatus.SUCCEEDED:
+        if job.success_policy == SuccessPolicy.CHIEF_WORKER:
+            if current and current[0].pk == pod.pk:
+                _job_end(job=job, status=JobStatus.SUCCEEDED, now=now,
+                         reason_code="JobSucceeded",
+                         message=f"The chief pod {pod.pod_id} succeeded")
+        elif all(p.status == PodStatus.SUCCEEDED for p in current):
+            _job_end(job=job, status=JobStatus.SUCCEEDED, now=now, reason_code="JobSucceeded",
+                     message="All pods succeeded")
+        return
+    ended = f"code {pod.exit_code}" if pod.exit_code is not None else f"no code ({pod.message})"
+    what = f"Pod {pod.pod_id} ({pod.role.role_type} {pod.index}) exited with {ended}"
+    if (why := _no_restart(job, pod)) is not None:
+        _job_end(job=job, status=JobStatus.FAILED, now=now, reason_code="PodFailed",
+                 message=f"{what} ({why})")
+    elif job.execution_mode == ExecutionMode.ASYNC and _nodes_ready([pod]):
+        _pods_restart(job=job, failed=[pod], now=now, message=what)
+    elif _nodes_ready(current):
+        _job_restart(job=job, current=current, now=now, cause="PodFailed", message=what)
+    else:  # a node of the job went away: place the whole job again
+        _job_requeue(job=job, current=current, now=now, cause="PodFailed", message=what)
+
+
+def _no_restart(job: Job, pod: Pod) -> str | None:
+    """Why AIMaster will not restart after this pod failed, or None when it will."""
+    if not job.enable_aimaster:
+        return "no automatic fault tolerance"
+    if job.restart_times >= job.max_restarts:
+        return f"restarts exhausted ({job.restart_times}/{job.max_restarts})"
+    policy = pod.role.restart_policy
+    if policy == JobRole.RestartPolicy.NEVER:
+        return "restart policy Never"
+    if policy == JobRole.RestartPolicy.EXIT_CODE and pod.exit_code is not None and (
+        pod.exit_code < 128
+    ):
+        return f"exit code {pod.exit_code} is permanent under restart policy ExitCode"
+    return None
+
+
+def _nodes_ready(pods: Iterable[Pod]) -> bool:
+    return all(p.node_id is None or p.node.status == Node.Status.READY for p in pods)
+
+
+def lost_gpu_seconds(*, job: Job, pods: Iterable[Pod], now: datetime) -> float:
+    """GPU-seconds the pods computed since the job's last checkpoint, or since they started
+    when that checkpoint is older (the attempt resumed from it). CPU-only pods count 0: the
+    unit is the scheduler's and the market's, GPU-seconds."""
+    lost = 0.0
+    for pod in pods:
+        if pod.started_at is None or not pod.role.gpu:
+            continue
+        since = max(pod.started_at, job.last_checkpoint_at or pod.started_at)
+        end = pod.finished_at or now
+        lost += pod.role.gpu * max((end - since).total_seconds(), 0.0)
+    return lost
+
+
+def _count_restart(*, job: Job, now: datetime, cause: str, message: str, lost: float) -> None:
+    job.restart_times += 1
+    job.attempt += 1
+    job.save(update_fields=["restart_times", "attempt"])
+    JobRestart.objects.create(job=job, number=job.restart_times, at=now, cause=cause,
+                              message=message, lost_gpu_seconds=lost)
+    job_transition(job=job, status=JobStatus.RESTARTING, now=now, reason_code=cause,
+                   reason_message=f"Restarted by AIMaster ({job.restart_times}/"
+                                  f"{job.max_restarts}): {message}")
+
+
+def _replacements(*, job: Job, pods: Iterable[Pod], now: datetime) -> None:
+    """New Pending pods of the job's new attempt in the places of `pods`, then launch them."""
+    new = [
+        Pod(job=job, role=p.role, index=p.index, attempt=job.attempt,
+            pod_id=f"{job.job_id}-{p.role.role_type.lower()}-{p.index}-a{job.attempt}",
+            node=p.node, in_quota=p.in_quota, status=PodStatus.PENDING)
+        for p in pods
+    ]
+    Pod.objects.bulk_create(new)
+    if job.resource_source != ResourceSource.QUOTA:
+        from apps.billing.services import pod_meters_open
+
+        pod_meters_open(pod_ids=Pod.objects.filter(
+            job=job, attempt=job.attempt, status=PodStatus.PENDING).values_list("pk", flat=True))
+    job_transition(job=job, status=JobStatus.ENV_PREPARING, now=now, reason_code="JobRestarting",
+                   reason_message=f"Starting attempt {job.attempt}")
+    latest = job.checkpoints.first()
+    frm = f"checkpoint at step {latest.step}" if latest else "the start (no checkpoint yet)"
+    job_event(job=job, kind="Restarted", now=now,
+              message=f"AIMaster restart {job.restart_times}/{job.max_restarts}: "
+                      f"{len(new)} pod(s) restarted in place, resuming from {frm}")
+    pods_launch(job=job, now=now)
+
+
+def _job_restart(*, job: Job, current: Sequence[Pod], now: datetime, cause: str,
+                 message: str) -> None:
+    """Sync: restart the whole job in place — every pod of the attempt is replaced on the
+    same node (their room is the job's already); the old pods stay as history pods."""
+    lost = lost_gpu_seconds(job=job, pods=current, now=now)
+    _pods_end(job=job, pods=current, status=PodStatus.STOPPED, reason="JobRestarting",
+              message=f"Stopped for an AIMaster restart: {message}", now=now)
+    _count_restart(job=job, now=now, cause=cause, message=message, lost=lost)
+    _replacements(job=job, pods=current, now=now)
+
+
+def _pods_restart(*, job: Job, failed: Sequence[Pod], now: datetime, message: str) -> None:
+    """Async: replace only the failed pods. The job still gets a new attempt number (so the
+    failed pods become history pods); the pods that carry on are moved into it."""
+    lost = lost_gpu_seconds(job=job, pods=failed, now=now)
+    old_attempt = job.attempt
+    _count_restart(job=job, now=now, cause="PodFailed", message=message, lost=lost)
+    Pod.objects.filter(job=job, attempt=old_attempt).exclude(
+        pk__in=[p.pk for p in failed]
+    ).filter(status__in=[*LIVE, PodStatus.SUCCEEDED]).update(attempt=job.attempt)
+    _replacements(job=job, pods=failed, now=now)
+
+
+def _job_requeue(*, job: Job, current: Sequence[Pod], now: datetime, cause: str,
+                 message: str) -> None:
+    """Send the whole job back to the queue (or the spot market) through AIMaster, or fail it."""
+    from apps.scheduler.services import job_requeue_or_fail
+
+    lost = lost_gpu_seconds(job=job, pods=current, now=now)
+    _pods_end(job=job, pods=current, status=PodStatus.STOPPED, reason=cause,
+              message=f"Stopped: {message}", now=now)
+    back = JobStatus.BIDDING if job.resource_source == ResourceSource.SPOT else JobStatus.QUEUING
+    job_requeue_or_fail(job=job, now=now, cause=cause, message=message, lost_gpu_seconds=lost,
+                        requeue_status=back)
+    _tick_soon()
+
+
+def _job_end(*, job: Job, status: str, now: datetime, reason_code: str, message: str,
+             pod_reason: str = "") -> None:
+    """The job Succeeded or Failed: stop whatever of it still runs, free its room."""
+    live = list(Pod.objects.filter(job=job, status__in=LIVE))
+    _pods_end(job=job, pods=live, status=PodStatus.STOPPED,
+              reason=pod_reason or ("JobSucceeded" if status == JobStatus.SUCCEEDED
+                                    else "JobFailed"),
+              message=f"Stopped: the job ended ({message})", now=now)
+    job_transition(job=job, status=status, now=now, reason_code=reason_code,
+                   reason_message=message)
+    job_event(job=job, kind=str(status), message=message, now=now)
+    _tick_soon()
+
+
+def checkpoint_report(*, job_pk: int, step: int, path: str, size_bytes: int,
+                      at: datetime) -> bool:
+    """An EasyCkpt checkpoint was saved: record it and move Job.last_checkpoint_at. A repeated
+    report of the same checkpoint changes nothing."""
+    if Checkpoint.objects.filter(job_id=job_pk, step=step, path=path, created_at=at).exists():
+        return False
+    Checkpoint.objects.create(job_id=job_pk, step=step, path=path, size_bytes=size_bytes,
+                              created_at=at)
+    Job.objects.filter(pk=job_pk).filter(
+        Q(last_checkpoint_at__isnull=True) | Q(last_checkpoint_at__lt=at)
+    ).update(last_checkpoint_at=at)
+    return True
+
+
+@dataclass(frozen=True)
+class PodWatch:
+    """What a running pod's agent re-checks every second."""
+
+    status: str
+    deadline: datetime | None  # the job's max running time runs out then
+
+
+def pod_watch(*, pod_pk: int) -> PodWatch | None:
+    row = (Pod.objects.filter(pk=pod_pk)
+           .values("status", "job__started_at", "job__max_running_time_minutes").first())
+    if row is None:
+        return None
+    started, minutes = row["job__started_at"], row["job__max_running_time_minutes"]
+    deadline = started + timedelta(minutes=minutes) if started and minutes else None
+    return PodWatch(status=row["status"], deadline=deadline)
+
+
+@transaction.atomic
+def job_timeout(*, job_pk: int, now: datetime) -> bool:
+    """Fail a job that ran past its max running time (ReasonCode JobTimeout); its pods are
+    stopped. False when it has not, or is no longer running."""
+    job = (Job.objects.select_for_update()
+           .filter(pk=job_pk, status__in=RUNNABLE_JOB_STATUSES,
+                   max_running_time_minutes__isnull=False, started_at__isnull=False).first())
+    if job is None:
+        return False
+    limit = job.max_running_time_minutes
+    if job.started_at + timedelta(minutes=limit) > now:
+        return False
+    _job_end(job=job, status=JobStatus.FAILED, now=now, reason_code="JobTimeout",
+             message=f"Exceeded the max running time of {limit} min", pod_reason="JobTimeout")
+    return True
+
+
+def jobs_timeout_sweep(*, now: datetime) -> int:
+    """Fail every running job past its max running time. Idempotent."""
+    candidates = Job.objects.filter(
+        status__in=RUNNABLE_JOB_STATUSES, max_running_time_minutes__isnull=False,
+        started_at__isnull=False,
+    ).values_list("pk", "started_at", "max_running_time_minutes")
+    due = [pk for pk, started, m in candidates if started + timedelta(minutes=m) <= now]
+    return sum(job_timeout(job_pk=pk, now=now) for pk in due)
+
+
+# --- agents and nodes ----------------------------------------------------------------------
+
+
+def agent_heartbeat(*, worker: str, hostname: str, address: str, nodes: Sequence[str],
+                    public: bool, sandbox: str, now: datetime) -> int:
+    """An agent answered: its nodes are alive (a Lost one is Ready again). Returns how many
+    nodes it serves."""
+    served = list(Node.objects.filter(name__in=list(nodes)))
+    Node.objects.filter(pk__in=[n.pk for n in served]).update(last_heartbeat=now)
+    for node in served:
+        if node.status == Node.Status.LOST:
+            Node.objects.filter(pk=node.pk, status=Node.Status.LOST).update(
+                status=Node.Status.READY)
+            logger.warning("node %s reports again (agent %s): Ready", node.name, worker)
+        NodeAgent.objects.update_or_create(node=node, defaults={
+            "worker": worker, "hostname": hostname, "address": address, "sandbox": sandbox,
+            "last_seen": now})
+    what = f"{len(served)} node(s)" + (" + public" if public else "")
+    heartbeat_record(name=f"agent:{worker}"[:100], now=now,
+                     detail=f"{hostname} ({address}): {what}; sandbox {sandbox}"[:200])
+    return len(served)
+
+
+WATCHDOG = "nodes-watchdog"
+
+
+def nodes_mark_lost(*, now: datetime) -> list[str]:
+    """Mark nodes silent for NODE_LOST_AFTER seconds Lost and fail their live pods (NodeLost);
+    AIMaster requeues their jobs. The first sweep after the watchdog itself was silent that
+    long (beat was down, so nobody asked agents for heartbeats) only starts watching again."""
+    previous = Heartbeat.objects.filter(name=WATCHDOG).values_list("last_seen", flat=True).first()
+    heartbeat_record(name=WATCHDOG, now=now)
+    window = timedelta(seconds=settings.NODE_LOST_AFTER)
+    if previous is None or now - previous > window:
+        return []
+    cutoff = now - window
+    lost = []
+    for node in Node.objects.filter(last_heartbeat__lt=cutoff).exclude(status=Node.Status.LOST):
+        if Node.objects.filter(pk=node.pk, last_heartbeat__lt=cutoff).exclude(
+            status=Node.Status.LOST
+        ).update(status=Node.Status.LOST):
+            lost.append(node.name)
+            node_fail_pods(node=node, now=now)
+    return lost
+
+
+def node_fail_pods(*, node: Node, now: datetime) -> int:
+    """The node is gone: its live pods fail (NodeLost), the rest of each job is stopped and
+    the job requeued by AIMaster, or failed without it."""
+    job_pks = set(Pod.objects.filter(node=node, status__in=LIVE).values_list("job_id", flat=True))
+    message = (f"Node {node.name} stopped reporting (no heartbeat for "
+               f"{settings.NODE_LOST_AFTER:g}s)")
+    for job_pk in sorted(job_pks):
+        with transaction.atomic():
+            job = _lock_job(job_pk)
+            on_node = list(Pod.objects.filter(job=job, node=node, status__in=LIVE)
+                           .select_related("role", "node"))
+            current = list(Pod.objects.filter(job=job, attempt=job.attempt)
+                           .select_related("role", "node"))
+            lost = lost_gpu_seconds(job=job, pods=[p for p in current if p.status in LIVE],
+                                    now=now)
+            _pods_end(job=job, pods=on_node, status=PodStatus.FAILED, reason="NodeLost",
+                      message=message, now=now)
+            job_event(job=job, kind="NodeLost", message=message, now=now)
+            if job.status not in RUNNABLE_JOB_STATUSES:
+                continue
+            from apps.scheduler.services import job_requeue_or_fail
+
+            current = list(Pod.objects.filter(job=job, attempt=job.attempt, status__in=LIVE))
+            _pods_end(job=job, pods=current, status=PodStatus.STOPPED, reason="NodeLost",
+                      message=f"Stopped: {message}", now=now)
+            back = (JobStatus.BIDDING if job.resource_source == ResourceSource.SPOT
+                    else JobStatus.QUEUING)
+            job_requeue_or_fail(job=job, now=now, cause="NodeLost", message=message,
+                                lost_gpu_seconds=lost, requeue_status=back)
+    if job_pks:
+        _tick_soon()
+    return len(job_pks)
+
+
+def pods_orphaned(*, agent: str, now: datetime) -> int:
+    """At an agent's start: pods it had started before it restarted have no process any
+    more. Each fails (reason AgentRestarted), and the usual restart rules apply."""
+    orphans = list(PodProcess.objects.filter(
+        agent=agent, state__in=[PodProcess.State.STARTING, PodProcess.State.RUNNING]
+    ).values_list("pod__pod_id", flat=True))
+    for pod_id in orphans:
+        pod_report_exit(pod_id=pod_id, exit_code=None, now=now, reason="AgentRestarted",
+                        message=f"The agent {agent} restarted and the pod's process is gone")
+    return len(orphans)

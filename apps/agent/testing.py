@@ -1,0 +1,118 @@
+"""A real node agent in a subprocess, for the tests and the latency benchmark.
+
+`AgentProcess` runs `manage.py agent` against the caller's database (the test database,
+which on SQLite is a file: see DATABASES TEST NAME in settings) and Redis, waits until it
+answers, and always stops it: SIGTERM (the agent stops its pods), then SIGKILL to its whole
+process group.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from urllib.parse import quote
+
+from django.conf import settings
+
+
+def database_url(settings_dict: dict) -> str:
+    """A DATABASE_URL for the database a Django connection is using."""
+    if settings_dict["ENGINE"].endswith("sqlite3"):
+        name = str(settings_dict["NAME"])
+        if name.startswith(("file:", ":memory:")) or not name:
+            raise RuntimeError("the SQLite database is in memory: a subprocess cannot share it")
+        return f"sqlite:///{os.path.realpath(name)}"
+    user = quote(settings_dict.get("USER") or "", safe="")
+    password = quote(settings_dict.get("PASSWORD") or "", safe="")
+    auth = f"{user}:{password}@" if password else (f"{user}@" if user else "")
+    host = settings_dict.get("HOST") or "127.0.0.1"
+    port = f":{settings_dict['PORT']}" if settings_dict.get("PORT") else ""
+    return f"postgres://{auth}{host}{port}/{quote(settings_dict['NAME'], safe='')}"
+
+
+class AgentProcess:
+    """`with AgentProcess(database=..., redis_url=...) as agent:` — a running agent."""
+
+    def __init__(self, *, database: dict, redis_url: str, nodes: str = "all",
+                 pod_work_root: Path | None = None, env: dict[str, str] | None = None,
+                 log_path: Path | None = None, concurrency: int = 4,
+                 name: str | None = None) -> None:
+        self.var_dir = Path(tempfile.mkdtemp(prefix="pw-agent-"))  # short: may hold sockets
+        self.pod_work_root = pod_work_root or self.var_dir / "pods"
+        self.log_path = log_path or self.var_dir / "agent.log"
+        self.prefix = name or f"agent-{uuid.uuid4().hex[:8]}"
+        self.name = f"{self.prefix}@{socket.gethostname()}"
+        self.env = {
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": "paiweb.settings",
+            "DATABASE_URL": database_url(database),
+            "REDIS_URL": redis_url,
+            "PAIWEB_VAR_DIR": str(self.var_dir),
+            "POD_WORK_ROOT": str(self.pod_work_root),
+            "EXECUTION_BACKEND": "agent",
+            "CELERY_TASK_ALWAYS_EAGER": "false",
+            "PYTHONUNBUFFERED": "1",
+            **(env or {}),
+        }
+        self.argv = [sys.executable, "manage.py", "agent", "--nodes", nodes,
+                     "--name", f"{self.prefix}@%h", "--concurrency", str(concurrency)]
+        self.process: subprocess.Popen | None = None
+
+    def start(self, *, timeout: float = 30.0) -> AgentProcess:
+        with self.log_path.open("wb") as out:
+            self.process = subprocess.Popen(
+                self.argv, cwd=settings.BASE_DIR, env=self.env, stdin=subprocess.DEVNULL,
+                stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+            )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"the agent exited with code {self.process.returncode}:\n"
+                                   f"{self.log()}")
+            if self.answers(timeout=0.5):
+                return self
+        self.stop()
+        raise RuntimeError(f"the agent did not answer within {timeout:.0f}s:\n{self.log()}")
+
+    def answers(self, *, timeout: float) -> bool:
+        from paiweb.celery import app
+
+        return bool(app.control.ping(destination=[self.name], timeout=timeout))
+
+    def log(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-6000:]
+        except FileNotFoundError:
+            return ""
+
+    def stop(self, *, timeout: float = 20.0) -> None:
+        process = self.process
+        if process is not None and process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                pass
+        if process is not None:
+            try:
+                os.killpg(process.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            process.wait()
+
+    def cleanup(self) -> None:
+        shutil.rmtree(self.var_dir, ignore_errors=True)
+
+    def __enter__(self) -> AgentProcess:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

@@ -1,0 +1,82 @@
+"""Pod logs in the console: the last lines, a live follow (htmx polling), and a download.
+
+Only members of the pod's job's workspace see them; anyone else gets 404.
+"""
+
+from __future__ import annotations
+
+from django.contrib.auth.decorators import login_required
+from django.http import FileResponse, Http404, HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.utils.cache import patch_vary_headers
+from django.views.decorators.http import require_GET
+from django_htmx.http import HTMX_STOP_POLLING
+from django_htmx.middleware import HtmxDetails
+
+from apps.agent import logs
+from apps.jobs.models import Pod
+from apps.workspaces.selectors import workspace_list
+
+DEFAULT_TAIL = 200
+MAX_TAIL = 10_000
+
+
+class HtmxHttpRequest(HttpRequest):
+    htmx: HtmxDetails
+
+
+def _get_pod_for_user(request: HttpRequest, pod_id: str) -> Pod:
+    """The pod, if the user belongs to its job's workspace; 404 otherwise (never 403)."""
+    pod = (Pod.objects.filter(pod_id=pod_id, job__workspace__in=workspace_list(user=request.user))
+           .select_related("job", "role", "node").first())
+    if pod is None:
+        raise Http404("No such pod")
+    return pod
+
+
+def _int(value: str | None, default: int, *, low: int, high: int) -> int:
+    try:
+        return min(max(int(value), low), high)
+    except (TypeError, ValueError):
+        return default
+
+
+@login_required
+@require_GET
+def pod_logs(request: HtmxHttpRequest, pod_id: str) -> HttpResponse:
+    """The log page (last `tail` lines, then following); to its own poll (target
+    #log-follow, `offset`) only the new bytes, with 286 once the pod ended and all is sent;
+    `format=text` gives the tail as plain text."""
+    pod = _get_pod_for_user(request, pod_id)
+    path = logs.pod_log_path(pod)
+    finished = logs.pod_log_finished(pod)
+    if request.htmx and request.htmx.target == "log-follow":
+        offset = _int(request.GET.get("offset"), 0, low=0, high=2**62)
+        chunk = logs.log_read(path, offset, finished=finished)
+        done = finished and chunk.offset >= chunk.size
+        context = {"pod": pod, "chunk": chunk.text, "offset": chunk.offset, "finished": done}
+        response = render(request, "agent/pod_logs.html#log-follow", context,
+                          status=HTMX_STOP_POLLING if done else 200)
+    else:
+        tail = _int(request.GET.get("tail"), DEFAULT_TAIL, low=1, high=MAX_TAIL)
+        text, offset = logs.log_tail(path, tail)
+        if request.GET.get("format") == "text":
+            response = HttpResponse(text, content_type="text/plain; charset=utf-8")
+        else:
+            context = {"pod": pod, "job": pod.job, "text": text, "tail": tail,
+                       "offset": offset, "finished": finished, "chunk": "",
+                       "has_log": logs.log_exists(path)}
+            response = render(request, "agent/pod_logs.html", context)
+    patch_vary_headers(response, ["HX-Request", "HX-Target"])
+    return response
+
+
+@login_required
+@require_GET
+def pod_logs_download(request: HttpRequest, pod_id: str) -> FileResponse:
+    pod = _get_pod_for_user(request, pod_id)
+    log = logs.log_open(logs.pod_log_path(pod))
+    if log is None:
+        raise Http404("This pod wrote no log")
+    return FileResponse(log, as_attachment=True, filename=f"{pod.pod_id}.log",
+                        content_type="text/plain; charset=utf-8")

@@ -1,0 +1,42 @@
+"""Where placed pods go to run, and how they are told to stop.
+
+The scheduler and the market place pods and call `pods_placed`; `job_stop` and reclaims call
+`pods_stopping`. Which executor acts is EXECUTION_BACKEND:
+- "agent": node agents (Celery workers on each node's queue) start real processes
+  (apps.agent; docs/execution.md);
+- "none": no processes; placed pods count as running at once. The scheduler's and the
+  market's own tests use it to examine placement without waiting for processes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from django.conf import settings
+
+from apps.jobs.models import Job, JobStatus, Pod, PodStatus
+
+
+def pods_placed(*, job: Job, now: datetime) -> None:
+    """The job's current pods have nodes (or public instances): start them."""
+    if settings.EXECUTION_BACKEND == "agent":
+        from apps.agent.services import pods_launch
+
+        pods_launch(job=job, now=now)
+        return
+    from apps.jobs.services import job_transition
+
+    Pod.objects.filter(job=job, attempt=job.attempt, status=PodStatus.PENDING).update(
+        status=PodStatus.RUNNING, started_at=now
+    )
+    job_transition(job=job, status=JobStatus.RUNNING, now=now, reason_code="JobRunning",
+                   reason_message="All pods are running")
+
+
+def pods_stopping(*, job: Job, pods: Sequence[Pod], now: datetime, reason: str) -> None:
+    """Pods were marked stopped or preempted: make their processes go away."""
+    if settings.EXECUTION_BACKEND == "agent":
+        from apps.agent.services import pods_terminate
+
+        pods_terminate(job=job, pods=pods, now=now, reason=reason)

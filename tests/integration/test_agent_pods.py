@@ -1,0 +1,291 @@
+"""Pods as real processes, run by a real node agent: `manage.py agent` in a subprocess (a
+Celery worker on the nodes' queues) on the test database and Redis.
+
+The test process plays the scheduler (it calls job_admit and scheduler_tick itself: no beat
+here) and the web; the agent starts, watches, stops and reports the pods.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from django.conf import settings as django_settings
+from django.db import connection
+from django.urls import reverse
+from django.utils import timezone
+
+from apps.agent.models import NodeAgent, PodProcess
+from apps.agent.services import nodes_mark_lost
+from apps.agent.tasks import agents_ping
+from apps.agent.testing import AgentProcess
+from apps.cluster.models import Node
+from apps.jobs.models import Job, JobStatus, Pod, PodStatus
+from apps.jobs.services import job_admit, job_stop, job_submit
+from apps.jobs.specs import JobSpec, RoleSpec
+from apps.scheduler.services import scheduler_tick
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+NODES = "gpu-node-0,gpu-node-1,gpu-node-2,gpu-node-3,lingjun-node-0"
+SEED_COMMAND = "echo 'Hello World' && ls -R /mnt/data/ && sleep 1 && echo 'DONE'"
+WAIT = 25.0  # seconds: a bound on every wait, far above what each step takes
+
+
+@pytest.fixture(scope="module")
+def agent(django_db_setup, django_db_blocker):
+    """One agent for the module, serving every node of tests.factories.make_cluster."""
+    with django_db_blocker.unblock():
+        database = dict(connection.settings_dict)
+    process = AgentProcess(database=database, redis_url=django_settings.REDIS_URL, nodes=NODES,
+                           env={"SCHEDULER_MIN_RUN_SECONDS": "0",
+                                "SCHEDULER_REQUEUE_BACKOFF_SECONDS": "0"})
+    try:
+        process.start()
+        yield process
+    finally:
+        process.stop()
+        _purge_queues()
+        process.cleanup()
+
+
+def _purge_queues() -> None:
+    """Drop what nobody consumed here (admission and tick tasks sent to the default queue)."""
+    from paiweb.celery import app
+
+    app.control.purge()
+
+
+@pytest.fixture
+def agent_backend(settings, agent):
+    """This test runs pods for real: the execution hook dispatches to the agent, and tasks
+    the test process sends go to Redis instead of running inline."""
+    from paiweb.celery import app
+
+    settings.EXECUTION_BACKEND = "agent"
+    settings.POD_WORK_ROOT = agent.pod_work_root
+    settings.SCHEDULER_MIN_RUN_SECONDS = 0
+    settings.SCHEDULER_REQUEUE_BACKOFF_SECONDS = 0
+    app.conf.task_always_eager = False
+    yield agent
+    # Leave no process behind for the next test: stop whatever of this test still runs.
+    for job in Job.objects.exclude(status__in=[JobStatus.SUCCEEDED, JobStatus.FAILED,
+                                               JobStatus.STOPPED]):
+        job_stop(job=job, by=None)
+    wait_for(lambda: not PodProcess.objects.filter(
+        state__in=[PodProcess.State.STARTING, PodProcess.State.RUNNING]).exists(),
+        what="every pod process to end", agent=agent)
+
+
+def submit(personas, *, command: str, ws: str = "ws_a", user: str = "alice",
+           quota: str = "team-a", pods: int = 1, gpu: int = 1, idle: str = "off",
+           aimaster: bool = False, name: str = "job", envs: dict | None = None,
+           data_sources: list | None = None, execution_mode: str = "Sync",
+           max_minutes: int | None = None, grace: int | None = None, schedule: bool = True
+           ) -> Job:
+    spec = JobSpec(
+        display_name=name, user_command=command, quota=quota, idle_mode=idle,
+        enable_aimaster=aimaster, execution_mode=execution_mode, envs=envs or {},
+        data_sources=data_sources or [], max_running_time_minutes=max_minutes,
+        enable_easyckpt=True,
+        roles=[RoleSpec(pod_count=pods, cpu=4000, memory=16384, gpu=gpu)],
+    )
+    job = job_submit(workspace=personas[ws], user=personas[user], spec=spec)
+    if grace is not None:
+        Job.objects.filter(pk=job.pk).update(termination_grace_seconds=grace)
+    job_admit(job_pk=job.pk, now=timezone.now())
+    if schedule:
+        scheduler_tick(now=timezone.now())
+    job.refresh_from_db()
+    return job
+
+
+def wait_for(check, *, what: str, agent: AgentProcess, timeout: float = WAIT):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if result := check():
+            return result
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}\n"
+                         f"--- agent log ---\n{agent.log()}")
+
+
+def job_in(job: Job, *statuses: str, agent: AgentProcess) -> Job:
+    def check():
+        job.refresh_from_db()
+        return job.status in statuses
+    wait_for(check, what=f"{job.display_name} to be {'/'.join(statuses)} (is {job.status})",
+             agent=agent)
+    return job
+
+
+def pod_log(pod: Pod) -> str:
+    return Path(PodProcess.objects.get(pod=pod).log_path).read_text()
+
+
+def test_it_runs_the_seed_command_and_shows_its_log(personas, agent_backend, client):
+    job = submit(personas, command=SEED_COMMAND, data_sources=[
+        {"uri": "oss://examplebucket/data/", "mount_path": "/mnt/data/dataset"}])
+    assert job.status == JobStatus.ENV_PREPARING
+    job_in(job, JobStatus.SUCCEEDED, agent=agent_backend)
+    assert [t.status for t in job.status_history.all()] == [
+        "Creating", "Queuing", "EnvPreparing", "Running", "Succeeded"]
+    pod = job.pods.get()
+    assert (pod.status, pod.exit_code) == (PodStatus.SUCCEEDED, 0)
+    assert pod.started_at and pod.finished_at and pod.finished_at >= pod.started_at
+
+    client.force_login(personas["alice"])
+    url = reverse("pods:logs", args=[pod.pod_id])
+    page = client.get(url).content.decode()
+    assert "Hello World" in page and "DONE" in page and "/mnt/data/dataset" in page
+    follow = client.get(url, {"offset": 0}, headers={"HX-Request": "true",
+                                                     "HX-Target": "log-follow"})
+    assert follow.status_code == 286 and "Hello World" in follow.content.decode()
+    download = client.get(reverse("pods:logs-download", args=[pod.pod_id]))
+    assert download.status_code == 200
+    assert b"DONE" in b"".join(download.streaming_content)
+    client.force_login(personas["charlie"])
+    assert client.get(url).status_code == 404
+
+
+def test_it_fails_the_pod_and_the_job_with_the_exit_code(personas, agent_backend):
+    job = submit(personas, command="echo failing; exit 3")
+    job_in(job, JobStatus.FAILED, agent=agent_backend)
+    pod = job.pods.get()
+    assert (pod.status, pod.exit_code) == (PodStatus.FAILED, 3)
+    assert job.reason_code == "PodFailed"
+    assert "exited with code 3" in job.reason_message
+    assert "failing" in pod_log(pod)
+
+
+def test_it_stops_with_sigterm_and_escalates_to_sigkill(personas, agent_backend):
+    command = "trap 'echo got TERM' TERM; echo ready; while true; do sleep 0.2; done"
+    job = submit(personas, command=command, grace=1)
+    job_in(job, JobStatus.RUNNING, agent=agent_backend)
+    pod = job.pods.get()
+    wait_for(lambda: "ready" in pod_log(pod), what="the pod to print", agent=agent_backend)
+    stopped_at = time.monotonic()
+    job_stop(job=job, by=personas["alice"])
+    process = wait_for(lambda: PodProcess.objects.filter(
+        pod=pod, state=PodProcess.State.EXITED).first(), what="the process to end",
+        agent=agent_backend)
+    assert time.monotonic() - stopped_at >= 1.0  # it ignored SIGTERM for the whole grace
+    pod.refresh_from_db()
+    job.refresh_from_db()
+    assert job.status == JobStatus.STOPPED
+    assert (pod.status, pod.reason) == (PodStatus.STOPPED, "JobStopped")  # not Failed
+    assert process.exit_code == pod.exit_code == 137
+    log = pod_log(pod)
+    assert "got TERM" in log and "SIGKILL" in log
+
+
+def test_it_gives_each_pod_its_env_gpus_and_a_sandbox(personas, agent_backend):
+    other_job = agent_backend.pod_work_root / "dlc-other-job"
+    other_job.mkdir(parents=True, exist_ok=True)
+    (other_job / "secret.txt").write_text("the other job's secret")
+    db_name = str(connection.settings_dict["NAME"])
+    db_file = db_name if Path(db_name).is_file() else "/nonexistent"
+    settings_py = Path(django_settings.BASE_DIR) / "paiweb" / "settings.py"
+    command = (
+        'echo "RANK=$RANK WORLD_SIZE=$WORLD_SIZE MASTER=$MASTER_ADDR:$MASTER_PORT '
+        'GPUS=$CUDA_VISIBLE_DEVICES ROLE=$ROLE POD=$POD_NAME JOB=$JOB_ID"; '
+        f"cat {other_job / 'secret.txt'} || echo no-other-job; "
+        f"test -r {db_file} && echo DB-VISIBLE || echo no-db; "
+        f"test -r {settings_py} && echo SETTINGS-VISIBLE || echo no-settings; "
+        "env | grep -E '^(SECRET_KEY|DATABASE_URL|REDIS_URL)=' || echo no-secrets-in-env; "
+        'python -c "import easyckpt; print(\'easyckpt on PYTHONPATH\')"; '
+        'test -w "$PAIWEB_CHECKPOINT_DIR" && echo ckpt-writable'
+    )
+    job = submit(personas, command=command, pods=2, gpu=2, envs={"MY_SETTING": "on"})
+    job_in(job, JobStatus.SUCCEEDED, agent=agent_backend)
+    pods = sorted(job.pods.all(), key=lambda p: p.index)
+    assert pods[0].node_id == pods[1].node_id  # bin-packed onto one node …
+    assert sorted(p.gpu_ids for p in pods) == ["0,1", "2,3"]  # … with different GPUs
+    ports = set()
+    for rank, pod in enumerate(pods):
+        log = pod_log(pod)
+        process = PodProcess.objects.get(pod=pod)
+        assert process.sandbox == "bwrap", f"the agent runs pods unsandboxed:\n{log}"
+        assert (f"RANK={rank} WORLD_SIZE=2 MASTER=127.0.0.1:{process.master_port} "
+                f"GPUS={pod.gpu_ids} ROLE=Worker POD={pod.pod_id} JOB={job.job_id}") in log
+        ports.add(process.master_port)
+        for line in ("no-other-job", "no-db", "no-settings", "no-secrets-in-env",
+                     "easyckpt on PYTHONPATH", "ckpt-writable"):
+            assert line in log
+        assert "the other job's secret" not in log
+    assert len(ports) == 1 and ports.pop() > 0
+
+
+def test_it_restarts_the_whole_job_in_sync_mode(personas, agent_backend):
+    command = ('if [ -e "$PAIWEB_CHECKPOINT_DIR/failed-once" ]; then echo second try; '
+               'else touch "$PAIWEB_CHECKPOINT_DIR/failed-once"; echo first try; exit 5; fi')
+    job = submit(personas, command=command, aimaster=True)
+    job_in(job, JobStatus.SUCCEEDED, agent=agent_backend)
+    assert job.restart_times == 1 and job.attempt == 1
+    restart = job.restarts.get()
+    assert restart.cause == "PodFailed" and "exited with code 5" in restart.message
+    first, second = job.pods.order_by("attempt")
+    assert (first.attempt, first.status, first.exit_code) == (0, PodStatus.FAILED, 5)
+    assert (second.attempt, second.status, second.exit_code) == (1, PodStatus.SUCCEEDED, 0)
+    assert "second try" in pod_log(second)
+    assert "Restarting" in [t.status for t in job.status_history.all()]
+
+
+def test_it_restarts_only_the_failed_pod_in_async_mode(personas, agent_backend):
+    command = ('if [ "$RANK" = 1 ] && [ ! -e "$PAIWEB_CHECKPOINT_DIR/rank1-failed" ]; then '
+               'touch "$PAIWEB_CHECKPOINT_DIR/rank1-failed"; exit 4; fi; sleep 2; echo done')
+    job = submit(personas, command=command, pods=2, aimaster=True, execution_mode="Async")
+    job_in(job, JobStatus.SUCCEEDED, agent=agent_backend)
+    assert job.restart_times == 1 and job.restarts.get().cause == "PodFailed"
+    pods = list(job.pods.order_by("index", "attempt"))
+    assert [(p.index, p.attempt, p.status) for p in pods] == [
+        (0, 1, PodStatus.SUCCEEDED),  # rank 0 ran on, carried into attempt 1
+        (1, 0, PodStatus.FAILED),  # the failed pod is a history pod …
+        (1, 1, PodStatus.SUCCEEDED),  # … replaced by a new one
+    ]
+    survivor, _, replacement = pods
+    assert survivor.pod_id.endswith("-a0") and replacement.pod_id.endswith("-a1")
+    ports = {p.process.master_port for p in (survivor, replacement)}
+    assert len(ports) == 1  # the replacement rejoins the same master
+
+
+def test_it_fails_a_job_past_its_max_running_time(personas, agent_backend):
+    job = submit(personas, command="sleep 30", max_minutes=1)
+    job_in(job, JobStatus.RUNNING, agent=agent_backend)
+    Job.objects.filter(pk=job.pk).update(started_at=timezone.now() - timedelta(minutes=2))
+    job_in(job, JobStatus.FAILED, agent=agent_backend)  # the agent notices within a second
+    assert job.reason_code == "JobTimeout"
+    pod = job.pods.get()
+    assert (pod.status, pod.reason) == (PodStatus.STOPPED, "JobTimeout")
+    wait_for(lambda: PodProcess.objects.filter(pod=pod, state="exited").exists(),
+             what="the process to end", agent=agent_backend)
+
+
+def test_it_records_heartbeats_and_requeues_the_jobs_of_a_lost_node(personas, agent_backend):
+    assert agents_ping(timeout=1.0) >= 5
+    node = Node.objects.get(name="gpu-node-0")
+    assert node.last_heartbeat is not None
+    assert NodeAgent.objects.get(node=node).worker == agent_backend.name
+
+    job = submit(personas, command="sleep 30", aimaster=True)
+    job_in(job, JobStatus.RUNNING, agent=agent_backend)
+    pod = job.pods.get()
+    silent_since = timezone.now() - timedelta(seconds=120)
+    Node.objects.filter(pk=pod.node_id).update(last_heartbeat=silent_since)
+    now = timezone.now()
+    assert nodes_mark_lost(now=now) == []  # the watchdog's first look only starts watching
+    assert nodes_mark_lost(now=now + timedelta(seconds=1)) == [pod.node.name]
+
+    pod.refresh_from_db()
+    job.refresh_from_db()
+    assert (pod.status, pod.reason) == (PodStatus.FAILED, "NodeLost")
+    assert job.status == JobStatus.QUEUING and job.reason_code == "NodeLost"
+    restart = job.restarts.get()
+    assert restart.cause == "NodeLost" and restart.lost_gpu_seconds > 0
+    wait_for(lambda: PodProcess.objects.filter(pod=pod, state="exited").exists(),
+             what="the lost node's process to be stopped", agent=agent_backend)
+
+    agents_ping(timeout=1.0)  # it answers again: Ready
+    assert Node.objects.get(pk=pod.node_id).status == Node.Status.READY

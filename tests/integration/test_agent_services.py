@@ -1,0 +1,272 @@
+"""The execution services without an agent process: the test plays the agent by calling the
+report services itself. The task queue is recorded, not run (the processes themselves are
+covered by test_agent_pods.py and tests/unit/test_runner.py)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from apps.agent import services, tasks
+from apps.agent.models import PodProcess
+from apps.cluster.models import Node
+from apps.jobs.models import Job, JobRole, JobStatus, Pod, PodStatus
+from apps.jobs.services import job_submit
+from apps.jobs.specs import JobSpec, RoleSpec
+from apps.scheduler.services import scheduler_tick
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def sent(settings, monkeypatch):
+    """Agent backend on; what the services enqueue is recorded as (task, args, queue)."""
+    settings.EXECUTION_BACKEND = "agent"
+    settings.SCHEDULER_MIN_RUN_SECONDS = 0
+    settings.SCHEDULER_REQUEUE_BACKOFF_SECONDS = 0
+    calls: list[tuple[str, tuple, str]] = []
+
+    def recorder(name: str):
+        return lambda args, queue: calls.append((name, tuple(args), queue))
+
+    monkeypatch.setattr(tasks.pod_start_task, "apply_async", recorder("pod_start_task"))
+    monkeypatch.setattr(tasks.pod_stop_task, "apply_async", recorder("pod_stop_task"))
+    return calls
+
+
+def submit(personas, *, roles=None, pods=1, gpu=1, aimaster=False, max_restarts=3,
+           success_policy="AllWorkers", idle="off", ws="ws_a", user="alice", quota="team-a",
+           name="job") -> Job:
+    spec = JobSpec(display_name=name, user_command="true", quota=quota, idle_mode=idle,
+                   enable_aimaster=aimaster, max_restarts=max_restarts,
+                   success_policy=success_policy,
+                   roles=roles or [RoleSpec(pod_count=pods, cpu=4000, memory=16384, gpu=gpu)])
+    job = job_submit(workspace=personas[ws], user=personas[user], spec=spec)
+    job.refresh_from_db()
+    return job
+
+
+def run_all(job: Job) -> list[Pod]:
+    """Play the agent: claim and start every queued pod of the job."""
+    now = timezone.now()
+    pods = list(Pod.objects.filter(job=job, process__state=PodProcess.State.QUEUED))
+    for pod in pods:
+        assert services.pod_claim(pod_id=pod.pod_id, agent="agent@test", hostname="h", now=now)
+        services.pod_report_running(pod_id=pod.pod_id, pid=1, sandbox="none", work_dir="",
+                                    log_path="", now=now)
+    return pods
+
+
+def test_it_routes_pods_to_their_nodes_queue_with_their_own_gpus(personas, sent):
+    first = submit(personas, pods=2, gpu=1, name="first")
+    second = submit(personas, pods=1, gpu=2, name="second")
+    assert first.status == second.status == JobStatus.ENV_PREPARING  # until the agent reports
+    pods = list(Pod.objects.filter(job__in=[first, second]).order_by("job_id", "index"))
+    assert {p.node.name for p in pods} == {"gpu-node-0"}
+    assert [p.gpu_ids for p in pods] == ["0", "1", "2,3"]
+    assert sorted(sent) == sorted(("pod_start_task", (p.pod_id,), "node.gpu-node-0")
+                                  for p in pods)
+    ranks = [(p.process.rank, p.process.world_size) for p in pods]
+    assert ranks == [(0, 2), (1, 2), (0, 1)]
+    assert pods[0].process.master_port == pods[1].process.master_port > 0
+    assert pods[0].process.master_addr == "127.0.0.1"
+
+
+def test_it_runs_the_job_once_every_pod_runs(personas, sent):
+    job = submit(personas, pods=2)
+    first, second = job.pods.order_by("index")
+    now = timezone.now()
+    for pod in (first, second):
+        services.pod_claim(pod_id=pod.pod_id, agent="agent@test", hostname="h", now=now)
+    services.pod_report_running(pod_id=first.pod_id, pid=10, sandbox="bwrap", work_dir="w",
+                                log_path="l", now=now)
+    job.refresh_from_db()
+    assert job.status == JobStatus.ENV_PREPARING
+    services.pod_report_running(pod_id=second.pod_id, pid=11, sandbox="bwrap", work_dir="w",
+                                log_path="l", now=now)
+    job.refresh_from_db()
+    assert job.status == JobStatus.RUNNING
+
+
+def test_it_starts_a_pod_once_and_not_after_a_stop(personas, sent):
+    job = submit(personas, pods=2)
+    first, second = job.pods.order_by("index")
+    now = timezone.now()
+    assert services.pod_claim(pod_id=first.pod_id, agent="a@h", hostname="h", now=now)
+    assert services.pod_claim(pod_id=first.pod_id, agent="a@h", hostname="h", now=now) is None
+    Pod.objects.filter(pk=second.pk).update(status=PodStatus.STOPPED)
+    assert services.pod_claim(pod_id=second.pod_id, agent="a@h", hostname="h", now=now) is None
+    assert PodProcess.objects.get(pod=second).state == PodProcess.State.CANCELLED
+
+
+def test_it_runs_pods_of_the_public_pool_on_the_public_queue(personas, sent):
+    job = submit(personas, pods=1, gpu=2)
+    Pod.objects.filter(job=job).delete()
+    PodProcess.objects.all().delete()
+    sent.clear()
+    role = job.roles.get()
+    pod = Pod.objects.create(job=job, role=role, index=0, attempt=job.attempt,
+                             pod_id=f"{job.job_id}-worker-0-public", status=PodStatus.PENDING)
+    services.pods_launch(job=job, now=timezone.now())
+    pod.refresh_from_db()
+    assert sent == [("pod_start_task", (pod.pod_id,), "public")]
+    assert pod.gpu_ids == "0,1"
+
+
+def test_a_preempted_pod_stays_preempted_when_its_process_exits(personas, sent):
+    borrower = submit(personas, ws="ws_b", user="charlie", quota="team-b", pods=4, gpu=4,
+                      idle="only_idle", aimaster=True, name="borrower")
+    run_all(borrower)
+    sent.clear()
+    submit(personas, pods=1, gpu=4, name="owner")  # its tick preempts the borrower
+    preempted = list(borrower.pods.filter(attempt=0))
+    stops = [c for c in sent if c[0] == "pod_stop_task"]
+    assert sorted(stops) == sorted(
+        ("pod_stop_task", (p.pod_id, 30), f"node.{p.node.name}") for p in preempted)
+    for pod in preempted:
+        services.pod_report_exit(pod_id=pod.pod_id, exit_code=143, now=timezone.now())
+        pod.refresh_from_db()
+        assert (pod.status, pod.exit_code) == (PodStatus.PREEMPTED, 143)
+    borrower.refresh_from_db()
+    assert borrower.status == JobStatus.QUEUING  # requeued by AIMaster, not failed
+
+
+def test_it_succeeds_a_chief_worker_job_when_the_chief_exits_0(personas, sent):
+    job = submit(personas, success_policy="ChiefWorker", roles=[
+        RoleSpec(role_type="Worker", pod_count=2, cpu=4000, memory=16384, gpu=0),
+        RoleSpec(role_type="Master", pod_count=1, cpu=4000, memory=16384, gpu=0)])
+    pods = run_all(job)
+    master = next(p for p in pods if p.role.role_type == "Master")
+    assert master.process.rank == 0  # the Master is rank 0 even though declared second
+    sent.clear()
+    services.pod_report_exit(pod_id=master.pod_id, exit_code=0, now=timezone.now())
+    job.refresh_from_db()
+    assert job.status == JobStatus.SUCCEEDED
+    workers = job.pods.filter(role__role_type="Worker")
+    assert {(w.status, w.reason) for w in workers} == {(PodStatus.STOPPED, "JobSucceeded")}
+    assert sorted(c[1][0] for c in sent) == sorted(w.pod_id for w in workers)
+
+
+def test_all_workers_waits_for_every_pod(personas, sent):
+    job = submit(personas, pods=2)
+    first, second = run_all(job)
+    services.pod_report_exit(pod_id=first.pod_id, exit_code=0, now=timezone.now())
+    job.refresh_from_db()
+    assert job.status == JobStatus.RUNNING
+    services.pod_report_exit(pod_id=second.pod_id, exit_code=0, now=timezone.now())
+    job.refresh_from_db()
+    assert job.status == JobStatus.SUCCEEDED and job.reason_code == "JobSucceeded"
+
+
+@pytest.mark.parametrize(("aimaster", "max_restarts", "policy", "why"), [
+    (False, 3, "OnFailure", "no automatic fault tolerance"),
+    (True, 0, "OnFailure", "restarts exhausted (0/0)"),
+    (True, 3, "Never", "restart policy Never"),
+    (True, 3, "ExitCode", "exit code 2 is permanent under restart policy ExitCode"),
+])
+def test_it_fails_the_job_when_aimaster_will_not_restart(personas, sent, aimaster,
+                                                        max_restarts, policy, why):
+    job = submit(personas, pods=2, aimaster=aimaster, max_restarts=max_restarts)
+    JobRole.objects.filter(job=job).update(restart_policy=policy)
+    first, second = run_all(job)
+    sent.clear()
+    services.pod_report_exit(pod_id=first.pod_id, exit_code=2, now=timezone.now())
+    job.refresh_from_db()
+    assert job.status == JobStatus.FAILED and job.reason_code == "PodFailed"
+    assert f"exited with code 2 ({why})" in job.reason_message
+    second.refresh_from_db()
+    assert (second.status, second.reason) == (PodStatus.STOPPED, "JobFailed")
+    assert sent == [("pod_stop_task", (second.pod_id, 30), f"node.{second.node.name}")]
+
+
+def test_it_restarts_in_place_with_the_lost_work_since_the_checkpoint(personas, sent):
+    job = submit(personas, pods=2, gpu=2, aimaster=True)
+    first, second = run_all(job)
+    start = timezone.now() - timedelta(seconds=100)
+    Pod.objects.filter(job=job).update(started_at=start)
+    services.checkpoint_report(job_pk=job.pk, step=50, path="/ckpt/50",
+                               size_bytes=10, at=start + timedelta(seconds=60))
+    now = start + timedelta(seconds=100)
+    services.pod_report_exit(pod_id=first.pod_id, exit_code=1, now=now)
+    job.refresh_from_db()
+    assert job.status == JobStatus.ENV_PREPARING and job.attempt == 1
+    restart = job.restarts.get()
+    assert restart.cause == "PodFailed"
+    assert restart.lost_gpu_seconds == pytest.approx(2 * 2 * 40)  # 2 pods × 2 GPU × 40 s
+    new = list(job.pods.filter(attempt=1).order_by("index"))
+    assert [(p.node_id, p.status) for p in new] == [
+        (first.node_id, PodStatus.PENDING), (second.node_id, PodStatus.PENDING)]
+    assert {p.gpu_ids for p in new} == {first.gpu_ids, second.gpu_ids}  # the room it had
+    second.refresh_from_db()
+    assert second.status == PodStatus.STOPPED and second.reason == "JobRestarting"
+
+
+def test_it_requeues_instead_when_a_node_of_the_job_is_gone(personas, sent):
+    job = submit(personas, pods=1, aimaster=True)
+    [pod] = run_all(job)
+    Node.objects.filter(pk=pod.node_id).update(status=Node.Status.CORDONED)
+    services.pod_report_exit(pod_id=pod.pod_id, exit_code=1, now=timezone.now())
+    job.refresh_from_db()
+    assert job.restarts.get().cause == "PodFailed"
+    assert job.events.filter(kind="Requeued").exists()  # through the queue …
+    new = job.pods.get(attempt=1)
+    assert new.node_id != pod.node_id  # … and the (eager) tick placed it elsewhere
+
+
+def test_it_records_each_checkpoint_once(personas, sent):
+    job = submit(personas)
+    at = timezone.now()
+    assert services.checkpoint_report(job_pk=job.pk, step=10, path="/c/10", size_bytes=5, at=at)
+    assert not services.checkpoint_report(job_pk=job.pk, step=10, path="/c/10", size_bytes=5,
+                                          at=at)
+    services.checkpoint_report(job_pk=job.pk, step=5, path="/c/5", size_bytes=5,
+                               at=at - timedelta(seconds=1))
+    job.refresh_from_db()
+    assert job.checkpoints.count() == 2 and job.last_checkpoint_at == at
+
+
+def test_the_watchdog_only_marks_nodes_it_watched_go_silent(personas, sent, settings):
+    settings.NODE_LOST_AFTER = 30
+    now = timezone.now()
+    Node.objects.filter(name="gpu-node-1").update(last_heartbeat=now - timedelta(seconds=300))
+    Node.objects.filter(name="gpu-node-2").update(last_heartbeat=now - timedelta(seconds=5))
+    assert services.nodes_mark_lost(now=now) == []  # not watching before: look again later
+    assert services.nodes_mark_lost(now=now + timedelta(seconds=100)) == []  # a gap: again
+    later = now + timedelta(seconds=110)
+    assert services.nodes_mark_lost(now=later) == ["gpu-node-1", "gpu-node-2"]
+    assert Node.objects.get(name="gpu-node-0").status == Node.Status.READY  # never reported
+
+
+def test_a_lost_node_fails_a_job_without_aimaster(personas, sent):
+    job = submit(personas, pods=1)
+    [pod] = run_all(job)
+    services.node_fail_pods(node=pod.node, now=timezone.now())
+    job.refresh_from_db()
+    pod.refresh_from_db()
+    assert (pod.status, pod.reason) == (PodStatus.FAILED, "NodeLost")
+    assert job.status == JobStatus.FAILED and job.reason_code == "NodeLost"
+
+
+def test_a_restarted_agent_fails_the_pods_it_lost(personas, sent):
+    job = submit(personas, pods=1, aimaster=True)
+    [pod] = run_all(job)
+    assert services.pods_orphaned(agent="agent@test", now=timezone.now()) == 1
+    pod.refresh_from_db()
+    assert (pod.status, pod.reason, pod.exit_code) == (PodStatus.FAILED, "AgentRestarted", None)
+    job.refresh_from_db()
+    assert job.attempt == 1 and job.status == JobStatus.ENV_PREPARING  # restarted in place
+
+
+def test_the_sweep_fails_jobs_past_their_max_running_time(personas, sent):
+    job = submit(personas, pods=1)
+    run_all(job)
+    Job.objects.filter(pk=job.pk).update(max_running_time_minutes=5)
+    now = timezone.now()
+    assert services.jobs_timeout_sweep(now=now) == 0
+    assert services.jobs_timeout_sweep(now=now + timedelta(minutes=6)) == 1
+    job.refresh_from_db()
+    assert job.status == JobStatus.FAILED and job.reason_code == "JobTimeout"
+    assert job.pods.get().reason == "JobTimeout"
+    scheduler_tick(now=now)  # the room is free again: nothing to do, nothing breaks

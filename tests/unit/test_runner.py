@@ -1,0 +1,198 @@
+"""The pod runner on its own (no database): real processes, real signals, real bubblewrap.
+
+The sandboxed tests need bubblewrap (`apt-get install bubblewrap`; CI installs it) and skip
+only when it is not installed at all.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from apps.agent import runner
+
+SEED_COMMAND = "echo 'Hello World' && ls -R /mnt/data/ && sleep 1 && echo 'DONE'"
+ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"}
+MODES = ["none", pytest.param("bwrap", marks=pytest.mark.skipif(
+    shutil.which("bwrap") is None, reason="bubblewrap is not installed"))]
+needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None,
+                                 reason="bubblewrap is not installed")
+
+
+@pytest.fixture
+def root():
+    """A scratch directory outside /tmp: the sandbox's /tmp is private anyway, so hiding is
+    only proven on paths the sandbox would otherwise show."""
+    base = Path("/var/tmp") if Path("/var/tmp").is_dir() else Path.cwd()
+    path = Path(tempfile.mkdtemp(prefix="pw-runner-", dir=base))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def spec(root: Path, command: str, *, mode: str = "none", name: str = "pod-0", **kwargs):
+    return runner.PodSpec(name=name, command=command, work_dir=root / "pods" / "job-a" / name,
+                          log_path=root / "pods" / "job-a" / "logs" / f"{name}.log",
+                          env={**ENV, **kwargs.pop("env", {})}, sandbox=mode, **kwargs)
+
+
+def run(pod_spec: runner.PodSpec) -> tuple[int, str]:
+    process = runner.start(pod_spec)
+    process.wait(timeout=30)
+    code = process.finish()
+    return code, pod_spec.log_path.read_text()
+
+
+def require_bwrap_works() -> None:
+    status = runner.sandbox_status("auto")
+    assert status.sandboxed, f"bubblewrap is installed but unusable: {status.detail}"
+
+
+@needs_bwrap
+def test_it_runs_the_seed_command_in_the_sandbox(root):
+    require_bwrap_works()
+    data = root / "pods" / "job-a" / "data"
+    (data / "dataset").mkdir(parents=True)
+    (data / "dataset" / "part-0.csv").write_text("x,y\n")
+    code, log = run(spec(root, SEED_COMMAND, mode="bwrap", data_dir=data))
+    assert code == 0
+    assert "Hello World" in log and "DONE" in log
+    assert "/mnt/data/dataset:" in log and "part-0.csv" in log
+    assert "exited with code 0" in log
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_it_reports_a_failing_commands_exit_code(root, mode):
+    code, log = run(spec(root, "echo about to fail; exit 3", mode=mode))
+    assert code == 3
+    assert "about to fail" in log and "exited with code 3" in log
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_it_escalates_to_sigkill_after_the_grace(root, mode):
+    command = "trap 'echo got TERM' TERM; echo ready; while true; do sleep 0.1; done"
+    pod_spec = spec(root, command, mode=mode)
+    process = runner.start(pod_spec)
+    _wait_for_text(pod_spec.log_path, "ready")
+    started = time.monotonic()
+    code = process.stop(grace=1.0)
+    elapsed = time.monotonic() - started
+    process.finish()
+    log = pod_spec.log_path.read_text()
+    assert code == 137  # 128 + SIGKILL
+    assert 0.9 <= elapsed < 5
+    assert "got TERM" in log and "SIGKILL" in log
+    assert not runner.descendants(process.pid)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_it_lets_a_pod_exit_on_sigterm_within_the_grace(root, mode):
+    command = "trap 'echo saving; exit 7' TERM; echo ready; while true; do sleep 0.1; done"
+    pod_spec = spec(root, command, mode=mode)
+    process = runner.start(pod_spec)
+    _wait_for_text(pod_spec.log_path, "ready")
+    started = time.monotonic()
+    assert process.stop(grace=10) == 7
+    assert time.monotonic() - started < 3
+    process.finish()
+    assert "saving" in pod_spec.log_path.read_text()
+
+
+@needs_bwrap
+def test_it_hides_other_jobs_and_paiwebs_files_from_a_sandboxed_pod(root):
+    require_bwrap_works()
+    var = root / "var"
+    (var).mkdir()
+    (var / "paiweb.sqlite3").write_text("the database")
+    repo = root / "repo"
+    (repo / "paiweb").mkdir(parents=True)
+    (repo / "paiweb" / "settings.py").write_text("SECRET_KEY = 'x'")
+    other = root / "pods" / "job-b" / "pod-9"
+    other.mkdir(parents=True)
+    (other / "secret.txt").write_text("job b's secret")
+    (root / "pods" / "job-b" / "checkpoints").mkdir()
+    command = (
+        f"cat {other / 'secret.txt'}; echo rc=$?; "
+        f"cat {var / 'paiweb.sqlite3'}; echo rc=$?; "
+        f"cat {repo / 'paiweb' / 'settings.py'}; echo rc=$?; "
+        f"echo listing:$(ls {root / 'pods'} | tr '\\n' ' '); "
+        f"touch {root / 'pods' / 'job-b' / 'checkpoints' / 'x'}; echo rc=$?; "
+        "echo mine > own.txt && cat own.txt; "
+        "touch /usr/paiweb-evil; echo rc=$?"
+    )
+    code, log = run(spec(root, command, mode="bwrap",
+                         hidden=(root / "pods", var, repo), writable=()))
+    assert code == 0
+    assert "job b's secret" not in log and "the database" not in log and "SECRET_KEY" not in log
+    assert log.count("rc=1") == 5  # three reads, a write elsewhere, a write to the host
+    assert "listing:job-a\n" in log  # the pods root shows this job only
+    assert not Path("/usr/paiweb-evil").exists()
+    assert (root / "pods" / "job-a" / "pod-0" / "own.txt").read_text() == "mine\n"
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_it_caps_the_log_with_a_notice(root, mode):
+    code, log = run(spec(root, "head -c 50000 /dev/zero | tr '\\0' x; echo; echo the end",
+                         mode=mode, log_max_bytes=4096))
+    assert code == 0
+    assert "[log truncated: output beyond POD_LOG_MAX_BYTES=4096 bytes is discarded]" in log
+    assert "the end" not in log
+    assert "exited with code 0" in log  # paiweb's own notes are always kept
+    assert len(log.encode()) < 4096 + 400
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_it_limits_a_pods_memory(root, mode):
+    if shutil.which("prlimit") is None:
+        pytest.fail("prlimit (util-linux) is missing")
+    command = "python3 -c 'b = bytearray(600 * 1024 * 1024); print(\"allocated\")'"
+    code, log = run(spec(root, command, mode=mode, memory_mib=256))
+    assert code == 1 and "MemoryError" in log and "allocated" not in log
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_it_gives_the_pod_only_its_own_environment(root, mode):
+    code, log = run(spec(root, "env | sort", mode=mode, env={"RANK": "2"}))
+    assert code == 0
+    assert "RANK=2" in log
+    assert "DJANGO_SETTINGS_MODULE" not in log and "DATABASE_URL" not in log
+
+
+def test_it_reads_each_manifest_line_once(root):
+    directory = root / "ckpt"
+    directory.mkdir()
+    manifest = directory / "manifest.jsonl"
+    manifest.write_text(json.dumps({"step": 1, "file": "a", "bytes": 1, "time": 1.0}) + "\n")
+    reader = runner.ManifestReader(directory)  # what was there before is history
+    assert reader.new_entries() == []
+    with manifest.open("a") as out:
+        out.write(json.dumps({"step": 2, "file": "b", "bytes": 5, "time": 2.0}) + "\n")
+        out.write("not json\n")
+        out.write('{"step": 3, "file": "c"')  # half a line: not yet
+    assert [e["step"] for e in reader.new_entries()] == [2]
+    with manifest.open("a") as out:
+        out.write(', "bytes": 7, "time": 3.0}\n')
+    assert reader.new_entries() == [{"step": 3, "file": "c", "bytes": 7, "time": 3.0}]
+    assert reader.new_entries() == []
+
+
+def test_it_reports_the_sandbox_it_would_use():
+    assert runner.sandbox_status("none").mode == "none"
+    status = runner.sandbox_status("auto")
+    assert status.mode == ("bwrap" if status.bwrap_available else "none")
+    assert status.detail
+    with pytest.raises(ValueError):
+        runner.sandbox_status("docker")
+
+
+def _wait_for_text(path: Path, text: str, timeout: float = 10) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists() and text in path.read_text():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"{text!r} never appeared in {path}")
