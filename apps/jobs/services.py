@@ -19,6 +19,7 @@ from apps.jobs.models import (
     ResourceSource,
     StatusTransition,
 )
+from apps.jobs.execution import pods_stopping
 from apps.jobs.specs import JobSpec, job_spec_resolve
 
 # Which statuses may follow which. A transition outside this map is a bug or a race and is
@@ -147,7 +148,14 @@ def job_admit(*, job_pk: int, now: datetime) -> bool:
                        reason_message="Waiting in the queue")
         where = f"quota {job.quota.name}" if job.quota_id else "the public pool"
         job_event(job=job, kind="Enqueued", message=f"Queued on {where}", now=now)
+    _tick_soon()
     return True
+
+
+def _tick_soon() -> None:
+    from apps.scheduler.tasks import scheduler_tick_soon  # the scheduler imports this module
+
+    scheduler_tick_soon()
 
 
 def jobs_admit_creating(*, now: datetime) -> int:
@@ -168,10 +176,12 @@ def job_stop(*, job: Job, by, now: datetime | None = None) -> Job:
     if job.status == JobStatus.STOPPING:
         return job
     who = by.get_username() if by is not None else "system"
-    live = Pod.objects.filter(job=job, status__in=[PodStatus.PENDING, PodStatus.RUNNING])
-    live.update(status=PodStatus.STOPPED, reason="JobStopped", message=f"Stopped by {who}",
-                finished_at=now)
+    live = list(Pod.objects.filter(job=job, status__in=[PodStatus.PENDING, PodStatus.RUNNING]))
+    Pod.objects.filter(pk__in=[p.pk for p in live]).update(
+        status=PodStatus.STOPPED, reason="JobStopped", message=f"Stopped by {who}", finished_at=now)
+    pods_stopping(job=job, pods=live, now=now, reason=f"Stopped by {who}")
     job_transition(job=job, status=JobStatus.STOPPED, now=now, reason_code="JobStoppedByUser",
                    reason_message=f"Stopped by {who}")
     job_event(job=job, kind="Stopped", message=f"Stopped by {who}", now=now)
+    _tick_soon()
     return job

@@ -350,7 +350,7 @@ def test_it_writes_nothing_when_the_file_has_one_problem(tmp_path):
     assert counts() == before
 
 
-@pytest.mark.django_db
+@pytest.mark.django_db(transaction=True)  # the command closes the connection
 def test_it_exits_non_zero_with_the_list_on_stderr(tmp_path, capsys):
     with pytest.raises(SystemExit) as caught:
         ManagementUtility(["manage.py", "apply_cluster", str(_broken_demo(tmp_path))]).execute()
