@@ -10,6 +10,12 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     DJANGO_SETTINGS_MODULE=paiweb.settings \
     PAIWEB_VAR_DIR=/app/var
 
+# bubblewrap sandboxes pods (it needs a container allowed to create user namespaces; elsewhere
+# SANDBOX=auto runs pods unsandboxed and the health panel says so).
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends bubblewrap \
+    && rm -rf /var/lib/apt/lists/*
+
 RUN groupadd --system --gid 1000 paiweb \
     && useradd --system --uid 1000 --gid paiweb --home-dir /app --shell /usr/sbin/nologin paiweb
 

@@ -22,7 +22,7 @@ PYTEST_ARGS ?=
 PINNED_VENV ?= .venv-sdk-pinned
 PINNED_SDKS ?= alibabacloud_pai_dlc20201203==1.4.17 alibabacloud_aiworkspace20210204==3.0.1
 
-.PHONY: help demo test install install-test venv migrate cluster chromium lint \
+.PHONY: help demo test install install-test venv migrate cluster chromium bubblewrap lint \
         test-api-pinned clean
 
 help:
@@ -107,7 +107,19 @@ chromium:
 	  exit 1; \
 	fi
 
-test: install-test chromium
+# The pod sandbox: its tests are required, so `make test` installs bubblewrap like Chromium.
+bubblewrap:
+	@if command -v bwrap >/dev/null 2>&1; then exit 0; fi; \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  echo "Installing bubblewrap for the pod sandbox (apt-get install bubblewrap)"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null; \
+	else \
+	  echo "The sandbox tests need bubblewrap. Install it with:" >&2; \
+	  echo "    sudo apt-get update && sudo apt-get install -y bubblewrap" >&2; \
+	  exit 1; \
+	fi
+
+test: install-test chromium bubblewrap
 	@status=0; PAIWEB_CHROMIUM="$(CHROMIUM)" $(PY) -m pytest $(PYTEST_ARGS) || status=$$?; \
 	if [ $$status = 5 ]; then echo "pytest collected no tests: that counts as a failure" >&2; fi; \
 	exit $$status

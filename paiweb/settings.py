@@ -205,7 +205,7 @@ CELERY_BEAT_SCHEDULE = {
 }
 
 # "agent": node agents run pods as real processes; "none": placed pods count as running.
-EXECUTION_BACKEND = env_str("EXECUTION_BACKEND", "none")
+EXECUTION_BACKEND = env_str("EXECUTION_BACKEND", "agent")
 if EXECUTION_BACKEND not in {"agent", "none"}:
     from django.core.exceptions import ImproperlyConfigured
 

@@ -34,7 +34,6 @@ from apps.api.errors import (
     new_request_id,
     not_found,
 )
-from apps.api.services import job_delete, job_priority_update
 from apps.cluster.models import InstanceType, Quota
 from apps.core.errors import ApplicationError, ValidationFailed
 from apps.jobs.models import (
@@ -47,7 +46,7 @@ from apps.jobs.models import (
     ResourceSource,
     StatusTransition,
 )
-from apps.jobs.services import job_stop, job_submit
+from apps.jobs.services import job_delete, job_priority_update, job_stop, job_submit
 from apps.jobs.specs import spot_price_range_per_minute
 from apps.market.models import MarketState
 from apps.market.pricing import hour_to_per_minute

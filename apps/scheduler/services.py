@@ -68,6 +68,7 @@ def scheduler_snapshot() -> engine.Snapshot:
         for q in Quota.objects.order_by("id")
     )
     pods_by_job: dict[int, list[engine.RunningPod]] = defaultdict(list)
+    pod_start: dict[int, datetime] = {}
     live_pods = Pod.objects.filter(
         status__in=LIVE_POD_STATUSES, node__isnull=False, node__pool__kind=dedicated
     ).select_related("role")
@@ -76,15 +77,19 @@ def scheduler_snapshot() -> engine.Snapshot:
             engine.RunningPod(pod_id=pod.id, node_id=pod.node_id, resources=_resources(pod.role),
                               in_quota=bool(pod.in_quota))
         )
-    running = tuple(
+        if pod.started_at and (pod.job_id not in pod_start or pod.started_at < pod_start[pod.job_id]):
+            pod_start[pod.job_id] = pod.started_at
+    running = [
         engine.RunningJob(
             job_id=job.id, name=job.display_name, quota_id=job.quota_id, idle_mode=job.idle_mode,
             priority=job.priority,
-            started_at=_ts(job.started_at) or job.status_changed_at.timestamp(),
+            # Lost work counts from this attempt's start, not the job's first start.
+            started_at=(pod_start.get(job.id) or job.status_changed_at).timestamp(),
             last_checkpoint_at=_ts(job.last_checkpoint_at), pods=tuple(pods_by_job[job.id]),
         )
         for job in Job.objects.filter(id__in=list(pods_by_job)).order_by("id")
-    )
+    ]
+    running += _dying_pods(dedicated)
     pending_jobs = Job.objects.filter(
         status=JobStatus.QUEUING, resource_source=ResourceSource.QUOTA
     ).prefetch_related("roles").order_by("id")
@@ -100,7 +105,34 @@ def scheduler_snapshot() -> engine.Snapshot:
         )
         for job in pending_jobs
     )
-    return engine.Snapshot(nodes=nodes, quotas=quotas, running=running, pending=pending)
+    return engine.Snapshot(nodes=nodes, quotas=quotas, running=tuple(running), pending=pending)
+
+
+def _dying_pods(pool_kind: str) -> list[engine.RunningJob]:
+    """Pods already marked Preempted/Stopped/Failed whose processes are still winding down
+    (SIGTERM, grace period) hold their room until they exit. Each job's dying pods appear as
+    one `stopping` job under a negative id, so the engine neither admits onto that room nor
+    picks them as victims again; an owner waiting for it says "room being freed"."""
+    dying: dict[int, list[engine.RunningPod]] = defaultdict(list)
+    pods = Pod.objects.filter(
+        node__isnull=False, node__pool__kind=pool_kind,
+        process__state__in=["queued", "starting", "running"],
+    ).exclude(status__in=LIVE_POD_STATUSES).select_related("role", "job")
+    jobs = {}
+    for pod in pods:
+        dying[pod.job_id].append(engine.RunningPod(
+            pod_id=pod.id, node_id=pod.node_id, resources=_resources(pod.role),
+            in_quota=bool(pod.in_quota)))
+        jobs[pod.job_id] = pod.job
+    return [
+        engine.RunningJob(
+            job_id=-job_id, name=f"{jobs[job_id].display_name} (stopping)",
+            quota_id=jobs[job_id].quota_id, idle_mode=jobs[job_id].idle_mode,
+            priority=jobs[job_id].priority, started_at=0.0, last_checkpoint_at=None,
+            pods=tuple(pod_list), stopping=True,
+        )
+        for job_id, pod_list in sorted(dying.items())
+    ]
 
 
 def scheduler_config() -> engine.Config:

@@ -112,3 +112,25 @@ def test_it_admits_the_next_job_when_a_running_job_stops(personas):
     job_stop(job=first, by=personas["alice"])
     second.refresh_from_db()
     assert second.status == JobStatus.RUNNING
+
+
+def test_it_waits_for_preempted_processes_to_exit_before_placing_the_owner(personas):
+    from apps.agent.models import PodProcess
+
+    borrower = submit(personas, ws="ws_b", user="charlie", quota="team-b", pods=4, gpu=4,
+                      idle="only_idle", aimaster=True, name="borrower")
+    now = timezone.now()
+    PodProcess.objects.bulk_create(
+        PodProcess(pod=pod, state="running", queue=f"node.{pod.node.name}", queued_at=now)
+        for pod in borrower.pods.all()
+    )
+    owner = submit(personas, pods=1, gpu=4, name="owner")
+    scheduler_tick(now=timezone.now() + timedelta(seconds=1))
+    owner.refresh_from_db()
+    assert owner.status == JobStatus.QUEUING  # the borrower's processes still hold the GPUs
+    assert "freed" in owner.pending_reason
+
+    PodProcess.objects.update(state="exited", exit_code=143)
+    scheduler_tick(now=timezone.now() + timedelta(seconds=2))
+    owner.refresh_from_db()
+    assert owner.status == JobStatus.RUNNING
