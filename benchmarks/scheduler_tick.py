@@ -18,6 +18,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "paiweb.settings")
+# Measure the scheduler, not the agents: placed pods count as running (no processes).
+os.environ["EXECUTION_BACKEND"] = "none"
 
 import django  # noqa: E402
 
@@ -83,18 +85,52 @@ def timed(label: str, fn):
 
 
 def main() -> None:
-    print(f"database: {connection.vendor}; {NODES} nodes × {GPUS} GPUs, {QUOTAS} quotas, {JOBS} jobs")
+    print(f"database: {connection.vendor}; {NODES} nodes × {GPUS} GPUs, "
+          f"{QUOTAS} quotas, {JOBS} jobs")
     rng = random.Random(7)
     start = time.perf_counter()
     build(rng)
     print(f"built in {time.perf_counter() - start:.1f} s")
     timed("snapshot load (10,000 pending)", lambda: len(scheduler_snapshot().pending))
-    report, elapsed = timed("first tick (admits what fits)", lambda: scheduler_tick(now=timezone.now()))
+    report, elapsed = timed("first tick (admits what fits)",
+                            lambda: scheduler_tick(now=timezone.now()))
     print(f"{'admissions per second':<34} {report.admitted / elapsed:9.0f}")
     timed("second tick (the rest waits)", lambda: scheduler_tick(now=timezone.now()))
     with transaction.atomic():
         Job.objects.filter(status=JobStatus.QUEUING).update(status=JobStatus.STOPPED)
     timed("idle tick (nothing pending)", lambda: scheduler_tick(now=timezone.now()))
+    reclaim_heavy(rng)
+
+
+def reclaim_heavy(rng: random.Random) -> None:
+    """Borrowers fill the pool, then owners arrive and take their guarantee back."""
+    from django.conf import settings
+
+    settings.SCHEDULER_MIN_RUN_SECONDS = 0
+    with transaction.atomic():
+        Job.objects.filter(status=JobStatus.RUNNING).update(status=JobStatus.STOPPED)
+        from apps.jobs.models import Pod
+
+        Pod.objects.update(status="Stopped")
+    ws, user = Workspace.objects.get(), get_user_model().objects.get()
+    leaves = list(Quota.objects.filter(name__startswith="team-"))
+    now = timezone.now()
+
+    def add(count: int, idle: str, gpus: int) -> None:
+        jobs = Job.objects.bulk_create(
+            (Job(workspace=ws, user=user, display_name=f"{idle}-{i}", user_command="true",
+                 resource_source="quota", quota=rng.choice(leaves), idle_mode=idle,
+                 enable_aimaster=True, status=JobStatus.QUEUING, submitted_at=now,
+                 status_changed_at=now) for i in range(count)), batch_size=2000)
+        JobRole.objects.bulk_create(
+            (JobRole(job=job, role_type="Worker", pod_count=1, cpu=8000, memory=65536, gpu=gpus)
+             for job in jobs), batch_size=2000)
+
+    add(NODES * GPUS // 4, "only_idle", 4)  # two borrowers per node fill every GPU
+    timed("borrowers fill the pool", lambda: scheduler_tick(now=timezone.now()))
+    add(1000, "off", 8)
+    timed("owners arrive: reclaim tick", lambda: scheduler_tick(now=timezone.now()))
+    timed("next tick: owners placed", lambda: scheduler_tick(now=timezone.now()))
 
 
 if __name__ == "__main__":

@@ -20,18 +20,27 @@ from apps.jobs.models import Job, JobStatus, Pod, PodStatus
 
 def pods_placed(*, job: Job, now: datetime) -> None:
     """The job's current pods have nodes (or public instances): start them."""
+    pods_placed_bulk(jobs=[job], now=now)
+
+
+def pods_placed_bulk(*, jobs: Sequence[Job], now: datetime) -> None:
+    """`pods_placed` for every job a tick admitted (each in EnvPreparing, locked)."""
     if settings.EXECUTION_BACKEND == "agent":
         from apps.agent.services import pods_launch
 
-        pods_launch(job=job, now=now)
+        for job in jobs:
+            pods_launch(job=job, now=now)
         return
-    from apps.jobs.services import job_transition
+    from apps.jobs.services import jobs_transition_bulk
 
-    Pod.objects.filter(job=job, attempt=job.attempt, status=PodStatus.PENDING).update(
+    # Only the current attempt has Pending pods: earlier ones ended before it was placed.
+    Pod.objects.filter(job__in=list(jobs), status=PodStatus.PENDING).update(
         status=PodStatus.RUNNING, started_at=now
     )
-    job_transition(job=job, status=JobStatus.RUNNING, now=now, reason_code="JobRunning",
-                   reason_message="All pods are running")
+    jobs_transition_bulk(
+        jobs=list(jobs), status=JobStatus.RUNNING, now=now, reason_code="JobRunning",
+        reason_messages={job.pk: "All pods are running" for job in jobs},
+    )
 
 
 def pods_stopping(*, job: Job, pods: Sequence[Pod], now: datetime, reason: str) -> None:

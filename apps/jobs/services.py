@@ -71,6 +71,39 @@ def job_transition(
     job.save(update_fields=fields)
 
 
+def jobs_transition_bulk(
+    *, jobs: list[Job], status: str, now: datetime, reason_code: str = "",
+    reason_messages: dict[int, str] | None = None,
+) -> None:
+    """`job_transition` for many jobs at once, in a handful of queries: a busy tick moves
+    hundreds of jobs and per-job writes would take seconds. `reason_messages` maps a job's
+    pk to its message. The jobs must be locked by the caller."""
+    if not jobs:
+        return
+    messages = reason_messages or {}
+    for job in jobs:
+        if status not in ALLOWED.get(job.status, set()):
+            raise ApplicationError(
+                "InvalidJobStatus", f"a {job.status} job cannot become {status}", status=409
+            )
+    ids = [job.pk for job in jobs]
+    StatusTransition.objects.filter(job_id__in=ids, ended_at__isnull=True).update(ended_at=now)
+    StatusTransition.objects.bulk_create(
+        StatusTransition(job_id=job.pk, status=status, reason_code=reason_code,
+                         reason_message=messages.get(job.pk, ""), started_at=now)
+        for job in jobs
+    )
+    by_message: dict[str, list[int]] = {}
+    for job in jobs:
+        by_message.setdefault(messages.get(job.pk, ""), []).append(job.pk)
+        job.status, job.reason_code, job.status_changed_at = status, reason_code, now
+        job.reason_message = messages.get(job.pk, "")
+    for message, pks in by_message.items():
+        Job.objects.filter(pk__in=pks).update(
+            status=status, reason_code=reason_code, reason_message=message, status_changed_at=now
+        )
+
+
 def job_event(*, job: Job, kind: str, message: str, now: datetime, pod: Pod | None = None) -> None:
     JobEvent.objects.create(job=job, pod=pod, kind=kind, message=message, at=now)
 

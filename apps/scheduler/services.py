@@ -3,7 +3,8 @@ apply the plan in one transaction.
 
 Only quota jobs pass through here; public pay-as-you-go and spot jobs are placed by the
 market. Every write is a compare-and-set on the job's status, so a replayed or concurrent
-tick that planned from stale state changes nothing.
+tick that planned from stale state changes nothing. Reads use `values_list` and writes are
+bulk: a tick over ten thousand queued jobs must stay well under the tick interval.
 """
 
 from __future__ import annotations
@@ -13,12 +14,14 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 
 from apps.cluster.models import Node, Quota, ResourcePool
+from apps.jobs.execution import pods_placed_bulk, pods_stopping
 from apps.jobs.models import (
     ACTIVE_STATUSES,
     Job,
+    JobEvent,
     JobRestart,
     JobRole,
     JobStatus,
@@ -26,11 +29,12 @@ from apps.jobs.models import (
     PodStatus,
     ResourceSource,
 )
-from apps.jobs.execution import pods_placed, pods_stopping
-from apps.jobs.services import job_event, job_transition
+from apps.jobs.services import job_event, job_transition, jobs_transition_bulk
 from apps.scheduler import engine
 
 LIVE_POD_STATUSES = (PodStatus.PENDING, PodStatus.RUNNING)
+LIVE_PROCESS_STATES = ("queued", "starting", "running")
+DEDICATED = ResourcePool.Kind.DEDICATED
 
 
 @dataclass(frozen=True)
@@ -40,99 +44,111 @@ class TickReport:
     waiting: int
 
 
+@dataclass(frozen=True)
+class _Loaded:
+    """The snapshot, plus what each pending job showed last time (to write only changes)."""
+
+    snapshot: engine.Snapshot
+    shown: dict[int, tuple[str, int | None, int | None]]
+
+
 def _ts(moment: datetime | None) -> float | None:
     return moment.timestamp() if moment is not None else None
 
 
-def _resources(role: JobRole) -> engine.Resources:
-    return engine.Resources(cpu=role.cpu, memory=role.memory, gpu=role.gpu)
-
-
 def scheduler_snapshot() -> engine.Snapshot:
     """Read the dedicated pools, the quota tree, running quota jobs and the queue."""
-    dedicated = ResourcePool.Kind.DEDICATED
+    return _load().snapshot
+
+
+def _load() -> _Loaded:
+    pending, shown = _pending_jobs()
+    if not pending:  # nobody to place or reclaim for: the rest need not be read
+        return _Loaded(snapshot=engine.Snapshot(nodes=(), quotas=(), running=(), pending=()),
+                       shown={})
     nodes = tuple(
-        engine.Node(
-            id=n.id, pool_id=n.pool_id,
-            capacity=engine.Resources(cpu=n.cpu, memory=n.memory, gpu=n.gpu),
-            schedulable=n.status == Node.Status.READY,
-        )
-        for n in Node.objects.filter(pool__kind=dedicated).order_by("id")
+        engine.Node(id=pk, pool_id=pool_id, capacity=engine.Resources(cpu, memory, gpu),
+                    schedulable=status == Node.Status.READY)
+        for pk, pool_id, cpu, memory, gpu, status in Node.objects.filter(
+            pool__kind=DEDICATED).order_by("id").values_list(
+            "id", "pool_id", "cpu", "memory", "gpu", "status")
     )
     quotas = tuple(
-        engine.Quota(
-            id=q.id, name=q.name, parent_id=q.parent_id, pool_id=q.pool_id,
-            min=engine.Resources(cpu=q.min_cpu, memory=q.min_memory, gpu=q.min_gpu),
-            strategy=q.queue_strategy,
-        )
-        for q in Quota.objects.order_by("id")
+        engine.Quota(id=pk, name=name, parent_id=parent_id, pool_id=pool_id,
+                     min=engine.Resources(cpu, memory, gpu), strategy=strategy)
+        for pk, name, parent_id, pool_id, cpu, memory, gpu, strategy in Quota.objects.order_by(
+            "id").values_list("id", "name", "parent_id", "pool_id", "min_cpu", "min_memory",
+                              "min_gpu", "queue_strategy")
     )
-    pods_by_job: dict[int, list[engine.RunningPod]] = defaultdict(list)
-    pod_start: dict[int, datetime] = {}
-    live_pods = Pod.objects.filter(
-        status__in=LIVE_POD_STATUSES, node__isnull=False, node__pool__kind=dedicated
-    ).select_related("role")
-    for pod in live_pods:
-        pods_by_job[pod.job_id].append(
-            engine.RunningPod(pod_id=pod.id, node_id=pod.node_id, resources=_resources(pod.role),
-                              in_quota=bool(pod.in_quota))
-        )
-        if pod.started_at and (pod.job_id not in pod_start or pod.started_at < pod_start[pod.job_id]):
-            pod_start[pod.job_id] = pod.started_at
-    running = [
-        engine.RunningJob(
-            job_id=job.id, name=job.display_name, quota_id=job.quota_id, idle_mode=job.idle_mode,
-            priority=job.priority,
-            # Lost work counts from this attempt's start, not the job's first start.
-            started_at=(pod_start.get(job.id) or job.status_changed_at).timestamp(),
-            last_checkpoint_at=_ts(job.last_checkpoint_at), pods=tuple(pods_by_job[job.id]),
-        )
-        for job in Job.objects.filter(id__in=list(pods_by_job)).order_by("id")
-    ]
-    running += _dying_pods(dedicated)
-    pending_jobs = Job.objects.filter(
-        status=JobStatus.QUEUING, resource_source=ResourceSource.QUOTA
-    ).prefetch_related("roles").order_by("id")
-    pending = tuple(
-        engine.PendingJob(
-            job_id=job.id, name=job.display_name, quota_id=job.quota_id, idle_mode=job.idle_mode,
-            priority=job.priority, submitted_at=job.submitted_at.timestamp(),
-            pods=tuple(
-                engine.PodRequest(key=f"{role.role_type.lower()}-{i}", resources=_resources(role))
-                for role in job.roles.all() for i in range(role.pod_count)
-            ),
-            not_before=_ts(job.not_before),
-        )
-        for job in pending_jobs
+    running = _running_jobs(live=True) + _running_jobs(live=False)
+    return _Loaded(
+        snapshot=engine.Snapshot(nodes=nodes, quotas=quotas, running=tuple(running),
+                                 pending=pending),
+        shown=shown,
     )
-    return engine.Snapshot(nodes=nodes, quotas=quotas, running=tuple(running), pending=pending)
 
 
-def _dying_pods(pool_kind: str) -> list[engine.RunningJob]:
-    """Pods already marked Preempted/Stopped/Failed whose processes are still winding down
-    (SIGTERM, grace period) hold their room until they exit. Each job's dying pods appear as
-    one `stopping` job under a negative id, so the engine neither admits onto that room nor
-    picks them as victims again; an owner waiting for it says "room being freed"."""
-    dying: dict[int, list[engine.RunningPod]] = defaultdict(list)
-    pods = Pod.objects.filter(
-        node__isnull=False, node__pool__kind=pool_kind,
-        process__state__in=["queued", "starting", "running"],
-    ).exclude(status__in=LIVE_POD_STATUSES).select_related("role", "job")
-    jobs = {}
-    for pod in pods:
-        dying[pod.job_id].append(engine.RunningPod(
-            pod_id=pod.id, node_id=pod.node_id, resources=_resources(pod.role),
-            in_quota=bool(pod.in_quota)))
-        jobs[pod.job_id] = pod.job
+def _running_jobs(*, live: bool) -> list[engine.RunningJob]:
+    """Jobs with pods on dedicated nodes. With live=False: pods already marked Preempted,
+    Stopped or Failed whose processes are still winding down (SIGTERM, grace period); they
+    hold their room until they exit. Those appear as one `stopping` job per job under a
+    negative id, so the engine neither admits onto that room nor picks them as victims again
+    (an owner waiting for it says "room being freed")."""
+    pods = Pod.objects.filter(node__isnull=False, node__pool__kind=DEDICATED)
+    if live:
+        pods = pods.filter(status__in=LIVE_POD_STATUSES)
+    else:
+        pods = pods.filter(process__state__in=LIVE_PROCESS_STATES).exclude(
+            status__in=LIVE_POD_STATUSES)
+    by_job: dict[int, list[engine.RunningPod]] = defaultdict(list)
+    first_start: dict[int, datetime] = {}
+    for pk, job_id, node_id, in_quota, started, cpu, memory, gpu in pods.values_list(
+        "id", "job_id", "node_id", "in_quota", "started_at", "role__cpu", "role__memory",
+        "role__gpu",
+    ):
+        by_job[job_id].append(engine.RunningPod(
+            pod_id=pk, node_id=node_id, resources=engine.Resources(cpu, memory, gpu),
+            in_quota=bool(in_quota)))
+        if started and (job_id not in first_start or started < first_start[job_id]):
+            first_start[job_id] = started
+    jobs = Job.objects.filter(id__in=list(by_job)).order_by("id").values_list(
+        "id", "display_name", "quota_id", "idle_mode", "priority", "status_changed_at",
+        "last_checkpoint_at")
     return [
         engine.RunningJob(
-            job_id=-job_id, name=f"{jobs[job_id].display_name} (stopping)",
-            quota_id=jobs[job_id].quota_id, idle_mode=jobs[job_id].idle_mode,
-            priority=jobs[job_id].priority, started_at=0.0, last_checkpoint_at=None,
-            pods=tuple(pod_list), stopping=True,
+            job_id=pk if live else -pk, name=name if live else f"{name} (stopping)",
+            quota_id=quota_id, idle_mode=idle_mode, priority=priority,
+            # Lost work counts from this attempt's start, not the job's first start.
+            started_at=(first_start.get(pk) or changed).timestamp(),
+            last_checkpoint_at=_ts(checkpoint), pods=tuple(by_job[pk]), stopping=not live,
         )
-        for job_id, pod_list in sorted(dying.items())
+        for pk, name, quota_id, idle_mode, priority, changed, checkpoint in jobs
     ]
+
+
+def _pending_jobs() -> tuple[tuple[engine.PendingJob, ...], dict]:
+    queued = Job.objects.filter(status=JobStatus.QUEUING, resource_source=ResourceSource.QUOTA)
+    requests: dict[int, list[engine.PodRequest]] = defaultdict(list)
+    for job_id, role_type, count, cpu, memory, gpu in JobRole.objects.filter(
+        job__in=queued
+    ).order_by("id").values_list("job_id", "role_type", "pod_count", "cpu", "memory", "gpu"):
+        resources = engine.Resources(cpu, memory, gpu)
+        requests[job_id] += [
+            engine.PodRequest(key=f"{role_type.lower()}-{i}", resources=resources)
+            for i in range(count)
+        ]
+    pending, shown = [], {}
+    for row in queued.order_by("id").values_list(
+        "id", "display_name", "quota_id", "idle_mode", "priority", "submitted_at", "not_before",
+        "pending_reason", "queue_position", "queue_size",
+    ):
+        pk, name, quota_id, idle_mode, priority, submitted, not_before, *previous = row
+        pending.append(engine.PendingJob(
+            job_id=pk, name=name, quota_id=quota_id, idle_mode=idle_mode, priority=priority,
+            submitted_at=submitted.timestamp(), pods=tuple(requests[pk]),
+            not_before=_ts(not_before)))
+        shown[pk] = tuple(previous)
+    return tuple(pending), shown
 
 
 def scheduler_config() -> engine.Config:
@@ -142,52 +158,77 @@ def scheduler_config() -> engine.Config:
 @transaction.atomic
 def scheduler_tick(*, now: datetime) -> TickReport:
     """Plan and apply one scheduling pass. Call under the scheduler lock."""
-    snapshot = scheduler_snapshot()
-    plan = engine.plan(snapshot, now=now.timestamp(), config=scheduler_config())
+    loaded = _load()
+    if not loaded.snapshot.pending:
+        return TickReport(admitted=0, preempted=0, waiting=0)  # nobody to place or reclaim for
+    plan = engine.plan(loaded.snapshot, now=now.timestamp(), config=scheduler_config())
     preempted = sum(_apply_preemption(p, now=now) for p in plan.preemptions)
-    admitted = sum(_apply_admission(a, now=now) for a in plan.admissions)
-    _record_waiting(plan.waiting)
+    admitted = _apply_admissions(plan.admissions, now=now)
+    _record_waiting(plan.waiting, loaded.shown)
     return TickReport(admitted=admitted, preempted=preempted, waiting=len(plan.waiting))
 
 
-def _apply_admission(admission: engine.Admission, *, now: datetime) -> bool:
-    job = Job.objects.select_for_update(of=("self",)).filter(
-        pk=admission.job_id, status=JobStatus.QUEUING
-    ).select_related("quota").first()
-    if job is None:
-        return False
-    roles = {role.role_type.lower(): role for role in job.roles.all()}
-    nodes = Node.objects.in_bulk({p.node_id for p in admission.placements})
+def _apply_admissions(admissions: tuple[engine.Admission, ...], *, now: datetime) -> int:
+    """Create the pods, move the jobs Queuing → EnvPreparing, tell the executor."""
+    if not admissions:
+        return 0
+    planned = {a.job_id: a for a in admissions}
+    jobs = list(Job.objects.select_for_update(of=("self",)).filter(
+        pk__in=list(planned), status=JobStatus.QUEUING).select_related("quota").order_by("id"))
+    if not jobs:
+        return 0
+    roles: dict[int, dict[str, JobRole]] = defaultdict(dict)
+    for role in JobRole.objects.filter(job__in=jobs):
+        roles[role.job_id][role.role_type.lower()] = role
+    nodes = Node.objects.in_bulk({p.node_id for j in jobs for p in planned[j.pk].placements})
     pods = []
-    for placement in admission.placements:
-        role_key, _, index = placement.key.rpartition("-")
-        pods.append(Pod(
-            job=job, role=roles[role_key], index=int(index), attempt=job.attempt,
-            pod_id=f"{job.job_id}-{placement.key}-a{job.attempt}",
-            node=nodes[placement.node_id], in_quota=placement.in_quota,
-            status=PodStatus.PENDING,
-        ))
+    for job in jobs:
+        for placement in planned[job.pk].placements:
+            role_key, _, index = placement.key.rpartition("-")
+            pods.append(Pod(
+                job=job, role=roles[job.pk][role_key], index=int(index), attempt=job.attempt,
+                pod_id=f"{job.job_id}-{placement.key}-a{job.attempt}",
+                node=nodes[placement.node_id], in_quota=placement.in_quota,
+                status=PodStatus.PENDING,
+            ))
     Pod.objects.bulk_create(pods)
-    job.pending_reason, job.queue_position, job.queue_size, job.not_before = "", None, None, None
-    if job.started_at is None:
-        job.started_at = now
-    job.save(update_fields=["pending_reason", "queue_position", "queue_size", "not_before",
-                            "started_at"])
-    job_event(job=job, kind="Dequeued", message=f"Dequeued from quota {job.quota.name}", now=now)
-    job_transition(job=job, status=JobStatus.ENV_PREPARING, now=now, reason_code="JobDequeued",
-                   reason_message=f"Dequeued from quota {job.quota.name}")
-    placed = Counter((nodes[p.node_id].name, p.in_quota) for p in admission.placements)
-    where = ", ".join(
-        f"{name} ×{count} ({'In Quota' if in_quota else 'Not in Quota'})"
-        for (name, in_quota), count in sorted(placed.items())
-    )
-    job_event(job=job, kind="Scheduled", message=f"Scheduled on {where}", now=now)
-    if job.attempt > 0:
-        latest = job.checkpoints.first()
-        frm = f"checkpoint at step {latest.step}" if latest else "the start (no checkpoint yet)"
-        job_event(job=job, kind="Resumed", message=f"Resumed from {frm}", now=now)
-    pods_placed(job=job, now=now)
-    return True
+    pks = [job.pk for job in jobs]
+    Job.objects.filter(pk__in=pks).update(
+        pending_reason="", queue_position=None, queue_size=None, not_before=None)
+    Job.objects.filter(pk__in=pks, started_at__isnull=True).update(started_at=now)
+    dequeued = {job.pk: f"Dequeued from quota {job.quota.name}" for job in jobs}
+    JobEvent.objects.bulk_create(_admission_events(jobs, planned, nodes, dequeued, now))
+    jobs_transition_bulk(jobs=jobs, status=JobStatus.ENV_PREPARING, now=now,
+                         reason_code="JobDequeued", reason_messages=dequeued)
+    pods_placed_bulk(jobs=jobs, now=now)
+    return len(jobs)
+
+
+def _admission_events(jobs, planned, nodes, dequeued, now) -> list[JobEvent]:
+    resumed = [job.pk for job in jobs if job.attempt > 0]
+    # Oldest first, so the dict keeps each job's newest checkpoint.
+    latest_step = dict(
+        Job.objects.filter(pk__in=resumed, checkpoints__isnull=False)
+        .order_by("pk", "checkpoints__created_at", "checkpoints__id")
+        .values_list("pk", "checkpoints__step")
+    ) if resumed else {}
+    events = []
+    for job in jobs:
+        placed = Counter((nodes[p.node_id].name, p.in_quota) for p in planned[job.pk].placements)
+        where = ", ".join(
+            f"{name} ×{count} ({'In Quota' if in_quota else 'Not in Quota'})"
+            for (name, in_quota), count in sorted(placed.items())
+        )
+        events += [
+            JobEvent(job=job, kind="Dequeued", message=dequeued[job.pk], at=now),
+            JobEvent(job=job, kind="Scheduled", message=f"Scheduled on {where}", at=now),
+        ]
+        if job.attempt > 0:
+            step = latest_step.get(job.pk)
+            frm = f"checkpoint at step {step}" if step is not None else (
+                "the start (no checkpoint yet)")
+            events.append(JobEvent(job=job, kind="Resumed", message=f"Resumed from {frm}", at=now))
+    return events
 
 
 def _apply_preemption(preemption: engine.Preemption, *, now: datetime) -> bool:
@@ -234,19 +275,19 @@ def job_requeue_or_fail(
         job_event(job=job, kind="Failed", message=f"{message} ({why})", now=now)
 
 
-def _record_waiting(waiting: tuple[engine.Waiting, ...]) -> None:
-    """Store each pending job's reason and queue position, writing only what changed."""
-    if not waiting:
-        return
-    by_id = {w.job_id: w for w in waiting}
-    changed = []
-    for job in Job.objects.filter(pk__in=list(by_id)).only(
-        "id", "pending_reason", "queue_position", "queue_size"
-    ):
-        w = by_id[job.id]
+def _record_waiting(waiting: tuple[engine.Waiting, ...], shown: dict) -> None:
+    """Store each pending job's reason and queue position, writing only what changed, in one
+    batched statement (psycopg pipelines executemany; Django's bulk_update builds a CASE per
+    row and takes seconds for thousands). A job that left Queuing meanwhile is not touched."""
+    rows = []
+    for w in waiting:
         new = (w.reason[:256], w.position, w.queue_size)
-        if (job.pending_reason, job.queue_position, job.queue_size) != new:
-            job.pending_reason, job.queue_position, job.queue_size = new
-            changed.append(job)
-    if changed:
-        Job.objects.bulk_update(changed, ["pending_reason", "queue_position", "queue_size"])
+        if shown.get(w.job_id) != new:
+            rows.append((*new, w.job_id, JobStatus.QUEUING))
+    if rows:
+        with connection.cursor() as cursor:
+            cursor.executemany(
+                f"UPDATE {Job._meta.db_table} SET pending_reason = %s, queue_position = %s, "
+                "queue_size = %s WHERE id = %s AND status = %s",
+                rows,
+            )
