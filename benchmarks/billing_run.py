@@ -23,6 +23,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "paiweb.settings")
+# Measure the market and billing, not the agents: no pod processes are started.
+os.environ["EXECUTION_BACKEND"] = "none"
 
 import django  # noqa: E402
 

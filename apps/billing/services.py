@@ -8,8 +8,8 @@ in one transaction: a crash leaves nothing half-done, and a replayed run bills n
 
 Prices: spot minutes at the market price in force at the minute's start (the PricePoint
 history; `pricing.price_for_minute`), except a pod's first, partial minute, which is charged
-at the price in force when the pod started — the price its bid was accepted at, never an
-earlier one above the bid. Pay-as-you-go minutes at the instance type's original price.
+at the price in force when the pod's process started (with node agents; else when the market
+started it), never an earlier one above the bid. Pay-as-you-go minutes at the instance type's original price.
 Quota jobs are prepaid: they get no meter and no bill lines.
 """
 

@@ -1,6 +1,6 @@
 """The cluster file: one TOML document declaring instance types, pools and their nodes, the
-quota tree, workspaces, users and access keys (the shape is documented at the top of
-examples/demo-cluster.toml).
+quota tree, workspaces, users, access keys and the spot market's parameters (the shape is
+documented at the top of examples/demo-cluster.toml).
 
 `cluster_file_check(data, existing=…)` reads the parsed TOML and returns typed declarations
 and every problem it found as "path: message", the path naming the place in the file
@@ -19,11 +19,13 @@ from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from apps.market.pricing import MarketParams
+
 RESOURCE_TYPES = ("ECS", "Lingjun")
 POOL_KINDS = ("dedicated", "public")
 QUEUE_STRATEGIES = ("StrictFIFO", "BestEffortFIFO")
 ROLES = ("owner", "admin", "member")
-SECTIONS = ("instance_types", "pools", "quotas", "workspaces", "users", "access_keys")
+SECTIONS = ("instance_types", "pools", "quotas", "workspaces", "users", "access_keys", "market")
 
 SLUG = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 TYPE_NAME = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
@@ -32,6 +34,7 @@ USERNAME = re.compile(r"^[\w.@+-]{1,150}$")
 KEY_ID = re.compile(r"^[A-Za-z0-9]{8,64}$")
 BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
 MAX_INT = 2**31 - 1  # PositiveIntegerField on PostgreSQL
+MARKET_DEFAULTS = MarketParams()  # pure, like this module
 
 
 # --- Declarations -------------------------------------------------------------------------
@@ -138,6 +141,17 @@ class AccessKeyDecl:
 
 
 @dataclass(frozen=True)
+class MarketDecl:
+    """The spot market's tuning (`[market]`); a key left out takes the market's default."""
+
+    floor_ratio: Decimal = MARKET_DEFAULTS.floor_ratio
+    smoothing: float = MARKET_DEFAULTS.smoothing
+    volatility: float = MARKET_DEFAULTS.volatility
+    sensitivity: float = MARKET_DEFAULTS.sensitivity
+    average_window_seconds: float = MARKET_DEFAULTS.average_window_seconds
+
+
+@dataclass(frozen=True)
 class ClusterDeclaration:
     """Everything one file declares, each kind in the order it appears in the file."""
 
@@ -148,6 +162,7 @@ class ClusterDeclaration:
     workspaces: tuple[WorkspaceDecl, ...] = ()
     users: tuple[UserDecl, ...] = ()
     access_keys: tuple[AccessKeyDecl, ...] = ()
+    market: MarketDecl | None = None  # None: the file has no [market] table
 
 
 @dataclass(frozen=True)
@@ -304,6 +319,34 @@ class _Table:
             return Decimal(0)
         return number
 
+    def bounded(
+        self, key: str, *, default: Decimal, low: int, high: int | None = None,
+        closed_low: bool = False, closed_high: bool = True, strings: bool = False,
+        places: int | None = None,
+    ) -> Decimal:
+        """A number in the interval from `low` to `high` (open or closed at each end; no
+        `high`: unbounded), written as "(0, 1]" in the message."""
+        value = self._get(key, False)
+        if value is _MISSING:
+            return default
+        number = _number(value, strings=strings)
+        if number is None:
+            self.problems.add(self.at(key), "must be a number")
+            return default
+        above = number >= low if closed_low else number > low
+        below = high is None or (number <= high if closed_high else number < high)
+        if not (above and below):
+            if high is None:
+                self.problems.add(self.at(key), f"must be {'≥' if closed_low else '>'} {low}")
+            else:
+                self.problems.add(self.at(key), f"must be in {'[' if closed_low else '('}{low}, "
+                                                f"{high}{']' if closed_high else ')'}")
+            return default
+        if places is not None and number != round(number, places):
+            self.problems.add(self.at(key), f"must have at most {places} decimal places")
+            return default
+        return number
+
     def table(self, key: str) -> dict:
         value = self._get(key, False)
         if value is _MISSING:
@@ -392,6 +435,7 @@ def cluster_file_check(
                                      problems)
     users = _users(data, all_workspaces, environ, problems)
     keys = _access_keys(data, existing.users | declared["users"], existing, environ, problems)
+    market = _market(data, problems)
 
     if problems.items:
         return None, problems.items
@@ -403,6 +447,7 @@ def cluster_file_check(
         workspaces=tuple(workspaces.values()),
         users=tuple(users.values()),
         access_keys=tuple(keys.values()),
+        market=market,
     ), []
 
 
@@ -856,3 +901,27 @@ def _access_keys(
         if t.ok and secret is not None:
             out[key_id] = AccessKeyDecl(key_id, user, secret, description, enabled)
     return out
+
+
+def _market(data: Mapping, problems: Problems) -> MarketDecl | None:
+    """`[market]`: the spot market's parameters, each in its open or closed range; a key
+    left out takes the market's default."""
+    if "market" not in data:
+        return None
+    allowed = ("floor_ratio", "smoothing", "volatility", "sensitivity", "average_window_minutes")
+    t = _Table(data["market"], "market", problems, allowed)
+    d = MARKET_DEFAULTS
+    floor = t.bounded("floor_ratio", default=d.floor_ratio, low=0, high=1, closed_high=False,
+                      strings=True, places=3)
+    smoothing = t.bounded("smoothing", default=Decimal(str(d.smoothing)), low=0, high=1)
+    volatility = t.bounded("volatility", default=Decimal(str(d.volatility)), low=0, high=1,
+                           closed_low=True, closed_high=False)
+    sensitivity = t.bounded("sensitivity", default=Decimal(str(d.sensitivity)), low=0)
+    seconds = 60 * t.bounded("average_window_minutes", low=0,
+                             default=Decimal(str(d.average_window_seconds)) / 60)
+    if seconds < 1:  # the model's floor: a shorter window averages nothing
+        problems.add(t.at("average_window_minutes"), "must be at least one second (1/60 minute)")
+    if not t.ok:
+        return None
+    return MarketDecl(floor, float(smoothing), float(volatility), float(sensitivity),
+                      float(seconds))

@@ -9,12 +9,14 @@ from cryptography.fernet import InvalidToken
 from django.contrib.auth import get_user_model
 from django.db import models, transaction
 
-from apps.cluster.clusterfile import ClusterDeclaration, UserDecl
+from apps.cluster.clusterfile import ClusterDeclaration, MarketDecl, UserDecl
 from apps.cluster.models import InstanceType, Node, Quota, ResourcePool
+from apps.market.models import MarketParameters
+from apps.market.services import market_params_set
 from apps.workspaces.models import AccessKey, Membership, Workspace
 
 KINDS = ("instance types", "pools", "nodes", "workspaces", "quotas", "users", "memberships",
-         "access keys")
+         "access keys", "market")
 OUTCOMES = ("created", "updated", "unchanged")
 
 
@@ -104,7 +106,26 @@ def cluster_apply(*, declaration: ClusterDeclaration) -> ApplyReport:
     for k in declaration.access_keys:
         _access_key_apply(report, k.key_id, user_id=users[k.user], secret=k.secret,
                           values={"description": k.description, "enabled": k.enabled})
+    if declaration.market is not None:
+        _market_apply(report, declaration.market)
     return report
+
+
+def _market_apply(report: ApplyReport, m: MarketDecl) -> None:
+    """The market's parameters: one row, created the first time (until then the market runs
+    on its defaults), updated where the file differs."""
+    values = {"floor_ratio": m.floor_ratio, "smoothing": m.smoothing,
+              "volatility": m.volatility, "sensitivity": m.sensitivity,
+              "average_window_seconds": m.average_window_seconds}
+    row = MarketParameters.objects.select_for_update().filter(pk=1).first()
+    changed = values if row is None else {
+        f: v for f, v in values.items() if getattr(row, f) != v}
+    if changed:
+        market_params_set(**changed)
+    outcome = "created" if row is None else "updated" if changed else "unchanged"
+    detail = "" if row is None else ", ".join(
+        f"{f} {_show(getattr(row, f))} → {_show(v)}" for f, v in changed.items())
+    report.record("market", outcome, "parameters", detail)
 
 
 def _upsert(

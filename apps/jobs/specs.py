@@ -16,7 +16,7 @@ from apps.core.errors import ValidationFailed
 from apps.jobs.models import ExecutionMode, IdleMode, JobRole, JobType, ResourceSource, SuccessPolicy
 
 SPOT_DISCOUNTS = tuple(Decimal(f"0.{n}") for n in range(1, 10))
-SPOT_FLOOR_RATIO = Decimal("0.1")  # the market never goes below 10% of the original price
+SPOT_FLOOR_RATIO = Decimal("0.1")  # the seed's floor: "up to 90% saving" (the market default)
 MAX_PODS_PER_ROLE = 1000
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -77,11 +77,18 @@ class ResolvedJob:
     roles: list[ResolvedRole]
 
 
-def spot_price_range_per_minute(instance_type: InstanceType) -> tuple[Decimal, Decimal]:
-    """The instance type's market price range in CNY per instance-minute: [floor, original]."""
+def spot_price_range_per_minute(
+    instance_type: InstanceType, *, floor_ratio: Decimal | None = None
+) -> tuple[Decimal, Decimal]:
+    """The instance type's market price range in CNY per instance-minute: [floor, original].
+    The floor follows the market's configured ratio (the cluster file's [market] table)."""
+    if floor_ratio is None:
+        from apps.market.selectors import market_params  # the market imports the jobs app
+
+        floor_ratio = market_params().floor_ratio
     original = instance_type.price_per_hour / 60
     quantum = Decimal("0.000001")
-    low = (original * SPOT_FLOOR_RATIO).quantize(quantum, rounding=ROUND_HALF_UP)
+    low = (original * floor_ratio).quantize(quantum, rounding=ROUND_HALF_UP)
     return low, original.quantize(quantum, rounding=ROUND_HALF_UP)
 
 

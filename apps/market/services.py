@@ -33,6 +33,7 @@ from django.db.models import Count, Max, Min, Q
 from apps.billing.services import pod_meters_open
 from apps.cluster.models import InstanceType, ResourceType
 from apps.core.errors import ApplicationError, ValidationFailed
+from apps.jobs.execution import pods_placed, pods_stopping
 from apps.jobs.models import (
     Checkpoint,
     Job,
@@ -44,7 +45,6 @@ from apps.jobs.models import (
     ResourceSource,
     StatusTransition,
 )
-from apps.jobs.execution import pods_stopping
 from apps.jobs.services import ALLOWED, job_event
 from apps.market import pricing
 from apps.market.models import MarketParameters, MarketState, PricePoint
@@ -383,12 +383,16 @@ def _lost_gpu_seconds(pod: Pod, job: Job, now: datetime) -> float:
 
 
 def _apply_starts(snapshot: MarketSnapshot, plan: pricing.MarketPlan) -> int:
-    """Start the planned jobs in bulk: EnvPreparing → Running with every pod Running on the
-    public pool (no node, neither In nor Not in Quota).
+    """Start the planned jobs in bulk on the public pool (no node, neither In nor Not in
+    Quota): their pods are created and metered, the jobs move to EnvPreparing.
 
-    The same writes as `job_transition` twice, done for all jobs at once: a busy tick starts
-    thousands of jobs, and per-job writes would take seconds."""
+    With node agents (EXECUTION_BACKEND "agent") the pods are created Pending and handed to
+    `pods_placed`; an agent starts each process, and the job becomes Running when all run
+    (billing counts from then). With "none" the pods run at once and the job goes straight
+    on to Running: the same writes as `job_transition` twice, done for all jobs at once (a
+    busy tick starts thousands of jobs, and per-job writes would take seconds)."""
     now = snapshot.now
+    at_once = settings.EXECUTION_BACKEND != "agent"
     expected = {"spot": JobStatus.BIDDING, "payg": JobStatus.QUEUING}
     kinds = {s.job_id: s.kind for s in plan.starts}
     jobs = [
@@ -399,44 +403,63 @@ def _apply_starts(snapshot: MarketSnapshot, plan: pricing.MarketPlan) -> int:
     ]
     if not jobs:
         return 0
-    for status in {j.status for j in jobs} | {JobStatus.ENV_PREPARING}:
-        target = JobStatus.RUNNING if status == JobStatus.ENV_PREPARING else JobStatus.ENV_PREPARING
-        if target not in ALLOWED[status]:  # the transition map changed under us
-            raise ApplicationError("InvalidJobStatus", f"a {status} job cannot become {target}")
-    ids = [j.pk for j in jobs]
+    _check_transitions({j.status for j in jobs}, at_once=at_once)
     pods = [
         Pod(job_id=job.pk, role_id=role.role_id, index=i, attempt=job.attempt,
             pod_id=f"{job.job_id}-{role.role_type.lower()}-{i}-a{job.attempt}",
-            status=PodStatus.RUNNING, started_at=now)
+            status=PodStatus.RUNNING if at_once else PodStatus.PENDING,
+            started_at=now if at_once else None)
         for job in jobs for role in snapshot.needs[job.pk] for i in range(role.pod_count)
     ]
     Pod.objects.bulk_create(pods, batch_size=CHUNK)
     pod_meters_open(pod_ids=[p.pk for p in pods])
     history, events = [], []
+    statuses: dict[tuple[str, str, str], list[int]] = defaultdict(list)  # → job ids
     for job in jobs:
         spot = kinds[job.pk] == "spot"
         why = _bid_accepted(snapshot, plan, job.pk) if spot else "Started on the public pool"
         code = "JobBidAccepted" if spot else "JobDequeued"
-        history += [
-            StatusTransition(job_id=job.pk, status=JobStatus.ENV_PREPARING, reason_code=code,
-                             reason_message=why, started_at=now, ended_at=now),
-            StatusTransition(job_id=job.pk, status=JobStatus.RUNNING, reason_code="JobRunning",
-                             reason_message="All pods are running", started_at=now),
-        ]
+        history.append(StatusTransition(
+            job_id=job.pk, status=JobStatus.ENV_PREPARING, reason_code=code,
+            reason_message=why, started_at=now, ended_at=now if at_once else None))
+        if at_once:
+            history.append(StatusTransition(
+                job_id=job.pk, status=JobStatus.RUNNING, reason_code="JobRunning",
+                reason_message="All pods are running", started_at=now))
+            statuses[JobStatus.RUNNING, "JobRunning", "All pods are running"].append(job.pk)
+        else:
+            statuses[JobStatus.ENV_PREPARING, code, why].append(job.pk)
         events.append(JobEvent(job_id=job.pk, kind="BidAccepted" if spot else "Started",
                                message=why, at=now))
     events += _resumed_events([j for j in jobs if j.attempt > 0], now)
+    ids = [j.pk for j in jobs]
     for chunk in _chunks(ids):
-        open_entries = StatusTransition.objects.filter(job_id__in=chunk, ended_at__isnull=True)
-        open_entries.update(ended_at=now)
-        Job.objects.filter(pk__in=chunk).update(
-            status=JobStatus.RUNNING, reason_code="JobRunning",
-            reason_message="All pods are running", status_changed_at=now, pending_reason="",
-            queue_position=None, queue_size=None, not_before=None)
+        StatusTransition.objects.filter(job_id__in=chunk, ended_at__isnull=True).update(
+            ended_at=now)
         Job.objects.filter(pk__in=chunk, started_at__isnull=True).update(started_at=now)
+    for (status, code, message), job_ids in statuses.items():
+        for chunk in _chunks(job_ids):
+            Job.objects.filter(pk__in=chunk).update(
+                status=status, reason_code=code, reason_message=message,
+                status_changed_at=now, pending_reason="", queue_position=None,
+                queue_size=None, not_before=None)
     StatusTransition.objects.bulk_create(history, batch_size=CHUNK)
     JobEvent.objects.bulk_create(events, batch_size=CHUNK)
+    if not at_once:
+        for job in jobs:
+            job.status = JobStatus.ENV_PREPARING
+            pods_placed(job=job, now=now)
     return len(jobs)
+
+
+def _check_transitions(statuses: set[str], *, at_once: bool) -> None:
+    """Refuse the bulk writes if the transition map no longer allows them."""
+    steps = {(s, JobStatus.ENV_PREPARING) for s in statuses}
+    if at_once:
+        steps.add((JobStatus.ENV_PREPARING, JobStatus.RUNNING))
+    for status, target in steps:
+        if target not in ALLOWED[status]:
+            raise ApplicationError("InvalidJobStatus", f"a {status} job cannot become {target}")
 
 
 def _bid_accepted(snapshot: MarketSnapshot, plan: pricing.MarketPlan, job_id: int) -> str:

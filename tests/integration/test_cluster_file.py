@@ -18,10 +18,13 @@ from apps.cluster.clusterfile import cluster_file_check
 from apps.cluster.models import InstanceType, Node, Quota, ResourcePool
 from apps.cluster.selectors import cluster_state
 from apps.cluster.services import cluster_apply
+from apps.market import pricing
+from apps.market.models import MarketParameters
 from apps.workspaces.models import AccessKey, Membership, Workspace
 
 DEMO = Path(settings.BASE_DIR) / "examples" / "demo-cluster.toml"
-ALL_MODELS = (InstanceType, ResourcePool, Node, Quota, Workspace, Membership, AccessKey)
+ALL_MODELS = (InstanceType, ResourcePool, Node, Quota, Workspace, Membership, AccessKey,
+              MarketParameters)
 
 
 @pytest.fixture(autouse=True)
@@ -260,6 +263,28 @@ PROBLEMS = {
                      "access_keys.LTAI5tDemoBob00000000001.secret: must be at least 16"),
     "secret twice": (_set("access_keys.LTAI5tDemoBob00000000001.secret_env", "BOB_SECRET"),
                      "access_keys.LTAI5tDemoBob00000000001: give either secret or secret_env"),
+    "unknown market key": (_set("market.floor", 0.2), "market.floor: unknown key (expected "
+                           "floor_ratio, smoothing, volatility, sensitivity, average_window_"),
+    "floor not a number": (_set("market.floor_ratio", "cheap"),
+                           "market.floor_ratio: must be a number"),
+    "floor of 0": (_set("market.floor_ratio", 0), "market.floor_ratio: must be in (0, 1)"),
+    "floor of 1": (_set("market.floor_ratio", "1"), "market.floor_ratio: must be in (0, 1)"),
+    "floor too fine": (_set("market.floor_ratio", "0.1234"),
+                       "market.floor_ratio: must have at most 3 decimal places"),
+    "smoothing of 0": (_set("market.smoothing", 0), "market.smoothing: must be in (0, 1]"),
+    "smoothing above 1": (_set("market.smoothing", 1.5), "market.smoothing: must be in (0, 1]"),
+    "smoothing as text": (_set("market.smoothing", "0.5"), "market.smoothing: must be a number"),
+    "negative volatility": (_set("market.volatility", -0.1),
+                            "market.volatility: must be in [0, 1)"),
+    "volatility of 1": (_set("market.volatility", 1), "market.volatility: must be in [0, 1)"),
+    "sensitivity of 0": (_set("market.sensitivity", 0), "market.sensitivity: must be > 0"),
+    "sensitivity as a flag": (_set("market.sensitivity", True),
+                              "market.sensitivity: must be a number"),
+    "window of 0": (_set("market.average_window_minutes", 0),
+                    "market.average_window_minutes: must be > 0"),
+    "window under a second": (_set("market.average_window_minutes", 0.01),
+                              "market.average_window_minutes: must be at least one second"),
+    "market not a table": (_set("market", 0.1), "market: must be a table"),  # last: replaces it
 }
 
 
@@ -312,6 +337,70 @@ def test_it_checks_roots_against_nodes_declared_earlier(demo):
     assert Node.objects.filter(name="lingjun-gu108-2").exists()
 
 
+# --- The market's parameters --------------------------------------------------------------
+
+
+def test_it_reads_the_market_table_with_a_floor_given_as_text_or_number(demo):
+    demo["market"] = {"floor_ratio": "0.15", "smoothing": 1, "volatility": 0,
+                      "sensitivity": 2.5, "average_window_minutes": 30}
+    declaration, errors = cluster_file_check(demo, environ={})
+    assert errors == []
+    m = declaration.market
+    assert (m.floor_ratio, m.smoothing, m.volatility, m.sensitivity, m.average_window_seconds) \
+        == (Decimal("0.15"), 1.0, 0.0, 2.5, 1800.0)
+    demo["market"] = {"floor_ratio": 0.15}  # a TOML float: the Decimal it was written as
+    declaration, _ = cluster_file_check(demo, environ={})
+    assert declaration.market.floor_ratio == Decimal("0.15")
+    assert declaration.market.smoothing == pricing.MarketParams().smoothing
+    del demo["market"]
+    assert cluster_file_check(demo, environ={})[0].market is None
+
+
+@pytest.mark.django_db
+def test_it_applies_the_market_table_once_and_reports_what_changed(demo):
+    report = apply(demo)  # the demo file writes the defaults out
+    assert report.counts["market"] == {"created": 1, "updated": 0, "unchanged": 0}
+    assert MarketParameters.load().to_params() == pricing.MarketParams()
+
+    demo["market"].update(floor_ratio="0.2", smoothing=0.5, average_window_minutes=90)
+    report = apply(demo)
+    assert report.counts["market"] == {"created": 0, "updated": 1, "unchanged": 0}
+    assert report.total("updated") == 1
+    assert report.changes == ["updated market parameters: floor_ratio 0.100 → 0.2, smoothing "
+                              "0.2 → 0.5, average_window_seconds 3600.0 → 5400.0"]
+    params = MarketParameters.load().to_params()
+    assert (params.floor_ratio, params.smoothing, params.average_window_seconds) == (
+        Decimal("0.2"), 0.5, 5400.0)
+
+    report = apply(demo)
+    assert report.counts["market"] == {"created": 0, "updated": 0, "unchanged": 1}
+    assert not report.changed
+
+    del demo["market"]["smoothing"]  # a key left out takes its default again
+    report = apply(demo)
+    assert report.changes == ["updated market parameters: smoothing 0.5 → 0.2"]
+    del demo["market"]  # no table: the market keeps what it has
+    report = apply(demo)
+    assert report.counts["market"] == {"created": 0, "updated": 0, "unchanged": 0}
+    assert MarketParameters.load().floor_ratio == Decimal("0.2")
+
+
+@pytest.mark.django_db
+def test_it_writes_no_market_parameters_from_a_file_with_a_problem_or_a_dry_run(tmp_path):
+    text = DEMO.read_text().replace('floor_ratio = "0.1" ', 'floor_ratio = "0.25"')
+    text = text.replace("min = { gpu = 16, cpu = 256, memory_gib = 2048 }",
+                        "min = { gpu = -1, cpu = 256, memory_gib = 2048 }")
+    path = tmp_path / "broken.toml"
+    path.write_text(text)
+    with pytest.raises(CommandError, match=r"1 problem, nothing applied"):
+        call_command("apply_cluster", str(path), stdout=StringIO())
+    assert not MarketParameters.objects.exists()
+    out = StringIO()
+    call_command("apply_cluster", str(DEMO), "--dry-run", stdout=out)
+    assert "market          created   1" in out.getvalue()
+    assert not MarketParameters.objects.exists()
+
+
 # --- The command --------------------------------------------------------------------------
 
 
@@ -330,10 +419,10 @@ def test_it_applies_from_the_command_and_reports_counts():
     out = StringIO()
     call_command("apply_cluster", str(DEMO), stdout=out)
     assert "quotas          created   7  updated   0  unchanged   0" in out.getvalue()
-    assert "38 created, 0 updated." in out.getvalue()
+    assert "39 created, 0 updated." in out.getvalue()
     out = StringIO()
     call_command("apply_cluster", str(DEMO), stdout=out)
-    assert "total           created   0  updated   0  unchanged  38" in out.getvalue()
+    assert "total           created   0  updated   0  unchanged  39" in out.getvalue()
     assert "Nothing to change" in out.getvalue()
 
 
@@ -376,7 +465,7 @@ def test_it_writes_nothing_on_a_dry_run():
     out = StringIO()
     call_command("apply_cluster", str(DEMO), "--dry-run", stdout=out)
     assert "dry run, nothing written" in out.getvalue()
-    assert "created  38" in out.getvalue()
+    assert "created  39" in out.getvalue()
     assert Quota.objects.count() == 0 and get_user_model().objects.count() == 0
 
 

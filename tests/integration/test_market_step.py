@@ -15,7 +15,10 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from apps.billing.models import PodMeter
+from apps.agent.models import PodProcess
+from apps.agent.services import pod_report_running
+from apps.billing.models import BillLine, PodMeter
+from apps.billing.services import billing_accrue
 from apps.jobs.models import Job, JobEvent, JobStatus, PodStatus
 from apps.jobs.services import job_admit, job_stop, job_submit
 from apps.jobs.specs import JobSpec, RoleSpec
@@ -317,6 +320,99 @@ def test_it_frees_the_stock_of_a_stopped_spot_job(personas, replay):
     step(at(2))
     reload(second)
     assert second.status == JobStatus.RUNNING
+
+
+# --- with node agents (no worker here: test_market_agent.py runs a real one) -------------------
+
+
+@pytest.fixture
+def agents(settings):
+    settings.EXECUTION_BACKEND = "agent"
+
+
+def test_it_hands_started_jobs_to_the_agents_with_pending_pods(
+    personas, replay, agents, django_capture_on_commit_callbacks
+):
+    replay([(NOW, G7, "0.30")])
+    spot = submit(personas, name="spot", roles=[
+        RoleSpec(role_type="Worker", pod_count=3, instance_type=G7, spot_discount_limit=D("0.8")),
+        RoleSpec(role_type="PS", pod_count=1, instance_type=G7, spot_discount_limit=D("0.8")),
+    ])
+    payg = submit(personas, source="public", name="payg")
+    with django_capture_on_commit_callbacks(execute=False) as enqueued:
+        report = step(at(0, 10))
+    reload(spot, payg)
+    assert report.started == 2
+    assert len(enqueued) == 2  # one batch of pod_start_task per job, sent once committed
+    assert (spot.status, spot.reason_code) == (JobStatus.ENV_PREPARING, "JobBidAccepted")
+    assert spot.reason_message == "Bid accepted at ¥0.64/h (market ¥0.30/h)"
+    assert spot.started_at == at(0, 10) and spot.pending_reason == ""
+    history = list(spot.status_history.all())
+    assert [t.status for t in history] == ["Creating", "Bidding", "EnvPreparing"]
+    assert (history[-1].reason_code, history[-1].ended_at) == ("JobBidAccepted", None)
+    pods = list(spot.pods.all())
+    assert all(p.status == PodStatus.PENDING and p.started_at is None and p.node is None
+               for p in pods)
+    processes = PodProcess.objects.filter(pod__job=spot)
+    assert {(p.queue, p.state, p.world_size) for p in processes} == {
+        ("public", PodProcess.State.QUEUED, 4)}
+    assert sorted(p.rank for p in processes) == [0, 1, 2, 3]
+    assert PodMeter.objects.filter(pod__job=spot).count() == 4
+    assert (payg.status, payg.reason_code, payg.reason_message) == (
+        JobStatus.ENV_PREPARING, "JobDequeued", "Started on the public pool")
+    assert payg.pods.get().status == PodStatus.PENDING
+
+
+def test_it_bills_a_market_pod_from_when_its_process_started(personas, replay, agents):
+    replay([(NOW, G7, "0.30")])
+    job = submit(personas, discount="0.9")
+    step(at(0))
+    billing_accrue(now=at(2, 10))
+    assert not BillLine.objects.exists()  # Pending: the process has not started
+    pod = job.pods.get()
+    assert pod_report_running(pod_id=pod.pod_id, pid=4242, sandbox="none", work_dir="/w",
+                              log_path="/w/log", now=at(2, 30))
+    reload(job)
+    assert job.status == JobStatus.RUNNING
+    assert [t.status for t in job.status_history.all()] == [
+        "Creating", "Bidding", "EnvPreparing", "Running"]
+    billing_accrue(now=at(4, 10))
+    base = int(NOW.timestamp()) // 60
+    billed = BillLine.objects.filter(pod=pod).order_by("minute")
+    assert [(b.minute - base, b.price_per_hour) for b in billed] == [
+        (2, D("0.3000")), (3, D("0.3000")), (4, D("0.3000"))]
+
+
+def test_it_cancels_the_starts_of_a_job_reclaimed_before_its_pods_ran(personas, replay, agents):
+    replay([(NOW, G7, "0.30"), (at(1), G7, "0.70")])
+    job = submit(personas, discount="0.8", pods=2, aimaster=True)  # ¥0.64/h
+    step(at(0))
+    report = step(at(1))
+    reload(job)
+    assert report.reclaimed == 1
+    assert (job.status, job.reason_code) == (JobStatus.BIDDING, "SpotPriceExceeded")
+    assert set(job.pods.values_list("status", flat=True)) == {PodStatus.PREEMPTED}
+    assert set(PodProcess.objects.filter(pod__job=job).values_list("state", flat=True)) == {
+        PodProcess.State.CANCELLED}
+    billing_accrue(now=at(3))
+    assert not BillLine.objects.exists()
+    assert not PodMeter.objects.filter(pod__job=job, closed=False).exists()
+
+
+def test_it_starts_many_jobs_in_as_many_queries_as_one_without_agents(personas, replay):
+    replay([(NOW, G7, "0.30")])
+
+    def queries_to_start(count: int, minute: int) -> int:
+        jobs = [submit(personas, discount="0.9", name=f"j{minute}-{i}", now=at(minute))
+                for i in range(count)]
+        with CaptureQueriesContext(connection) as queries:
+            assert step(at(minute)).started == count
+        reload(*jobs)
+        assert {j.status for j in jobs} == {JobStatus.RUNNING}
+        return len(queries)
+
+    step(at(0))  # the first tick also opens each type's market state
+    assert queries_to_start(1, 1) == queries_to_start(15, 2)
 
 
 # --- bookkeeping -------------------------------------------------------------------------------
