@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.db import DatabaseError, connection
 from django.http import HttpRequest, HttpResponse, JsonResponse
@@ -12,7 +16,10 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_safe
 from django_htmx.middleware import HtmxDetails
 
+from apps.agent.models import NodeAgent
+from apps.agent.runner import sandbox_status
 from apps.cluster.selectors import cluster_counts
+from apps.core.models import Heartbeat
 from apps.core.selectors import health_snapshot
 
 
@@ -20,17 +27,39 @@ class HtmxHttpRequest(HttpRequest):
     htmx: HtmxDetails
 
 
+@dataclass(frozen=True)
+class Seen:
+    """A row of the agents panel (a node agent or an agent's heartbeat) and how fresh it is."""
+
+    row: NodeAgent | Heartbeat
+    age: float  # seconds since it last reported
+    ok: bool  # reported within NODE_LOST_AFTER
+
+
+def _seen(rows, *, now: datetime) -> list[Seen]:
+    ages = [(row, max((now - row.last_seen).total_seconds(), 0.0)) for row in rows]
+    return [Seen(row, age, age <= settings.NODE_LOST_AFTER) for row, age in ages]
+
+
 @login_required
 @require_GET
 def health(request: HtmxHttpRequest) -> HttpResponse:
-    """Beat, workers and broker, node and job counts; the panel re-polls every 10 s."""
+    """Beat, workers and broker, the pod sandbox and node agents, node and job counts; the
+    panel re-polls every 10 s."""
     now = timezone.now()
     snapshot = health_snapshot(now=now)
     beat_age = (now - snapshot.beat_last_seen).total_seconds() if snapshot.beat_last_seen else None
     template = "core/health.html"
     if request.htmx:
         template += "#health-panel"
-    context = {"health": snapshot, "beat_age": beat_age, "counts": cluster_counts(), "now": now}
+    context = {
+        "health": snapshot, "beat_age": beat_age, "counts": cluster_counts(), "now": now,
+        "sandbox": sandbox_status(settings.SANDBOX),
+        "execution_backend": settings.EXECUTION_BACKEND,
+        "node_agents": _seen(NodeAgent.objects.select_related("node"), now=now),
+        "agent_beats": _seen(Heartbeat.objects.filter(name__startswith="agent:")
+                             .order_by("name"), now=now),
+    }
     response = render(request, template, context)
     patch_vary_headers(response, ["HX-Request"])
     return response

@@ -22,6 +22,7 @@ from apps.jobs import selectors
 from apps.jobs.forms import ROLE_ROWS, JobCreateForm, JobFilterForm, RoleForm
 from apps.jobs.models import Job
 from apps.jobs.services import job_stop, job_submit
+from apps.market.selectors import job_bid_history
 
 
 class HtmxHttpRequest(HttpRequest):
@@ -100,19 +101,32 @@ def job_price_info(request: HtmxHttpRequest) -> HttpResponse:
     return render(request, "jobs/create.html#price-info", {"role": role})
 
 
+# The job page's own polls: the live story every few seconds, the spot chart per market step.
+DETAIL_PARTIALS = {"job-live": "jobs/detail.html#job-live",
+                   "spot-bids": "jobs/detail.html#spot-bids"}
+
+
+def _bid_poll_seconds() -> int:
+    return max(int(settings.MARKET_STEP_INTERVAL), 2)
+
+
 @login_required
 @require_GET
 def job_detail(request: HtmxHttpRequest, job_id: str) -> HttpResponse:
-    """The job page; to the page's own poll (target #job-live) only the live fragment,
-    with 286 once the job has finished so htmx stops asking."""
+    """The job page; to the page's own polls (targets #job-live and #spot-bids) only that
+    fragment, with 286 once the job has finished so htmx stops asking."""
     job = _get_job_for_user(request, job_id)
-    context = {
-        "job": job, "live": selectors.job_live(job=job), "roles": selectors.job_roles(job=job)
-    }
-    if _htmx_target(request) == "job-live":
+    target = _htmx_target(request)
+    context = {"job": job, "bid_poll_seconds": _bid_poll_seconds()}
+    if target != "spot-bids":
+        context["live"] = selectors.job_live(job=job)
+    if target != "job-live" and job.is_spot:
+        context["bid_history"] = job_bid_history(job=job)
+    if target in DETAIL_PARTIALS:
         status = HTMX_STOP_POLLING if job.is_finished else 200
-        response = render(request, "jobs/detail.html#job-live", context, status=status)
+        response = render(request, DETAIL_PARTIALS[target], context, status=status)
     else:
+        context["roles"] = selectors.job_roles(job=job)
         response = render(request, "jobs/detail.html", context)
     patch_vary_headers(response, ["HX-Request", "HX-Target"])
     return response

@@ -442,6 +442,38 @@ def test_it_shows_why_a_job_is_pending_and_its_queue_position(alice_client, pers
     assert "position 3 of 7" in content
 
 
+def test_it_hints_why_a_pending_job_waits_in_the_list(alice_client, personas):
+    reason = "quota team-a: needs 8 GPU, 2 free; blocked behind three earlier jobs of the quota"
+    waiting = make_job(personas, status=JobStatus.QUEUING, name="waiting")
+    Job.objects.filter(pk=waiting.pk).update(pending_reason=reason, queue_position=3,
+                                             queue_size=7)
+    stale = make_job(personas, name="running")  # a reason left behind is not shown
+    Job.objects.filter(pk=stale.pk).update(pending_reason="old reason")
+    content = alice_client.get(reverse("jobs:list")).content.decode()
+    assert f'title="{reason} (position 3 of 7)">{reason[:47]}…</div>' in content
+    assert "old reason" not in content
+
+
+def test_it_shows_public_pool_pods_with_their_gpus_and_log_links(alice_client, personas):
+    job = make_job(personas, source="public", pods=1)
+    Pod.objects.filter(job=job).update(gpu_ids="0,1", in_quota=None)
+    JobRole.objects.filter(job=job).update(gpu=2)
+    content = alice_client.get(reverse("jobs:detail", args=[job.job_id])).content.decode()
+    pod_id = f"{job.job_id}-worker-0"
+    assert '<span class="muted">public pool</span>' in content
+    assert '2 GPU<div class="sub mono" title="CUDA_VISIBLE_DEVICES">0,1</div>' in content
+    assert f'<a href="{reverse("pods:logs", args=[pod_id])}" title="Logs of {pod_id}">' in content
+    assert f'href="{reverse("pods:logs-download", args=[pod_id])}" download' in content
+
+
+def test_it_offers_no_download_for_a_pod_that_never_started(alice_client, personas):
+    job = make_job(personas, status=JobStatus.QUEUING, pods=1)
+    Pod.objects.filter(job=job).update(status="Pending", started_at=None, node=None)
+    content = alice_client.get(reverse("jobs:detail", args=[job.job_id])).content.decode()
+    assert reverse("pods:logs", args=[f"{job.job_id}-worker-0"]) in content
+    assert "logs-download" not in content and "/logs/download/" not in content
+
+
 def test_it_hides_another_workspaces_job(client, personas):
     job = make_job(personas)
     client.force_login(personas["charlie"])

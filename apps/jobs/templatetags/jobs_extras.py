@@ -7,6 +7,8 @@ from decimal import ROUND_HALF_UP, Decimal
 from django import template
 from django.utils.html import format_html
 
+from apps.jobs.models import PENDING_STATUSES
+
 register = template.Library()
 
 # Status → badge colour family. Anything unknown is neutral.
@@ -24,6 +26,20 @@ def status_badge(status: str) -> str:
     """`{{ job.status|status_badge }}` → a coloured badge."""
     kind = BADGE_KINDS.get(str(status), "neutral")
     return format_html('<span class="badge badge-{}">{}</span>', kind, status)
+
+
+@register.filter
+def is_pending(job) -> bool:
+    """`{% if job|is_pending %}`: the job waits (Creating, Queuing or Bidding)."""
+    return getattr(job, "status", None) in PENDING_STATUSES
+
+
+@register.filter
+def gpu_hours(seconds) -> str:
+    """GPU-seconds as GPU-hours: `{{ restart.lost_gpu_seconds|gpu_hours }}` → 0.53 GPU-hours."""
+    if seconds is None or seconds == "":
+        return "—"
+    return f"{float(seconds) / 3600:,.2f} GPU-hours"
 
 
 @register.filter

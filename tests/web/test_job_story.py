@@ -1,0 +1,371 @@
+"""The job page tells a job's whole story: a borrower preempted by its lender, its restarts,
+lost work, checkpoints and wait; a spot job's bid and cost; each pod's log; and the health
+panel's sandbox and agents. Built with the real services (pods run "none": placed = running).
+"""
+
+from __future__ import annotations
+
+import html
+import random
+import re
+from datetime import timedelta
+from decimal import Decimal
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
+from django.utils import timezone
+
+from apps.agent.models import NodeAgent
+from apps.agent.runner import SandboxStatus
+from apps.agent.services import checkpoint_report
+from apps.billing.services import billing_accrue
+from apps.cluster.models import Node
+from apps.core.services import heartbeat_record
+from apps.jobs.models import Job, JobEvent, JobStatus, Pod, PodStatus
+from apps.jobs.services import job_admit, job_stop, job_submit
+from apps.jobs.specs import JobSpec, RoleSpec
+from apps.market.services import market_step
+from apps.scheduler.services import scheduler_tick
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+CKPT_STEP = 1200
+
+
+@pytest.fixture(autouse=True)
+def _fast_scheduler(settings):
+    settings.SCHEDULER_MIN_RUN_SECONDS = 0
+    settings.SCHEDULER_REQUEUE_BACKOFF_SECONDS = 0
+
+
+def submit(personas, *, ws="ws_a", user="alice", quota="team-a", pods=1, gpu=1, idle="off",
+           aimaster=False, name="job", ckpt=False) -> Job:
+    spec = JobSpec(
+        display_name=name, user_command="python train.py", quota=quota, idle_mode=idle,
+        enable_aimaster=aimaster, enable_easyckpt=ckpt,
+        roles=[RoleSpec(pod_count=pods, cpu=4000, memory=16384, gpu=gpu)],
+    )
+    job = job_submit(workspace=personas[ws], user=personas[user], spec=spec)
+    job.refresh_from_db()
+    return job
+
+
+def text(response) -> str:
+    """The page as a reader sees it: tags dropped, entities decoded, spaces collapsed."""
+    body = re.sub(r"<[^>]+>", " ", response.content.decode())
+    return re.sub(r"\s+", " ", html.unescape(body))
+
+
+def section(response, element_id: str) -> str:
+    """The HTML from the element with `element_id` to the end of its <section>/<div>."""
+    content = response.content.decode()
+    start = content.index(f'id="{element_id}"')
+    tag = content.rfind("<", 0, start)
+    name = re.match(r"<(\w+)", content[tag:])[1]
+    depth, pos = 0, tag
+    for match in re.finditer(rf"<(/?){name}\b", content[tag:]):
+        depth += -1 if match[1] else 1
+        if depth == 0:
+            pos = content.index(">", tag + match.end()) + 1
+            break
+    return content[tag:pos]
+
+
+@pytest.fixture
+def story(personas):
+    """charlie's only-idle borrower (AIMaster, EasyCkpt) fills the 4×4-GPU pool for 30 min,
+    checkpoints at step 1200 10 min in; then alice's regular team-a job reclaims 4 GPUs."""
+    borrower = submit(personas, ws="ws_b", user="charlie", quota="team-b", pods=4, gpu=4,
+                      idle="only_idle", aimaster=True, ckpt=True, name="borrower")
+    assert borrower.status == JobStatus.RUNNING
+    started = timezone.now() - timedelta(minutes=30)
+    borrower.pods.update(started_at=started)
+    checkpoint_report(job_pk=borrower.pk, step=CKPT_STEP, path="/ckpt/step-1200",
+                      size_bytes=3 * 1024**2, at=started + timedelta(minutes=10))
+    owner = submit(personas, pods=1, gpu=4, name="owner")
+    scheduler_tick(now=timezone.now() + timedelta(seconds=1))  # places the owner
+    borrower.refresh_from_db()
+    owner.refresh_from_db()
+    assert borrower.status == JobStatus.QUEUING and owner.status == JobStatus.RUNNING
+    return {"borrower": borrower, "owner": owner}
+
+
+@pytest.fixture
+def charlie_client(client, personas):
+    client.force_login(personas["charlie"])
+    return client
+
+
+def detail(client, job: Job, **headers):
+    return client.get(reverse("jobs:detail", args=[job.job_id]), headers=headers)
+
+
+# --- the preempted borrower ------------------------------------------------------------------
+
+
+def test_it_shows_the_preempted_pods_with_the_preemptor_and_quota(charlie_client, story):
+    response = detail(charlie_client, story["borrower"])
+    assert response.status_code == 200
+    history = section(response, "history-pods")
+    assert history.count('class="badge badge-warning">Preempted</span>') == 4
+    assert f"preempted by job {story['owner'].display_name} of quota team-a" in history
+    assert "GPU-seconds of work since the last checkpoint lost" in history
+    assert history.count('<span class="tag tag-out">Not in Quota</span>') == 4
+    assert "4 from earlier attempts" in history
+    attempt = text_of(section(response, "attempt-0"))
+    assert re.search(r"Attempt 0 · 4 pods · replaced [\d-]+ [\d:]+ by restart 1/3 "
+                     r"\( JobPreempted \), 5\.33 GPU-hours lost", attempt), attempt
+    # The shared end is said once above the pods, not on each row.
+    assert history.count("preempted by job owner") == 1
+
+
+def test_it_shows_the_restart_with_its_cause_and_lost_work(charlie_client, story):
+    response = detail(charlie_client, story["borrower"])
+    restarts = section(response, "restarts")
+    assert "1/3" in restarts and "JobPreempted" in restarts
+    # 16 GPUs for the 20 minutes since the checkpoint: 5.33 GPU-hours.
+    lost = story["borrower"].restarts.get().lost_gpu_seconds
+    assert lost == pytest.approx(16 * 20 * 60, rel=0.01)
+    assert f"{lost / 3600:.2f} GPU-hours" in restarts
+    page = text(response)
+    assert "AIMaster restarts 1/3" in page
+    assert f"Work lost {lost / 3600:.2f} GPU-hours over 1 interruption" in page
+    assert f"Latest checkpoint step {CKPT_STEP}" in page
+
+
+def test_it_shows_the_requeued_and_preempted_events(charlie_client, story):
+    events = section(detail(charlie_client, story["borrower"]), "events")
+    assert 'class="event-requeued"' in events and 'class="event-preempted"' in events
+    assert "AIMaster restart 1/3: back to the queue; lost 5.33 GPU-hours" in html.unescape(events)
+
+
+def test_it_says_why_the_borrower_waits_and_where_it_stands(charlie_client, story):
+    borrower = story["borrower"]
+    assert borrower.pending_reason and borrower.queue_position
+    pending = html.unescape(section(detail(charlie_client, borrower), "pending"))
+    assert borrower.pending_reason in pending
+    assert f"position {borrower.queue_position} of {borrower.queue_size}" in pending
+    assert "Requeued by AIMaster after" in pending and "JobPreempted" in pending
+    assert f"resumes from the checkpoint at step {CKPT_STEP}" in pending
+
+
+def test_it_shows_the_resume_from_the_checkpoint_once_it_runs_again(charlie_client, story,
+                                                                    personas):
+    job_stop(job=story["owner"], by=personas["alice"])
+    borrower = story["borrower"]
+    borrower.refresh_from_db()
+    assert borrower.status == JobStatus.RUNNING
+    response = detail(charlie_client, borrower)
+    assert 'id="pending"' not in response.content.decode()
+    assert f"Resumed Resumed from checkpoint at step {CKPT_STEP}" in text(response)
+    assert f"Resumed from checkpoint at step {CKPT_STEP}" in section(response, "events")
+    pods, history = section(response, "pods"), section(response, "history-pods")
+    assert pods.count('class="badge badge-running">Running</span>') == 4
+    assert "Preempted" not in pods
+    assert history.count('class="badge badge-warning">Preempted</span>') == 4
+
+
+def test_it_links_every_pod_to_its_logs(charlie_client, story):
+    content = detail(charlie_client, story["borrower"]).content.decode()
+    for pod in Pod.objects.filter(job=story["borrower"]):
+        assert f'href="{reverse("pods:logs", args=[pod.pod_id])}"' in content
+        assert f'href="{reverse("pods:logs-download", args=[pod.pod_id])}" download' in content
+
+
+def test_it_shows_the_lender_in_quota_on_its_node(alice_client, story):
+    response = detail(alice_client, story["owner"])
+    pods = section(response, "pods")
+    assert '<span class="tag tag-in">In Quota</span>' in pods
+    assert re.search(r">gpu-node-\d<", pods) and "4 GPU" in pods
+    assert 'id="history-pods"' not in response.content.decode()
+    assert "No restarts" in text(response)
+
+
+def test_it_shows_usage_only_for_a_prepaid_quota_job(charlie_client, story):
+    cost = text_of(section(detail(charlie_client, story["borrower"]), "job-cost"))
+    assert "Usage" in cost and "PrePaid (resource quota)" in cost
+    assert "GPU-hours 8.00" in cost  # 16 GPUs for 30 minutes
+    assert "Cost so far" not in cost
+
+
+def test_it_hides_the_story_from_another_workspace(alice_client, story):
+    assert detail(alice_client, story["borrower"]).status_code == 404
+
+
+def test_it_serves_the_story_in_the_live_fragment(charlie_client, story):
+    response = detail(charlie_client, story["borrower"], **{"HX-Request": "true",
+                                                            "HX-Target": "job-live"})
+    body = response.content.decode()
+    assert response.status_code == 200 and body.lstrip().startswith('<div id="job-live"')
+    for element in ('id="pending"', 'id="history-pods"', 'id="restarts"', 'id="job-cost"'):
+        assert element in body, element
+    assert 'id="configuration"' not in body and "<html" not in body
+
+
+def test_it_reads_the_story_in_a_fixed_number_of_queries(charlie_client, story, personas,
+                                                         django_assert_max_num_queries):
+    borrower = story["borrower"]
+    url = reverse("jobs:detail", args=[borrower.job_id])
+    with CaptureQueriesContext(connection) as before:
+        charlie_client.get(url)
+    # Two more preemptions' worth of history: pods, restarts, events, checkpoints.
+    role = borrower.roles.get()
+    now = timezone.now()
+    for attempt in range(2, 4):
+        for i in range(4):
+            Pod.objects.create(job=borrower, role=role, index=i, attempt=attempt - 1,
+                               pod_id=f"{borrower.job_id}-extra-{attempt}-{i}",
+                               node=Node.objects.get(name=f"gpu-node-{i}"), in_quota=False,
+                               status=PodStatus.PREEMPTED, started_at=now, finished_at=now)
+        JobEvent.objects.create(job=borrower, pod=borrower.pods.first(), kind="Preempted",
+                                message="again", at=now)
+        borrower.restarts.create(number=attempt, at=now, cause="JobPreempted", message="again",
+                                 lost_gpu_seconds=60)
+        checkpoint_report(job_pk=borrower.pk, step=attempt * 1000, path="", size_bytes=1, at=now)
+    with django_assert_max_num_queries(len(before.captured_queries)):
+        response = charlie_client.get(url)
+    assert response.status_code == 200
+    with django_assert_max_num_queries(16):
+        detail(charlie_client, borrower, **{"HX-Request": "true", "HX-Target": "job-live"})
+
+
+# --- a spot job ------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def spot_job(personas):
+    """alice's spot job, SpotDiscountLimit 0.5 on ecs.g7.xlarge (¥0.40/h), started by a
+    market step and billed for its first minutes."""
+    spec = JobSpec(display_name="spot-train", user_command="python train.py",
+                   resource_source="spot", enable_aimaster=True,
+                   roles=[RoleSpec(pod_count=2, instance_type="ecs.g7.xlarge",
+                                   spot_discount_limit=Decimal("0.5"))])
+    job = job_submit(workspace=personas["ws_a"], user=personas["alice"], spec=spec)
+    now = timezone.now()
+    job_admit(job_pk=job.pk, now=now)
+    market_step(now=now, rng=random.Random(7))
+    job.refresh_from_db()
+    assert job.status == JobStatus.RUNNING
+    billing_accrue(now=now + timedelta(minutes=3))
+    return job
+
+
+def test_it_shows_a_spot_jobs_bid_against_the_market(alice_client, spot_job):
+    response = detail(alice_client, spot_job)
+    bids = html.unescape(section(response, "spot-bids"))
+    assert "Spot bids and market price" in bids
+    assert "¥0.4000/h" in bids  # 0.5 × ¥0.80/h
+    assert 'data-price-chart="bid-chart-ecsg7xlarge"' in bids and "Worker bid" in bids
+    assert 'hx-trigger="every ' in bids  # it follows the market on its own
+    assert "js/market-chart.js" in response.content.decode()
+
+
+def test_it_shows_a_spot_jobs_cost_so_far(alice_client, spot_job):
+    response = detail(alice_client, spot_job)
+    cost = text_of(section(response, "job-cost"))
+    assert "Cost so far ¥" in cost and "acs:pai:dlc:payType=spot" in cost
+    assert "Billed instance-minutes 0" not in cost
+    pods = section(response, "pods")
+    assert pods.count("public pool") == 2 and "Not in Quota" not in pods
+
+
+def test_it_keeps_the_spot_chart_across_live_swaps(alice_client, spot_job):
+    live = detail(alice_client, spot_job, **{"HX-Request": "true", "HX-Target": "job-live"})
+    body = live.content.decode()
+    assert '<div id="spot-bids" hx-preserve="true"></div>' in body
+    assert "Spot bids and market price" not in body  # not recomputed every 3 s
+    chart = detail(alice_client, spot_job, **{"HX-Request": "true", "HX-Target": "spot-bids"})
+    body = chart.content.decode()
+    assert chart.status_code == 200 and body.lstrip().startswith('<div id="spot-bids"')
+    assert "hx-preserve" not in body and "Spot bids and market price" in body
+
+
+def test_it_stops_polling_the_spot_chart_once_the_job_ended(alice_client, personas, spot_job):
+    job_stop(job=spot_job, by=personas["alice"])
+    chart = detail(alice_client, spot_job, **{"HX-Request": "true", "HX-Target": "spot-bids"})
+    assert chart.status_code == 286 and "hx-trigger" not in chart.content.decode()
+
+
+# --- the jobs list -------------------------------------------------------------------------
+
+
+def test_it_hints_why_a_job_waits_in_the_list(charlie_client, story):
+    response = charlie_client.get(reverse("jobs:list"))
+    borrower = story["borrower"]
+    hint = re.search(r'<div class="sub pending-hint" title="([^"]*)">([^<]*)</div>',
+                     response.content.decode())
+    assert hint, "no pending hint"
+    assert html.unescape(hint[1]).startswith(borrower.pending_reason)
+    assert len(html.unescape(hint[2])) <= 48
+
+
+def test_it_gives_no_hint_for_a_running_job(alice_client, story):
+    assert "pending-hint" not in alice_client.get(reverse("jobs:list")).content.decode()
+
+
+# --- the health panel --------------------------------------------------------------------------
+
+
+@pytest.fixture
+def quiet_broker(monkeypatch):
+    from apps.core.selectors import Health
+
+    monkeypatch.setattr("apps.core.views.health_snapshot", lambda **kw: Health(
+        beat_last_seen=None, beat_ok=False, workers=[], broker_ok=True, broker_error=""))
+
+
+def test_it_shows_the_pod_sandbox(alice_client, cluster, quiet_broker, monkeypatch):
+    monkeypatch.setattr("apps.core.views.sandbox_status", lambda requested: SandboxStatus(
+        requested, "bwrap", True, "bubblewrap (/usr/bin/bwrap)"))
+    response = alice_client.get(reverse("core:health"))
+    sandbox = text_of(section(response, "sandbox"))
+    assert "Pod sandbox Sandboxed (bwrap) Bubblewrap (/usr/bin/bwrap) ( SANDBOX=auto )" in sandbox
+    assert 'id="sandbox-alert"' not in response.content.decode()
+
+
+def test_it_warns_in_red_when_pods_would_run_unsandboxed(alice_client, cluster, quiet_broker,
+                                                         monkeypatch):
+    monkeypatch.setattr("apps.core.views.sandbox_status", lambda requested: SandboxStatus(
+        "auto", "none", False, "unsandboxed: bubblewrap is not installed"))
+    content = alice_client.get(reverse("core:health")).content.decode()
+    assert 'class="alert alert-error health-wide" role="alert" id="sandbox-alert"' in content
+    assert '<p class="health-state is-bad">Unsandboxed (none)</p>' in content
+
+
+def test_it_warns_in_amber_when_the_sandbox_is_turned_off(alice_client, cluster, quiet_broker,
+                                                          settings):
+    settings.SANDBOX = "none"
+    content = alice_client.get(reverse("core:health")).content.decode()
+    assert 'class="alert alert-warning health-wide"' in content
+    assert '<p class="health-state is-warn">Unsandboxed (none)</p>' in content
+    assert "Disabled by SANDBOX=none" in content
+
+
+def test_it_lists_node_agents_and_their_heartbeats(alice_client, cluster, quiet_broker):
+    now = timezone.now()
+    for i, node in enumerate(cluster["nodes"][:2]):
+        NodeAgent.objects.create(node=node, worker="agent@host-1", hostname="host-1",
+                                 address="10.0.0.5", sandbox="bwrap",
+                                 last_seen=now - timedelta(seconds=3 + 100 * i))
+    heartbeat_record(name="agent:agent@host-1", now=now - timedelta(seconds=3),
+                     detail="host-1 (10.0.0.5): 2 node(s); sandbox bwrap")
+    heartbeat_record(name="beat", now=now)
+    response = alice_client.get(reverse("core:health"))
+    agents = section(response, "agents")
+    page = text_of(agents)
+    assert "Node agents (1 agent, 2 nodes)" in page
+    assert "agent@host-1 host-1 (10.0.0.5): 2 node(s); sandbox bwrap" in page
+    assert "gpu-node-0" in agents and "gpu-node-1" in agents and "10.0.0.5" in agents
+    assert '<span class="health-state is-ok">3 s ago</span>' in agents
+    assert '<span class="health-state is-bad">103 s ago</span>' in agents  # silent: Lost soon
+    assert "beat" not in re.findall(r'<span class="mono">([^<]*)</span>', agents)
+
+
+def test_it_says_when_no_agent_has_reported(alice_client, cluster, quiet_broker):
+    assert "No agent has reported yet" in text(alice_client.get(reverse("core:health")))
+
+
+def text_of(fragment: str) -> str:
+    return re.sub(r"\s+", " ", html.unescape(re.sub(r"<[^>]+>", " ", fragment))).strip()
