@@ -3,85 +3,39 @@ node agent (`manage.py agent` in a subprocess, on the test database and Redis, c
 "public" queue) runs its pods, and billing counts the minutes they really ran.
 
 The test process plays the market and billing beats (it calls market_step and
-billing_accrue itself); the fixtures are test_agent_pods.py's.
+billing_accrue itself); the agent fixtures come from test_agent_pods.py.
 """
 
 from __future__ import annotations
 
 import math
 import random
-import time
 from datetime import datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 
 import pytest
-from django.conf import settings as django_settings
-from django.db import connection
 from django.utils import timezone
 
 from apps.agent.models import PodProcess
-from apps.agent.testing import AgentProcess
 from apps.billing.models import BillLine, PodMeter
 from apps.billing.services import billing_accrue
 from apps.jobs.models import Job, JobStatus, Pod, PodStatus
-from apps.jobs.services import job_admit, job_stop, job_submit
+from apps.jobs.services import job_admit, job_submit
 from apps.jobs.specs import JobSpec, RoleSpec
 from apps.market import pricing
 from apps.market.services import market_step
+from tests.integration.test_agent_pods import (  # noqa: F401 (fixtures)
+    agent,
+    agent_backend,
+    job_in,
+    wait_for,
+)
 from tests.integration.test_market_step import G7, replay_writer
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-NODES = "gpu-node-0,gpu-node-1,gpu-node-2,gpu-node-3,lingjun-node-0"
-WAIT = 25.0  # seconds: a bound on every wait, far above what each step takes
 COMMAND = "echo \"hello from $POD_NAME rank $RANK of $WORLD_SIZE\" && sleep 1 && echo DONE"
-
-
-@pytest.fixture(scope="module")
-def agent(django_db_setup, django_db_blocker):
-    """One agent for the module, serving every node of tests.factories.make_cluster and the
-    public pool."""
-    with django_db_blocker.unblock():
-        database = dict(connection.settings_dict)
-    process = AgentProcess(database=database, redis_url=django_settings.REDIS_URL, nodes=NODES,
-                           env={"SCHEDULER_MIN_RUN_SECONDS": "0",
-                                "SCHEDULER_REQUEUE_BACKOFF_SECONDS": "0"})
-    try:
-        process.start()
-        yield process
-    finally:
-        process.stop()
-        _purge_queues()
-        process.cleanup()
-
-
-def _purge_queues() -> None:
-    """Drop what nobody consumed here (tick tasks sent to the default queue)."""
-    from paiweb.celery import app
-
-    app.control.purge()
-
-
-@pytest.fixture
-def agent_backend(settings, agent):
-    """This test runs pods for real: the execution hook dispatches to the agent, and tasks
-    the test process sends go to Redis instead of running inline."""
-    from paiweb.celery import app
-
-    settings.EXECUTION_BACKEND = "agent"
-    settings.POD_WORK_ROOT = agent.pod_work_root
-    settings.SCHEDULER_MIN_RUN_SECONDS = 0
-    settings.SCHEDULER_REQUEUE_BACKOFF_SECONDS = 0
-    app.conf.task_always_eager = False
-    yield agent
-    # Leave no process behind for the next test: stop whatever of this test still runs.
-    for job in Job.objects.exclude(status__in=[JobStatus.SUCCEEDED, JobStatus.FAILED,
-                                               JobStatus.STOPPED]):
-        job_stop(job=job, by=None)
-    wait_for(lambda: not PodProcess.objects.filter(
-        state__in=[PodProcess.State.STARTING, PodProcess.State.RUNNING]).exists(),
-        what="every pod process to end", agent=agent)
 
 
 @pytest.fixture
@@ -101,25 +55,6 @@ def submit(personas, *, source: str, pods: int = 1, discount: str | None = None,
     job = job_submit(workspace=personas["ws_a"], user=personas["alice"], spec=spec)
     job_admit(job_pk=job.pk, now=timezone.now())
     job.refresh_from_db()
-    return job
-
-
-def wait_for(check, *, what: str, agent: AgentProcess, timeout: float = WAIT):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if result := check():
-            return result
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}\n"
-                         f"--- agent log ---\n{agent.log()}")
-
-
-def job_in(job: Job, *statuses: str, agent: AgentProcess) -> Job:
-    def check():
-        job.refresh_from_db()
-        return job.status in statuses
-    wait_for(check, what=f"{job.display_name} to be {'/'.join(statuses)} (is {job.status})",
-             agent=agent)
     return job
 
 
