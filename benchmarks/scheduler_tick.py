@@ -48,32 +48,73 @@ def build(rng: random.Random) -> None:
         for i in range(NODES)
     )
     total = NODES * GPUS
-    root = Quota.objects.create(name="root", pool=pool, resource_type="ECS", min_cpu=NODES * 128_000,
-                                min_memory=NODES * 1024 * 1024, min_gpu=total)
-    parents = [Quota.objects.create(name=f"dept-{d}", parent=root, pool=pool, resource_type="ECS",
-                                    min_cpu=NODES * 128_000 // 4, min_memory=NODES * 1024 * 1024 // 4,
-                                    min_gpu=total // 4) for d in range(4)]
+    root = Quota.objects.create(
+        name="root",
+        pool=pool,
+        resource_type="ECS",
+        min_cpu=NODES * 128_000,
+        min_memory=NODES * 1024 * 1024,
+        min_gpu=total,
+    )
+    parents = [
+        Quota.objects.create(
+            name=f"dept-{d}",
+            parent=root,
+            pool=pool,
+            resource_type="ECS",
+            min_cpu=NODES * 128_000 // 4,
+            min_memory=NODES * 1024 * 1024 // 4,
+            min_gpu=total // 4,
+        )
+        for d in range(4)
+    ]
     leaves = []
     for i in range(QUOTAS - 5):
         parent = parents[i % 4]
-        leaves.append(Quota.objects.create(
-            name=f"team-{i}", parent=parent, pool=pool, resource_type="ECS",
-            min_cpu=parent.min_cpu // 4, min_memory=parent.min_memory // 4, min_gpu=parent.min_gpu // 4,
-            queue_strategy=rng.choice(["StrictFIFO", "BestEffortFIFO"])))
+        leaves.append(
+            Quota.objects.create(
+                name=f"team-{i}",
+                parent=parent,
+                pool=pool,
+                resource_type="ECS",
+                min_cpu=parent.min_cpu // 4,
+                min_memory=parent.min_memory // 4,
+                min_gpu=parent.min_gpu // 4,
+                queue_strategy=rng.choice(["StrictFIFO", "BestEffortFIFO"]),
+            )
+        )
     now = timezone.now()
     jobs = [
-        Job(workspace=ws, user=user, display_name=f"job-{i}", user_command="true",
-            resource_source="quota", quota=rng.choice(leaves),
+        Job(
+            workspace=ws,
+            user=user,
+            display_name=f"job-{i}",
+            user_command="true",
+            resource_source="quota",
+            quota=rng.choice(leaves),
             idle_mode=rng.choice(["off", "off", "acceptable", "only_idle"]),
-            priority=rng.randint(1, 9), status=JobStatus.QUEUING, submitted_at=now,
-            status_changed_at=now)
+            priority=rng.randint(1, 9),
+            status=JobStatus.QUEUING,
+            submitted_at=now,
+            status_changed_at=now,
+        )
         for i in range(JOBS)
     ]
     Job.objects.bulk_create(jobs, batch_size=2000)
     JobRole.objects.bulk_create(
-        (JobRole(job=job, role_type="Worker", pod_count=rng.randint(1, 16), cpu=8000,
-                 memory=65536, gpu=rng.choice([1, 2, 4, 8])) for job in jobs),
-        batch_size=2000)
+        (
+            JobRole(
+                job=job,
+                role_type="Worker",
+                pod_count=rng.randint(1, 16),
+                cpu=8000,
+                memory=65536,
+                gpu=rng.choice([1, 2, 4, 8]),
+            )
+            for job in jobs
+        ),
+        batch_size=2000,
+    )
 
 
 def timed(label: str, fn):
@@ -85,15 +126,17 @@ def timed(label: str, fn):
 
 
 def main() -> None:
-    print(f"database: {connection.vendor}; {NODES} nodes × {GPUS} GPUs, "
-          f"{QUOTAS} quotas, {JOBS} jobs")
+    print(
+        f"database: {connection.vendor}; {NODES} nodes × {GPUS} GPUs, {QUOTAS} quotas, {JOBS} jobs"
+    )
     rng = random.Random(7)
     start = time.perf_counter()
     build(rng)
     print(f"built in {time.perf_counter() - start:.1f} s")
     timed("snapshot load (10,000 pending)", lambda: len(scheduler_snapshot().pending))
-    report, elapsed = timed("first tick (admits what fits)",
-                            lambda: scheduler_tick(now=timezone.now()))
+    report, elapsed = timed(
+        "first tick (admits what fits)", lambda: scheduler_tick(now=timezone.now())
+    )
     print(f"{'admissions per second':<34} {report.admitted / elapsed:9.0f}")
     timed("second tick (the rest waits)", lambda: scheduler_tick(now=timezone.now()))
     with transaction.atomic():
@@ -118,13 +161,31 @@ def reclaim_heavy(rng: random.Random) -> None:
 
     def add(count: int, idle: str, gpus: int) -> None:
         jobs = Job.objects.bulk_create(
-            (Job(workspace=ws, user=user, display_name=f"{idle}-{i}", user_command="true",
-                 resource_source="quota", quota=rng.choice(leaves), idle_mode=idle,
-                 enable_aimaster=True, status=JobStatus.QUEUING, submitted_at=now,
-                 status_changed_at=now) for i in range(count)), batch_size=2000)
+            (
+                Job(
+                    workspace=ws,
+                    user=user,
+                    display_name=f"{idle}-{i}",
+                    user_command="true",
+                    resource_source="quota",
+                    quota=rng.choice(leaves),
+                    idle_mode=idle,
+                    enable_aimaster=True,
+                    status=JobStatus.QUEUING,
+                    submitted_at=now,
+                    status_changed_at=now,
+                )
+                for i in range(count)
+            ),
+            batch_size=2000,
+        )
         JobRole.objects.bulk_create(
-            (JobRole(job=job, role_type="Worker", pod_count=1, cpu=8000, memory=65536, gpu=gpus)
-             for job in jobs), batch_size=2000)
+            (
+                JobRole(job=job, role_type="Worker", pod_count=1, cpu=8000, memory=65536, gpu=gpus)
+                for job in jobs
+            ),
+            batch_size=2000,
+        )
 
     add(NODES * GPUS // 4, "only_idle", 4)  # two borrowers per node fill every GPU
     timed("borrowers fill the pool", lambda: scheduler_tick(now=timezone.now()))

@@ -123,6 +123,7 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
 }
 
+
 # --- Celery ------------------------------------------------------------------------------
 def _celery_url(url: str) -> str:
     return "redis+socket://" + url.removeprefix("unix://") if url.startswith("unix://") else url
@@ -209,7 +210,9 @@ EXECUTION_BACKEND = env_str("EXECUTION_BACKEND", "agent")
 if EXECUTION_BACKEND not in {"agent", "none"}:
     from django.core.exceptions import ImproperlyConfigured
 
-    raise ImproperlyConfigured(f"EXECUTION_BACKEND: expected agent or none, got {EXECUTION_BACKEND!r}")
+    raise ImproperlyConfigured(
+        f"EXECUTION_BACKEND: expected agent or none, got {EXECUTION_BACKEND!r}"
+    )
 
 FLOWER_URL = env_str("FLOWER_URL", "http://127.0.0.1:5555")
 

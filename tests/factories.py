@@ -34,38 +34,100 @@ def make_cluster() -> dict:
     """Instance types, a dedicated ECS pool with 4 GPU nodes, a Lingjun pool, a public pool,
     and a quota tree: root (16 GPU) → team-a (8 GPU), team-b (8 GPU)."""
     g7 = InstanceType.objects.create(
-        name="ecs.g7.xlarge", resource_type="ECS", cpu=4000, memory=16 * GIB, gpu=0,
-        price_per_hour=Decimal("0.8000"), public_capacity=20,
+        name="ecs.g7.xlarge",
+        resource_type="ECS",
+        cpu=4000,
+        memory=16 * GIB,
+        gpu=0,
+        price_per_hour=Decimal("0.8000"),
+        public_capacity=20,
     )
     gn7 = InstanceType.objects.create(
-        name="ecs.gn7i-c8g1.2xlarge", resource_type="ECS", cpu=8000, memory=30 * GIB, gpu=1,
-        gpu_model="A10", price_per_hour=Decimal("9.6000"), public_capacity=8,
+        name="ecs.gn7i-c8g1.2xlarge",
+        resource_type="ECS",
+        cpu=8000,
+        memory=30 * GIB,
+        gpu=1,
+        gpu_model="A10",
+        price_per_hour=Decimal("9.6000"),
+        public_capacity=8,
     )
     lj = InstanceType.objects.create(
-        name="ml.gu8xf.8xlarge-gu108", resource_type="Lingjun", cpu=128000, memory=1024 * GIB,
-        gpu=8, gpu_model="GU108", price_per_hour=Decimal("200.0000"), public_capacity=4,
+        name="ml.gu8xf.8xlarge-gu108",
+        resource_type="Lingjun",
+        cpu=128000,
+        memory=1024 * GIB,
+        gpu=8,
+        gpu_model="GU108",
+        price_per_hour=Decimal("200.0000"),
+        public_capacity=4,
     )
-    dedicated = ResourcePool.objects.create(name="ecs-dedicated", kind="dedicated", resource_type="ECS")
-    lingjun = ResourcePool.objects.create(name="lingjun-dedicated", kind="dedicated", resource_type="Lingjun")
+    dedicated = ResourcePool.objects.create(
+        name="ecs-dedicated", kind="dedicated", resource_type="ECS"
+    )
+    lingjun = ResourcePool.objects.create(
+        name="lingjun-dedicated", kind="dedicated", resource_type="Lingjun"
+    )
     public = ResourcePool.objects.create(name="public", kind="public", resource_type="ECS")
     nodes = [
-        Node.objects.create(name=f"gpu-node-{i}", pool=dedicated, cpu=96000, memory=768 * GIB,
-                            gpu=4, gpu_model="A100")
+        Node.objects.create(
+            name=f"gpu-node-{i}",
+            pool=dedicated,
+            cpu=96000,
+            memory=768 * GIB,
+            gpu=4,
+            gpu_model="A100",
+        )
         for i in range(4)
     ]
-    Node.objects.create(name="lingjun-node-0", pool=lingjun, cpu=128000, memory=1024 * GIB,
-                        gpu=8, gpu_model="GU108")
-    root = Quota.objects.create(name="root-ecs", pool=dedicated, resource_type="ECS",
-                                min_cpu=384000, min_memory=3072 * GIB, min_gpu=16)
-    team_a = Quota.objects.create(name="team-a", parent=root, pool=dedicated, resource_type="ECS",
-                                  min_cpu=192000, min_memory=1536 * GIB, min_gpu=8)
-    team_b = Quota.objects.create(name="team-b", parent=root, pool=dedicated, resource_type="ECS",
-                                  min_cpu=192000, min_memory=1536 * GIB, min_gpu=8)
-    lj_quota = Quota.objects.create(name="lingjun-a", pool=lingjun, resource_type="Lingjun",
-                                    min_cpu=128000, min_memory=1024 * GIB, min_gpu=8)
+    Node.objects.create(
+        name="lingjun-node-0", pool=lingjun, cpu=128000, memory=1024 * GIB, gpu=8, gpu_model="GU108"
+    )
+    root = Quota.objects.create(
+        name="root-ecs",
+        pool=dedicated,
+        resource_type="ECS",
+        min_cpu=384000,
+        min_memory=3072 * GIB,
+        min_gpu=16,
+    )
+    team_a = Quota.objects.create(
+        name="team-a",
+        parent=root,
+        pool=dedicated,
+        resource_type="ECS",
+        min_cpu=192000,
+        min_memory=1536 * GIB,
+        min_gpu=8,
+    )
+    team_b = Quota.objects.create(
+        name="team-b",
+        parent=root,
+        pool=dedicated,
+        resource_type="ECS",
+        min_cpu=192000,
+        min_memory=1536 * GIB,
+        min_gpu=8,
+    )
+    lj_quota = Quota.objects.create(
+        name="lingjun-a",
+        pool=lingjun,
+        resource_type="Lingjun",
+        min_cpu=128000,
+        min_memory=1024 * GIB,
+        min_gpu=8,
+    )
     return {
-        "g7": g7, "gn7": gn7, "lingjun_type": lj, "dedicated": dedicated, "lingjun": lingjun,
-        "public": public, "nodes": nodes, "root": root, "team_a": team_a, "team_b": team_b,
+        "g7": g7,
+        "gn7": gn7,
+        "lingjun_type": lj,
+        "dedicated": dedicated,
+        "lingjun": lingjun,
+        "public": public,
+        "nodes": nodes,
+        "root": root,
+        "team_a": team_a,
+        "team_b": team_b,
         "lingjun_quota": lj_quota,
     }
 

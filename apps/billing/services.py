@@ -9,8 +9,8 @@ in one transaction: a crash leaves nothing half-done, and a replayed run bills n
 Prices: spot minutes at the market price in force at the minute's start (the PricePoint
 history; `pricing.price_for_minute`), except a pod's first, partial minute, which is charged
 at the price in force when the pod's process started (with node agents; else when the market
-started it), never an earlier one above the bid. Pay-as-you-go minutes at the instance type's original price.
-Quota jobs are prepaid: they get no meter and no bill lines.
+started it), never an earlier one above the bid. Pay-as-you-go minutes at the instance
+type's original price. Quota jobs are prepaid: they get no meter and no bill lines.
 """
 
 from __future__ import annotations
@@ -88,12 +88,21 @@ def _insert_lines(lines: list[_Line]) -> None:
         return
     if connection.vendor != "postgresql":
         BillLine.objects.bulk_create(
-            [BillLine(**line._asdict()) for line in lines], batch_size=CHUNK,
-            ignore_conflicts=True)
+            [BillLine(**line._asdict()) for line in lines], batch_size=CHUNK, ignore_conflicts=True
+        )
         return
     columns = list(zip(*lines, strict=True))
-    types = ["bigint", "bigint", "bigint", "integer", "date", "bigint", "numeric", "numeric",
-             "text"]
+    types = [
+        "bigint",
+        "bigint",
+        "bigint",
+        "integer",
+        "date",
+        "bigint",
+        "numeric",
+        "numeric",
+        "text",
+    ]
     with connection.cursor() as cursor:
         cursor.execute(
             f"INSERT INTO {BillLine._meta.db_table} ({', '.join(_Line._fields)}) "
@@ -108,10 +117,20 @@ def billing_accrue(*, now: datetime) -> AccrueReport:
     """Bill every started, unbilled minute of every metered pod up to `now`. Call under the
     "billing-accrue" lock; running it twice bills nothing twice."""
     _adopt_running_pods()
-    meters = [_Meter(*row) for row in PodMeter.objects.filter(closed=False).values_list(
-        "pod_id", "billed_until", "pod__status", "pod__started_at", "pod__finished_at",
-        "pod__job_id", "pod__job__workspace_id", "pod__job__resource_source",
-        "pod__role__instance_type_id")]
+    meters = [
+        _Meter(*row)
+        for row in PodMeter.objects.filter(closed=False).values_list(
+            "pod_id",
+            "billed_until",
+            "pod__status",
+            "pod__started_at",
+            "pod__finished_at",
+            "pod__job_id",
+            "pod__job__workspace_id",
+            "pod__job__resource_source",
+            "pod__role__instance_type_id",
+        )
+    ]
     plans = {m.pod_id: _minutes(m, now) for m in meters}
     prices = _price_book(meters, plans, now)
     lines, moved, closed = [], defaultdict(list), []
@@ -137,10 +156,15 @@ def billing_accrue(*, now: datetime) -> AccrueReport:
 
 def _adopt_running_pods() -> None:
     """Meter running pods of public and spot jobs that nobody opened a meter for."""
-    orphans = Pod.objects.filter(
-        status=PodStatus.RUNNING, meter__isnull=True,
-        job__resource_source__in=(ResourceSource.PUBLIC, ResourceSource.SPOT),
-    ).order_by().values_list("pk", flat=True)
+    orphans = (
+        Pod.objects.filter(
+            status=PodStatus.RUNNING,
+            meter__isnull=True,
+            job__resource_source__in=(ResourceSource.PUBLIC, ResourceSource.SPOT),
+        )
+        .order_by()
+        .values_list("pk", flat=True)
+    )
     pod_meters_open(pod_ids=list(orphans))
 
 
@@ -154,8 +178,9 @@ def _minutes(meter: _Meter, now: datetime) -> tuple[list[int], bool]:
         return [], True
     end = meter.finished_at or now
     already = None if meter.billed_until is None else meter.billed_until * 60
-    minutes = pricing.bill_minutes(meter.started_at.timestamp(), end.timestamp(),
-                                   already_billed_until=already)
+    minutes = pricing.bill_minutes(
+        meter.started_at.timestamp(), end.timestamp(), already_billed_until=already
+    )
     if len(minutes) > MAX_MINUTES_PER_RUN:  # catching up after an outage: a day per run
         return minutes[:MAX_MINUTES_PER_RUN], False
     return minutes, meter.finished_at is not None
@@ -164,8 +189,9 @@ def _minutes(meter: _Meter, now: datetime) -> tuple[list[int], bool]:
 class _PriceBook:
     """Prices for the run: spot history per type, and original prices."""
 
-    def __init__(self, histories: dict[int, list[pricing.PricePoint]],
-                 originals: dict[int, Decimal]) -> None:
+    def __init__(
+        self, histories: dict[int, list[pricing.PricePoint]], originals: dict[int, Decimal]
+    ) -> None:
         self.histories = histories
         self.originals = originals
 
@@ -178,11 +204,19 @@ class _PriceBook:
             if price is None:
                 log.warning("no market price for pod %s at minute %s", meter.pod_id, minute)
                 return None
-            lines.append(_Line(
-                meter.workspace_id, meter.job_id, meter.pod_id, minute,
-                datetime.fromtimestamp(minute * 60, UTC).date(), meter.type_id, price,
-                pricing.minute_charge(price), pay_type,
-            ))
+            lines.append(
+                _Line(
+                    meter.workspace_id,
+                    meter.job_id,
+                    meter.pod_id,
+                    minute,
+                    datetime.fromtimestamp(minute * 60, UTC).date(),
+                    meter.type_id,
+                    price,
+                    pricing.minute_charge(price),
+                    pay_type,
+                )
+            )
         return lines
 
     def _price(self, meter: _Meter, minute: int, started: float) -> Decimal | None:
@@ -205,12 +239,14 @@ def _price_book(meters: list[_Meter], plans: dict, now: datetime) -> _PriceBook:
     if spot:
         first = min(plans[m.pod_id][0][0] for m in spot) * 60
         histories = price_histories(
-            type_ids={m.type_id for m in spot}, since=datetime.fromtimestamp(first, UTC),
+            type_ids={m.type_id for m in spot},
+            since=datetime.fromtimestamp(first, UTC),
             until=now,
         )
     type_ids = {m.type_id for m in meters if m.type_id is not None}
     originals = dict(
-        InstanceType.objects.filter(pk__in=type_ids).values_list("pk", "price_per_hour"))
+        InstanceType.objects.filter(pk__in=type_ids).values_list("pk", "price_per_hour")
+    )
     return _PriceBook(histories, originals)
 
 

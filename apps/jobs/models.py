@@ -82,7 +82,9 @@ class Job(models.Model):
     user_command = models.TextField()
     envs = models.JSONField(default=dict, blank=True)
     data_sources = models.JSONField(default=list, blank=True)  # [{"uri":…, "mount_path":…}]
-    code_source = models.JSONField(default=dict, blank=True)  # {"uri":…, "branch":…, "mount_path":…}
+    code_source = models.JSONField(
+        default=dict, blank=True
+    )  # {"uri":…, "branch":…, "mount_path":…}
     priority = models.PositiveSmallIntegerField(default=1)
     max_running_time_minutes = models.PositiveIntegerField(null=True, blank=True)
     success_policy = models.CharField(
@@ -214,7 +216,10 @@ class JobRole(models.Model):
     spot_strategy = models.CharField(max_length=32, choices=SpotStrategy.choices, blank=True)
     spot_discount_limit = models.DecimalField(max_digits=3, decimal_places=2, null=True, blank=True)
     spot_price_limit = models.DecimalField(
-        max_digits=12, decimal_places=6, null=True, blank=True,
+        max_digits=12,
+        decimal_places=6,
+        null=True,
+        blank=True,
         help_text="CNY per instance-minute, as the DLC API documents it",
     )
 

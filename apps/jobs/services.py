@@ -27,19 +27,45 @@ from apps.jobs.specs import JobSpec, job_spec_resolve
 # refused with an ApplicationError.
 ALLOWED = {
     JobStatus.CREATING: {JobStatus.QUEUING, JobStatus.BIDDING, JobStatus.STOPPED, JobStatus.FAILED},
-    JobStatus.QUEUING: {JobStatus.ENV_PREPARING, JobStatus.RUNNING, JobStatus.STOPPED, JobStatus.FAILED},
-    JobStatus.BIDDING: {JobStatus.ENV_PREPARING, JobStatus.RUNNING, JobStatus.STOPPED, JobStatus.FAILED},
+    JobStatus.QUEUING: {
+        JobStatus.ENV_PREPARING,
+        JobStatus.RUNNING,
+        JobStatus.STOPPED,
+        JobStatus.FAILED,
+    },
+    JobStatus.BIDDING: {
+        JobStatus.ENV_PREPARING,
+        JobStatus.RUNNING,
+        JobStatus.STOPPED,
+        JobStatus.FAILED,
+    },
     JobStatus.ENV_PREPARING: {
-        JobStatus.RUNNING, JobStatus.STOPPING, JobStatus.STOPPED, JobStatus.FAILED,
-        JobStatus.QUEUING, JobStatus.BIDDING, JobStatus.RESTARTING, JobStatus.SUCCEEDED,
+        JobStatus.RUNNING,
+        JobStatus.STOPPING,
+        JobStatus.STOPPED,
+        JobStatus.FAILED,
+        JobStatus.QUEUING,
+        JobStatus.BIDDING,
+        JobStatus.RESTARTING,
+        JobStatus.SUCCEEDED,
     },
     JobStatus.RUNNING: {
-        JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPING, JobStatus.STOPPED,
-        JobStatus.QUEUING, JobStatus.BIDDING, JobStatus.RESTARTING,
+        JobStatus.SUCCEEDED,
+        JobStatus.FAILED,
+        JobStatus.STOPPING,
+        JobStatus.STOPPED,
+        JobStatus.QUEUING,
+        JobStatus.BIDDING,
+        JobStatus.RESTARTING,
     },
     JobStatus.RESTARTING: {
-        JobStatus.QUEUING, JobStatus.BIDDING, JobStatus.ENV_PREPARING, JobStatus.RUNNING,
-        JobStatus.STOPPING, JobStatus.STOPPED, JobStatus.FAILED,
+        JobStatus.QUEUING,
+        JobStatus.BIDDING,
+        JobStatus.ENV_PREPARING,
+        JobStatus.RUNNING,
+        JobStatus.STOPPING,
+        JobStatus.STOPPED,
+        JobStatus.FAILED,
     },
     JobStatus.STOPPING: {JobStatus.STOPPED, JobStatus.FAILED, JobStatus.SUCCEEDED},
 }
@@ -55,7 +81,10 @@ def job_transition(
         )
     StatusTransition.objects.filter(job=job, ended_at__isnull=True).update(ended_at=now)
     StatusTransition.objects.create(
-        job=job, status=status, reason_code=reason_code, reason_message=reason_message,
+        job=job,
+        status=status,
+        reason_code=reason_code,
+        reason_message=reason_message,
         started_at=now,
     )
     job.status = status
@@ -72,7 +101,11 @@ def job_transition(
 
 
 def jobs_transition_bulk(
-    *, jobs: list[Job], status: str, now: datetime, reason_code: str = "",
+    *,
+    jobs: list[Job],
+    status: str,
+    now: datetime,
+    reason_code: str = "",
     reason_messages: dict[int, str] | None = None,
 ) -> None:
     """`job_transition` for many jobs at once, in a handful of queries: a busy tick moves
@@ -89,8 +122,13 @@ def jobs_transition_bulk(
     ids = [job.pk for job in jobs]
     StatusTransition.objects.filter(job_id__in=ids, ended_at__isnull=True).update(ended_at=now)
     StatusTransition.objects.bulk_create(
-        StatusTransition(job_id=job.pk, status=status, reason_code=reason_code,
-                         reason_message=messages.get(job.pk, ""), started_at=now)
+        StatusTransition(
+            job_id=job.pk,
+            status=status,
+            reason_code=reason_code,
+            reason_message=messages.get(job.pk, ""),
+            started_at=now,
+        )
         for job in jobs
     )
     by_message: dict[str, list[int]] = {}
@@ -152,7 +190,9 @@ def job_submit(*, workspace, user, spec: JobSpec, now: datetime | None = None) -
             memory=r.memory,
             gpu=r.gpu,
             restart_policy=r.spec.restart_policy,
-            spot_strategy="SpotWithPriceLimit" if spec.resource_source == ResourceSource.SPOT else "",
+            spot_strategy="SpotWithPriceLimit"
+            if spec.resource_source == ResourceSource.SPOT
+            else "",
             spot_discount_limit=r.spec.spot_discount_limit,
             spot_price_limit=r.spec.spot_price_limit,
         )
@@ -174,12 +214,22 @@ def job_admit(*, job_pk: int, now: datetime) -> bool:
     if job is None:
         return False
     if job.resource_source == ResourceSource.SPOT:
-        job_transition(job=job, status=JobStatus.BIDDING, now=now, reason_code="JobBidding",
-                       reason_message="Waiting for spot instances at the bid limit")
+        job_transition(
+            job=job,
+            status=JobStatus.BIDDING,
+            now=now,
+            reason_code="JobBidding",
+            reason_message="Waiting for spot instances at the bid limit",
+        )
         job_event(job=job, kind="Bidding", message="Entered the spot market", now=now)
     else:
-        job_transition(job=job, status=JobStatus.QUEUING, now=now, reason_code="JobEnqueued",
-                       reason_message="Waiting in the queue")
+        job_transition(
+            job=job,
+            status=JobStatus.QUEUING,
+            now=now,
+            reason_code="JobEnqueued",
+            reason_message="Waiting in the queue",
+        )
         where = f"quota {job.quota.name}" if job.quota_id else "the public pool"
         job_event(job=job, kind="Enqueued", message=f"Queued on {where}", now=now)
     _tick_soon()
@@ -212,10 +262,16 @@ def job_stop(*, job: Job, by, now: datetime | None = None) -> Job:
     who = by.get_username() if by is not None else "system"
     live = list(Pod.objects.filter(job=job, status__in=[PodStatus.PENDING, PodStatus.RUNNING]))
     Pod.objects.filter(pk__in=[p.pk for p in live]).update(
-        status=PodStatus.STOPPED, reason="JobStopped", message=f"Stopped by {who}", finished_at=now)
+        status=PodStatus.STOPPED, reason="JobStopped", message=f"Stopped by {who}", finished_at=now
+    )
     pods_stopping(job=job, pods=live, now=now, reason=f"Stopped by {who}")
-    job_transition(job=job, status=JobStatus.STOPPED, now=now, reason_code="JobStoppedByUser",
-                   reason_message=f"Stopped by {who}")
+    job_transition(
+        job=job,
+        status=JobStatus.STOPPED,
+        now=now,
+        reason_code="JobStoppedByUser",
+        reason_message=f"Stopped by {who}",
+    )
     job_event(job=job, kind="Stopped", message=f"Stopped by {who}", now=now)
     _tick_soon()
     return job
@@ -268,6 +324,10 @@ def job_priority_update(*, job: Job, priority: int, by, now: datetime | None = N
     if job.priority != priority:
         old, job.priority = job.priority, priority
         job.save(update_fields=["priority"])
-        job_event(job=job, kind="PriorityChanged", now=now,
-                  message=f"Priority {old} → {priority} by {by.get_username()}")
+        job_event(
+            job=job,
+            kind="PriorityChanged",
+            now=now,
+            message=f"Priority {old} → {priority} by {by.get_username()}",
+        )
     return job

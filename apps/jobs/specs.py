@@ -13,7 +13,14 @@ from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 
 from apps.cluster.models import InstanceType, Quota, ResourceType
 from apps.core.errors import ValidationFailed
-from apps.jobs.models import ExecutionMode, IdleMode, JobRole, JobType, ResourceSource, SuccessPolicy
+from apps.jobs.models import (
+    ExecutionMode,
+    IdleMode,
+    JobRole,
+    JobType,
+    ResourceSource,
+    SuccessPolicy,
+)
 
 SPOT_DISCOUNTS = tuple(Decimal(f"0.{n}") for n in range(1, 10))
 SPOT_FLOOR_RATIO = Decimal("0.1")  # the seed's floor: "up to 90% saving" (the market default)
@@ -172,7 +179,8 @@ def _check_source(spec: JobSpec, workspace, errors: _Errors) -> Quota | None:
                 errors.add("quota", f"no quota {spec.quota!r} serves this workspace")
             elif quota.resource_type != spec.resource_type:
                 errors.add(
-                    "quota", f"quota {quota.name} holds {quota.resource_type}, not {spec.resource_type}"
+                    "quota",
+                    f"quota {quota.name} holds {quota.resource_type}, not {spec.resource_type}",
                 )
     elif spec.idle_mode != IdleMode.OFF:
         errors.add("idle_mode", "idle resources apply only to jobs on a resource quota")
@@ -262,7 +270,9 @@ def _check_bid(
         errors.add(f"{path}.spot_discount_limit", "set a SpotDiscountLimit or a SpotPriceLimit")
         return False
     if discount is not None and price is not None:
-        errors.add(f"{path}.spot_price_limit", "set only one of SpotDiscountLimit and SpotPriceLimit")
+        errors.add(
+            f"{path}.spot_price_limit", "set only one of SpotDiscountLimit and SpotPriceLimit"
+        )
         return False
     if discount is not None and discount not in SPOT_DISCOUNTS:
         errors.add(f"{path}.spot_discount_limit", "must be one of 0.1, 0.2 … 0.9")

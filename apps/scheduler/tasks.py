@@ -14,7 +14,9 @@ QUEUED_FLAG = "scheduler:tick-queued"
 @shared_task
 def scheduler_tick_task() -> None:
     redis_client().delete(QUEUED_FLAG)
-    with singleton_lock("scheduler-tick", timeout=max(30.0, settings.SCHEDULER_TICK_INTERVAL)) as ok:
+    with singleton_lock(
+        "scheduler-tick", timeout=max(30.0, settings.SCHEDULER_TICK_INTERVAL)
+    ) as ok:
         if ok:
             scheduler_tick(now=timezone.now())
 

@@ -12,16 +12,21 @@ from apps.jobs.specs import JobSpec, RoleSpec
 
 def spot_spec(**overrides) -> JobSpec:
     role = RoleSpec(instance_type="ecs.g7.xlarge", spot_discount_limit=Decimal("0.4"))
-    spec = JobSpec(display_name="sample-spot-job", user_command="echo hi", resource_source="spot",
-                   roles=[role])
+    spec = JobSpec(
+        display_name="sample-spot-job", user_command="echo hi", resource_source="spot", roles=[role]
+    )
     for key, value in overrides.items():
         setattr(spec, key, value)
     return spec
 
 
 def quota_spec(**overrides) -> JobSpec:
-    spec = JobSpec(display_name="train", user_command="python train.py", quota="team-a",
-                   roles=[RoleSpec(pod_count=2, cpu=8000, memory=32768, gpu=2)])
+    spec = JobSpec(
+        display_name="train",
+        user_command="python train.py",
+        quota="team-a",
+        roles=[RoleSpec(pod_count=2, cpu=8000, memory=32768, gpu=2)],
+    )
     for key, value in overrides.items():
         setattr(spec, key, value)
     return spec
@@ -50,8 +55,11 @@ def test_it_queues_a_quota_job_and_the_tick_places_it(personas):
 
 
 def test_it_rejects_both_spot_limits(personas):
-    role = RoleSpec(instance_type="ecs.g7.xlarge", spot_discount_limit=Decimal("0.4"),
-                    spot_price_limit=Decimal("0.011"))
+    role = RoleSpec(
+        instance_type="ecs.g7.xlarge",
+        spot_discount_limit=Decimal("0.4"),
+        spot_price_limit=Decimal("0.011"),
+    )
     with pytest.raises(ValidationFailed) as caught:
         job_submit(workspace=personas["ws_a"], user=personas["alice"], spec=spot_spec(roles=[role]))
     assert "roles[0].spot_price_limit" in caught.value.errors
@@ -60,7 +68,9 @@ def test_it_rejects_both_spot_limits(personas):
 
 def test_it_accepts_the_seed_price_limit(personas):
     role = RoleSpec(instance_type="ecs.g7.xlarge", spot_price_limit=Decimal("0.011"))
-    job = job_submit(workspace=personas["ws_a"], user=personas["alice"], spec=spot_spec(roles=[role]))
+    job = job_submit(
+        workspace=personas["ws_a"], user=personas["alice"], spec=spot_spec(roles=[role])
+    )
     assert job.roles.get().spot_price_limit == Decimal("0.011")
 
 
@@ -69,7 +79,9 @@ def test_it_rejects_a_discount_off_the_list(personas, discount):
     role = RoleSpec(instance_type="ecs.g7.xlarge", spot_discount_limit=Decimal(discount))
     with pytest.raises(ValidationFailed) as caught:
         job_submit(workspace=personas["ws_a"], user=personas["alice"], spec=spot_spec(roles=[role]))
-    assert caught.value.errors == {"roles[0].spot_discount_limit": ["must be one of 0.1, 0.2 … 0.9"]}
+    assert caught.value.errors == {
+        "roles[0].spot_discount_limit": ["must be one of 0.1, 0.2 … 0.9"]
+    }
 
 
 def test_it_rejects_a_price_limit_outside_the_range(personas):
@@ -82,26 +94,41 @@ def test_it_rejects_a_price_limit_outside_the_range(personas):
 def test_it_requires_a_vpc_for_lingjun_spot_and_only_discounts(personas):
     role = RoleSpec(instance_type="ml.gu8xf.8xlarge-gu108", spot_price_limit=Decimal("1"))
     with pytest.raises(ValidationFailed) as caught:
-        job_submit(workspace=personas["ws_a"], user=personas["alice"],
-                   spec=spot_spec(resource_type="Lingjun", roles=[role]))
+        job_submit(
+            workspace=personas["ws_a"],
+            user=personas["alice"],
+            spec=spot_spec(resource_type="Lingjun", roles=[role]),
+        )
     errors = caught.value.errors
     assert set(errors) == {"vpc_id", "vswitch_id", "security_group_id", "roles[0].spot_price_limit"}
 
 
 def test_it_lists_every_problem_at_once(personas):
-    spec = quota_spec(display_name="", user_command="", priority=10, quota="team-b",
-                      roles=[RoleSpec(pod_count=0, cpu=1000, memory=1024)])
+    spec = quota_spec(
+        display_name="",
+        user_command="",
+        priority=10,
+        quota="team-b",
+        roles=[RoleSpec(pod_count=0, cpu=1000, memory=1024)],
+    )
     with pytest.raises(ValidationFailed) as caught:
         job_submit(workspace=personas["ws_a"], user=personas["alice"], spec=spec)
     assert set(caught.value.errors) == {
-        "display_name", "user_command", "priority", "quota", "roles[0].pod_count"
+        "display_name",
+        "user_command",
+        "priority",
+        "quota",
+        "roles[0].pod_count",
     }
 
 
 def test_it_refuses_idle_mode_without_a_quota(personas):
     with pytest.raises(ValidationFailed) as caught:
-        job_submit(workspace=personas["ws_a"], user=personas["alice"],
-                   spec=spot_spec(idle_mode="acceptable"))
+        job_submit(
+            workspace=personas["ws_a"],
+            user=personas["alice"],
+            spec=spot_spec(idle_mode="acceptable"),
+        )
     assert "idle_mode" in caught.value.errors
 
 

@@ -17,15 +17,16 @@ from apps.cluster.services import KINDS, OUTCOMES, ApplyReport, cluster_apply
 class Command(BaseCommand):
     help = (
         "Apply a cluster file (TOML): instance types, pools and nodes, the quota tree, "
-        "workspaces, users, access keys and the spot market's parameters. The whole file is checked first and applied in "
-        "one transaction, or not at all. Re-applying is safe; nothing absent from the file "
-        "is deleted. See examples/demo-cluster.toml for the format."
+        "workspaces, users, access keys and the spot market's parameters. The whole file is "
+        "checked first and applied in one transaction, or not at all. Re-applying is safe; "
+        "nothing absent from the file is deleted. See examples/demo-cluster.toml for the format."
     )
 
     def add_arguments(self, parser) -> None:
         parser.add_argument("file", help="path to the cluster file")
         parser.add_argument(
-            "--dry-run", action="store_true",
+            "--dry-run",
+            action="store_true",
             help="check the file and report what would change, without writing anything",
         )
 
@@ -34,8 +35,9 @@ class Command(BaseCommand):
         with transaction.atomic():
             # Checked against the database inside the transaction that writes, so what was
             # checked is what gets applied.
-            declaration, errors = cluster_file_check(data, existing=cluster_state(),
-                                                     environ=os.environ)
+            declaration, errors = cluster_file_check(
+                data, existing=cluster_state(), environ=os.environ
+            )
             if errors:
                 listing = "\n".join(f"  {e}" for e in errors)
                 raise CommandError(
@@ -55,18 +57,25 @@ class Command(BaseCommand):
         for kind in KINDS:
             counts = report.counts[kind]
             if any(counts.values()):
-                self.stdout.write(f"  {kind:<{width}}" + "  ".join(
-                    f"{outcome} {counts[outcome]:>3}" for outcome in OUTCOMES))
-        self.stdout.write(f"  {'total':<{width}}" + "  ".join(
-            f"{outcome} {report.total(outcome):>3}" for outcome in OUTCOMES))
+                self.stdout.write(
+                    f"  {kind:<{width}}"
+                    + "  ".join(f"{outcome} {counts[outcome]:>3}" for outcome in OUTCOMES)
+                )
+        self.stdout.write(
+            f"  {'total':<{width}}"
+            + "  ".join(f"{outcome} {report.total(outcome):>3}" for outcome in OUTCOMES)
+        )
         if verbosity >= 2:
             for change in report.changes:
                 self.stdout.write(f"    {change}")
         if not report.changed:
             self.stdout.write(self.style.SUCCESS("Nothing to change: the cluster matches the file"))
         elif not dry_run:
-            self.stdout.write(self.style.SUCCESS(
-                f"{report.total('created')} created, {report.total('updated')} updated."))
+            self.stdout.write(
+                self.style.SUCCESS(
+                    f"{report.total('created')} created, {report.total('updated')} updated."
+                )
+            )
 
 
 def _load(file: str) -> dict:
