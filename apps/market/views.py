@@ -49,9 +49,9 @@ def market_detail(request: HtmxHttpRequest, name: str) -> HttpResponse:
     """One instance type: price chart (?window=1h|6h|24h|7d) with floor, original and, for
     Lingjun, the system average; stock and usage."""
     row = selectors.market_type(name=name)
-    window = request.GET.get("window", "6h")
+    window = request.GET.get("window", "1h")
     if window not in selectors.CHART_WINDOWS:
-        window = "6h"
+        window = "1h"
     context = {
         "row": row, "chart": selectors.price_chart(row=row, window=window), "window": window,
         "windows": list(selectors.CHART_WINDOWS), "poll_seconds": _poll_seconds(),
