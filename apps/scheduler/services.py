@@ -17,6 +17,7 @@ from django.conf import settings
 from django.db import connection, transaction
 
 from apps.cluster.models import Node, Quota, ResourcePool
+from apps.core.perf import gc_paused
 from apps.jobs.execution import pods_placed_bulk, pods_stopping
 from apps.jobs.models import (
     ACTIVE_STATUSES,
@@ -155,6 +156,7 @@ def scheduler_config() -> engine.Config:
     return engine.Config(min_run_seconds=settings.SCHEDULER_MIN_RUN_SECONDS)
 
 
+@gc_paused()
 @transaction.atomic
 def scheduler_tick(*, now: datetime) -> TickReport:
     """Plan and apply one scheduling pass. Call under the scheduler lock."""
