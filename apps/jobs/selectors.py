@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from decimal import Decimal
+from functools import cached_property
 from typing import TypedDict
 
 from django.db.models import Count, F, IntegerField, OuterRef, Q, QuerySet, Subquery, Sum
@@ -23,7 +24,7 @@ from apps.jobs.models import (
     ResourceSource,
     StatusTransition,
 )
-from apps.jobs.specs import SPOT_FLOOR_RATIO, spot_price_range_per_minute
+from apps.jobs.specs import spot_price_range_per_minute
 from apps.workspaces.selectors import workspace_list
 
 
@@ -212,7 +213,7 @@ def instance_types() -> list[InstanceType]:
     return list(InstanceType.objects.order_by("resource_type", "price_per_hour", "name"))
 
 
-@dataclass(frozen=True)
+@dataclass
 class PriceInfo:
     """One instance type's prices as the create form shows them, with the bid in ¥/h."""
 
@@ -220,8 +221,9 @@ class PriceInfo:
     discount: Decimal | None = None
     price_limit: Decimal | None = None  # CNY per instance-minute, as the API takes it
 
-    @property
+    @cached_property
     def range_per_minute(self) -> tuple[Decimal, Decimal]:
+        """The valid SpotPriceLimits: from the market's floor to the original price."""
         return spot_price_range_per_minute(self.instance_type)
 
     @property
@@ -234,7 +236,7 @@ class PriceInfo:
 
     @property
     def low_per_hour(self) -> Decimal:
-        return self.instance_type.price_per_hour * SPOT_FLOOR_RATIO
+        return self.low_per_minute * 60
 
     @property
     def high_per_hour(self) -> Decimal:

@@ -23,7 +23,6 @@ from apps.jobs.models import (
 )
 
 SPOT_DISCOUNTS = tuple(Decimal(f"0.{n}") for n in range(1, 10))
-SPOT_FLOOR_RATIO = Decimal("0.1")  # the seed's floor: "up to 90% saving" (the market default)
 MAX_PODS_PER_ROLE = 1000
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
