@@ -166,44 +166,24 @@ if SANDBOX not in {"auto", "bwrap", "none"}:
 
     raise ImproperlyConfigured(f"SANDBOX: expected auto, bwrap or none, got {SANDBOX!r}")
 
-# The beat schedule is data: key → task, period from env, and `expires` equal to the period
-# so a backlog of ticks never piles up behind a stopped worker.
+
+
+def _every(task: str, seconds: float) -> dict:
+    """A beat entry whose `expires` equals its period, so a backlog of ticks never piles up
+    behind a stopped worker."""
+    return {"task": task, "schedule": schedule(seconds), "options": {"expires": seconds}}
+
+
+# The beat schedule is data: key → task, period from env.
+
 CELERY_BEAT_SCHEDULE = {
-    "heartbeat": {
-        "task": "apps.core.tasks.heartbeat_task",
-        "schedule": schedule(HEARTBEAT_INTERVAL),
-        "options": {"expires": HEARTBEAT_INTERVAL},
-    },
-    "scheduler-tick": {
-        "task": "apps.scheduler.tasks.scheduler_tick_task",
-        "schedule": schedule(SCHEDULER_TICK_INTERVAL),
-        "options": {"expires": SCHEDULER_TICK_INTERVAL},
-    },
-    "admit-creating": {
-        "task": "apps.jobs.tasks.jobs_admit_creating_task",
-        "schedule": schedule(SCHEDULER_TICK_INTERVAL),
-        "options": {"expires": SCHEDULER_TICK_INTERVAL},
-    },
-    "market-step": {
-        "task": "apps.market.tasks.market_step_task",
-        "schedule": schedule(MARKET_STEP_INTERVAL),
-        "options": {"expires": MARKET_STEP_INTERVAL},
-    },
-    "billing-accrue": {
-        "task": "apps.billing.tasks.billing_accrue_task",
-        "schedule": schedule(BILLING_INTERVAL),
-        "options": {"expires": BILLING_INTERVAL},
-    },
-    "agent-heartbeat": {
-        "task": "apps.agent.tasks.agent_heartbeat_task",
-        "schedule": schedule(AGENT_HEARTBEAT_INTERVAL),
-        "options": {"expires": AGENT_HEARTBEAT_INTERVAL},
-    },
-    "nodes-watchdog": {
-        "task": "apps.agent.tasks.nodes_watchdog_task",
-        "schedule": schedule(AGENT_HEARTBEAT_INTERVAL),
-        "options": {"expires": AGENT_HEARTBEAT_INTERVAL},
-    },
+    "heartbeat": _every("apps.core.tasks.heartbeat_task", HEARTBEAT_INTERVAL),
+    "scheduler-tick": _every("apps.scheduler.tasks.scheduler_tick_task", SCHEDULER_TICK_INTERVAL),
+    "admit-creating": _every("apps.jobs.tasks.jobs_admit_creating_task", SCHEDULER_TICK_INTERVAL),
+    "market-step": _every("apps.market.tasks.market_step_task", MARKET_STEP_INTERVAL),
+    "billing-accrue": _every("apps.billing.tasks.billing_accrue_task", BILLING_INTERVAL),
+    "agent-heartbeat": _every("apps.agent.tasks.agent_heartbeat_task", AGENT_HEARTBEAT_INTERVAL),
+    "nodes-watchdog": _every("apps.agent.tasks.nodes_watchdog_task", AGENT_HEARTBEAT_INTERVAL),
 }
 
 # "agent": node agents run pods as real processes; "none": placed pods count as running.

@@ -12,6 +12,7 @@ from apps.core.errors import ApplicationError
 from apps.jobs.execution import pods_stopping
 from apps.jobs.models import (
     FINISHED_STATUSES,
+    Checkpoint,
     Job,
     JobEvent,
     JobRole,
@@ -140,6 +141,26 @@ def jobs_transition_bulk(
         Job.objects.filter(pk__in=pks).update(
             status=status, reason_code=reason_code, reason_message=message, status_changed_at=now
         )
+
+
+def resumed_events(*, jobs: list[Job], now: datetime) -> list[JobEvent]:
+    """A "Resumed from checkpoint at step N" event (unsaved) for each job restarting after
+    an interruption (attempt > 0), its newest checkpoint read for all jobs in one query."""
+    resumed = [job.pk for job in jobs if job.attempt > 0]
+    if not resumed:
+        return []
+    # Oldest first, so the dict keeps each job's newest checkpoint.
+    latest_step = dict(
+        Checkpoint.objects.filter(job_id__in=resumed)
+        .order_by("job_id", "created_at", "id")
+        .values_list("job_id", "step")
+    )
+    events = []
+    for pk in resumed:
+        step = latest_step.get(pk)
+        frm = f"checkpoint at step {step}" if step is not None else "the start (no checkpoint yet)"
+        events.append(JobEvent(job_id=pk, kind="Resumed", message=f"Resumed from {frm}", at=now))
+    return events
 
 
 def job_event(*, job: Job, kind: str, message: str, now: datetime, pod: Pod | None = None) -> None:

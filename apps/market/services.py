@@ -36,7 +36,6 @@ from apps.core.errors import ApplicationError, ValidationFailed
 from apps.core.perf import gc_paused
 from apps.jobs.execution import pods_placed, pods_stopping
 from apps.jobs.models import (
-    Checkpoint,
     Job,
     JobEvent,
     JobRole,
@@ -46,7 +45,7 @@ from apps.jobs.models import (
     ResourceSource,
     StatusTransition,
 )
-from apps.jobs.services import ALLOWED, job_event
+from apps.jobs.services import ALLOWED, job_event, resumed_events
 from apps.market import pricing
 from apps.market.models import MarketParameters, MarketState, PricePoint
 from apps.market.selectors import LIVE_POD_STATUSES, market_usage, system_averages
@@ -441,7 +440,7 @@ def _apply_starts(snapshot: MarketSnapshot, plan: pricing.MarketPlan) -> int:
             statuses[JobStatus.ENV_PREPARING, code, why].append(job.pk)
         events.append(JobEvent(job_id=job.pk, kind="BidAccepted" if spot else "Started",
                                message=why, at=now))
-    events += _resumed_events([j for j in jobs if j.attempt > 0], now)
+    events += resumed_events(jobs=jobs, now=now)
     ids = [j.pk for j in jobs]
     for chunk in _chunks(ids):
         StatusTransition.objects.filter(job_id__in=chunk, ended_at__isnull=True).update(
@@ -494,16 +493,6 @@ def _yuan(price: Decimal | None) -> str:
         return "—"
     text = f"{price:.4f}".rstrip("0")
     return f"¥{text}" if len(text.partition(".")[2]) >= 2 else f"¥{price:.2f}"
-
-
-def _resumed_events(jobs: list[Job], now: datetime) -> list[JobEvent]:
-    events = []
-    for job in jobs:
-        latest = Checkpoint.objects.filter(job_id=job.pk).first()
-        frm = f"checkpoint at step {latest.step}" if latest else "the start (no checkpoint yet)"
-        events.append(JobEvent(job_id=job.pk, kind="Resumed", message=f"Resumed from {frm}",
-                               at=now))
-    return events
 
 
 def _record_waiting(waiting: dict[int, str], stored: dict[int, str], *, now: datetime) -> None:

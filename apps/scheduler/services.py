@@ -30,7 +30,12 @@ from apps.jobs.models import (
     PodStatus,
     ResourceSource,
 )
-from apps.jobs.services import job_event, job_transition, jobs_transition_bulk
+from apps.jobs.services import (
+    job_event,
+    job_transition,
+    jobs_transition_bulk,
+    resumed_events,
+)
 from apps.scheduler import engine
 
 LIVE_POD_STATUSES = (PodStatus.PENDING, PodStatus.RUNNING)
@@ -207,13 +212,6 @@ def _apply_admissions(admissions: tuple[engine.Admission, ...], *, now: datetime
 
 
 def _admission_events(jobs, planned, nodes, dequeued, now) -> list[JobEvent]:
-    resumed = [job.pk for job in jobs if job.attempt > 0]
-    # Oldest first, so the dict keeps each job's newest checkpoint.
-    latest_step = dict(
-        Job.objects.filter(pk__in=resumed, checkpoints__isnull=False)
-        .order_by("pk", "checkpoints__created_at", "checkpoints__id")
-        .values_list("pk", "checkpoints__step")
-    ) if resumed else {}
     events = []
     for job in jobs:
         placed = Counter((nodes[p.node_id].name, p.in_quota) for p in planned[job.pk].placements)
@@ -225,12 +223,7 @@ def _admission_events(jobs, planned, nodes, dequeued, now) -> list[JobEvent]:
             JobEvent(job=job, kind="Dequeued", message=dequeued[job.pk], at=now),
             JobEvent(job=job, kind="Scheduled", message=f"Scheduled on {where}", at=now),
         ]
-        if job.attempt > 0:
-            step = latest_step.get(job.pk)
-            frm = f"checkpoint at step {step}" if step is not None else (
-                "the start (no checkpoint yet)")
-            events.append(JobEvent(job=job, kind="Resumed", message=f"Resumed from {frm}", at=now))
-    return events
+    return events + resumed_events(jobs=jobs, now=now)
 
 
 def _apply_preemption(preemption: engine.Preemption, *, now: datetime) -> bool:
