@@ -18,13 +18,9 @@ from django.conf import settings
 from apps.jobs.models import Job, JobStatus, Pod, PodStatus
 
 
-def pods_placed(*, job: Job, now: datetime) -> None:
-    """The job's current pods have nodes (or public instances): start them."""
-    pods_placed_bulk(jobs=[job], now=now)
-
-
-def pods_placed_bulk(*, jobs: Sequence[Job], now: datetime) -> None:
-    """`pods_placed` for every job a tick admitted (each in EnvPreparing, locked)."""
+def pods_placed(*, jobs: Sequence[Job], now: datetime) -> None:
+    """The current pods of these jobs (each in EnvPreparing, locked) have nodes or public
+    instances: start them."""
     if settings.EXECUTION_BACKEND == "agent":
         from apps.agent.services import pods_launch
 

@@ -457,7 +457,7 @@ def _apply_starts(snapshot: MarketSnapshot, plan: pricing.MarketPlan) -> int:
     if not at_once:
         for job in jobs:
             job.status = JobStatus.ENV_PREPARING
-            pods_placed(job=job, now=now)
+        pods_placed(jobs=jobs, now=now)
     return len(jobs)
 
 

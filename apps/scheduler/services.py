@@ -18,7 +18,7 @@ from django.db import connection, transaction
 
 from apps.cluster.models import Node, Quota, ResourcePool
 from apps.core.perf import gc_paused
-from apps.jobs.execution import pods_placed_bulk, pods_stopping
+from apps.jobs.execution import pods_placed, pods_stopping
 from apps.jobs.models import (
     ACTIVE_STATUSES,
     Job,
@@ -207,7 +207,7 @@ def _apply_admissions(admissions: tuple[engine.Admission, ...], *, now: datetime
     JobEvent.objects.bulk_create(_admission_events(jobs, planned, nodes, dequeued, now))
     jobs_transition_bulk(jobs=jobs, status=JobStatus.ENV_PREPARING, now=now,
                          reason_code="JobDequeued", reason_messages=dequeued)
-    pods_placed_bulk(jobs=jobs, now=now)
+    pods_placed(jobs=jobs, now=now)
     return len(jobs)
 
 
