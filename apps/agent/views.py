@@ -11,18 +11,15 @@ from django.shortcuts import render
 from django.utils.cache import patch_vary_headers
 from django.views.decorators.http import require_GET
 from django_htmx.http import HTMX_STOP_POLLING
-from django_htmx.middleware import HtmxDetails
 
 from apps.agent import logs
+from apps.core.http import HtmxHttpRequest
 from apps.jobs.models import Pod
 from apps.workspaces.selectors import workspace_list
 
 DEFAULT_TAIL = 200
 MAX_TAIL = 10_000
 
-
-class HtmxHttpRequest(HttpRequest):
-    htmx: HtmxDetails
 
 
 def _get_pod_for_user(request: HttpRequest, pod_id: str) -> Pod:

@@ -12,14 +12,10 @@ from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import render
 from django.utils.cache import patch_vary_headers
 from django.views.decorators.http import require_GET
-from django_htmx.middleware import HtmxDetails
 
 from apps.billing import selectors
 from apps.billing.models import PAY_TYPE_TAG, PayType
-
-
-class HtmxHttpRequest(HttpRequest):
-    htmx: HtmxDetails
+from apps.core.http import HtmxHttpRequest
 
 
 def _pay_type(request: HttpRequest) -> str:

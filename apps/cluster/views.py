@@ -3,18 +3,14 @@
 from __future__ import annotations
 
 from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpResponse
 from django.shortcuts import render
 from django.utils.cache import patch_vary_headers
 from django.views.decorators.http import require_GET
-from django_htmx.middleware import HtmxDetails
 
 from apps.cluster.models import ResourceType
 from apps.cluster.selectors import quota_usage_rows
-
-
-class HtmxHttpRequest(HttpRequest):
-    htmx: HtmxDetails
+from apps.core.http import HtmxHttpRequest
 
 
 @login_required

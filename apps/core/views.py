@@ -14,17 +14,13 @@ from django.utils import timezone
 from django.utils.cache import patch_vary_headers
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_safe
-from django_htmx.middleware import HtmxDetails
 
 from apps.agent.models import NodeAgent
 from apps.agent.runner import sandbox_status
 from apps.cluster.selectors import cluster_counts
+from apps.core.http import HtmxHttpRequest
 from apps.core.models import Heartbeat
 from apps.core.selectors import health_snapshot
-
-
-class HtmxHttpRequest(HttpRequest):
-    htmx: HtmxDetails
 
 
 @dataclass(frozen=True)

@@ -15,18 +15,14 @@ from django.shortcuts import redirect, render
 from django.utils.cache import patch_vary_headers
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import HTMX_STOP_POLLING
-from django_htmx.middleware import HtmxDetails
 
 from apps.core.errors import ApplicationError, ValidationFailed
+from apps.core.http import HtmxHttpRequest
 from apps.jobs import selectors
 from apps.jobs.forms import ROLE_ROWS, JobCreateForm, JobFilterForm, RoleForm
 from apps.jobs.models import Job
 from apps.jobs.services import job_stop, job_submit
 from apps.market.selectors import job_bid_history
-
-
-class HtmxHttpRequest(HttpRequest):
-    htmx: HtmxDetails
 
 
 def _get_job_for_user(request: HttpRequest, job_id: str) -> Job:
