@@ -11,6 +11,10 @@ some running pay-as-you-go usage, then times three ticks: the first (which start
 stock allows), a second (almost everyone still waits, reasons change with the price) and a
 third (MARKET_TICKS=4 adds a fourth). Goal: each ≤ 1 s. Each phase is shown in wall time
 and in this process's CPU time (the machine may be shared).
+
+The phases: snapshot (read the pool and the running spot jobs, draw and publish the prices,
+then read the bids that may start at them: the database leaves the others out), plan (the
+pure core), apply (reclaims, starts, stock, queuing reasons).
 """
 
 from __future__ import annotations
@@ -112,9 +116,9 @@ def build(rng: random.Random, now) -> None:
 def tick(label: str, now, rng: random.Random) -> None:
     with transaction.atomic():
         t0, c0 = time.perf_counter(), time.process_time()
-        snapshot = market_snapshot(now=now)
+        snapshot = market_snapshot(now=now, rng=rng)
         t1, c1 = time.perf_counter(), time.process_time()
-        plan = market_plan(snapshot=snapshot, rng=rng)
+        plan = market_plan(snapshot=snapshot)
         t2, c2 = time.perf_counter(), time.process_time()
         report = market_apply(snapshot=snapshot, plan=plan)
         t3, c3 = time.perf_counter(), time.process_time()

@@ -22,7 +22,7 @@ from apps.jobs import selectors
 from apps.jobs.forms import ROLE_ROWS, JobCreateForm, JobFilterForm, RoleForm
 from apps.jobs.models import Job
 from apps.jobs.services import job_stop, job_submit
-from apps.market.selectors import job_bid_history
+from apps.market.selectors import job_bid_history, waiting_reasons
 
 
 def _get_job_for_user(request: HttpRequest, job_id: str) -> Job:
@@ -34,6 +34,15 @@ def _htmx_target(request: HtmxHttpRequest) -> str | None:
     return request.htmx.target if request.htmx else None
 
 
+def _show_waiting_reasons(jobs: list[Job]) -> None:
+    """A bidding spot job's reason is not stored (the market does not rewrite thousands of
+    them each tick): it is worked out from the market's last quotes, for these jobs only."""
+    reasons = waiting_reasons(jobs=jobs)
+    for job in jobs:
+        if job.pk in reasons:
+            job.pending_reason = reasons[job.pk]
+
+
 @login_required
 @require_GET
 def job_list(request: HtmxHttpRequest) -> HttpResponse:
@@ -41,6 +50,8 @@ def job_list(request: HtmxHttpRequest) -> HttpResponse:
     filters = form.filters()
     jobs = selectors.job_list(user=request.user, workspace=request.workspace, filters=filters)
     page = Paginator(jobs, settings.JOBS_PAGE_SIZE).get_page(request.GET.get("page"))
+    page.object_list = list(page.object_list)
+    _show_waiting_reasons(page.object_list)
     template = "jobs/list.html"
     if _htmx_target(request) == "job-table":
         template += "#job-table"
@@ -112,6 +123,7 @@ def job_detail(request: HtmxHttpRequest, job_id: str) -> HttpResponse:
     """The job page; to the page's own polls (targets #job-live and #spot-bids) only that
     fragment, with 286 once the job has finished so htmx stops asking."""
     job = _get_job_for_user(request, job_id)
+    _show_waiting_reasons([job])
     target = _htmx_target(request)
     context = {"job": job, "bid_poll_seconds": _bid_poll_seconds()}
     if target != "spot-bids":

@@ -72,11 +72,28 @@ class MarketState(models.Model):
         related_name="market_state",
     )
     price_per_hour = models.DecimalField(max_digits=12, decimal_places=4)
+    average_per_hour = models.DecimalField(
+        max_digits=12, decimal_places=4, null=True, blank=True,
+        help_text="Lingjun: the system average price the tick held running jobs to",
+    )
+    asked_per_hour = models.DecimalField(
+        max_digits=12, decimal_places=4, null=True, blank=True,
+        help_text="what a bid must cover to start: the price, or a higher system average",
+    )
+    free = models.PositiveIntegerField(
+        default=0, help_text="instances left for spot after the tick (spot stock)")
     stepped_at = models.DateTimeField(help_text="the market tick that set the price")
     recorded_at = models.DateTimeField(help_text="when the last PricePoint was written")
 
     def __str__(self) -> str:
         return f"{self.instance_type_id}: ¥{self.price_per_hour}/h"
+
+    def quote(self) -> pricing.Quote:
+        """The type as a bidder sees it after the tick (see `pricing.spot_wait_reason`)."""
+        if self.asked_per_hour is None:  # written before asked prices were kept
+            return pricing.Quote(self.price_per_hour, "market", self.free)
+        name = "market" if self.asked_per_hour == self.price_per_hour else "system average"
+        return pricing.Quote(self.asked_per_hour, name, self.free)
 
 
 class PricePoint(models.Model):

@@ -25,12 +25,12 @@ import math
 import random
 from bisect import bisect_right
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 from operator import itemgetter
-from typing import Literal
+from typing import Literal, NamedTuple
 
 ResourceType = Literal["ECS", "Lingjun"]
 PricePoint = tuple[float, Decimal]  # (epoch seconds, CNY per instance-hour) in force from then
@@ -204,6 +204,35 @@ def _float(value: float) -> Decimal:
     return Decimal(repr(value))
 
 
+def market_prices(
+    markets: Sequence[TypeMarket],
+    *,
+    params: MarketParams,
+    rng: random.Random,
+    replay: Mapping[str, Decimal] | None = None,
+) -> dict[str, Decimal]:
+    """Every type's price for the tick: the replayed one where `replay` has it (clamped to
+    [floor, original]), else `next_price`. Drawn in type order, so the rng stream does not
+    depend on the order of `markets`."""
+    replay = replay or {}
+    return {
+        m.instance_type: _replayed(m, replay[m.instance_type], params)
+        if m.instance_type in replay
+        else next_price(m, params=params, rng=rng)
+        for m in sorted(markets, key=lambda m: m.instance_type)
+    }
+
+
+def asked_price(
+    resource_type: ResourceType, price: Decimal, average: Decimal | None
+) -> tuple[Decimal, str]:
+    """What a bid must cover to start, and its name: the market price, and for Lingjun also
+    the system average (a job started below it would be reclaimed on the next tick)."""
+    if resource_type == "Lingjun" and average is not None and average > price:
+        return average, "system average"
+    return price, "market"
+
+
 # --- requests and the plan ---------------------------------------------------------------
 
 
@@ -283,6 +312,15 @@ class Waiting:
     code: str = ""
 
 
+class Quote(NamedTuple):
+    """A type as a bidder sees it after a tick: the price its bid must cover (and that
+    price's name, "market" or "system average") and the instances still free for spot."""
+
+    asked: Decimal
+    name: str
+    free: int
+
+
 @dataclass(frozen=True)
 class MarketPlan:
     prices: dict[str, Decimal]  # the new market price per type
@@ -305,17 +343,25 @@ def market_step(
     now: float,
     averages: Mapping[str, Decimal] | None = None,
     replay: Mapping[str, Decimal] | None = None,
+    prices: Mapping[str, Decimal] | None = None,
 ) -> MarketPlan:
     """One market tick: new prices, then reclaims on price, then pay-as-you-go (taking
     instances back from the lowest spot bids if it must), then bidding spot jobs.
 
     `averages` are the Lingjun system averages (`system_average` over the history up to
     `now`); a type without one is held to its new market price. `replay` maps types to
-    recorded prices that replace the model (still clamped to [floor, original]). The plan
-    does not depend on the order of the inputs; `now` is accepted for the adapter's
-    symmetry and not otherwise needed.
+    recorded prices that replace the model (still clamped to [floor, original]). `prices`
+    are the tick's prices when the caller drew them already with `market_prices` (then
+    `rng` and `replay` are not used). The plan does not depend on the order of the inputs;
+    `now` is accepted for the adapter's symmetry and not otherwise needed.
+
+    A bidding request with a bid below its type's asked price (`asked_price`) can only
+    wait: leaving it out changes no price, start or reclaim (the live tick relies on this
+    to read only the bids that may start).
     """
-    book = _Book.open(markets, spot, params=params, rng=rng, averages=averages, replay=replay)
+    if prices is None:
+        prices = market_prices(markets, params=params, rng=rng, replay=replay)
+    book = _Book.open(markets, spot, prices=prices, averages=averages)
     reclaims = _reclaim_on_price(book) + _reclaim_over_capacity(book)
     payg_starts, payg_waiting, payg_reclaims = _start_payg(book, payg)
     spot_starts, spot_waiting = _start_spot(book, [r for r in spot if not r.running])
@@ -347,21 +393,16 @@ class _Book:
         markets: Sequence[TypeMarket],
         spot: Sequence[SpotRequest],
         *,
-        params: MarketParams,
-        rng: random.Random,
+        prices: Mapping[str, Decimal],
         averages: Mapping[str, Decimal] | None,
-        replay: Mapping[str, Decimal] | None,
     ) -> _Book:
         by_type = {m.instance_type: m for m in sorted(markets, key=lambda m: m.instance_type)}
         if len(by_type) != len(markets):
             raise MarketError("DuplicateInstanceType", "each instance type may appear once")
-        replay, averages = replay or {}, averages or {}
-        prices = {  # sorted by type, so the rng stream does not depend on input order
-            t: _replayed(m, replay[t], params)
-            if t in replay
-            else next_price(m, params=params, rng=rng)
-            for t, m in by_type.items()
-        }
+        if set(prices) != set(by_type):
+            raise MarketError("MissingPrice", "give a price for each instance type, no more")
+        averages = averages or {}
+        prices = {t: prices[t] for t in by_type}
         running = {r.job_id: r for r in sorted(spot, key=lambda r: r.job_id) if r.running}
         holders: dict[str, list[SpotRequest]] = {t: [] for t in by_type}
         for request in running.values():
@@ -389,12 +430,14 @@ class _Book:
         return self.prices[instance_type], "market"
 
     def asked(self, instance_type: str) -> tuple[Decimal, str]:
-        """What a bidding job's bid must cover to start: the market price, and for Lingjun
-        also the system average (else the job would be reclaimed on the next tick)."""
-        price, average = self.prices[instance_type], self.averages[instance_type]
-        if self.markets[instance_type].resource_type == "Lingjun" and average > price:
-            return average, "system average"
-        return price, "market"
+        """What a bidding job's bid must cover to start (`asked_price`)."""
+        return asked_price(self.markets[instance_type].resource_type,
+                           self.prices[instance_type], self.averages[instance_type])
+
+    def quote(self, instance_type: str) -> Quote | None:
+        if instance_type not in self.markets:
+            return None
+        return Quote(*self.asked(instance_type), self.stock(instance_type))
 
     def release(self, request: SpotRequest) -> None:
         del self.running[request.job_id]
@@ -534,7 +577,7 @@ def _start_spot(book: _Book, bidding: Sequence[SpotRequest]) -> tuple[list[Start
     compare), ties by submission; each job starts whole or waits, never blocking others."""
     starts, waiting = [], []
     for request in sorted(bidding, key=lambda r: (-_bid_share(book, r), r.submitted_at, r.job_id)):
-        problems = _spot_problems(book, request)
+        problems = _spot_problems(request.needs, request.counts, book.quote)
         if problems:
             waiting.append(_waiting(request.job_id, problems))
             continue
@@ -552,19 +595,36 @@ def _bid_share(book: _Book, request: SpotRequest) -> Decimal:
     return min(shares, default=Decimal(0))
 
 
-def _spot_problems(book: _Book, request: SpotRequest) -> list[tuple[str, str]]:
+def spot_wait_reason(
+    needs: Sequence[tuple[str, int, Decimal]], quotes: Mapping[str, Quote]
+) -> tuple[str, str]:
+    """Why a bidding spot job with these needs waits, as (reason, code), given each type's
+    quote after a tick: the same words the tick uses. ("", "") when nothing stands in its
+    way (it starts on the next tick)."""
+    problems = _spot_problems(needs, _sum_counts((t, n) for t, n, _ in needs), quotes.get)
+    if not problems:
+        return "", ""
+    waiting = _waiting(0, problems)
+    return waiting.reason, waiting.code
+
+
+def _spot_problems(
+    needs: Sequence[tuple[str, int, Decimal]],
+    counts: Mapping[str, int],
+    quote: Callable[[str], Quote | None],
+) -> list[tuple[str, str]]:
     problems = []
-    for t, _, bid in request.needs:
-        if t not in book.markets:
+    for t, _, bid in needs:
+        q = quote(t)
+        if q is None:
             problems.append(("UnknownInstanceType", f"no spot market for instance type {t}"))
-            continue
-        asked, name = book.asked(t)
-        if bid < asked:
-            code = "BidBelowAveragePrice" if name == "system average" else "BidBelowMarketPrice"
-            problems.append((code, f"bid {_yuan(bid)} < {name} {_yuan(asked)} for {t}"))
-    for t, n in request.counts.items():
-        if t in book.markets and n > book.stock(t):
-            problems.append(_stock_text(t, n, book.stock(t)))
+        elif bid < q.asked:
+            code = "BidBelowAveragePrice" if q.name == "system average" else "BidBelowMarketPrice"
+            problems.append((code, f"bid {_yuan(bid)} < {q.name} {_yuan(q.asked)} for {t}"))
+    for t, n in counts.items():
+        q = quote(t)
+        if q is not None and n > q.free:
+            problems.append(_stock_text(t, n, q.free))
     return problems
 
 

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import bisect
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Container, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
+from typing import NamedTuple
 
 from django.db.models import Count, OuterRef, Subquery, Sum
 from django.http import Http404
@@ -422,3 +423,87 @@ def job_bid_history(*, job: Job, now: datetime | None = None) -> BidHistory:
                 series.append((f"{b.role_type} bid", "bid", [(since.timestamp(), b.bid_per_hour)]))
         charts[name] = _chart(series, since=since, until=until)
     return BidHistory(job=job, bids=bids, prices=prices, charts=charts)
+
+
+# --- why a spot job waits ---------------------------------------------------------------------
+
+
+class RoleNeed(NamedTuple):
+    """A role of a job that is waiting for the market: what it needs, and its bid."""
+
+    role_id: int
+    role_type: str
+    pod_count: int
+    instance_type: str  # "" for a role without one
+    bid: Decimal | None  # per hour; None for pay-as-you-go or a bid that cannot be read
+
+
+def held_reason(*, spot: bool, not_before: datetime | None, roles: Sequence[RoleNeed],
+                not_spot: Container[str], now: datetime) -> str:
+    """Why a waiting market job sits out the ticks ("" when it does not): an AIMaster
+    backoff, a role without an instance type, a spot role without a readable bid, or a type
+    no longer sold as spot (`not_spot`). The tick and the job pages both ask this."""
+    if not_before is not None and not_before > now:
+        again = "bids" if spot else "queues"
+        return f"AIMaster backoff: {again} again from {not_before:%H:%M:%S} UTC"
+    if any(not role.instance_type for role in roles):
+        return "every role of a public or spot job needs an instance type"
+    if not spot:
+        return ""
+    for role in roles:
+        if role.bid is None:
+            return f"{role.role_type}: set exactly one of SpotDiscountLimit and SpotPriceLimit"
+        if role.instance_type in not_spot:
+            return f"{role.instance_type} is no longer sold as spot"
+    return ""
+
+
+def waiting_reasons(*, jobs: Iterable[Job], now: datetime | None = None) -> dict[int, str]:
+    """Why each spot job in Bidding among `jobs` waits, in the market tick's words: a reason
+    it sits out the ticks (`held_reason`), else its bids and gang against the quotes the
+    last tick published (`pricing.spot_wait_reason`: asked price, spot stock). "" when
+    nothing stands in its way, or its type has not been priced yet: it is judged on the
+    next tick. Two queries, however many jobs."""
+    now = now or timezone.now()
+    bidding = {job.pk: job for job in jobs
+               if job.status == JobStatus.BIDDING and job.resource_source == ResourceSource.SPOT}
+    if not bidding:
+        return {}
+    rows = JobRole.objects.filter(job_id__in=bidding).order_by("job_id", "id").values_list(
+        "job_id", "id", "role_type", "pod_count", "instance_type_id", "instance_type__name",
+        "instance_type__price_per_hour", "instance_type__spot_enabled", "spot_discount_limit",
+        "spot_price_limit")
+    needs: dict[int, list[RoleNeed]] = defaultdict(list)
+    not_spot: set[str] = set()
+    type_ids: set[int] = set()
+    for (job_id, role_id, role_type, pods, type_id, name, original, spot_enabled, discount,
+         per_minute) in rows:
+        bid = None
+        if type_id is not None:
+            type_ids.add(type_id)
+            if not spot_enabled:
+                not_spot.add(name)
+            try:
+                bid = pricing.bid_limit_per_hour(original, discount=discount,
+                                                 price_limit_per_minute=per_minute)
+            except pricing.MarketError:
+                pass
+        needs[job_id].append(RoleNeed(role_id, role_type, pods, name or "", bid))
+    quotes, unpriced = {}, set()
+    for t in InstanceType.objects.filter(pk__in=type_ids, public_capacity__gt=0).select_related(
+            "market_state"):
+        state = getattr(t, "market_state", None)
+        if state is None:
+            unpriced.add(t.name)
+        else:
+            quotes[t.name] = state.quote()
+    reasons = {}
+    for job_id, job in bidding.items():
+        roles = needs.get(job_id, [])
+        reason = held_reason(spot=True, not_before=job.not_before, roles=roles,
+                             not_spot=not_spot, now=now)
+        if not reason and roles and not any(r.instance_type in unpriced for r in roles):
+            reason, _ = pricing.spot_wait_reason(
+                [(r.instance_type, r.pod_count, r.bid) for r in roles], quotes)
+        reasons[job_id] = reason
+    return reasons

@@ -1,5 +1,10 @@
-"""The live market tick: read a snapshot from the database, plan with the pure core
-(`apps.market.pricing.market_step`), apply the plan in one transaction.
+"""The live market tick: read a snapshot from the database and publish the tick's prices,
+plan with the pure core (`apps.market.pricing.market_step`), apply the plan, all in one
+transaction.
+
+A spot job whose bid is below its type's asked price can only wait, so the snapshot does not
+read it (the database filters bids against the published prices) and nothing writes its
+reason: the job pages show it from the market's published quotes.
 
 Only public pay-as-you-go and spot jobs pass through here; quota jobs belong to the
 scheduler. Every job write is a compare-and-set on the job's status (a job the user stopped
@@ -16,22 +21,34 @@ from __future__ import annotations
 import functools
 import os
 import random
-import re
 from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
-from typing import NamedTuple
 
 from django.conf import settings
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import connection, transaction
-from django.db.models import Count, Max, Min, Q
+from django.db.models import (
+    Case,
+    Count,
+    DecimalField,
+    Exists,
+    ExpressionWrapper,
+    F,
+    Max,
+    Min,
+    OuterRef,
+    Q,
+    Value,
+    When,
+)
 
 from apps.billing.services import pod_meters_open
 from apps.cluster.models import InstanceType, ResourceType
+from apps.core.db import Epoch
 from apps.core.errors import ApplicationError, ValidationFailed
 from apps.core.perf import gc_paused
 from apps.jobs.execution import pods_placed, pods_stopping
@@ -48,11 +65,16 @@ from apps.jobs.models import (
 from apps.jobs.services import ALLOWED, job_event, resumed_events
 from apps.market import pricing
 from apps.market.models import MarketParameters, MarketState, PricePoint
-from apps.market.selectors import LIVE_POD_STATUSES, market_usage, system_averages
+from apps.market.selectors import (
+    LIVE_POD_STATUSES,
+    RoleNeed,
+    held_reason,
+    market_usage,
+    system_averages,
+)
 from apps.scheduler.services import job_requeue_or_fail
 
 PRICE_POINT_MAX_GAP = timedelta(minutes=10)
-REASON_REFRESH_SECONDS = 60.0  # a reason whose quoted numbers moved is rewritten this often
 RECLAIMABLE_STATUSES = (JobStatus.ENV_PREPARING, JobStatus.RUNNING, JobStatus.RESTARTING)
 CHUNK = 2000  # ids per IN (...) list
 
@@ -101,16 +123,7 @@ class TypeInfo:
     name: str
     original: Decimal
     spot_enabled: bool
-
-
-class RoleNeed(NamedTuple):
-    """A role of a job that is waiting for the market: what it needs, and its bid."""
-
-    role_id: int
-    role_type: str
-    pod_count: int
-    instance_type: str
-    bid: Decimal | None  # per hour; None for pay-as-you-go
+    resource_type: str
 
 
 @dataclass
@@ -118,26 +131,34 @@ class MarketSnapshot:
     now: datetime
     params: pricing.MarketParams
     markets: list[pricing.TypeMarket]
+    prices: dict[str, Decimal]  # the tick's new prices, published already
     spot: list[pricing.SpotRequest]
     payg: list[pricing.PaygRequest]
     averages: dict[str, Decimal]
-    replay: dict[str, Decimal] | None
     types: dict[str, TypeInfo]  # every instance type, by name
     states: dict[int, MarketState]
-    needs: dict[int, list[RoleNeed]]  # job id → roles, for the jobs that may start
-    pending_reasons: dict[int, str]  # job id → stored pending reason, for the waiting jobs
+    needs: dict[int, list[RoleNeed]] = field(default_factory=dict)  # jobs that may start
+    pending_reasons: dict[int, str] = field(default_factory=dict)  # queuing pay-as-you-go
     held: dict[int, str] = field(default_factory=dict)  # waiting outside the engine, and why
+    points: int = 0  # PricePoints written
 
 
 @gc_paused()
-def market_snapshot(*, now: datetime) -> MarketSnapshot:
-    """Read the public pool, the running spot jobs and the jobs waiting for the market."""
+def market_snapshot(*, now: datetime, rng: random.Random) -> MarketSnapshot:
+    """Read the public pool and the running spot jobs, draw the tick's prices and publish
+    them, then read the jobs that may start at those prices. Run inside the tick's
+    transaction.
+
+    Publishing first lets the database leave out every spot job with a bid below its type's
+    asked price: such a job can only wait (`pricing.market_step` says why that changes no
+    start or reclaim), and its reason is shown from the published quotes
+    (`selectors.waiting_reasons`), so a tick neither reads nor writes the hopeless bids."""
     params = MarketParameters.load().to_params()
     all_types = {
         t.name: t for t in InstanceType.objects.only(
             "id", "name", "resource_type", "price_per_hour", "public_capacity", "spot_enabled")
     }
-    types = {name: TypeInfo(t.pk, name, t.price_per_hour, t.spot_enabled)
+    types = {name: TypeInfo(t.pk, name, t.price_per_hour, t.spot_enabled, t.resource_type)
              for name, t in all_types.items()}
     names = {t.pk: t.name for t in all_types.values()}
     public = [t for t in all_types.values() if t.public_capacity > 0]
@@ -157,10 +178,12 @@ def market_snapshot(*, now: datetime) -> MarketSnapshot:
             price=state.price_per_hour if state else _opening_price(t, params, replay),
         ))
     snapshot = MarketSnapshot(
-        now=now, params=params, markets=markets, spot=_running_spot(names, types), payg=[],
-        averages={names[i]: a for i, a in averages.items()}, replay=replay, types=types,
-        states=states, needs={}, pending_reasons={},
+        now=now, params=params, markets=markets,
+        prices=pricing.market_prices(markets, params=params, rng=rng, replay=replay),
+        spot=_running_spot(names, types), payg=[],
+        averages={names[i]: a for i, a in averages.items()}, types=types, states=states,
     )
+    snapshot.points = _publish_prices(snapshot)
     _add_waiting(snapshot, names)
     return snapshot
 
@@ -179,75 +202,92 @@ def _running_spot(names: dict[int, str], types: dict[str, TypeInfo]) -> list[pri
     held = Pod.objects.filter(
         status__in=LIVE_POD_STATUSES, job__resource_source=ResourceSource.SPOT,
         job__status__in=RECLAIMABLE_STATUSES, role__instance_type__isnull=False,
-    ).values_list(
+    ).annotate(submitted=Epoch("job__submitted_at")).values_list(
         "job_id", "role__instance_type_id", "role__spot_discount_limit",
-        "role__spot_price_limit", "job__submitted_at", "job__enable_aimaster", "role_id",
-    ).annotate(n=Count("id"), since=Min("started_at")).order_by("job_id", "role_id")
+        "role__spot_price_limit", "submitted", "job__enable_aimaster", "role_id",
+    ).annotate(n=Count("id"), since=Epoch(Min("started_at"))).order_by("job_id", "role_id")
     jobs: dict[int, tuple] = {}
     needs: dict[int, list[tuple[str, int, Decimal]]] = defaultdict(list)
     started: dict[int, float] = {}
-    for job_id, type_id, discount, per_minute, submitted_at, aimaster, _, count, since in held:
+    for job_id, type_id, discount, per_minute, submitted, aimaster, _, count, since in held:
         name = names[type_id]
-        jobs[job_id] = (submitted_at, aimaster)
+        jobs[job_id] = (submitted, aimaster)
         bid = _bid(types[name].original, discount, per_minute)
         needs[job_id].append((name, count, bid if bid is not None else Decimal(0)))
         if since is not None:
-            started[job_id] = min(started.get(job_id, since.timestamp()), since.timestamp())
+            started[job_id] = min(started.get(job_id, since), since)
     return [
         pricing.SpotRequest(
-            job_id=job_id, needs=tuple(needs[job_id]), running=True,
-            submitted_at=submitted_at.timestamp(), aimaster=aimaster,
-            started_at=started.get(job_id),
+            job_id=job_id, needs=tuple(needs[job_id]), running=True, submitted_at=submitted,
+            aimaster=aimaster, started_at=started.get(job_id),
         )
-        for job_id, (submitted_at, aimaster) in jobs.items()
+        for job_id, (submitted, aimaster) in jobs.items()
     ]
 
 
+# A role's bid is its raw bid (original × SpotDiscountLimit, or SpotPriceLimit × 60) rounded
+# half up onto the 0.0001 grid, and asked prices lie on that grid, so the rounded bid is
+# below the asked price exactly when the raw bid is below it by more than half a quantum.
+# The extra 1e-9 absorbs SQLite's float arithmetic; raw bids have at most 8 decimals.
+_BELOW_MARGIN = pricing.PRICE_QUANTUM / 2 + Decimal("0.000000001")
+
+
+def _bids_below_asked() -> Exists:
+    """Whether a role of the outer JobRole's job bids below its type's published asked
+    price (MarketState.asked_per_hour). Roles with no price published, no type or no
+    readable bid never count: their jobs are read and judged in Python."""
+    raw_bid = Case(
+        When(spot_discount_limit__isnull=False,
+             then=F("instance_type__price_per_hour") * F("spot_discount_limit")),
+        default=F("spot_price_limit") * Value(Decimal(60)),
+        output_field=DecimalField(max_digits=24, decimal_places=10),
+    )
+    asked = F("instance_type__market_state__asked_per_hour") - Value(_BELOW_MARGIN)
+    return Exists(
+        JobRole.objects.filter(job_id=OuterRef("job_id")).annotate(raw_bid=raw_bid)
+        .filter(raw_bid__lt=ExpressionWrapper(asked, output_field=DecimalField()))
+    )
+
+
 def _add_waiting(snapshot: MarketSnapshot, names: dict[int, str]) -> None:
-    """Bidding spot jobs and queuing pay-as-you-go jobs, read in one query of their roles;
-    those in an AIMaster backoff or with a bid that cannot be read wait outside the engine
-    (`held`)."""
+    """Bidding spot jobs that may start at the published prices, and every queuing
+    pay-as-you-go job, read in one query of their roles; those in an AIMaster backoff or
+    with a bid that cannot be read wait outside the engine (`held`)."""
     rows = JobRole.objects.filter(
         Q(job__status=JobStatus.BIDDING, job__resource_source=ResourceSource.SPOT)
+        & ~_bids_below_asked()
         | Q(job__status=JobStatus.QUEUING, job__resource_source=ResourceSource.PUBLIC)
-    ).order_by("job_id", "id").values_list(
+    ).annotate(submitted=Epoch("job__submitted_at")).order_by("job_id", "id").values_list(
         "job_id", "id", "role_type", "pod_count", "instance_type_id", "spot_discount_limit",
-        "spot_price_limit", "job__resource_source", "job__submitted_at", "job__enable_aimaster",
+        "spot_price_limit", "job__resource_source", "submitted", "job__enable_aimaster",
         "job__pending_reason", "job__not_before")
     jobs: dict[int, tuple] = {}
     needs: dict[int, list[RoleNeed]] = defaultdict(list)
-    untyped: set[int] = set()
     originals = {t.name: t.original for t in snapshot.types.values()}
-    for (job_id, role_id, role_type, pods, type_id, discount, per_minute, source, submitted_at,
+    not_spot = {t.name for t in snapshot.types.values() if not t.spot_enabled}
+    for (job_id, role_id, role_type, pods, type_id, discount, per_minute, source, submitted,
          aimaster, reason, not_before) in rows:
-        jobs[job_id] = (source, submitted_at, aimaster, reason, not_before)
+        jobs[job_id] = (source, submitted, aimaster, reason, not_before)
         name = names.get(type_id, "")
-        if not name:
-            untyped.add(job_id)
         bid = _bid(originals[name], discount, per_minute) \
             if name and source == ResourceSource.SPOT else None
         needs[job_id].append(RoleNeed(role_id, role_type, pods, name, bid))
-    for job_id, (source, submitted_at, aimaster, reason, not_before) in jobs.items():
-        snapshot.pending_reasons[job_id] = reason
+    for job_id, (source, submitted, aimaster, reason, not_before) in jobs.items():
         roles = needs[job_id]
-        if not_before is not None and not_before > snapshot.now:
-            again = "bids" if source == ResourceSource.SPOT else "queues"
-            snapshot.held[job_id] = (
-                f"AIMaster backoff: {again} again from {not_before:%H:%M:%S} UTC")
-        elif job_id in untyped:
-            snapshot.held[job_id] = "every role of a public or spot job needs an instance type"
+        if source == ResourceSource.PUBLIC:
+            snapshot.pending_reasons[job_id] = reason
+        if held := held_reason(spot=source == ResourceSource.SPOT, not_before=not_before,
+                               roles=roles, not_spot=not_spot, now=snapshot.now):
+            snapshot.held[job_id] = held
         elif source == ResourceSource.PUBLIC:
             snapshot.needs[job_id] = roles
             snapshot.payg.append(pricing.PaygRequest(
-                job_id, tuple((r.instance_type, r.pod_count) for r in roles), False,
-                submitted_at.timestamp()))
-        elif problem := _spot_problem(roles, snapshot.types):
-            snapshot.held[job_id] = problem
+                job_id, tuple((r.instance_type, r.pod_count) for r in roles), False, submitted))
         else:
             snapshot.needs[job_id] = roles
             snapshot.spot.append(pricing.SpotRequest(
                 job_id=job_id, needs=tuple((r.instance_type, r.pod_count, r.bid) for r in roles),
-                running=False, submitted_at=submitted_at.timestamp(), aimaster=aimaster,
+                running=False, submitted_at=submitted, aimaster=aimaster,
             ))
 
 
@@ -259,16 +299,6 @@ def _bid(original: Decimal, discount: Decimal | None, per_minute: Decimal | None
                                           price_limit_per_minute=per_minute)
     except pricing.MarketError:
         return None
-
-
-def _spot_problem(roles: list[RoleNeed], types: dict[str, TypeInfo]) -> str:
-    for role in roles:
-        if role.bid is None:
-            return f"{role.role_type}: set exactly one of SpotDiscountLimit and SpotPriceLimit"
-        info = types.get(role.instance_type)
-        if info is not None and not info.spot_enabled:
-            return f"{role.instance_type} is no longer sold as spot"
-    return ""
 
 
 @functools.lru_cache(maxsize=4)
@@ -299,14 +329,15 @@ class StepReport:
     prices: int = 0  # PricePoints written
     started: int = 0
     reclaimed: int = 0
-    waiting: int = 0
+    waiting: int = 0  # jobs the tick read that still wait (hopeless bids are not read)
 
 
 @gc_paused()
-def market_plan(*, snapshot: MarketSnapshot, rng: random.Random) -> pricing.MarketPlan:
+def market_plan(*, snapshot: MarketSnapshot) -> pricing.MarketPlan:
     return pricing.market_step(
-        snapshot.markets, snapshot.spot, snapshot.payg, params=snapshot.params, rng=rng,
-        now=snapshot.now.timestamp(), averages=snapshot.averages, replay=snapshot.replay,
+        snapshot.markets, snapshot.spot, snapshot.payg, params=snapshot.params,
+        rng=random.Random(0), now=snapshot.now.timestamp(), averages=snapshot.averages,
+        prices=snapshot.prices,  # drawn by market_snapshot: the rng above is not used
     )
 
 
@@ -317,50 +348,77 @@ def market_step(*, now: datetime, rng: random.Random) -> StepReport:
     last = MarketState.objects.aggregate(last=Max("stepped_at"))["last"]
     if last is not None and now <= last:
         return StepReport(skipped=True)
-    snapshot = market_snapshot(now=now)
-    plan = market_plan(snapshot=snapshot, rng=rng)
+    snapshot = market_snapshot(now=now, rng=rng)
+    plan = market_plan(snapshot=snapshot)
     return market_apply(snapshot=snapshot, plan=plan)
 
 
 @gc_paused()
 def market_apply(*, snapshot: MarketSnapshot, plan: pricing.MarketPlan) -> StepReport:
-    """Write a plan: prices, then reclaims (they free the stock the starts were planned
-    with), then starts, then the waiting jobs' reasons. Run inside the tick's transaction."""
+    """Write a plan (its prices are published already): reclaims first (they free the
+    stock the starts were planned with), then starts, the stock left for spot, and the
+    reasons of the queuing pay-as-you-go jobs. Run inside the tick's transaction."""
     now = snapshot.now
-    points = _apply_prices(snapshot, plan.prices)
     reclaimed = sum(_apply_reclaim(r, now=now) for r in plan.reclaims)
     started = _apply_starts(snapshot, plan)
+    _record_free(snapshot, plan.stock)
     waiting = {w.job_id: w.reason for w in plan.waiting} | snapshot.held
-    _record_waiting(waiting, snapshot.pending_reasons, now=now)
-    return StepReport(prices=points, started=started, reclaimed=reclaimed, waiting=len(waiting))
+    _record_waiting({job_id: reason for job_id, reason in waiting.items()
+                     if job_id in snapshot.pending_reasons}, snapshot.pending_reasons)
+    return StepReport(prices=snapshot.points, started=started, reclaimed=reclaimed,
+                      waiting=len(waiting))
 
 
-def _apply_prices(snapshot: MarketSnapshot, prices: dict[str, Decimal]) -> int:
+def _publish_prices(snapshot: MarketSnapshot) -> int:
+    """Write each type's new price, its system average (Lingjun) and asked price to its
+    MarketState, and a PricePoint where the history needs one. Returns the points written."""
     now = snapshot.now
     new, changed, points = [], [], []
-    for name, price in prices.items():
-        type_id = snapshot.types[name].id
-        state = snapshot.states.get(type_id)
+    for name, price in snapshot.prices.items():
+        info = snapshot.types[name]
+        average = snapshot.averages.get(name) if info.resource_type == ResourceType.LINGJUN \
+            else None
+        asked, _ = pricing.asked_price(info.resource_type, price, average)
+        state = snapshot.states.get(info.id)
         if state is None:
-            new.append(MarketState(instance_type_id=type_id, price_per_hour=price,
-                                   stepped_at=now, recorded_at=now))
-            points.append(PricePoint(instance_type_id=type_id, at=now, price_per_hour=price))
-            continue
-        if price != state.price_per_hour or now - state.recorded_at >= PRICE_POINT_MAX_GAP:
-            points.append(PricePoint(instance_type_id=type_id, at=now, price_per_hour=price))
-            state.recorded_at = now
-        state.price_per_hour, state.stepped_at = price, now
-        changed.append(state)
+            state = MarketState(instance_type_id=info.id, recorded_at=now)
+            snapshot.states[info.id] = state
+            new.append(state)
+            points.append(PricePoint(instance_type_id=info.id, at=now, price_per_hour=price))
+        else:
+            changed.append(state)
+            if price != state.price_per_hour or now - state.recorded_at >= PRICE_POINT_MAX_GAP:
+                points.append(PricePoint(instance_type_id=info.id, at=now, price_per_hour=price))
+                state.recorded_at = now
+        state.price_per_hour, state.average_per_hour, state.asked_per_hour = price, average, asked
+        state.stepped_at = now
     MarketState.objects.bulk_create(new)
     if changed:  # one batched statement: bulk_update's CASE per row is slow for hundreds
         with connection.cursor() as cursor:
             cursor.executemany(
-                f"UPDATE {MarketState._meta.db_table} SET price_per_hour = %s, stepped_at = %s, "
-                "recorded_at = %s WHERE instance_type_id = %s",
-                [(s.price_per_hour, s.stepped_at, s.recorded_at, s.pk) for s in changed],
+                f"UPDATE {MarketState._meta.db_table} SET price_per_hour = %s, "
+                "average_per_hour = %s, asked_per_hour = %s, stepped_at = %s, recorded_at = %s "
+                "WHERE instance_type_id = %s",
+                [(s.price_per_hour, s.average_per_hour, s.asked_per_hour, s.stepped_at,
+                  s.recorded_at, s.pk) for s in changed],
             )
     PricePoint.objects.bulk_create(points, ignore_conflicts=True)
     return len(points)
+
+
+def _record_free(snapshot: MarketSnapshot, stock: dict[str, int]) -> None:
+    """Each type's spot stock after the tick, where it changed (bidders' reasons quote it)."""
+    changed = []
+    for name, free in stock.items():
+        state = snapshot.states[snapshot.types[name].id]
+        if state.free != free:
+            state.free = free
+            changed.append((free, state.pk))
+    if changed:
+        with connection.cursor() as cursor:
+            cursor.executemany(
+                f"UPDATE {MarketState._meta.db_table} SET free = %s WHERE instance_type_id = %s",
+                changed)
 
 
 def _apply_reclaim(reclaim: pricing.Reclaim, *, now: datetime) -> bool:
@@ -495,55 +553,18 @@ def _yuan(price: Decimal | None) -> str:
     return f"¥{text}" if len(text.partition(".")[2]) >= 2 else f"¥{price:.2f}"
 
 
-def _record_waiting(waiting: dict[int, str], stored: dict[int, str], *, now: datetime) -> None:
-    """Store each waiting job's reason, writing only what changed; a job that left Bidding
-    or Queuing meanwhile is not touched.
-
-    Reasons quote live prices, so in a busy market nearly all of them change every tick.
-    A reason that names a different condition (price → stock, a first reason) is written at
-    once; one whose numbers alone moved is refreshed in the job's turn, about once every
-    REASON_REFRESH_SECONDS, which spreads the writes over the ticks. On PostgreSQL they go
-    in one UPDATE … FROM unnest()."""
-    changes = {}
-    for job_id, reason in waiting.items():
-        reason, old = reason[:256], stored.get(job_id)
-        if old != reason and (_refresh_due(job_id, now) or _shape(old) != _shape(reason)):
-            changes[job_id] = reason
-    if not changes:
-        return
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute(
-                f"UPDATE {Job._meta.db_table} AS j SET pending_reason = v.reason "
-                "FROM unnest(%s::bigint[], %s::text[]) AS v(id, reason) "
-                "WHERE j.id = v.id AND j.status IN (%s, %s)",
-                [list(changes), list(changes.values()), JobStatus.BIDDING, JobStatus.QUEUING],
-            )
-        return
+def _record_waiting(waiting: dict[int, str], stored: dict[int, str]) -> None:
+    """Store each queuing pay-as-you-go job's reason where it changed; a job that left
+    Queuing meanwhile is not touched. (A bidding spot job's reason is not stored: it is
+    shown from the market's published quotes, see `selectors.waiting_reasons`.)"""
     by_reason: dict[str, list[int]] = defaultdict(list)
-    for job_id, reason in changes.items():
-        by_reason[reason].append(job_id)
+    for job_id, reason in waiting.items():
+        if stored.get(job_id) != reason[:256]:
+            by_reason[reason[:256]].append(job_id)
     for reason, ids in by_reason.items():
         for chunk in _chunks(ids):
-            Job.objects.filter(
-                pk__in=chunk, status__in=(JobStatus.BIDDING, JobStatus.QUEUING)
-            ).update(pending_reason=reason)
-
-
-_NUMBER = re.compile(r"\d+(?:\.\d+)?")
-
-
-@functools.lru_cache(maxsize=65536)
-def _shape(reason: str | None) -> str | None:
-    """A reason with its numbers masked: what condition it names, not the current figures."""
-    return None if reason is None else _NUMBER.sub("#", reason)
-
-
-def _refresh_due(job_id: int, now: datetime) -> bool:
-    """Each job's turn to refresh its figures comes once every REASON_REFRESH_SECONDS."""
-    interval = settings.MARKET_STEP_INTERVAL
-    turns = max(1, round(REASON_REFRESH_SECONDS / interval))
-    return job_id % turns == int(now.timestamp() // interval) % turns
+            Job.objects.filter(pk__in=chunk, status=JobStatus.QUEUING).update(
+                pending_reason=reason)
 
 
 def _chunks(ids: list[int]) -> Iterator[list[int]]:

@@ -19,10 +19,12 @@ from apps.agent.models import PodProcess
 from apps.agent.services import pod_report_running
 from apps.billing.models import BillLine, PodMeter
 from apps.billing.services import billing_accrue
+from apps.cluster.models import InstanceType
 from apps.jobs.models import Job, JobEvent, JobStatus, PodStatus
 from apps.jobs.services import job_admit, job_stop, job_submit
 from apps.jobs.specs import JobSpec, RoleSpec
 from apps.market.models import PricePoint
+from apps.market.selectors import waiting_reasons
 from apps.market.services import market_params_set, market_step
 
 pytestmark = pytest.mark.django_db
@@ -73,6 +75,12 @@ def reload(*jobs: Job) -> None:
         job.refresh_from_db()
 
 
+def reason(job: Job, now: datetime = NOW) -> str:
+    """Why a bidding spot job waits, as its pages show it at `now`."""
+    job.refresh_from_db()
+    return waiting_reasons(jobs=[job], now=now)[job.pk]
+
+
 def replay_writer(settings, tmp_path):
     """A function that writes a replay CSV of (datetime, type, price) rows and switches the
     market to it (the `replay` fixture of the market and billing tests)."""
@@ -102,7 +110,7 @@ def test_it_keeps_a_bid_below_the_market_price_bidding_and_says_why(personas, re
     step(at(0))
     reload(job)
     assert job.status == JobStatus.BIDDING
-    assert job.pending_reason == "bid ¥0.32/h < market ¥0.50/h for ecs.g7.xlarge"
+    assert reason(job) == "bid ¥0.32/h < market ¥0.50/h for ecs.g7.xlarge"
     assert not job.pods.exists()
 
 
@@ -112,7 +120,7 @@ def test_it_keeps_a_job_bidding_while_stock_cannot_cover_all_its_pods(personas, 
     step(at(0))
     reload(job)
     assert job.status == JobStatus.BIDDING
-    assert job.pending_reason == "stock: needs 21 instances of ecs.g7.xlarge, 20 free"
+    assert reason(job) == "stock: needs 21 instances of ecs.g7.xlarge, 20 free"
 
 
 def test_it_starts_a_job_when_its_bid_covers_the_price_and_stock_covers_every_pod(
@@ -168,8 +176,9 @@ def test_it_starts_a_gang_only_when_stock_covers_the_whole_job(personas, replay)
     step(at(1))
     reload(three, two)
     assert three.status == JobStatus.BIDDING and not three.pods.exists()
-    assert three.pending_reason == "stock: needs 3 instances of ecs.g7.xlarge, 2 free"
     assert two.status == JobStatus.RUNNING and two.pods.count() == 2
+    # Judged first (the higher bid), it did not fit in the 2 free; `two` then took them.
+    assert reason(three) == "stock: needs 3 instances of ecs.g7.xlarge, 0 free"
 
 
 # --- pay-as-you-go -----------------------------------------------------------------------------
@@ -185,7 +194,7 @@ def test_it_starts_a_public_job_on_the_public_pool_before_spot_takes_the_stock(p
     assert payg.events.get(kind="Started").message == "Started on the public pool"
     assert all(p.node is None and p.in_quota is None for p in payg.pods.all())
     assert spot.status == JobStatus.BIDDING
-    assert spot.pending_reason == "stock: needs 20 instances of ecs.g7.xlarge, 15 free"
+    assert reason(spot) == "stock: needs 20 instances of ecs.g7.xlarge, 15 free"
 
 
 def test_it_keeps_a_public_job_queuing_when_pay_as_you_go_holds_the_pool(personas, replay):
@@ -269,7 +278,7 @@ def test_it_sends_a_reclaimed_job_with_aimaster_back_to_bidding_and_runs_it_agai
     step(at(2))
     reload(job)
     assert job.status == JobStatus.BIDDING
-    assert job.pending_reason == "bid ¥0.64/h < market ¥0.70/h for ecs.g7.xlarge"
+    assert reason(job, at(2)) == "bid ¥0.64/h < market ¥0.70/h for ecs.g7.xlarge"
     step(at(3))
     reload(job)
     assert job.status == JobStatus.RUNNING
@@ -302,7 +311,7 @@ def test_it_lets_a_re_bid_wait_out_the_aimaster_backoff(personas, replay, settin
     step(at(2))
     reload(job)
     assert job.status == JobStatus.BIDDING
-    assert job.pending_reason == "AIMaster backoff: bids again from 12:03:00 UTC"
+    assert reason(job, at(2)) == "AIMaster backoff: bids again from 12:03:00 UTC"
     step(at(3))
     reload(job)
     assert job.status == JobStatus.RUNNING
@@ -418,31 +427,65 @@ def test_it_starts_many_jobs_in_as_many_queries_as_one_without_agents(personas, 
 # --- bookkeeping -------------------------------------------------------------------------------
 
 
-def test_it_writes_waiting_reasons_only_when_they_change(personas, replay):
+def test_it_neither_reads_nor_writes_a_bid_below_the_asked_price(personas, replay):
     replay([(NOW, G7, "0.50")])
-    job = submit(personas, discount="0.4")
-    step(at(0))
+    hopeless = submit(personas, discount="0.4", name="hopeless")  # ¥0.32/h
+    assert step(at(0)).waiting == 0  # the tick publishes its prices, then reads the bids
     with CaptureQueriesContext(connection) as queries:
-        step(at(1))
-    writes = [q["sql"] for q in queries
-              if q["sql"].startswith("UPDATE") and "pending_reason" in q["sql"]]
-    assert writes == []
-    reload(job)
-    assert job.pending_reason.startswith("bid ¥0.32/h")
+        report = step(at(1))
+    assert report.waiting == 0
+    assert not [q for q in queries if "pending_reason" in q["sql"] and "UPDATE" in q["sql"]]
+    assert reason(hopeless) == "bid ¥0.32/h < market ¥0.50/h for ecs.g7.xlarge"
+    short = submit(personas, discount="0.9", pods=21, name="short", now=at(2))  # ¥0.72/h
+    assert step(at(2)).waiting == 1  # may start on price: read, and waits on stock
+    assert reason(short) == "stock: needs 21 instances of ecs.g7.xlarge, 20 free"
 
 
-def test_it_refreshes_the_quoted_price_of_a_waiting_job_within_a_minute(personas, replay, settings):
-    settings.MARKET_STEP_INTERVAL = 10
+def test_it_quotes_the_price_of_the_last_tick_in_a_waiting_reason(personas, replay):
     replay([(NOW, G7, "0.50"), (at(1), G7, "0.55")])
     job = submit(personas, discount="0.4")
     step(at(0))
-    seen = []
-    for tick in range(6):  # a minute of 10-second ticks: the job's turn comes once
-        step(at(1, 10 * tick))
-        reload(job)
-        seen.append(job.pending_reason)
-    assert seen[-1] == "bid ¥0.32/h < market ¥0.55/h for ecs.g7.xlarge"
-    assert len({i for i in range(1, 6) if seen[i] != seen[i - 1]}) <= 1
+    assert reason(job) == "bid ¥0.32/h < market ¥0.50/h for ecs.g7.xlarge"
+    step(at(1))
+    assert reason(job) == "bid ¥0.32/h < market ¥0.55/h for ecs.g7.xlarge"
+
+
+def test_it_holds_a_lingjun_bid_to_a_system_average_above_the_price(personas, replay):
+    market_params_set(average_window_seconds=600)
+    replay([(NOW, LJ, "150"), (at(5), LJ, "60")])
+    step(at(0))
+    step(at(5))
+    job = submit(personas, itype=LJ, discount="0.5", now=at(8))  # ¥100/h ≥ the price, ¥60/h
+    report = step(at(8))  # the average: (5 min × 150 + 3 min × 60) / 8 min = ¥116.25/h
+    assert report.waiting == 0  # below what it is asked: not read
+    assert reason(job, at(8)) == f"bid ¥100.00/h < system average ¥116.25/h for {LJ}"
+
+
+def test_it_reads_a_bid_that_rounds_up_to_the_price_and_starts_it(personas, replay, cluster):
+    """Original ¥0.8005/h × 0.5 = ¥0.40025/h, rounded half up: a bid of ¥0.4003/h, which
+    covers a price of ¥0.4003/h (the database compares the raw bid)."""
+    InstanceType.objects.filter(name=G7).update(price_per_hour=D("0.8005"))
+    replay([(NOW, G7, "0.4003")])
+    step(at(0))
+    job = submit(personas, discount="0.5", now=at(1))
+    step(at(1))
+    reload(job)
+    assert job.status == JobStatus.RUNNING
+    assert job.events.get(kind="BidAccepted").message == \
+        "Bid accepted at ¥0.4003/h (market ¥0.4003/h)"
+
+
+def test_it_writes_a_queuing_reason_only_when_it_changes(personas, replay):
+    replay([(NOW, G7, "0.30")])
+    submit(personas, source="public", pods=15, name="first")
+    step(at(0))
+    second = submit(personas, source="public", pods=6, name="second", now=at(1))
+    step(at(1))
+    with CaptureQueriesContext(connection) as queries:
+        step(at(2))
+    assert not [q for q in queries if "pending_reason" in q["sql"] and "UPDATE" in q["sql"]]
+    reload(second)
+    assert "needs 6 instances of ecs.g7.xlarge" in second.pending_reason
 
 
 def test_it_records_a_price_point_on_change_and_at_least_every_ten_minutes(personas, replay):

@@ -15,6 +15,7 @@ from apps.market.pricing import (
     PaygRequest,
     SpotRequest,
     TypeMarket,
+    asked_price,
     bill_minutes,
     market_step,
     minute_charge,
@@ -254,6 +255,37 @@ def test_it_plans_the_same_for_the_same_seed_whatever_the_input_order(scenario, 
     shuffler.shuffle(spot)
     shuffler.shuffle(markets)
     assert scenario.step() == scenario.step(spot=spot, markets=markets)
+
+
+@FAST
+@given(scenarios())
+def test_it_plans_the_same_without_the_bids_below_the_asked_price(scenario):
+    """The live tick reads only the bids that cover their type's asked price: leaving the
+    others out changes no price, start, reclaim or stock (they can only wait). Bidders one
+    quantum below, at and above each asked price sit on the edge."""
+    prices = scenario.step().prices  # prices follow the markets and the seed, not the bids
+    markets = {m.instance_type: m for m in scenario.markets}
+    averages = scenario.averages or {}
+    asked = {t: asked_price(m.resource_type, prices[t], averages.get(t))[0]
+             for t, m in markets.items()}
+    edge = [
+        SpotRequest(job_id=1000 + 3 * i + k, needs=((t, 1, asked[t] + (k - 1) * D("0.0001")),),
+                    running=False, submitted_at=NOW - i)
+        for i, t in enumerate(markets) for k in range(3)
+    ]
+    spot = [*scenario.spot, *edge]
+
+    def below(request: SpotRequest) -> bool:
+        return not request.running and any(
+            t in asked and bid < asked[t] for t, _, bid in request.needs)
+
+    kept = [r for r in spot if not below(r)]
+    plan, lean = scenario.step(spot=spot), scenario.step(spot=kept)
+    assert (lean.prices, lean.starts, lean.reclaims, lean.stock) == (
+        plan.prices, plan.starts, plan.reclaims, plan.stock)
+    left_out = {r.job_id for r in spot} - {r.job_id for r in kept}
+    assert left_out <= {w.job_id for w in plan.waiting}
+    assert set(lean.waiting) == {w for w in plan.waiting if w.job_id not in left_out}
 
 
 @FAST
