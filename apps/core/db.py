@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
+from django.db import connection
 from django.db.models import FloatField, Func
 
 
@@ -22,3 +25,10 @@ class Epoch(Func):
         return self.as_sql(compiler, connection,
                            template="((julianday(%(expressions)s) - 2440587.5) * 86400.0)",
                            **extra)
+
+
+def db_datetime(value: datetime | None):
+    """A datetime as Django's own queries store it, for raw batched statements: SQLite keeps
+    naive UTC text, and its driver would otherwise write an offset ("…+00:00") that text
+    comparisons then trip over. PostgreSQL takes the aware datetime as it is."""
+    return connection.ops.adapt_datetimefield_value(value)

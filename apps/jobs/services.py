@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import ProtectedError
 from django.utils import timezone
 
+from apps.core.db import db_datetime
 from apps.core.errors import ApplicationError
 from apps.jobs.execution import pods_stopping
 from apps.jobs.models import (
@@ -108,13 +109,15 @@ def jobs_transition_bulk(
     now: datetime,
     reason_code: str = "",
     reason_messages: dict[int, str] | None = None,
+    reason_codes: dict[int, str] | None = None,
 ) -> None:
-    """`job_transition` for many jobs at once, in a handful of queries: a busy tick moves
-    hundreds of jobs and per-job writes would take seconds. `reason_messages` maps a job's
-    pk to its message. The jobs must be locked by the caller."""
+    """`job_transition` for many jobs at once, in a fixed number of queries: a busy tick
+    moves hundreds of jobs and per-job writes would take seconds. `reason_messages` and
+    `reason_codes` map a job's pk to its own message and code (`reason_code` is the default
+    code). The jobs must be locked by the caller."""
     if not jobs:
         return
-    messages = reason_messages or {}
+    messages, codes = reason_messages or {}, reason_codes or {}
     for job in jobs:
         if status not in ALLOWED.get(job.status, set()):
             raise ApplicationError(
@@ -126,21 +129,29 @@ def jobs_transition_bulk(
         StatusTransition(
             job_id=job.pk,
             status=status,
-            reason_code=reason_code,
+            reason_code=codes.get(job.pk, reason_code),
             reason_message=messages.get(job.pk, ""),
             started_at=now,
         )
         for job in jobs
     )
-    by_message: dict[str, list[int]] = {}
+    finished = status in FINISHED_STATUSES
     for job in jobs:
-        by_message.setdefault(messages.get(job.pk, ""), []).append(job.pk)
-        job.status, job.reason_code, job.status_changed_at = status, reason_code, now
+        job.status, job.status_changed_at = status, now
+        job.reason_code = codes.get(job.pk, reason_code)
         job.reason_message = messages.get(job.pk, "")
-    for message, pks in by_message.items():
-        Job.objects.filter(pk__in=pks).update(
-            status=status, reason_code=reason_code, reason_message=message, status_changed_at=now
-        )
+        if finished:
+            job.finished_at, job.pending_reason = now, ""
+            job.queue_position = job.queue_size = None
+    sql = (f"UPDATE {Job._meta.db_table} SET status = %s, reason_code = %s, reason_message = %s,"
+           " status_changed_at = %s")
+    if finished:
+        sql += ", finished_at = %s, pending_reason = '', queue_position = NULL, queue_size = NULL"
+    when = db_datetime(now)
+    rows = [(status, job.reason_code, job.reason_message, when, *([when] if finished else []),
+             job.pk) for job in jobs]
+    with connection.cursor() as cursor:  # one batched statement (pipelined on PostgreSQL)
+        cursor.executemany(sql + " WHERE id = %s", rows)
 
 
 def resumed_events(*, jobs: list[Job], now: datetime) -> list[JobEvent]:

@@ -48,7 +48,7 @@ from django.db.models import (
 
 from apps.billing.services import pod_meters_open
 from apps.cluster.models import InstanceType, ResourceType
-from apps.core.db import Epoch
+from apps.core.db import Epoch, db_datetime
 from apps.core.errors import ApplicationError, ValidationFailed
 from apps.core.perf import gc_paused
 from apps.jobs.execution import pods_placed, pods_stopping
@@ -62,7 +62,7 @@ from apps.jobs.models import (
     ResourceSource,
     StatusTransition,
 )
-from apps.jobs.services import ALLOWED, job_event, resumed_events
+from apps.jobs.services import ALLOWED, resumed_events
 from apps.market import pricing
 from apps.market.models import MarketParameters, MarketState, PricePoint
 from apps.market.selectors import (
@@ -72,7 +72,7 @@ from apps.market.selectors import (
     market_usage,
     system_averages,
 )
-from apps.scheduler.services import job_requeue_or_fail
+from apps.scheduler.services import Interruption, jobs_requeue_or_fail
 
 PRICE_POINT_MAX_GAP = timedelta(minutes=10)
 RECLAIMABLE_STATUSES = (JobStatus.ENV_PREPARING, JobStatus.RUNNING, JobStatus.RESTARTING)
@@ -359,7 +359,7 @@ def market_apply(*, snapshot: MarketSnapshot, plan: pricing.MarketPlan) -> StepR
     stock the starts were planned with), then starts, the stock left for spot, and the
     reasons of the queuing pay-as-you-go jobs. Run inside the tick's transaction."""
     now = snapshot.now
-    reclaimed = sum(_apply_reclaim(r, now=now) for r in plan.reclaims)
+    reclaimed = _apply_reclaims(plan.reclaims, now=now)
     started = _apply_starts(snapshot, plan)
     _record_free(snapshot, plan.stock)
     waiting = {w.job_id: w.reason for w in plan.waiting} | snapshot.held
@@ -399,8 +399,8 @@ def _publish_prices(snapshot: MarketSnapshot) -> int:
                 f"UPDATE {MarketState._meta.db_table} SET price_per_hour = %s, "
                 "average_per_hour = %s, asked_per_hour = %s, stepped_at = %s, recorded_at = %s "
                 "WHERE instance_type_id = %s",
-                [(s.price_per_hour, s.average_per_hour, s.asked_per_hour, s.stepped_at,
-                  s.recorded_at, s.pk) for s in changed],
+                [(s.price_per_hour, s.average_per_hour, s.asked_per_hour,
+                  db_datetime(s.stepped_at), db_datetime(s.recorded_at), s.pk) for s in changed],
             )
     PricePoint.objects.bulk_create(points, ignore_conflicts=True)
     return len(points)
@@ -421,24 +421,44 @@ def _record_free(snapshot: MarketSnapshot, stock: dict[str, int]) -> None:
                 changed)
 
 
-def _apply_reclaim(reclaim: pricing.Reclaim, *, now: datetime) -> bool:
-    """Preempt the job's live pods; AIMaster sends it back to Bidding, else it fails with
-    the plan's ReasonCode (SpotPriceExceeded, SpotAveragePriceExceeded, SpotStockShortage)."""
-    job = Job.objects.select_for_update().filter(
-        pk=reclaim.job_id, status__in=RECLAIMABLE_STATUSES, resource_source=ResourceSource.SPOT
-    ).first()
-    if job is None:
-        return False
-    pods = list(Pod.objects.filter(job=job, status__in=LIVE_POD_STATUSES).select_related("role"))
-    lost = sum(_lost_gpu_seconds(pod, job, now) for pod in pods)
-    message = f"Spot instances reclaimed: {reclaim.reason}"
-    Pod.objects.filter(pk__in=[p.pk for p in pods]).update(
-        status=PodStatus.PREEMPTED, reason=reclaim.code, message=message, finished_at=now)
-    pods_stopping(job=job, pods=pods, now=now, reason=message)
-    job_event(job=job, kind="Reclaimed", message=f"{reclaim.code}: {reclaim.reason}", now=now)
-    job_requeue_or_fail(job=job, now=now, cause=reclaim.code, message=message,
-                        lost_gpu_seconds=lost, requeue_status=JobStatus.BIDDING)
-    return True
+def _apply_reclaims(reclaims: tuple[pricing.Reclaim, ...], *, now: datetime) -> int:
+    """Preempt the reclaimed jobs' live pods; AIMaster sends each back to Bidding, else it
+    fails with the plan's ReasonCode (SpotPriceExceeded, SpotAveragePriceExceeded,
+    SpotStockShortage). A fixed number of queries however many jobs: a price jump reclaims
+    many at once. A job that stopped meanwhile is left alone."""
+    planned = {r.job_id: r for r in reclaims}
+    jobs = [
+        job for ids in _chunks(list(planned))
+        for job in Job.objects.select_for_update().filter(
+            pk__in=ids, status__in=RECLAIMABLE_STATUSES, resource_source=ResourceSource.SPOT)
+    ]
+    if not jobs:
+        return 0
+    pods: dict[int, list[Pod]] = defaultdict(list)
+    for ids in _chunks([job.pk for job in jobs]):
+        for pod in Pod.objects.filter(job_id__in=ids, status__in=LIVE_POD_STATUSES) \
+                .select_related("role"):
+            pods[pod.job_id].append(pod)
+    messages = {job.pk: f"Spot instances reclaimed: {planned[job.pk].reason}" for job in jobs}
+    with connection.cursor() as cursor:
+        cursor.executemany(
+            f"UPDATE {Pod._meta.db_table} SET status = %s, reason = %s, message = %s, "
+            "finished_at = %s WHERE job_id = %s AND status IN (%s, %s)",
+            [(PodStatus.PREEMPTED, planned[job.pk].code, messages[job.pk], db_datetime(now),
+              job.pk, *LIVE_POD_STATUSES) for job in jobs])
+    for job in jobs:
+        pods_stopping(job=job, pods=pods[job.pk], now=now, reason=messages[job.pk])
+    JobEvent.objects.bulk_create(
+        JobEvent(job=job, kind="Reclaimed", at=now,
+                 message=f"{planned[job.pk].code}: {planned[job.pk].reason}")
+        for job in jobs)
+    jobs_requeue_or_fail(
+        interruptions=[
+            Interruption(job, planned[job.pk].code, messages[job.pk],
+                         sum(_lost_gpu_seconds(pod, job, now) for pod in pods[job.pk]))
+            for job in jobs],
+        now=now, requeue_status=JobStatus.BIDDING)
+    return len(jobs)
 
 
 def _lost_gpu_seconds(pod: Pod, job: Job, now: datetime) -> float:

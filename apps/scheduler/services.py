@@ -17,6 +17,7 @@ from django.conf import settings
 from django.db import connection, transaction
 
 from apps.cluster.models import Node, Quota, ResourcePool
+from apps.core.db import db_datetime
 from apps.core.perf import gc_paused
 from apps.jobs.execution import pods_placed, pods_stopping
 from apps.jobs.models import (
@@ -32,7 +33,6 @@ from apps.jobs.models import (
 )
 from apps.jobs.services import (
     job_event,
-    job_transition,
     jobs_transition_bulk,
     resumed_events,
 )
@@ -242,32 +242,71 @@ def _apply_preemption(preemption: engine.Preemption, *, now: datetime) -> bool:
     return True
 
 
+@dataclass(frozen=True)
+class Interruption:
+    """A job that lost its pods: the cause (its ReasonCode), in words, and the GPU-seconds
+    computed since its last checkpoint."""
+
+    job: Job
+    cause: str
+    message: str
+    lost_gpu_seconds: float
+
+
 def job_requeue_or_fail(
     *, job: Job, now: datetime, cause: str, message: str, lost_gpu_seconds: float,
     requeue_status: str = JobStatus.QUEUING,
 ) -> None:
-    """AIMaster: requeue (keeping the queue position, after a backoff) while restarts remain;
-    otherwise, or without fault tolerance, the job ends Failed with `cause` as ReasonCode."""
-    if job.enable_aimaster and job.restart_times < job.max_restarts:
-        job.restart_times += 1
-        job.attempt += 1
-        job.not_before = now + timedelta(seconds=settings.SCHEDULER_REQUEUE_BACKOFF_SECONDS)
-        job.save(update_fields=["restart_times", "attempt", "not_before"])
-        JobRestart.objects.create(job=job, number=job.restart_times, at=now, cause=cause,
-                                  message=message, lost_gpu_seconds=lost_gpu_seconds)
-        job_transition(job=job, status=requeue_status, now=now, reason_code=cause,
-                       reason_message=f"Requeued by AIMaster ({job.restart_times}/"
-                                      f"{job.max_restarts}): {message}")
-        where = "the spot market" if requeue_status == JobStatus.BIDDING else "the queue"
-        job_event(job=job, kind="Requeued",
-                  message=f"AIMaster restart {job.restart_times}/{job.max_restarts}: back to "
-                          f"{where}; lost {lost_gpu_seconds / 3600:.2f} GPU-hours", now=now)
-    else:
-        why = "no automatic fault tolerance" if not job.enable_aimaster else (
-            f"restarts exhausted ({job.restart_times}/{job.max_restarts})")
-        job_transition(job=job, status=JobStatus.FAILED, now=now, reason_code=cause,
-                       reason_message=f"{message} ({why})")
-        job_event(job=job, kind="Failed", message=f"{message} ({why})", now=now)
+    """AIMaster for one job (see `jobs_requeue_or_fail`)."""
+    jobs_requeue_or_fail(interruptions=[Interruption(job, cause, message, lost_gpu_seconds)],
+                         now=now, requeue_status=requeue_status)
+
+
+def jobs_requeue_or_fail(
+    *, interruptions: list[Interruption], now: datetime, requeue_status: str = JobStatus.QUEUING,
+) -> None:
+    """AIMaster: requeue each job (keeping its queue position, after a backoff) while
+    restarts remain; otherwise, or without fault tolerance, it ends Failed with its cause as
+    ReasonCode. A fixed number of queries however many jobs; the caller locks them."""
+    requeued, failed = [], []
+    for i in interruptions:
+        again = i.job.enable_aimaster and i.job.restart_times < i.job.max_restarts
+        (requeued if again else failed).append(i)
+    not_before = now + timedelta(seconds=settings.SCHEDULER_REQUEUE_BACKOFF_SECONDS)
+    where = "the spot market" if requeue_status == JobStatus.BIDDING else "the queue"
+    events, restarts, messages = [], [], {}
+    for i in requeued:
+        job = i.job
+        job.restart_times, job.attempt, job.not_before = job.restart_times + 1, job.attempt + 1, \
+            not_before
+        restarts.append(JobRestart(job=job, number=job.restart_times, at=now, cause=i.cause,
+                                   message=i.message, lost_gpu_seconds=i.lost_gpu_seconds))
+        messages[job.pk] = f"Requeued by AIMaster ({job.restart_times}/{job.max_restarts}): " \
+            f"{i.message}"
+        events.append(JobEvent(
+            job=job, kind="Requeued", at=now,
+            message=f"AIMaster restart {job.restart_times}/{job.max_restarts}: back to {where}; "
+                    f"lost {i.lost_gpu_seconds / 3600:.2f} GPU-hours"))
+    if requeued:
+        with connection.cursor() as cursor:
+            cursor.executemany(
+                f"UPDATE {Job._meta.db_table} SET restart_times = %s, attempt = %s, "
+                "not_before = %s WHERE id = %s",
+                [(i.job.restart_times, i.job.attempt, db_datetime(not_before), i.job.pk)
+                 for i in requeued])
+        JobRestart.objects.bulk_create(restarts)
+        jobs_transition_bulk(jobs=[i.job for i in requeued], status=requeue_status, now=now,
+                             reason_codes={i.job.pk: i.cause for i in requeued},
+                             reason_messages=messages)
+    for i in failed:
+        why = "no automatic fault tolerance" if not i.job.enable_aimaster else (
+            f"restarts exhausted ({i.job.restart_times}/{i.job.max_restarts})")
+        messages[i.job.pk] = f"{i.message} ({why})"
+        events.append(JobEvent(job=i.job, kind="Failed", message=messages[i.job.pk], at=now))
+    jobs_transition_bulk(jobs=[i.job for i in failed], status=JobStatus.FAILED, now=now,
+                         reason_codes={i.job.pk: i.cause for i in failed},
+                         reason_messages=messages)
+    JobEvent.objects.bulk_create(events)
 
 
 def _record_waiting(waiting: tuple[engine.Waiting, ...], shown: dict) -> None:

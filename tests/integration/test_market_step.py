@@ -424,6 +424,44 @@ def test_it_starts_many_jobs_in_as_many_queries_as_one_without_agents(personas, 
     assert queries_to_start(1, 1) == queries_to_start(15, 2)
 
 
+def test_it_reclaims_many_jobs_in_as_many_queries_as_one(personas, replay):
+    replay([(NOW, G7, "0.30"), (at(1), G7, "0.70"), (at(2), G7, "0.30"), (at(3), G7, "0.70")])
+
+    def queries_to_reclaim(count: int, minute: int) -> int:
+        jobs = [submit(personas, discount="0.8", name=f"j{minute}-{i}", now=at(minute))
+                for i in range(count)]
+        assert step(at(minute)).started == count
+        with CaptureQueriesContext(connection) as queries:
+            assert step(at(minute + 1)).reclaimed == count
+        reload(*jobs)
+        assert {(j.status, j.reason_code) for j in jobs} == {
+            (JobStatus.FAILED, "SpotPriceExceeded")}
+        return len(queries)
+
+    assert queries_to_reclaim(1, 0) == queries_to_reclaim(12, 2)
+
+
+def test_it_requeues_and_fails_jobs_reclaimed_in_the_same_tick(personas, replay):
+    replay([(NOW, G7, "0.30"), (at(1), G7, "0.70")])
+    kept = submit(personas, discount="0.8", aimaster=True, name="kept")
+    lost = submit(personas, discount="0.7", name="lost")
+    step(at(0))
+    assert step(at(1)).reclaimed == 2
+    reload(kept, lost)
+    assert (kept.status, kept.restart_times, kept.attempt) == (JobStatus.BIDDING, 1, 1)
+    assert kept.reason_message.startswith("Requeued by AIMaster (1/3): Spot instances reclaimed")
+    assert (lost.status, lost.reason_code, lost.finished_at) == (
+        JobStatus.FAILED, "SpotPriceExceeded", at(1))
+    assert lost.reason_message.endswith("(no automatic fault tolerance)")
+    assert list(kept.events.values_list("kind", flat=True)) == [
+        "Submitted", "Bidding", "BidAccepted", "Reclaimed", "Requeued"]
+    assert list(lost.events.values_list("kind", flat=True)) == [
+        "Submitted", "Bidding", "BidAccepted", "Reclaimed", "Failed"]
+    assert [t.status for t in lost.status_history.all()] == [
+        "Creating", "Bidding", "EnvPreparing", "Running", "Failed"]
+    assert lost.status_history.filter(ended_at__isnull=True).get().status == "Failed"
+
+
 # --- bookkeeping -------------------------------------------------------------------------------
 
 
