@@ -1,5 +1,11 @@
 from django.apps import AppConfig
+from django.db.backends.signals import connection_created
 
 
 class CoreConfig(AppConfig):
     name = "apps.core"
+
+    def ready(self) -> None:
+        from apps.core.db import sqlite_functions
+
+        connection_created.connect(sqlite_functions, dispatch_uid="paiweb-sqlite-functions")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 
 from django.db import connection
 from django.db.models import FloatField, Func
@@ -12,7 +12,9 @@ class Epoch(Func):
     """A datetime as epoch seconds (a float), for reads that only order or compare times:
     tens of thousands of rows are read without building an aware datetime for each.
 
-    SQLite keeps datetimes as UTC text; julianday() reads them (to about 10 µs)."""
+    Exact, as `datetime.timestamp()` is: PostgreSQL extracts it; on SQLite, which keeps
+    datetimes as text, a function registered on each connection (`sqlite_functions`) parses
+    it (julianday() would be off by tens of microseconds and miss minute boundaries)."""
 
     arity = 1
     output_field = FloatField()
@@ -22,9 +24,22 @@ class Epoch(Func):
                            template="EXTRACT(EPOCH FROM %(expressions)s)::float8", **extra)
 
     def as_sqlite(self, compiler, connection, **extra):
-        return self.as_sql(compiler, connection,
-                           template="((julianday(%(expressions)s) - 2440587.5) * 86400.0)",
+        return self.as_sql(compiler, connection, template="paiweb_epoch(%(expressions)s)",
                            **extra)
+
+
+def _sqlite_epoch(text: str | None) -> float | None:
+    if text is None:
+        return None
+    moment = datetime.fromisoformat(text)
+    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
+
+
+def sqlite_functions(sender, connection, **kwargs) -> None:
+    """`connection_created` receiver: the SQL functions paiweb's SQLite queries use."""
+    if connection.vendor == "sqlite":
+        connection.connection.create_function("paiweb_epoch", 1, _sqlite_epoch,
+                                              deterministic=True)
 
 
 def db_datetime(value: datetime | None):

@@ -20,6 +20,7 @@ from django.http import Http404
 from django.utils import timezone
 
 from apps.cluster.models import InstanceType, ResourceType
+from apps.core.db import Epoch
 from apps.jobs.models import Job, JobRole, JobStatus, Pod, PodStatus, ResourceSource
 from apps.market import pricing
 from apps.market.models import MarketParameters, MarketState, PricePoint
@@ -83,20 +84,22 @@ def price_histories(
     type_ids = list(type_ids)
     if not type_ids:
         return {}
+    # Times are read as epoch seconds (`Epoch`): the market tick reads thousands of points.
     before = PricePoint.objects.filter(instance_type=OuterRef("pk"), at__lte=since).order_by("-at")
     firsts = InstanceType.objects.filter(pk__in=type_ids).annotate(
-        first_at=Subquery(before.values("at")[:1]),
+        first_at=Epoch(Subquery(before.values("at")[:1])),
         first_price=Subquery(before.values("price_per_hour")[:1]),
     ).values_list("pk", "first_at", "first_price")
     histories: dict[int, History] = {}
     for type_id, at, price in firsts:
         if at is not None:
-            histories[type_id] = [(at.timestamp(), price)]
+            histories[type_id] = [(at, price)]
     rows = PricePoint.objects.filter(
         instance_type_id__in=type_ids, at__gt=since, at__lte=until
-    ).order_by("instance_type_id", "at").values_list("instance_type_id", "at", "price_per_hour")
+    ).order_by("instance_type_id", "at").annotate(seconds=Epoch("at")).values_list(
+        "instance_type_id", "seconds", "price_per_hour")
     for type_id, at, price in rows:
-        histories.setdefault(type_id, []).append((at.timestamp(), price))
+        histories.setdefault(type_id, []).append((at, price))
     return histories
 
 
