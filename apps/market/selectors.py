@@ -57,12 +57,7 @@ def market_usage() -> dict[int, TypeUsage]:
         "role__instance_type_id", "job__resource_source"
     ).annotate(n=Count("id")).order_by():
         held[type_id][source] = count
-    bidding = dict(
-        JobRole.objects.filter(
-            job__status=JobStatus.BIDDING, job__resource_source=ResourceSource.SPOT,
-            instance_type__isnull=False,
-        ).values_list("instance_type_id").annotate(n=Sum("pod_count")).order_by()
-    )
+    bidding = bidding_demand()
     return {
         type_id: TypeUsage(
             payg_used=held[type_id].get(ResourceSource.PUBLIC, 0),
@@ -71,6 +66,16 @@ def market_usage() -> dict[int, TypeUsage]:
         )
         for type_id in set(held) | set(bidding)
     }
+
+
+def bidding_demand() -> dict[int, int]:
+    """Per instance type id: instances asked for by spot jobs in Bidding."""
+    return dict(
+        JobRole.objects.filter(
+            job__status=JobStatus.BIDDING, job__resource_source=ResourceSource.SPOT,
+            instance_type__isnull=False,
+        ).values_list("instance_type_id").annotate(n=Sum("pod_count")).order_by()
+    )
 
 
 # --- price history -----------------------------------------------------------------------

@@ -21,7 +21,7 @@ from __future__ import annotations
 import functools
 import os
 import random
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -67,9 +67,10 @@ from apps.market import pricing
 from apps.market.models import MarketParameters, MarketState, PricePoint
 from apps.market.selectors import (
     LIVE_POD_STATUSES,
+    MARKET_SOURCES,
     RoleNeed,
+    bidding_demand,
     held_reason,
-    market_usage,
     system_averages,
 )
 from apps.scheduler.services import Interruption, jobs_requeue_or_fail
@@ -163,24 +164,24 @@ def market_snapshot(*, now: datetime, rng: random.Random) -> MarketSnapshot:
     names = {t.pk: t.name for t in all_types.values()}
     public = [t for t in all_types.values() if t.public_capacity > 0]
     states = MarketState.objects.in_bulk([t.pk for t in public])
-    usage = market_usage()
+    payg_used, spot_used, running = _live_pods(names, types)
+    demand = bidding_demand()
     replay = _replay_prices(now)
     lingjun = [t for t in public if t.resource_type == ResourceType.LINGJUN]
     averages = system_averages(types=lingjun, now=now, window_seconds=params.average_window_seconds)
     markets = []
     for t in public:
-        state, used = states.get(t.pk), usage.get(t.pk)
+        state = states.get(t.pk)
         markets.append(pricing.TypeMarket(
             instance_type=t.name, resource_type=t.resource_type, original_price=t.price_per_hour,
-            capacity=t.public_capacity,
-            payg_used=used.payg_used if used else 0, spot_used=used.spot_used if used else 0,
-            bidding_demand=used.bidding_demand if used else 0,
+            capacity=t.public_capacity, payg_used=payg_used[t.pk], spot_used=spot_used[t.pk],
+            bidding_demand=demand.get(t.pk, 0),
             price=state.price_per_hour if state else _opening_price(t, params, replay),
         ))
     snapshot = MarketSnapshot(
         now=now, params=params, markets=markets,
         prices=pricing.market_prices(markets, params=params, rng=rng, replay=replay),
-        spot=_running_spot(names, types), payg=[],
+        spot=running, payg=[],
         averages={names[i]: a for i, a in averages.items()}, types=types, states=states,
     )
     snapshot.points = _publish_prices(snapshot)
@@ -196,33 +197,47 @@ def _opening_price(t: InstanceType, params: pricing.MarketParams, replay) -> Dec
     return pricing.price_floor(t.price_per_hour, params.floor_ratio)
 
 
-def _running_spot(names: dict[int, str], types: dict[str, TypeInfo]) -> list[pricing.SpotRequest]:
-    """Spot jobs holding live pods, each with what it holds per role and its bids (one
-    grouped query over the live pods)."""
-    held = Pod.objects.filter(
-        status__in=LIVE_POD_STATUSES, job__resource_source=ResourceSource.SPOT,
-        job__status__in=RECLAIMABLE_STATUSES, role__instance_type__isnull=False,
+def _live_pods(
+    names: dict[int, str], types: dict[str, TypeInfo]
+) -> tuple[Counter[int], Counter[int], list[pricing.SpotRequest]]:
+    """The live pods of market jobs, in one query grouped by job and role: instances held
+    by pay-as-you-go and by spot per type id, and the running spot jobs with what each
+    holds per role and its bids."""
+    rows = Pod.objects.filter(
+        status__in=LIVE_POD_STATUSES, job__resource_source__in=MARKET_SOURCES,
+        role__instance_type__isnull=False,
     ).annotate(submitted=Epoch("job__submitted_at")).values_list(
-        "job_id", "role__instance_type_id", "role__spot_discount_limit",
-        "role__spot_price_limit", "submitted", "job__enable_aimaster", "role_id",
+        "job_id", "role_id", "role__instance_type_id", "job__resource_source", "job__status",
+        "role__spot_discount_limit", "role__spot_price_limit", "submitted",
+        "job__enable_aimaster",
     ).annotate(n=Count("id"), since=Epoch(Min("started_at"))).order_by("job_id", "role_id")
+    payg_used: Counter[int] = Counter()
+    spot_used: Counter[int] = Counter()
     jobs: dict[int, tuple] = {}
     needs: dict[int, list[tuple[str, int, Decimal]]] = defaultdict(list)
     started: dict[int, float] = {}
-    for job_id, type_id, discount, per_minute, submitted, aimaster, _, count, since in held:
+    for (job_id, _, type_id, source, status, discount, per_minute, submitted, aimaster, count,
+         since) in rows:
+        if source == ResourceSource.PUBLIC:
+            payg_used[type_id] += count
+            continue
+        spot_used[type_id] += count
+        if status not in RECLAIMABLE_STATUSES:
+            continue  # stopping: its pods still hold stock, but nothing is left to reclaim
         name = names[type_id]
         jobs[job_id] = (submitted, aimaster)
         bid = _bid(types[name].original, discount, per_minute)
         needs[job_id].append((name, count, bid if bid is not None else Decimal(0)))
         if since is not None:
             started[job_id] = min(started.get(job_id, since), since)
-    return [
+    running = [
         pricing.SpotRequest(
             job_id=job_id, needs=tuple(needs[job_id]), running=True, submitted_at=submitted,
             aimaster=aimaster, started_at=started.get(job_id),
         )
         for job_id, (submitted, aimaster) in jobs.items()
     ]
+    return payg_used, spot_used, running
 
 
 # A role's bid is its raw bid (original × SpotDiscountLimit, or SpotPriceLimit × 60) rounded
