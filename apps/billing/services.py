@@ -27,6 +27,7 @@ from django.db import connection, transaction
 
 from apps.billing.models import BillLine, PayType, PodMeter
 from apps.cluster.models import InstanceType
+from apps.core.db import rows_insert
 from apps.jobs.models import Pod, PodStatus, ResourceSource
 from apps.market import pricing
 
@@ -38,8 +39,13 @@ PAY_TYPES = {ResourceSource.SPOT: PayType.SPOT, ResourceSource.PUBLIC: PayType.P
 LIVE_POD_STATUSES = (PodStatus.PENDING, PodStatus.RUNNING)
 
 
-def pod_meters_open(*, pod_ids: Iterable[int]) -> None:
-    """Start metering pods of public or spot jobs (the market calls this as it starts them)."""
+def pod_meters_open(*, pod_ids: Iterable[int], new: bool = False) -> None:
+    """Start metering pods of public or spot jobs (the market calls this as it starts them).
+    A pod metered already is left alone, unless `new` says the pods were just created (then
+    the meters are inserted straight away, thousands at once)."""
+    if new:
+        rows_insert(PodMeter, ["pod_id"], [(pod_id,) for pod_id in pod_ids])
+        return
     PodMeter.objects.bulk_create(
         [PodMeter(pod_id=pod_id) for pod_id in pod_ids], batch_size=CHUNK, ignore_conflicts=True
     )

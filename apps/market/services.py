@@ -34,6 +34,7 @@ from django.db import connection, transaction
 from django.db.models import (
     Case,
     Count,
+    DateTimeField,
     DecimalField,
     Exists,
     ExpressionWrapper,
@@ -45,10 +46,11 @@ from django.db.models import (
     Value,
     When,
 )
+from django.db.models.functions import Coalesce
 
 from apps.billing.services import pod_meters_open
 from apps.cluster.models import InstanceType, ResourceType
-from apps.core.db import Epoch, db_datetime
+from apps.core.db import Epoch, db_datetime, rows_insert
 from apps.core.errors import ApplicationError, ValidationFailed
 from apps.core.perf import gc_paused
 from apps.jobs.execution import pods_placed, pods_stopping
@@ -506,52 +508,66 @@ def _apply_starts(snapshot: MarketSnapshot, plan: pricing.MarketPlan) -> int:
     if not jobs:
         return 0
     _check_transitions({j.status for j in jobs}, at_once=at_once)
-    pods = [
-        Pod(job_id=job.pk, role_id=role.role_id, index=i, attempt=job.attempt,
-            pod_id=f"{job.job_id}-{role.role_type.lower()}-{i}-a{job.attempt}",
-            status=PodStatus.RUNNING if at_once else PodStatus.PENDING,
-            started_at=now if at_once else None)
-        for job in jobs for role in snapshot.needs[job.pk] for i in range(role.pod_count)
-    ]
-    Pod.objects.bulk_create(pods, batch_size=CHUNK)
-    pod_meters_open(pod_ids=[p.pk for p in pods])
-    history, events = [], []
-    statuses: dict[tuple[str, str, str], list[int]] = defaultdict(list)  # → job ids
+    pod_ids = rows_insert(
+        Pod, ["job_id", "role_id", "index", "attempt", "pod_id", "status", "started_at"],
+        [(job.pk, role.role_id, i, job.attempt,
+          f"{job.job_id}-{role.role_type.lower()}-{i}-a{job.attempt}",
+          PodStatus.RUNNING if at_once else PodStatus.PENDING, now if at_once else None)
+         for job in jobs for role in snapshot.needs[job.pk] for i in range(role.pod_count)])
+    pod_meters_open(pod_ids=pod_ids, new=True)
+    history, events, updates = [], [], []
     for job in jobs:
         spot = kinds[job.pk] == "spot"
         why = _bid_accepted(snapshot, plan, job.pk) if spot else "Started on the public pool"
         code = "JobBidAccepted" if spot else "JobDequeued"
-        history.append(StatusTransition(
-            job_id=job.pk, status=JobStatus.ENV_PREPARING, reason_code=code,
-            reason_message=why, started_at=now, ended_at=now if at_once else None))
+        history.append((job.pk, JobStatus.ENV_PREPARING, code, why, now, now if at_once else None))
         if at_once:
-            history.append(StatusTransition(
-                job_id=job.pk, status=JobStatus.RUNNING, reason_code="JobRunning",
-                reason_message="All pods are running", started_at=now))
-            statuses[JobStatus.RUNNING, "JobRunning", "All pods are running"].append(job.pk)
+            history.append((job.pk, JobStatus.RUNNING, "JobRunning", "All pods are running", now,
+                            None))
+            updates.append((JobStatus.RUNNING, "JobRunning", "All pods are running", job.pk))
         else:
-            statuses[JobStatus.ENV_PREPARING, code, why].append(job.pk)
-        events.append(JobEvent(job_id=job.pk, kind="BidAccepted" if spot else "Started",
-                               message=why, at=now))
-    events += resumed_events(jobs=jobs, now=now)
-    ids = [j.pk for j in jobs]
-    for chunk in _chunks(ids):
+            updates.append((JobStatus.ENV_PREPARING, code, why, job.pk))
+        events.append((job.pk, "BidAccepted" if spot else "Started", why, now))
+    events += [(e.job_id, e.kind, e.message, e.at) for e in resumed_events(jobs=jobs, now=now)]
+    for chunk in _chunks([j.pk for j in jobs]):
         StatusTransition.objects.filter(job_id__in=chunk, ended_at__isnull=True).update(
             ended_at=now)
-        Job.objects.filter(pk__in=chunk, started_at__isnull=True).update(started_at=now)
-    for (status, code, message), job_ids in statuses.items():
-        for chunk in _chunks(job_ids):
-            Job.objects.filter(pk__in=chunk).update(
-                status=status, reason_code=code, reason_message=message,
-                status_changed_at=now, pending_reason="", queue_position=None,
-                queue_size=None, not_before=None)
-    StatusTransition.objects.bulk_create(history, batch_size=CHUNK)
-    JobEvent.objects.bulk_create(events, batch_size=CHUNK)
+    _started(updates, now=now)
+    rows_insert(StatusTransition, ["job_id", "status", "reason_code", "reason_message",
+                                   "started_at", "ended_at"], history)
+    rows_insert(JobEvent, ["job_id", "kind", "message", "at"], events)
     if not at_once:
         for job in jobs:
             job.status = JobStatus.ENV_PREPARING
         pods_placed(jobs=jobs, now=now)
     return len(jobs)
+
+
+def _started(updates: list[tuple[str, str, str, int]], *, now: datetime) -> None:
+    """Write the started jobs' status (status, code, message, job pk): one UPDATE per
+    message that several jobs share (without agents all say "All pods are running"), one
+    batched statement for the rest (a bid accepted at its own price)."""
+    groups: dict[tuple[str, str, str], list[int]] = defaultdict(list)
+    for status, code, message, pk in updates:
+        groups[status, code, message].append(pk)
+    cleared = dict(pending_reason="", queue_position=None, queue_size=None, not_before=None)
+    for (status, code, message), pks in groups.items():
+        if len(pks) > 1:
+            for chunk in _chunks(pks):
+                Job.objects.filter(pk__in=chunk).update(
+                    status=status, reason_code=code, reason_message=message,
+                    status_changed_at=now, **cleared,
+                    started_at=Coalesce("started_at", Value(now, output_field=DateTimeField())))
+    when = db_datetime(now)
+    alone = [(*key, when, when, pks[0]) for key, pks in groups.items() if len(pks) == 1]
+    if alone:
+        with connection.cursor() as cursor:  # pipelined on PostgreSQL
+            cursor.executemany(
+                f"UPDATE {Job._meta.db_table} SET status = %s, reason_code = %s, "
+                "reason_message = %s, status_changed_at = %s, "
+                "started_at = COALESCE(started_at, %s), pending_reason = '', "
+                "queue_position = NULL, queue_size = NULL, not_before = NULL WHERE id = %s",
+                alone)
 
 
 def _check_transitions(statuses: set[str], *, at_once: bool) -> None:

@@ -10,6 +10,7 @@ from django.db.models import Max
 from apps.cluster.models import InstanceType
 from apps.core.db import Epoch
 from apps.market.models import PricePoint
+from tests.web.test_jobs_views import make_job
 
 pytestmark = pytest.mark.django_db
 
@@ -30,3 +31,26 @@ def test_it_reads_a_datetime_as_exact_epoch_seconds(cluster, moment):
 
 def test_it_reads_no_datetime_as_none(cluster):
     assert PricePoint.objects.aggregate(s=Epoch(Max("at")))["s"] is None
+
+
+def test_it_inserts_plain_rows_with_defaults_and_returns_their_ids_in_order(personas):
+    from apps.core.db import rows_insert
+    from apps.jobs.models import JobEvent
+
+    job = make_job(personas)
+    at = datetime(2026, 3, 2, 12, 0, 0, 123456, tzinfo=UTC)
+    ids = rows_insert(JobEvent, ["job_id", "kind", "message", "at"],
+                      [(job.pk, "A", "first", at), (job.pk, "B", "second", at)], chunk=1)
+    events = JobEvent.objects.in_bulk(ids)
+    assert [(events[i].kind, events[i].message, events[i].at) for i in ids] == [
+        ("A", "first", at), ("B", "second", at)]
+    assert events[ids[0]].pod_id is None  # a column not given takes its default
+    assert rows_insert(JobEvent, ["job_id"], []) == []
+
+
+def test_it_refuses_to_share_a_default_computed_per_row(personas):
+    from apps.core.db import rows_insert
+    from apps.jobs.models import Job
+
+    with pytest.raises(ValueError, match="job_id"):  # default=new_job_id: unique per job
+        rows_insert(Job, ["display_name"], [("a",)])
