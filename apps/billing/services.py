@@ -15,6 +15,7 @@ type's original price. Quota jobs are prepaid: they get no meter and no bill lin
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections import defaultdict
 from collections.abc import Iterable
@@ -27,7 +28,7 @@ from django.db import connection, transaction
 
 from apps.billing.models import BillLine, PayType, PodMeter
 from apps.cluster.models import InstanceType
-from apps.core.db import rows_insert
+from apps.core.db import Epoch, rows_insert
 from apps.jobs.models import Pod, PodStatus, ResourceSource
 from apps.market import pricing
 
@@ -64,8 +65,8 @@ class _Meter:
     pod_id: int
     billed_until: int | None
     status: str
-    started_at: datetime | None
-    finished_at: datetime | None
+    started_at: float | None  # epoch seconds
+    finished_at: float | None
     job_id: int
     workspace_id: int
     source: str
@@ -125,12 +126,14 @@ def billing_accrue(*, now: datetime) -> AccrueReport:
     _adopt_running_pods()
     meters = [
         _Meter(*row)
-        for row in PodMeter.objects.filter(closed=False).values_list(
+        for row in PodMeter.objects.filter(closed=False).annotate(
+            started=Epoch("pod__started_at"), finished=Epoch("pod__finished_at")
+        ).values_list(
             "pod_id",
             "billed_until",
             "pod__status",
-            "pod__started_at",
-            "pod__finished_at",
+            "started",
+            "finished",
             "pod__job_id",
             "pod__job__workspace_id",
             "pod__job__resource_source",
@@ -182,11 +185,9 @@ def _minutes(meter: _Meter, now: datetime) -> tuple[list[int], bool]:
     if ended and meter.finished_at is None:
         log.warning("pod %s ended without a finish time; billed until its last run", meter.pod_id)
         return [], True
-    end = meter.finished_at or now
+    end = meter.finished_at if meter.finished_at is not None else now.timestamp()
     already = None if meter.billed_until is None else meter.billed_until * 60
-    minutes = pricing.bill_minutes(
-        meter.started_at.timestamp(), end.timestamp(), already_billed_until=already
-    )
+    minutes = pricing.bill_minutes(meter.started_at, end, already_billed_until=already)
     if len(minutes) > MAX_MINUTES_PER_RUN:  # catching up after an outage: a day per run
         return minutes[:MAX_MINUTES_PER_RUN], False
     return minutes, meter.finished_at is not None
@@ -203,7 +204,7 @@ class _PriceBook:
 
     def charges(self, meter: _Meter, minutes: list[int]) -> list[_Line] | None:
         pay_type = PAY_TYPES[meter.source]
-        started = meter.started_at.timestamp()
+        started = meter.started_at
         lines = []
         for minute in minutes:
             price = self._price(meter, minute, started)
@@ -216,10 +217,10 @@ class _PriceBook:
                     meter.job_id,
                     meter.pod_id,
                     minute,
-                    datetime.fromtimestamp(minute * 60, UTC).date(),
+                    _day(minute),
                     meter.type_id,
                     price,
-                    pricing.minute_charge(price),
+                    _minute_charge(price),
                     pay_type,
                 )
             )
@@ -235,6 +236,17 @@ class _PriceBook:
             return pricing.price_for_minute(history, minute)
         except pricing.MarketError:
             return None
+
+
+@functools.lru_cache(maxsize=4096)
+def _day(minute: int) -> date:
+    """The UTC day an epoch minute falls in (a run bills a few distinct minutes, many times)."""
+    return datetime.fromtimestamp(minute * 60, UTC).date()
+
+
+@functools.lru_cache(maxsize=65536)
+def _minute_charge(price: Decimal) -> Decimal:
+    return pricing.minute_charge(price)
 
 
 def _price_book(meters: list[_Meter], plans: dict, now: datetime) -> _PriceBook:
