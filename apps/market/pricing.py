@@ -534,7 +534,7 @@ def _payg_problems(book: _Book, counts: dict[str, int]) -> list[tuple[str, str]]
         available = book.markets[t].capacity - book.payg_used[t]
         if n > available:
             held = f"{max(available, 0)} not held by pay-as-you-go"
-            problems.append(("StockShortage", f"stock: needs {n} instances of {t}, {held}"))
+            problems.append(("StockShortage", f"stock: needs {_instances(n)} of {t}, {held}"))
     return problems
 
 
@@ -629,7 +629,11 @@ def _spot_problems(
 
 
 def _stock_text(instance_type: str, needed: int, free: int) -> tuple[str, str]:
-    return "StockShortage", f"stock: needs {needed} instances of {instance_type}, {free} free"
+    return "StockShortage", f"stock: needs {_instances(needed)} of {instance_type}, {free} free"
+
+
+def _instances(count: int) -> str:
+    return f"{count} instance" if count == 1 else f"{count} instances"
 
 
 def _sum_counts(needs: Iterable[tuple[str, int]]) -> dict[str, int]:

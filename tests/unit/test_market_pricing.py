@@ -560,3 +560,8 @@ def test_it_rounds_a_minute_charge_half_up_to_a_millionth():
     assert minute_charge(D("0.8000")) == D("0.013333")
     assert minute_charge(D("0.0001")) == D("0.000002")  # 0.0000016…
     assert minute_charge(D("0.00003")) == D("0.000001")  # 0.0000005 rounds up
+
+
+def test_it_counts_one_instance_in_the_singular():
+    plan = step([market(capacity=1, payg_used=1)], [spot(1, "0.79", 1)])
+    assert plan.waiting[0].reason == "stock: needs 1 instance of ecs.g7.xlarge, 0 free"
