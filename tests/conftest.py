@@ -39,6 +39,22 @@ def _redis_for_tests():
         process.wait(timeout=10)
 
 
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup, django_db_blocker):
+    """pytest-django's test databases, and before they are dropped: on PostgreSQL, close
+    the sessions that processes the tests started (node agents, workers) may leave behind
+    for a moment after they exit, which would stop the test database from being dropped."""
+    yield
+    from django.db import connection
+
+    with django_db_blocker.unblock():
+        if connection.vendor == "postgresql":
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE datname = current_database() AND pid <> pg_backend_pid()")
+
+
 @pytest.fixture(autouse=True)
 def _eager_celery(settings):
     """Tasks run inline in tests (on commit); the browser and agent tests start real workers."""

@@ -21,6 +21,7 @@ The rules (design §5 and the spot seed):
 from __future__ import annotations
 
 import csv
+import functools
 import math
 import random
 from bisect import bisect_right
@@ -576,23 +577,36 @@ def _start_spot(book: _Book, bidding: Sequence[SpotRequest]) -> tuple[list[Start
     """Highest bid first (as a share of the original price, so bids on different types
     compare), ties by submission; each job starts whole or waits, never blocking others."""
     starts, waiting = [], []
+    quotes: dict[str, Quote | None] = {}  # per type until a start changes its stock
+
+    def quote(instance_type: str) -> Quote | None:
+        if instance_type not in quotes:
+            quotes[instance_type] = book.quote(instance_type)
+        return quotes[instance_type]
+
     for request in sorted(bidding, key=lambda r: (-_bid_share(book, r), r.submitted_at, r.job_id)):
-        problems = _spot_problems(request.needs, request.counts, book.quote)
+        counts = request.counts
+        problems = _spot_problems(request.needs, counts, quote)
         if problems:
             waiting.append(_waiting(request.job_id, problems))
             continue
-        book.spot_used.update(request.counts)
+        book.spot_used.update(counts)
+        for t in counts:
+            quotes.pop(t, None)
         starts.append(Start(request.job_id, "spot"))
     return starts, waiting
 
 
 def _bid_share(book: _Book, request: SpotRequest) -> Decimal:
-    shares = [
-        b / book.markets[t].original_price if book.markets[t].original_price else b
-        for t, _, b in request.needs
-        if t in book.markets
-    ]
+    shares = [_share(b, book.markets[t].original_price) for t, _, b in request.needs
+              if t in book.markets]
     return min(shares, default=Decimal(0))
+
+
+@functools.lru_cache(maxsize=65536)
+def _share(bid: Decimal, original: Decimal) -> Decimal:
+    """A bid as a share of the original price (bids are a few discrete values: cached)."""
+    return bid / original if original else bid
 
 
 def spot_wait_reason(
@@ -643,6 +657,7 @@ def _sum_counts(needs: Iterable[tuple[str, int]]) -> dict[str, int]:
     return counts
 
 
+@functools.lru_cache(maxsize=65536)
 def _yuan(price: Decimal) -> str:
     """¥0.29/h: up to four decimals, at least two."""
     text = f"{price:.4f}".rstrip("0")
