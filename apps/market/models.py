@@ -82,6 +82,10 @@ class MarketState(models.Model):
     )
     free = models.PositiveIntegerField(
         default=0, help_text="instances left for spot after the tick (spot stock)")
+    headroom = models.PositiveIntegerField(
+        null=True, blank=True,
+        help_text="the most instances a bidding job could get in the tick; none: no bound",
+    )
     stepped_at = models.DateTimeField(help_text="the market tick that set the price")
     recorded_at = models.DateTimeField(help_text="when the last PricePoint was written")
 

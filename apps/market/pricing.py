@@ -375,6 +375,35 @@ def market_step(
     )
 
 
+def spot_headroom(
+    markets: Sequence[TypeMarket],
+    running: Sequence[SpotRequest],
+    *,
+    prices: Mapping[str, Decimal],
+    averages: Mapping[str, Decimal] | None = None,
+    payg_waiting: bool,
+) -> dict[str, int] | None:
+    """The most instances of each type a bidding spot job can get in a tick at `prices`:
+    what pay-as-you-go and the running spot jobs that keep their bids leave. A job with a
+    role needing more can only wait, so the live tick need not read it.
+
+    Only stock reclaims (a pay-as-you-go job short of stock, a type over capacity) can free
+    more than that; when one may happen (`payg_waiting`, or a type over capacity once the
+    price reclaims are done) there is no bound: None."""
+    if payg_waiting:
+        return None
+    book = _Book.open(markets, [r for r in running if r.running], prices=prices,
+                      averages=averages)
+    _reclaim_on_price(book)
+    headroom = {}
+    for t, market in book.markets.items():
+        free = market.capacity - book.payg_used[t] - book.spot_used[t]
+        if free < 0:
+            return None
+        headroom[t] = free
+    return headroom
+
+
 @dataclass
 class _Book:
     """The tick's working state: prices, usage and the spot jobs still running."""

@@ -143,6 +143,7 @@ class MarketSnapshot:
     needs: dict[int, list[RoleNeed]] = field(default_factory=dict)  # jobs that may start
     pending_reasons: dict[int, str] = field(default_factory=dict)  # queuing pay-as-you-go
     held: dict[int, str] = field(default_factory=dict)  # waiting outside the engine, and why
+    headroom: dict[str, int] | None = None  # see pricing.spot_headroom
     points: int = 0  # PricePoints written
 
 
@@ -152,10 +153,11 @@ def market_snapshot(*, now: datetime, rng: random.Random) -> MarketSnapshot:
     them, then read the jobs that may start at those prices. Run inside the tick's
     transaction.
 
-    Publishing first lets the database leave out every spot job with a bid below its type's
-    asked price: such a job can only wait (`pricing.market_step` says why that changes no
-    start or reclaim), and its reason is shown from the published quotes
-    (`selectors.waiting_reasons`), so a tick neither reads nor writes the hopeless bids."""
+    Publishing first lets the database leave out every spot job that can only wait: a role
+    bids below its type's asked price (`pricing.market_step` says why leaving it out changes
+    no start or reclaim), or needs more instances than the tick can free for spot
+    (`pricing.spot_headroom`). Its reason is shown from the published quotes
+    (`selectors.waiting_reasons`), so a tick neither reads nor writes these jobs."""
     params = MarketParameters.load().to_params()
     all_types = {
         t.name: t for t in InstanceType.objects.only(
@@ -186,6 +188,10 @@ def market_snapshot(*, now: datetime, rng: random.Random) -> MarketSnapshot:
         spot=running, payg=[],
         averages={names[i]: a for i, a in averages.items()}, types=types, states=states,
     )
+    snapshot.headroom = pricing.spot_headroom(
+        markets, running, prices=snapshot.prices, averages=snapshot.averages,
+        payg_waiting=Job.objects.filter(
+            status=JobStatus.QUEUING, resource_source=ResourceSource.PUBLIC).exists())
     snapshot.points = _publish_prices(snapshot)
     _add_waiting(snapshot, names)
     return snapshot
@@ -249,10 +255,11 @@ def _live_pods(
 _BELOW_MARGIN = pricing.PRICE_QUANTUM / 2 + Decimal("0.000000001")
 
 
-def _bids_below_asked() -> Exists:
+def _cannot_start() -> Exists:
     """Whether a role of the outer JobRole's job bids below its type's published asked
-    price (MarketState.asked_per_hour). Roles with no price published, no type or no
-    readable bid never count: their jobs are read and judged in Python."""
+    price (MarketState.asked_per_hour) or needs more instances than its headroom. Roles
+    with no price published, no type or no readable bid never count: their jobs are read
+    and judged in Python."""
     raw_bid = Case(
         When(spot_discount_limit__isnull=False,
              then=F("instance_type__price_per_hour") * F("spot_discount_limit")),
@@ -261,8 +268,9 @@ def _bids_below_asked() -> Exists:
     )
     asked = F("instance_type__market_state__asked_per_hour") - Value(_BELOW_MARGIN)
     return Exists(
-        JobRole.objects.filter(job_id=OuterRef("job_id")).annotate(raw_bid=raw_bid)
-        .filter(raw_bid__lt=ExpressionWrapper(asked, output_field=DecimalField()))
+        JobRole.objects.filter(job_id=OuterRef("job_id")).annotate(raw_bid=raw_bid).filter(
+            Q(raw_bid__lt=ExpressionWrapper(asked, output_field=DecimalField()))
+            | Q(pod_count__gt=F("instance_type__market_state__headroom")))
     )
 
 
@@ -272,7 +280,7 @@ def _add_waiting(snapshot: MarketSnapshot, names: dict[int, str]) -> None:
     with a bid that cannot be read wait outside the engine (`held`)."""
     rows = JobRole.objects.filter(
         Q(job__status=JobStatus.BIDDING, job__resource_source=ResourceSource.SPOT)
-        & ~_bids_below_asked()
+        & ~_cannot_start()
         | Q(job__status=JobStatus.QUEUING, job__resource_source=ResourceSource.PUBLIC)
     ).annotate(submitted=Epoch("job__submitted_at")).order_by("job_id", "id").values_list(
         "job_id", "id", "role_type", "pod_count", "instance_type_id", "spot_discount_limit",
@@ -408,15 +416,16 @@ def _publish_prices(snapshot: MarketSnapshot) -> int:
                 points.append(PricePoint(instance_type_id=info.id, at=now, price_per_hour=price))
                 state.recorded_at = now
         state.price_per_hour, state.average_per_hour, state.asked_per_hour = price, average, asked
+        state.headroom = None if snapshot.headroom is None else snapshot.headroom.get(name)
         state.stepped_at = now
     MarketState.objects.bulk_create(new)
     if changed:  # one batched statement: bulk_update's CASE per row is slow for hundreds
         with connection.cursor() as cursor:
             cursor.executemany(
                 f"UPDATE {MarketState._meta.db_table} SET price_per_hour = %s, "
-                "average_per_hour = %s, asked_per_hour = %s, stepped_at = %s, recorded_at = %s "
-                "WHERE instance_type_id = %s",
-                [(s.price_per_hour, s.average_per_hour, s.asked_per_hour,
+                "average_per_hour = %s, asked_per_hour = %s, headroom = %s, stepped_at = %s, "
+                "recorded_at = %s WHERE instance_type_id = %s",
+                [(s.price_per_hour, s.average_per_hour, s.asked_per_hour, s.headroom,
                   db_datetime(s.stepped_at), db_datetime(s.recorded_at), s.pk) for s in changed],
             )
     PricePoint.objects.bulk_create(points, ignore_conflicts=True)

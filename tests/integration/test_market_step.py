@@ -477,9 +477,31 @@ def test_it_neither_reads_nor_writes_a_bid_below_the_asked_price(personas, repla
     assert report.waiting == 0
     assert not [q for q in queries if "pending_reason" in q["sql"] and "UPDATE" in q["sql"]]
     assert reason(hopeless) == "bid ¥0.32/h < market ¥0.50/h for ecs.g7.xlarge"
-    short = submit(personas, discount="0.9", pods=21, name="short", now=at(2))  # ¥0.72/h
-    assert step(at(2)).waiting == 1  # may start on price: read, and waits on stock
-    assert reason(short) == "stock: needs 21 instances of ecs.g7.xlarge, 20 free"
+
+
+def test_it_does_not_read_a_gang_larger_than_the_tick_can_free(personas, replay):
+    replay([(NOW, G7, "0.30")])
+    submit(personas, discount="0.9", pods=12, name="holder")  # keeps its bid: 8 stay free
+    step(at(0))
+    short = submit(personas, discount="0.9", pods=9, name="short", now=at(1))
+    fits = submit(personas, discount="0.9", pods=8, name="fits", now=at(1))
+    report = step(at(1))
+    assert (report.waiting, report.started) == (0, 1)  # `short` was not read
+    reload(fits)
+    assert fits.status == JobStatus.RUNNING
+    assert reason(short) == "stock: needs 9 instances of ecs.g7.xlarge, 0 free"
+
+
+def test_it_reads_every_gang_while_pay_as_you_go_waits(personas, replay):
+    """A queuing pay-as-you-go job may reclaim spot instances, and so free more than the
+    headroom: no job is left out for its size then."""
+    replay([(NOW, G7, "0.30")])
+    submit(personas, source="public", pods=15, name="payg")
+    step(at(0))
+    submit(personas, source="public", pods=6, name="waiting", now=at(1))
+    short = submit(personas, discount="0.9", pods=9, name="short", now=at(1))
+    assert step(at(1)).waiting == 2  # the queuing job and `short`, read and judged
+    assert reason(short) == "stock: needs 9 instances of ecs.g7.xlarge, 5 free"
 
 
 def test_it_quotes_the_price_of_the_last_tick_in_a_waiting_reason(personas, replay):

@@ -22,6 +22,7 @@ from apps.market.pricing import (
     next_price,
     price_floor,
     price_for_minute,
+    spot_headroom,
     system_average,
     target_fraction,
 )
@@ -286,6 +287,48 @@ def test_it_plans_the_same_without_the_bids_below_the_asked_price(scenario):
     left_out = {r.job_id for r in spot} - {r.job_id for r in kept}
     assert left_out <= {w.job_id for w in plan.waiting}
     assert set(lean.waiting) == {w for w in plan.waiting if w.job_id not in left_out}
+
+
+@FAST
+@given(scenarios(), st.booleans())
+def test_it_plans_the_same_without_the_jobs_that_need_more_than_the_headroom(scenario, payg):
+    """Nor does the live tick read a bidding job with a role that needs more instances than
+    the tick can free for spot (`spot_headroom`); with pay-as-you-go waiting (stock reclaims
+    may free more) there is no bound. Bidders needing the headroom, one more and one less,
+    on every type, sit on the edge."""
+    payg_requests = scenario.payg if payg else ()
+    prices = scenario.step().prices
+    running = [r for r in scenario.spot if r.running]
+    headroom = spot_headroom(scenario.markets, running, prices=prices,
+                             averages=scenario.averages, payg_waiting=bool(payg_requests))
+    if payg_requests:
+        assert headroom is None
+        return
+    markets = {m.instance_type: m for m in scenario.markets}
+    edge = [
+        SpotRequest(job_id=2000 + 3 * i + k,
+                    needs=((t, max(1, (headroom or {}).get(t, 0) + k - 1), m.original_price),),
+                    running=False, submitted_at=NOW - i)
+        for i, (t, m) in enumerate(markets.items()) for k in range(3)
+    ]
+    spot = [*scenario.spot, *edge]
+
+    def step(requests):
+        return market_step(scenario.markets, requests, payg_requests, params=scenario.params,
+                           rng=random.Random(scenario.seed), now=NOW,
+                           averages=scenario.averages, replay=scenario.replay)
+
+    plan = step(spot)
+    if headroom is None:  # a type over capacity: stock reclaims come first
+        assert any(r.code == "SpotStockShortage" for r in plan.reclaims)
+        return
+    kept = [r for r in spot if r.running or all(
+        t not in headroom or n <= headroom[t] for t, n, _ in r.needs)]
+    lean = step(kept)
+    assert (lean.prices, lean.starts, lean.reclaims, lean.stock) == (
+        plan.prices, plan.starts, plan.reclaims, plan.stock)
+    assert all(n <= headroom[t] for s in plan.starts if s.kind == "spot"
+               for r in spot if r.job_id == s.job_id for t, n, _ in r.needs if t in headroom)
 
 
 @FAST
