@@ -384,23 +384,29 @@ def spot_headroom(
     payg_waiting: bool,
 ) -> dict[str, int] | None:
     """The most instances of each type a bidding spot job can get in a tick at `prices`:
-    what pay-as-you-go and the running spot jobs that keep their bids leave. A job with a
-    role needing more can only wait, so the live tick need not read it.
+    what pay-as-you-go and the running spot jobs that keep their bids leave, plus, where a
+    type is over capacity (a node left the pool), all that the running jobs on it hold on
+    any type (they may be reclaimed). A job with a role needing more can only wait, so the
+    live tick need not read it.
 
-    Only stock reclaims (a pay-as-you-go job short of stock, a type over capacity) can free
-    more than that; when one may happen (`payg_waiting`, or a type over capacity once the
-    price reclaims are done) there is no bound: None."""
+    A waiting pay-as-you-go job may reclaim spot jobs anywhere: then there is no bound
+    (None)."""
     if payg_waiting:
         return None
     book = _Book.open(markets, [r for r in running if r.running], prices=prices,
                       averages=averages)
     _reclaim_on_price(book)
-    headroom = {}
-    for t, market in book.markets.items():
-        free = market.capacity - book.payg_used[t] - book.spot_used[t]
-        if free < 0:
-            return None
-        headroom[t] = free
+    headroom = {
+        t: max(0, m.capacity - book.payg_used[t] - book.spot_used[t])
+        for t, m in book.markets.items()
+    }
+    over = {t for t, m in book.markets.items()
+            if book.payg_used[t] + book.spot_used[t] > m.capacity}
+    for request in book.running.values():
+        if over & request.counts.keys():
+            for t, n in request.counts.items():
+                if t in headroom:
+                    headroom[t] += n
     return headroom
 
 
