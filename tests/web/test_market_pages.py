@@ -36,8 +36,9 @@ def test_it_lists_every_type_of_the_public_pool_with_price_range_and_stock(alice
     assert response.status_code == 200
     html = response.content.decode()
     assert G7 in html and LJ in html
-    assert "¥0.001333–¥0.013333" in html  # g7's range per minute
-    assert "¥0.08–¥0.80" in html  # and per hour
+    # g7's range, per hour and per minute (the API's SpotPriceLimit unit)
+    assert '¥0.0800/h<div class="sub">¥0.001333/min</div>' in html
+    assert '¥0.8000/h<div class="sub">¥0.013333/min</div>' in html
     row = next(r for r in response.context["rows"] if r.instance_type.name == G7)
     usage = (row.capacity, row.usage.spot_used, row.stock, row.usage.bidding_demand)
     assert usage == (20, 3, 17, 2)
