@@ -28,7 +28,7 @@ from django.db import connection, transaction
 
 from apps.billing.models import BillLine, PayType, PodMeter
 from apps.cluster.models import InstanceType
-from apps.core.db import Epoch, rows_insert
+from apps.core.db import Epoch, pks_update, rows_insert
 from apps.jobs.models import Pod, PodStatus, ResourceSource
 from apps.market import pricing
 
@@ -155,10 +155,8 @@ def billing_accrue(*, now: datetime) -> AccrueReport:
             closed.append(meter.pod_id)
     _insert_lines(lines)
     for billed_until, pod_ids in moved.items():
-        for chunk in _chunks(pod_ids):
-            PodMeter.objects.filter(pod_id__in=chunk).update(billed_until=billed_until)
-    for chunk in _chunks(closed):
-        PodMeter.objects.filter(pod_id__in=chunk).update(closed=True)
+        pks_update(PodMeter, pod_ids, billed_until=billed_until)
+    pks_update(PodMeter, closed, closed=True)
     amount = sum((line.amount for line in lines), Decimal(0))
     return AccrueReport(pods=len(meters), lines=len(lines), amount=amount, closed=len(closed))
 
@@ -266,8 +264,3 @@ def _price_book(meters: list[_Meter], plans: dict, now: datetime) -> _PriceBook:
         InstanceType.objects.filter(pk__in=type_ids).values_list("pk", "price_per_hour")
     )
     return _PriceBook(histories, originals)
-
-
-def _chunks(ids: list[int]) -> Iterable[list[int]]:
-    for start in range(0, len(ids), CHUNK):
-        yield ids[start : start + CHUNK]

@@ -97,3 +97,24 @@ def rows_insert(model: type[Model], fields: Sequence[str], rows: Sequence[Sequen
             cursor.execute(sql, [*constants, *(list(column) for column in zip(*part, strict=True))])
             ids += [row[0] for row in cursor.fetchall()]
     return ids
+
+
+def pks_update(model: type[Model], pks: Sequence[int], **values: Any) -> None:
+    """UPDATE the rows with these primary keys, setting `values` (plain fields). On
+    PostgreSQL one statement with the keys as an array (an IN list of thousands of
+    placeholders costs more to build than to run); elsewhere chunked IN lists."""
+    if not pks:
+        return
+    if connection.vendor != "postgresql":
+        for start in range(0, len(pks), 2000):
+            model._default_manager.filter(pk__in=pks[start : start + 2000]).update(**values)
+        return
+    qn = connection.ops.quote_name
+    fields = [model._meta.get_field(name) for name in values]
+    sets = ", ".join(f"{qn(f.column)} = %s" for f in fields)
+    params = [f.get_db_prep_save(v, connection) for f, v in zip(fields, values.values(),
+                                                                  strict=True)]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {qn(model._meta.db_table)} SET {sets} "
+            f"WHERE {qn(model._meta.pk.column)} = ANY(%s)", [*params, list(pks)])

@@ -54,3 +54,14 @@ def test_it_refuses_to_share_a_default_computed_per_row(personas):
 
     with pytest.raises(ValueError, match="job_id"):  # default=new_job_id: unique per job
         rows_insert(Job, ["display_name"], [("a",)])
+
+
+def test_it_updates_rows_by_primary_key(personas):
+    from apps.core.db import pks_update
+    from apps.jobs.models import Job
+
+    jobs = [make_job(personas, name=f"j{i}") for i in range(3)]
+    pks_update(Job, [jobs[0].pk, jobs[2].pk], display_name="renamed", priority=7)
+    pks_update(Job, [], display_name="nobody")
+    assert sorted(Job.objects.values_list("display_name", "priority")) == [
+        ("j1", 1), ("renamed", 7), ("renamed", 7)]
