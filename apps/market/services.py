@@ -32,17 +32,17 @@ from django.conf import settings
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import connection, transaction
 from django.db.models import (
+    BooleanField,
     Case,
     Count,
     DateTimeField,
     DecimalField,
-    Exists,
     ExpressionWrapper,
     F,
     Max,
     Min,
-    OuterRef,
     Q,
+    QuerySet,
     Value,
     When,
 )
@@ -255,11 +255,11 @@ def _live_pods(
 _BELOW_MARGIN = pricing.PRICE_QUANTUM / 2 + Decimal("0.000000001")
 
 
-def _cannot_start() -> Exists:
-    """Whether a role of the outer JobRole's job bids below its type's published asked
-    price (MarketState.asked_per_hour) or needs more instances than its headroom. Roles
-    with no price published, no type or no readable bid never count: their jobs are read
-    and judged in Python."""
+def _with_blocked(roles: QuerySet[JobRole]) -> QuerySet[JobRole]:
+    """The roles, each annotated `blocked`: true when it bids below its type's published
+    asked price (MarketState.asked_per_hour) or needs more instances than its headroom;
+    null when it has no type, no readable bid or no published quote (its job is then read
+    and judged in Python)."""
     raw_bid = Case(
         When(spot_discount_limit__isnull=False,
              then=F("instance_type__price_per_hour") * F("spot_discount_limit")),
@@ -267,25 +267,33 @@ def _cannot_start() -> Exists:
         output_field=DecimalField(max_digits=24, decimal_places=10),
     )
     asked = F("instance_type__market_state__asked_per_hour") - Value(_BELOW_MARGIN)
-    return Exists(
-        JobRole.objects.filter(job_id=OuterRef("job_id")).annotate(raw_bid=raw_bid).filter(
-            Q(raw_bid__lt=ExpressionWrapper(asked, output_field=DecimalField()))
-            | Q(pod_count__gt=F("instance_type__market_state__headroom")))
-    )
+    return roles.annotate(raw_bid=raw_bid).annotate(blocked=ExpressionWrapper(
+        Q(raw_bid__lt=ExpressionWrapper(asked, output_field=DecimalField()))
+        | Q(pod_count__gt=F("instance_type__market_state__headroom")),
+        output_field=BooleanField()))
+
+
+_WAITING_FIELDS = (
+    "job_id", "id", "role_type", "pod_count", "instance_type_id", "spot_discount_limit",
+    "spot_price_limit", "job__resource_source", "submitted", "job__enable_aimaster",
+    "job__pending_reason", "job__not_before")
 
 
 def _add_waiting(snapshot: MarketSnapshot, names: dict[int, str]) -> None:
     """Bidding spot jobs that may start at the published prices, and every queuing
-    pay-as-you-go job, read in one query of their roles; those in an AIMaster backoff or
-    with a bid that cannot be read wait outside the engine (`held`)."""
-    rows = JobRole.objects.filter(
-        Q(job__status=JobStatus.BIDDING, job__resource_source=ResourceSource.SPOT)
-        & ~_cannot_start()
-        | Q(job__status=JobStatus.QUEUING, job__resource_source=ResourceSource.PUBLIC)
-    ).annotate(submitted=Epoch("job__submitted_at")).order_by("job_id", "id").values_list(
-        "job_id", "id", "role_type", "pod_count", "instance_type_id", "spot_discount_limit",
-        "spot_price_limit", "job__resource_source", "submitted", "job__enable_aimaster",
-        "job__pending_reason", "job__not_before")
+    pay-as-you-go job, read by their roles; those in an AIMaster backoff or with a bid that
+    cannot be read wait outside the engine (`held`). A bidding job is read when one of its
+    roles is not blocked (nearly all jobs have one role; a job with another role blocked is
+    read and waits, as the engine says)."""
+    ready = _with_blocked(JobRole.objects.filter(
+        job__status=JobStatus.BIDDING, job__resource_source=ResourceSource.SPOT,
+    )).filter(Q(blocked=False) | Q(blocked__isnull=True)).values("job_id")
+    bidding = JobRole.objects.filter(job_id__in=ready)
+    queuing = JobRole.objects.filter(
+        job__status=JobStatus.QUEUING, job__resource_source=ResourceSource.PUBLIC)
+    rows = [row for roles in (bidding, queuing) for row in roles.annotate(
+        submitted=Epoch("job__submitted_at")).order_by("job_id", "id").values_list(
+        *_WAITING_FIELDS)]
     jobs: dict[int, tuple] = {}
     needs: dict[int, list[RoleNeed]] = defaultdict(list)
     originals = {t.name: t.original for t in snapshot.types.values()}

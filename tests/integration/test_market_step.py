@@ -479,6 +479,18 @@ def test_it_neither_reads_nor_writes_a_bid_below_the_asked_price(personas, repla
     assert reason(hopeless) == "bid ¥0.32/h < market ¥0.50/h for ecs.g7.xlarge"
 
 
+def test_it_keeps_a_job_waiting_when_one_of_its_roles_bids_too_low(personas, replay):
+    replay([(NOW, G7, "0.50")])
+    job = submit(personas, roles=[
+        RoleSpec(role_type="Worker", pod_count=2, instance_type=G7, spot_discount_limit=D("0.9")),
+        RoleSpec(role_type="PS", pod_count=1, instance_type=G7, spot_discount_limit=D("0.1")),
+    ])
+    assert step(at(0)).waiting == 1  # read for its Worker, held back by its PS
+    reload(job)
+    assert job.status == JobStatus.BIDDING and not job.pods.exists()
+    assert reason(job) == "bid ¥0.08/h < market ¥0.50/h for ecs.g7.xlarge"
+
+
 def test_it_does_not_read_a_gang_larger_than_the_tick_can_free(personas, replay):
     replay([(NOW, G7, "0.30")])
     submit(personas, discount="0.9", pods=12, name="holder")  # keeps its bid: 8 stay free
