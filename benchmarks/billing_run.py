@@ -40,6 +40,7 @@ from apps.cluster.models import InstanceType  # noqa: E402
 from apps.jobs.models import Job, JobRole, JobStatus, Pod, PodStatus  # noqa: E402
 from apps.market.models import PricePoint  # noqa: E402
 from apps.workspaces.models import Workspace  # noqa: E402
+from benchmarks.common import analyze, python_reference  # noqa: E402
 
 TYPES, JOBS, PODS_PER_JOB = 50, 2_500, 4
 
@@ -88,14 +89,6 @@ def build(rng: random.Random, now: datetime) -> None:
         (PodMeter(pod=pod, billed_until=billed_until) for pod in pods), batch_size=5000)
 
 
-def analyze() -> None:
-    """Fresh statistics, as autovacuum keeps them on a live database (bulk loads leave the
-    planner guessing otherwise)."""
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute("ANALYZE")
-
-
 def main() -> None:
     if connection.vendor != "postgresql":
         print(f"note: running on {connection.vendor}; the goal is set for PostgreSQL")
@@ -106,6 +99,7 @@ def main() -> None:
     analyze()
     elapsed = time.perf_counter() - start
     print(f"built {JOBS:,} jobs × {PODS_PER_JOB} running pods in {elapsed:.1f} s")
+    print(f"machine: a 10-million-step Python loop takes {python_reference():.2f} s")
     for label in ("billing run (one new minute)", "repeated run (nothing new)"):
         start = time.perf_counter()
         report = billing_accrue(now=now)

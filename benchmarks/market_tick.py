@@ -48,6 +48,7 @@ from apps.jobs.models import Job, JobRole, JobStatus, Pod, PodStatus  # noqa: E4
 from apps.market.models import MarketState, PricePoint  # noqa: E402
 from apps.market.services import market_apply, market_plan, market_snapshot  # noqa: E402
 from apps.workspaces.models import Workspace  # noqa: E402
+from benchmarks.common import analyze, python_reference  # noqa: E402
 
 TYPES, JOBS, PAYG_JOBS = 200, 50_000, 400
 DISCOUNTS = [Decimal(f"0.{n}") for n in range(1, 10)]
@@ -135,22 +136,6 @@ def tick(label: str, now, rng: random.Random, *, keep: bool = True) -> float:
     print(f"{' ' * len(label)}  cpu: snapshot {c1 - c0:6.3f} s  plan {c2 - c1:6.3f} s  "
           f"apply {c3 - c2:6.3f} s  = {c3 - c0:6.3f} s")
     return t3 - t0
-
-
-def python_reference() -> float:
-    """Seconds for a fixed pure-Python loop: how fast this machine is right now (shared
-    machines vary from run to run), to compare figures taken on different days."""
-    started = time.perf_counter()
-    sum(i * i for i in range(10_000_000))
-    return time.perf_counter() - started
-
-
-def analyze() -> None:
-    """Fresh statistics, as autovacuum keeps them on a live database (bulk loads leave the
-    planner guessing otherwise)."""
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute("ANALYZE")
 
 
 def main() -> None:

@@ -143,15 +143,44 @@ def jobs_transition_bulk(
         if finished:
             job.finished_at, job.pending_reason = now, ""
             job.queue_position = job.queue_size = None
-    sql = (f"UPDATE {Job._meta.db_table} SET status = %s, reason_code = %s, reason_message = %s,"
-           " status_changed_at = %s")
+    jobs_status_write(
+        updates=[(job.pk, status, job.reason_code, job.reason_message) for job in jobs],
+        now=now, finished=finished)
+
+
+def jobs_status_write(
+    *, updates: list[tuple[int, str, str, str]], now: datetime, finished: bool = False,
+    started: bool = False,
+) -> None:
+    """Write jobs' (pk, status, reason code, reason message) as of `now`: one UPDATE per
+    status and reason that several jobs share, one batched statement (pipelined on
+    PostgreSQL) for the rest. `finished` also sets finished_at; `started` sets started_at
+    where it is unset and clears the AIMaster backoff; both clear the waiting fields. No
+    status history: the callers write it."""
+    sets = ["status = %s", "reason_code = %s", "reason_message = %s", "status_changed_at = %s"]
     if finished:
-        sql += ", finished_at = %s, pending_reason = '', queue_position = NULL, queue_size = NULL"
+        sets.append("finished_at = %(now)s")
+    if started:
+        sets += ["started_at = COALESCE(started_at, %(now)s)", "not_before = NULL"]
+    if finished or started:
+        sets += ["pending_reason = ''", "queue_position = NULL", "queue_size = NULL"]
     when = db_datetime(now)
-    rows = [(status, job.reason_code, job.reason_message, when, *([when] if finished else []),
-             job.pk) for job in jobs]
-    with connection.cursor() as cursor:  # one batched statement (pipelined on PostgreSQL)
-        cursor.executemany(sql + " WHERE id = %s", rows)
+    extra = [when] * sum("%(now)s" in part for part in sets)
+    sql = f"UPDATE {Job._meta.db_table} SET {', '.join(sets)}".replace("%(now)s", "%s")
+    groups: dict[tuple[str, str, str], list[int]] = {}
+    for pk, *reason in updates:
+        groups.setdefault(tuple(reason), []).append(pk)
+    with connection.cursor() as cursor:
+        for (status, code, message), pks in groups.items():
+            if len(pks) == 1:
+                continue  # below, with the other jobs alone with their reason
+            for start in range(0, len(pks), 2000):
+                chunk = pks[start : start + 2000]
+                cursor.execute(f"{sql} WHERE id IN ({', '.join(['%s'] * len(chunk))})",
+                               [status, code, message, when, *extra, *chunk])
+        alone = [[*key, when, *extra, pks[0]] for key, pks in groups.items() if len(pks) == 1]
+        if alone:
+            cursor.executemany(f"{sql} WHERE id = %s", alone)
 
 
 def resumed_events(*, jobs: list[Job], now: datetime) -> list[JobEvent]:

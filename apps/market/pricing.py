@@ -340,7 +340,7 @@ def market_step(
     payg: Sequence[PaygRequest],
     *,
     params: MarketParams,
-    rng: random.Random,
+    rng: random.Random | None = None,
     now: float,
     averages: Mapping[str, Decimal] | None = None,
     replay: Mapping[str, Decimal] | None = None,
@@ -353,14 +353,17 @@ def market_step(
     `now`); a type without one is held to its new market price. `replay` maps types to
     recorded prices that replace the model (still clamped to [floor, original]). `prices`
     are the tick's prices when the caller drew them already with `market_prices` (then
-    `rng` and `replay` are not used). The plan does not depend on the order of the inputs;
-    `now` is accepted for the adapter's symmetry and not otherwise needed.
+    `rng` and `replay` are not used, and `rng` may be left out). The plan does not depend
+    on the order of the inputs; `now` is accepted for the adapter's symmetry and not
+    otherwise needed.
 
     A bidding request with a bid below its type's asked price (`asked_price`) can only
     wait: leaving it out changes no price, start or reclaim (the live tick relies on this
     to read only the bids that may start).
     """
     if prices is None:
+        if rng is None:
+            raise MarketError("MissingRandom", "give the tick's rng, or its prices")
         prices = market_prices(markets, params=params, rng=rng, replay=replay)
     book = _Book.open(markets, spot, prices=prices, averages=averages)
     reclaims = _reclaim_on_price(book) + _reclaim_over_capacity(book)

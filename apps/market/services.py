@@ -35,7 +35,6 @@ from django.db.models import (
     BooleanField,
     Case,
     Count,
-    DateTimeField,
     DecimalField,
     ExpressionWrapper,
     F,
@@ -46,7 +45,6 @@ from django.db.models import (
     Value,
     When,
 )
-from django.db.models.functions import Coalesce
 
 from apps.billing.services import pod_meters_open
 from apps.cluster.models import InstanceType, ResourceType
@@ -64,7 +62,7 @@ from apps.jobs.models import (
     ResourceSource,
     StatusTransition,
 )
-from apps.jobs.services import ALLOWED, resumed_events
+from apps.jobs.services import ALLOWED, jobs_status_write, resumed_events
 from apps.market import pricing
 from apps.market.models import MarketParameters, MarketState, PricePoint
 from apps.market.selectors import (
@@ -188,12 +186,13 @@ def market_snapshot(*, now: datetime, rng: random.Random) -> MarketSnapshot:
         spot=running, payg=[],
         averages={names[i]: a for i, a in averages.items()}, types=types, states=states,
     )
+    queuing = _waiting_rows(JobRole.objects.filter(
+        job__status=JobStatus.QUEUING, job__resource_source=ResourceSource.PUBLIC))
     snapshot.headroom = pricing.spot_headroom(
         markets, running, prices=snapshot.prices, averages=snapshot.averages,
-        payg_waiting=Job.objects.filter(
-            status=JobStatus.QUEUING, resource_source=ResourceSource.PUBLIC).exists())
+        payg_waiting=bool(queuing))
     snapshot.points = _publish_prices(snapshot)
-    _add_waiting(snapshot, names)
+    _add_waiting(snapshot, names, queuing)
     return snapshot
 
 
@@ -273,27 +272,26 @@ def _with_blocked(roles: QuerySet[JobRole]) -> QuerySet[JobRole]:
         output_field=BooleanField()))
 
 
-_WAITING_FIELDS = (
-    "job_id", "id", "role_type", "pod_count", "instance_type_id", "spot_discount_limit",
-    "spot_price_limit", "job__resource_source", "submitted", "job__enable_aimaster",
-    "job__pending_reason", "job__not_before")
+def _waiting_rows(roles: QuerySet[JobRole]) -> list[tuple]:
+    """What the tick needs of waiting jobs' roles, ordered by job and role."""
+    return list(roles.annotate(submitted=Epoch("job__submitted_at")).order_by(
+        "job_id", "id").values_list(
+        "job_id", "id", "role_type", "pod_count", "instance_type_id", "spot_discount_limit",
+        "spot_price_limit", "job__resource_source", "submitted", "job__enable_aimaster",
+        "job__pending_reason", "job__not_before"))
 
 
-def _add_waiting(snapshot: MarketSnapshot, names: dict[int, str]) -> None:
-    """Bidding spot jobs that may start at the published prices, and every queuing
-    pay-as-you-go job, read by their roles; those in an AIMaster backoff or with a bid that
-    cannot be read wait outside the engine (`held`). A bidding job is read when one of its
-    roles is not blocked (nearly all jobs have one role; a job with another role blocked is
-    read and waits, as the engine says)."""
+def _add_waiting(snapshot: MarketSnapshot, names: dict[int, str], queuing: list[tuple]) -> None:
+    """Bidding spot jobs that may start at the published prices, read by their roles, and
+    the queuing pay-as-you-go jobs' roles (`queuing`, read before the prices were
+    published); those in an AIMaster backoff or with a bid that cannot be read wait outside
+    the engine (`held`). A bidding job is read when one of its roles is not blocked (nearly
+    all jobs have one role; a job with another role blocked is read and waits, as the
+    engine says)."""
     ready = _with_blocked(JobRole.objects.filter(
         job__status=JobStatus.BIDDING, job__resource_source=ResourceSource.SPOT,
     )).filter(Q(blocked=False) | Q(blocked__isnull=True)).values("job_id")
-    bidding = JobRole.objects.filter(job_id__in=ready)
-    queuing = JobRole.objects.filter(
-        job__status=JobStatus.QUEUING, job__resource_source=ResourceSource.PUBLIC)
-    rows = [row for roles in (bidding, queuing) for row in roles.annotate(
-        submitted=Epoch("job__submitted_at")).order_by("job_id", "id").values_list(
-        *_WAITING_FIELDS)]
+    rows = _waiting_rows(JobRole.objects.filter(job_id__in=ready)) + queuing
     jobs: dict[int, tuple] = {}
     needs: dict[int, list[RoleNeed]] = defaultdict(list)
     originals = {t.name: t.original for t in snapshot.types.values()}
@@ -369,8 +367,8 @@ class StepReport:
 def market_plan(*, snapshot: MarketSnapshot) -> pricing.MarketPlan:
     return pricing.market_step(
         snapshot.markets, snapshot.spot, snapshot.payg, params=snapshot.params,
-        rng=random.Random(0), now=snapshot.now.timestamp(), averages=snapshot.averages,
-        prices=snapshot.prices,  # drawn by market_snapshot: the rng above is not used
+        now=snapshot.now.timestamp(), averages=snapshot.averages,
+        prices=snapshot.prices,  # drawn and published by market_snapshot
     )
 
 
@@ -541,15 +539,15 @@ def _apply_starts(snapshot: MarketSnapshot, plan: pricing.MarketPlan) -> int:
         if at_once:
             history.append((job.pk, JobStatus.RUNNING, "JobRunning", "All pods are running", now,
                             None))
-            updates.append((JobStatus.RUNNING, "JobRunning", "All pods are running", job.pk))
+            updates.append((job.pk, JobStatus.RUNNING, "JobRunning", "All pods are running"))
         else:
-            updates.append((JobStatus.ENV_PREPARING, code, why, job.pk))
+            updates.append((job.pk, JobStatus.ENV_PREPARING, code, why))
         events.append((job.pk, "BidAccepted" if spot else "Started", why, now))
     events += [(e.job_id, e.kind, e.message, e.at) for e in resumed_events(jobs=jobs, now=now)]
     for chunk in _chunks([j.pk for j in jobs]):
         StatusTransition.objects.filter(job_id__in=chunk, ended_at__isnull=True).update(
             ended_at=now)
-    _started(updates, now=now)
+    jobs_status_write(updates=updates, now=now, started=True)
     rows_insert(StatusTransition, ["job_id", "status", "reason_code", "reason_message",
                                    "started_at", "ended_at"], history)
     rows_insert(JobEvent, ["job_id", "kind", "message", "at"], events)
@@ -558,33 +556,6 @@ def _apply_starts(snapshot: MarketSnapshot, plan: pricing.MarketPlan) -> int:
             job.status = JobStatus.ENV_PREPARING
         pods_placed(jobs=jobs, now=now)
     return len(jobs)
-
-
-def _started(updates: list[tuple[str, str, str, int]], *, now: datetime) -> None:
-    """Write the started jobs' status (status, code, message, job pk): one UPDATE per
-    message that several jobs share (without agents all say "All pods are running"), one
-    batched statement for the rest (a bid accepted at its own price)."""
-    groups: dict[tuple[str, str, str], list[int]] = defaultdict(list)
-    for status, code, message, pk in updates:
-        groups[status, code, message].append(pk)
-    cleared = dict(pending_reason="", queue_position=None, queue_size=None, not_before=None)
-    for (status, code, message), pks in groups.items():
-        if len(pks) > 1:
-            for chunk in _chunks(pks):
-                Job.objects.filter(pk__in=chunk).update(
-                    status=status, reason_code=code, reason_message=message,
-                    status_changed_at=now, **cleared,
-                    started_at=Coalesce("started_at", Value(now, output_field=DateTimeField())))
-    when = db_datetime(now)
-    alone = [(*key, when, when, pks[0]) for key, pks in groups.items() if len(pks) == 1]
-    if alone:
-        with connection.cursor() as cursor:  # pipelined on PostgreSQL
-            cursor.executemany(
-                f"UPDATE {Job._meta.db_table} SET status = %s, reason_code = %s, "
-                "reason_message = %s, status_changed_at = %s, "
-                "started_at = COALESCE(started_at, %s), pending_reason = '', "
-                "queue_position = NULL, queue_size = NULL, not_before = NULL WHERE id = %s",
-                alone)
 
 
 def _check_transitions(statuses: set[str], *, at_once: bool) -> None:
