@@ -10,10 +10,11 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     DJANGO_SETTINGS_MODULE=paiweb.settings \
     PAIWEB_VAR_DIR=/app/var
 
-# bubblewrap sandboxes pods (it needs a container allowed to create user namespaces; elsewhere
-# SANDBOX=auto runs pods unsandboxed and the health panel says so).
+# The node agent isolates pods with bubblewrap, iproute2 (a network namespace per job) and
+# util-linux (setpriv, nsenter, prlimit); it runs as root in a privileged container
+# (docker-compose.yml) and refuses to run pods where it cannot isolate them (SANDBOX=strict).
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends bubblewrap \
+    && apt-get install -y --no-install-recommends bubblewrap iproute2 util-linux \
     && rm -rf /var/lib/apt/lists/*
 
 RUN groupadd --system --gid 1000 paiweb \

@@ -90,7 +90,10 @@ cluster: migrate
 	@$(PY) manage.py apply_cluster $(CLUSTER_FILE)
 
 # Static files need no collecting: whitenoise serves them through the finders.
+# As root, the sandbox's tools are installed so pods are isolated; without them (or root)
+# the demo still runs pods, and says loudly that they are not isolated.
 demo: cluster
+	@$(MAKE) bubblewrap || echo "The demo's pods will run WITHOUT isolation (see above)." >&2
 	@$(PY) manage.py demo
 
 # --- tests ------------------------------------------------------------------------------
@@ -107,15 +110,18 @@ chromium:
 	  exit 1; \
 	fi
 
-# The pod sandbox: its tests are required, so `make test` installs bubblewrap like Chromium.
+# The pod sandbox: its tests are required, so `make test` installs bubblewrap, iproute2 (a
+# network namespace per job) and util-linux (setpriv, nsenter, prlimit) like Chromium.
 bubblewrap:
-	@if command -v bwrap >/dev/null 2>&1; then exit 0; fi; \
+	@if command -v bwrap && command -v ip && command -v setpriv && command -v nsenter \
+	  && command -v prlimit; then exit 0; fi >/dev/null 2>&1; \
 	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	  echo "Installing bubblewrap for the pod sandbox (apt-get install bubblewrap)"; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null; \
+	  echo "Installing the pod sandbox's tools (apt-get install bubblewrap iproute2 util-linux)"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	    bubblewrap iproute2 util-linux >/dev/null; \
 	else \
-	  echo "The sandbox tests need bubblewrap. Install it with:" >&2; \
-	  echo "    sudo apt-get update && sudo apt-get install -y bubblewrap" >&2; \
+	  echo "The sandbox tests need bubblewrap, iproute2 and util-linux, and root. Install with:" >&2; \
+	  echo "    sudo apt-get update && sudo apt-get install -y bubblewrap iproute2 util-linux" >&2; \
 	  exit 1; \
 	fi
 

@@ -19,8 +19,13 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("PAIWEB_VAR_DIR", str(BASE_DIR / "var")))
 VAR_DIR.mkdir(parents=True, exist_ok=True)  # SQLite, the embedded Redis, pod work dirs
 
+from paiweb.secret_key import env_secret  # noqa: E402
+
 DEBUG = env_bool("DEBUG", True)
-SECRET_KEY = env_str("SECRET_KEY", "paiweb-insecure-development-key-change-me-in-production")
+# Outside DEBUG every process refuses to start without a real SECRET_KEY (unset, empty or the
+# old public default: ImproperlyConfigured). In DEBUG an unset one is this installation's
+# random key, generated once in VAR_DIR/secret-key (mode 0600): never a public value.
+SECRET_KEY = env_secret("SECRET_KEY", debug=DEBUG, var_dir=VAR_DIR)
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]", "testserver"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 
@@ -155,16 +160,37 @@ BILLING_INTERVAL = env_float("BILLING_INTERVAL", 60.0, minimum=1.0)
 # Node agents (EXECUTION_BACKEND=agent, docs/execution.md): agents are asked for a heartbeat
 # every AGENT_HEARTBEAT_INTERVAL seconds; a node silent for NODE_LOST_AFTER seconds is Lost
 # and its pods fail (NodeLost). Pods work under POD_WORK_ROOT; each pod's log keeps at most
-# POD_LOG_MAX_BYTES. SANDBOX: auto (bubblewrap when it works here), bwrap (required) or none.
+# POD_LOG_MAX_BYTES. Pods are isolated (docs/execution.md): SANDBOX=strict (the default)
+# refuses to run pods on a host that cannot isolate them; SANDBOX=insecure runs them with
+# whatever isolation the host gives, and says so on the health page and on every pod.
 AGENT_HEARTBEAT_INTERVAL = env_float("AGENT_HEARTBEAT_INTERVAL", 5.0, minimum=0.5)
 NODE_LOST_AFTER = env_float("NODE_LOST_AFTER", 30.0, minimum=1.0)
 POD_WORK_ROOT = Path(env_str("POD_WORK_ROOT", str(VAR_DIR / "pods")))
 POD_LOG_MAX_BYTES = env_int("POD_LOG_MAX_BYTES", 10 * 1024 * 1024, minimum=1024)
-SANDBOX = env_str("SANDBOX", "auto")
-if SANDBOX not in {"auto", "bwrap", "none"}:
+# Housekeeping (apps/agent/housekeeping.py): POD_WORK_RETENTION_HOURS after a job ends its work
+# dirs and data are removed (logs and the newest POD_KEEP_CHECKPOINTS checkpoints stay), every
+# POD_HOUSEKEEPING_SECONDS, which also records each job's disk use.
+POD_WORK_RETENTION_HOURS = env_int("POD_WORK_RETENTION_HOURS", 24, minimum=0)
+POD_KEEP_CHECKPOINTS = env_int("POD_KEEP_CHECKPOINTS", 2, minimum=1)
+POD_HOUSEKEEPING_SECONDS = env_int("POD_HOUSEKEEPING_SECONDS", 300, minimum=5)
+SANDBOX = env_str("SANDBOX", "strict")
+if SANDBOX not in {"strict", "insecure"}:
     from django.core.exceptions import ImproperlyConfigured
 
-    raise ImproperlyConfigured(f"SANDBOX: expected auto, bwrap or none, got {SANDBOX!r}")
+    raise ImproperlyConfigured(
+        f"SANDBOX: expected strict (isolate pods, the default) or insecure (run pods with "
+        f"what the host gives, unsafe), got {SANDBOX!r}")
+# Each job's pods run as uid/gid POD_UID_BASE + the job's number (never root); limits the
+# kernel enforces per pod: POD_PIDS_MAX processes and threads, /tmp and /dev/shm sizes, and
+# POD_DISK_QUOTA_MIB / POD_MAX_FILES for the job's files on a host (work dirs, checkpoints,
+# data, logs) (checked every POD_DISK_CHECK_SECONDS; no single file may outgrow the quota).
+POD_UID_BASE = env_int("POD_UID_BASE", 200_000, minimum=1000)
+POD_PIDS_MAX = env_int("POD_PIDS_MAX", 512, minimum=16)
+POD_TMP_MIB = env_int("POD_TMP_MIB", 1024, minimum=1)
+POD_SHM_MIB = env_int("POD_SHM_MIB", 512, minimum=1)
+POD_DISK_QUOTA_MIB = env_int("POD_DISK_QUOTA_MIB", 20 * 1024, minimum=1)
+POD_MAX_FILES = env_int("POD_MAX_FILES", 200_000, minimum=100)
+POD_DISK_CHECK_SECONDS = env_float("POD_DISK_CHECK_SECONDS", 5.0, minimum=0.2)
 
 
 
@@ -197,7 +223,10 @@ if EXECUTION_BACKEND not in {"agent", "none"}:
 
 FLOWER_URL = env_str("FLOWER_URL", "http://127.0.0.1:5555")
 
-# Access keys are stored encrypted with a key derived from this secret (or SECRET_KEY).
-ACCESS_KEY_ENCRYPTION_SECRET = env_str("ACCESS_KEY_ENCRYPTION_SECRET", SECRET_KEY)
+# Access keys are stored encrypted with a key derived from this secret (or SECRET_KEY: so in
+# DEBUG without either, the installation's generated key). The public default is refused.
+ACCESS_KEY_ENCRYPTION_SECRET = env_secret(
+    "ACCESS_KEY_ENCRYPTION_SECRET", debug=DEBUG, var_dir=VAR_DIR, default=SECRET_KEY
+)
 
 JOBS_PAGE_SIZE = env_int("JOBS_PAGE_SIZE", 20, minimum=1)

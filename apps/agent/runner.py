@@ -1,23 +1,37 @@
-"""Run one pod: a shell command as its own process tree, in a bubblewrap sandbox where one
-works, with its output captured to a size-capped log file.
+"""Run one pod: a stranger's shell command as its own process tree, isolated from the host,
+the platform and other jobs, with its output captured to a size-capped log file.
 
 Pure Python, no Django: the agent builds a `PodSpec`, `start()` returns a `PodProcess` that
 the agent polls, stops and reaps. The tests drive it directly.
 
-Signals. Unsandboxed, the shell leads a new session and process group, so a signal to the
-group reaches the whole pod. Sandboxed, bwrap's monitor leads that group, and a SIGTERM to
-it would kill bwrap at once (and, by --die-with-parent, SIGKILL the pod with no grace). So
-stop() signals every *descendant* of bwrap instead — the pod's own processes receive the
-SIGTERM and may clean up — and escalates to SIGKILL on bwrap's group, which tears down the
-whole pid namespace.
+Isolation (SANDBOX=strict, the default; docs/execution.md has the threat model). The agent
+runs as root and builds, for each pod, this chain of processes, each exec'ing the next:
+
+    cgroup-join (memory, pids, cpu limits)  →  nsenter --net (the job's network namespace)
+      →  bwrap (mounts, pid/ipc/uts/cgroup namespaces, seccomp)  →  prlimit (file size, core)
+      →  setpriv (the job's own uid/gid, no groups, no capabilities, no_new_privs)  →  bash -c
+
+bwrap shows the pod only what is bound in: the system (/usr, /etc minus its secrets, /opt,
+/sys) read-only, the Python environments, a fresh /dev and /proc, size-capped /tmp and
+/dev/shm, and its own work, checkpoint and data directories. Nothing of paiweb (its source,
+var/, the database, sockets, other jobs) exists in that tree. SANDBOX=insecure runs pods with
+whatever of this the host can give, and says so.
+
+Signals. bwrap's monitor leads the pod's process group, and a SIGTERM to it would kill bwrap
+at once (and, by --die-with-parent, SIGKILL the pod with no grace). So stop() signals every
+*descendant* of bwrap instead — the pod's own processes receive the SIGTERM and may clean
+up — and escalates to SIGKILL on bwrap's group and the pod's cgroup.
 """
 
 from __future__ import annotations
 
 import functools
+import json
+import math
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import threading
 import time
@@ -26,60 +40,135 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-SANDBOX_MODES = ("auto", "bwrap", "none")
+from apps.agent import cgroups, netns, seccomp
+
+SANDBOX_MODES = ("strict", "insecure")
 DATA_MOUNT = Path("/mnt/data")
 DEFAULT_LOG_MAX_BYTES = 10 * 1024 * 1024
+MIB = 1024 * 1024
+SIGXFSZ_EXIT = 128 + signal.SIGXFSZ  # a write past RLIMIT_FSIZE
+# Read-only from the host. /usr-merged systems have /bin, /lib… as symlinks into /usr.
+SYSTEM_DIRS = ("/usr", "/etc", "/opt", "/sys")
+SYSTEM_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+# Covered inside /etc: password hashes and private keys, even though the pod's uid could not
+# read most of them anyway.
+ETC_SECRET_FILES = ("/etc/shadow", "/etc/shadow-", "/etc/gshadow", "/etc/gshadow-",
+                    "/etc/security/opasswd")
+ETC_SECRET_DIRS = ("/etc/ssl/private", "/etc/sudoers.d", "/etc/ssh", "/etc/postgresql",
+                   "/etc/redis", "/etc/rabbitmq", "/etc/paiweb")
+GPU_DEVICES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools",
+               "/dev/nvidia-modeset")
 
 
 class SandboxUnavailable(RuntimeError):
-    """SANDBOX=bwrap was asked for, but bubblewrap is missing or cannot make namespaces."""
+    """SANDBOX=strict, but this host cannot isolate pods (see `Isolation.missing`)."""
 
 
-# --- the sandbox -------------------------------------------------------------------------
+# --- what this host can give ---------------------------------------------------------------
 
 
 @dataclass(frozen=True)
-class SandboxStatus:
-    """What pods on this host get: `mode` is "bwrap" or "none"; `detail` says why."""
+class Isolation:
+    """What pods started on this host get. `missing` lists, as sentences, each protection
+    this host cannot give; with SANDBOX=strict any of them means no pod runs here."""
 
     requested: str
-    mode: str
-    bwrap_available: bool
-    detail: str
+    missing: tuple[str, ...]
+    bwrap: str | None
+    root: bool
+    netns: bool
+    cgroups: int | None  # cgroup version with memory, pids and cpu, or None
+    seccomp: bool
+
+    @property
+    def complete(self) -> bool:
+        return not self.missing
+
+    @property
+    def can_run(self) -> bool:
+        return self.complete or self.requested == "insecure"
+
+    @property
+    def mode(self) -> str:
+        """"strict" when every protection applies, else "insecure" (what a pod's row says)."""
+        return "strict" if self.complete else "insecure"
 
     @property
     def sandboxed(self) -> bool:
-        return self.mode == "bwrap"
+        return self.complete
+
+    @property
+    def detail(self) -> str:
+        if self.complete:
+            return (f"isolated: bubblewrap ({self.bwrap}), own uid, no capabilities, seccomp, "
+                    f"a network namespace per job, cgroup v{self.cgroups} limits")
+        return "INSECURE: " + "; ".join(self.missing)
+
+
+def _run_ok(argv: list[str]) -> tuple[bool, str]:
+    try:
+        done = subprocess.run(argv, capture_output=True, timeout=15, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return False, str(exc)
+    why = done.stderr.decode(errors="replace").strip() or f"exit code {done.returncode}"
+    return done.returncode == 0, why
 
 
 @functools.cache
-def _bwrap_probe() -> tuple[bool, str]:
-    """Can bubblewrap build the sandbox pods use? Cached: a host does not change its mind."""
+def _bwrap_probe() -> tuple[str | None, str]:
+    """Can bubblewrap build namespaces here? Cached: a host does not change its mind."""
     path = shutil.which("bwrap")
     if path is None:
-        return False, "bubblewrap is not installed (apt-get install bubblewrap)"
-    argv = [path, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
-            "--unshare-pid", "--die-with-parent", "--new-session", "true"]
-    try:
-        probe = subprocess.run(argv, capture_output=True, timeout=15, stdin=subprocess.DEVNULL)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return False, f"{path} failed to run: {exc}"
-    if probe.returncode != 0:
-        why = probe.stderr.decode(errors="replace").strip() or f"exit code {probe.returncode}"
-        return False, f"{path} cannot create namespaces here: {why}"
-    return True, path
+        return None, "bubblewrap is not installed (apt-get install bubblewrap)"
+    ok, why = _run_ok([path, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
+                       "--unshare-pid", "--die-with-parent", "--new-session", "true"])
+    return (path, "") if ok else (None, f"{path} cannot create namespaces here: {why}")
 
 
-def sandbox_status(requested: str = "auto") -> SandboxStatus:
-    """The sandbox pods started on this host get, for SANDBOX=auto|bwrap|none."""
+@functools.cache
+def _netns_probe() -> str:
+    if os.geteuid() != 0:
+        return "network namespaces per job need the agent to run as root"
+    return netns.probe()
+
+
+@functools.cache
+def _cgroup_host() -> cgroups.CgroupHost | None:
+    return cgroups.detect()
+
+
+def isolation_status(requested: str = "strict") -> Isolation:
+    """The isolation pods started on this host get, for SANDBOX=strict|insecure."""
     if requested not in SANDBOX_MODES:
         raise ValueError(f"SANDBOX: expected one of {SANDBOX_MODES}, got {requested!r}")
-    available, detail = _bwrap_probe()
-    if requested == "none":
-        return SandboxStatus(requested, "none", available, "disabled by SANDBOX=none")
-    if available:
-        return SandboxStatus(requested, "bwrap", True, f"bubblewrap ({detail})")
-    return SandboxStatus(requested, "none", False, f"unsandboxed: {detail}")
+    missing = []
+    bwrap, why = _bwrap_probe()
+    if bwrap is None:
+        missing.append(why)
+    root = os.geteuid() == 0
+    if not root:
+        missing.append("the agent does not run as root, so pods cannot get a uid of their own "
+                       "(they would run as the agent's user)")
+    for tool in ("setpriv", "nsenter", "prlimit"):
+        if shutil.which(tool) is None:
+            missing.append(f"{tool} (util-linux) is not installed")
+    netns_why = _netns_probe()
+    if netns_why:
+        missing.append(netns_why)
+    host = _cgroup_host()
+    if host is None:
+        missing.append(f"no writable cgroup controllers for memory and pids "
+                       f"({cgroups.detect_reason()})")
+    has_seccomp = seccomp.pod_filter() is not None
+    if not has_seccomp:
+        missing.append("no seccomp filter for this CPU architecture")
+    return Isolation(requested=requested, missing=tuple(missing), bwrap=bwrap, root=root,
+                     netns=not netns_why, cgroups=host.version if host else None,
+                     seccomp=has_seccomp)
+
+
+def cgroup_host() -> cgroups.CgroupHost | None:
+    return _cgroup_host()
 
 
 # --- what to run -------------------------------------------------------------------------
@@ -90,9 +179,7 @@ class PodSpec:
     """Everything needed to start one pod's process.
 
     Paths are host paths. In the sandbox, `writable` and `readable` appear at the same paths
-    (after `hidden` is covered by empty tmpfs mounts, so binds re-expose only what is named),
-    and `data_dir` appears at /mnt/data. Unsandboxed, none of that isolation exists: the
-    command sees the host as the agent's user does.
+    and `data_dir` at /mnt/data; nothing else of the host's directories but the system ones.
     """
 
     name: str
@@ -100,13 +187,27 @@ class PodSpec:
     work_dir: Path
     log_path: Path
     env: Mapping[str, str] = field(default_factory=dict)
-    sandbox: str = "none"  # "bwrap" | "none": resolve "auto" with sandbox_status() first
+    isolation: Isolation | None = None  # None: run bare (tests of the runner's plumbing)
     writable: tuple[Path, ...] = ()
     readable: tuple[Path, ...] = ()
-    hidden: tuple[Path, ...] = ()
     data_dir: Path | None = None
-    memory_mib: int = 0  # RLIMIT_AS per process; 0 = no limit
+    uid: int = 0  # the pod's own uid and gid on the host (strict: never 0)
+    netns: str = ""  # the named network namespace of the pod's job on this host
+    cgroup: cgroups.PodCgroup | None = None
+    memory_mib: int = 0  # RLIMIT_AS per process when there is no cgroup; 0 = no limit
+    file_size_max: int = 0  # RLIMIT_FSIZE in bytes (a single file); 0 = no limit
+    tmp_mib: int = 1024  # /tmp and /dev/shm sizes in the sandbox
+    shm_mib: int = 512
+    gpu_ids: str = ""
     log_max_bytes: int = DEFAULT_LOG_MAX_BYTES
+
+    @property
+    def sandboxed(self) -> bool:
+        return self.isolation is not None and self.isolation.bwrap is not None
+
+    @property
+    def strict(self) -> bool:
+        return self.isolation is not None and self.isolation.complete
 
 
 def shell_argv(command: str) -> list[str]:
@@ -116,23 +217,113 @@ def shell_argv(command: str) -> list[str]:
 
 
 def _limits_argv(spec: PodSpec) -> list[str]:
+    """Per-process limits: the file size cap (so no single write outruns the disk watchdog),
+    no core dumps, and — only without a cgroup — an address-space cap for memory."""
     prlimit = shutil.which("prlimit")
-    if spec.memory_mib <= 0 or prlimit is None:
+    if prlimit is None:
         return []
-    return [prlimit, f"--as={spec.memory_mib * 1024 * 1024}", "--"]
+    limits = ["--core=0:0"]
+    if spec.file_size_max > 0:
+        limits.append(f"--fsize={spec.file_size_max}:{spec.file_size_max}")
+    if spec.memory_mib > 0 and spec.cgroup is None:
+        limits.append(f"--as={spec.memory_mib * MIB}")
+    return [prlimit, *limits, "--"]
 
 
-def bwrap_argv(spec: PodSpec) -> list[str]:
-    """The bubblewrap command line: read-only host, private /tmp and /mnt, fresh /dev and
-    /proc (a pid namespace, so other processes' environments are invisible), `hidden` paths
-    covered, then only the pod's own paths bound back in."""
-    argv = [shutil.which("bwrap") or "bwrap",
-            "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
-            "--tmpfs", "/tmp", "--tmpfs", "/mnt",
-            "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--hostname", spec.name[:63],
-            "--die-with-parent", "--new-session"]
-    for path in sorted({str(p) for p in spec.hidden}, key=len):
-        argv += ["--tmpfs", path]
+def _drop_argv(spec: PodSpec) -> list[str]:
+    """Become the job's uid: no supplementary groups, no capabilities, no way back."""
+    setpriv = shutil.which("setpriv")
+    if not spec.uid or setpriv is None:
+        return []
+    return [setpriv, f"--reuid={spec.uid}", f"--regid={spec.uid}", "--clear-groups",
+            "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--"]
+
+
+def _system_binds() -> list[str]:
+    argv: list[str] = []
+    for path in SYSTEM_LINKS:
+        if os.path.islink(path):
+            argv += ["--symlink", os.readlink(path), path]
+        elif os.path.isdir(path):
+            argv += ["--ro-bind", path, path]
+    for path in SYSTEM_DIRS:
+        if os.path.isdir(path):
+            argv += ["--ro-bind", path, path]
+    for path in ETC_SECRET_FILES:
+        if os.path.lexists(path):
+            argv += ["--ro-bind", "/dev/null", path]
+    for path in ETC_SECRET_DIRS:
+        if os.path.isdir(path) and not os.path.islink(path):
+            argv += ["--tmpfs", path]
+    return argv
+
+
+def _identity_files(spec: PodSpec) -> dict[str, bytes]:
+    """/etc/passwd and /etc/group with the pod's uid as user "pod" (tools that look up their
+    own name — whoami, pip, getpass — work), no other account's details changed."""
+    home = str(spec.work_dir)
+    files = {}
+    for path, line in (("/etc/passwd", f"pod:x:{spec.uid}:{spec.uid}:pod:{home}:/bin/bash\n"),
+                       ("/etc/group", f"pod:x:{spec.uid}:\n")):
+        try:
+            with open(path, "rb") as source:
+                base = source.read(1 << 20)
+        except OSError:
+            base = b""
+        if base and not base.endswith(b"\n"):
+            base += b"\n"
+        files[path] = base + line.encode()
+    return files
+
+
+def _gpu_binds(spec: PodSpec) -> list[str]:
+    argv: list[str] = []
+    wanted = [f"/dev/nvidia{i.strip()}" for i in spec.gpu_ids.split(",") if i.strip().isdigit()]
+    for path in [*GPU_DEVICES, *wanted]:
+        if os.path.exists(path):
+            argv += ["--dev-bind", path, path]
+    return argv
+
+
+def _parent_dirs(paths) -> list[str]:
+    """Traversable (0755) directories above each bound path. bwrap would otherwise copy a
+    parent's mode from the host, and /root or a private temporary directory (0700) would
+    lock the pod's uid out of its own Python or work dir."""
+    system = (*SYSTEM_DIRS, "/dev", "/proc")
+    parents: set[str] = set()
+    for path in paths:
+        for parent in Path(path).parents:
+            text = str(parent)
+            if text != "/" and not any(text == s or text.startswith(s + "/") for s in system):
+                parents.add(text)
+    argv: list[str] = []
+    for parent in sorted(parents, key=lambda p: (p.count("/"), p)):
+        argv += ["--perms", "0755", "--dir", parent]
+    return argv
+
+
+def bwrap_argv(spec: PodSpec, *, fds: Mapping[str, int]) -> list[str]:
+    """The bubblewrap command line. `fds` holds the open descriptors it reads: "seccomp" (the
+    filter) and each identity file's path (its content)."""
+    assert spec.isolation is not None and spec.isolation.bwrap is not None
+    argv = [spec.isolation.bwrap, *_system_binds()]
+    for path, fd in fds.items():
+        if path.startswith("/"):
+            argv += ["--ro-bind-data", str(fd), path]
+    argv += ["--dev", "/dev", *_gpu_binds(spec), "--proc", "/proc",
+             "--perms", "1777", "--size", str(spec.tmp_mib * MIB), "--tmpfs", "/tmp",
+             "--perms", "1777", "--size", str(spec.shm_mib * MIB), "--tmpfs", "/dev/shm",
+             "--perms", "1777", "--size", str(64 * MIB), "--tmpfs", "/var/tmp",
+             "--dir", "/run", "--tmpfs", "/mnt",
+             "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+             "--hostname", spec.name[:63], "--die-with-parent", "--new-session"]
+    if not spec.strict:
+        # Unprivileged bwrap maps the agent's uid; without its own netns the pod shares the
+        # host's network (insecure: said on the pod and the health page).
+        argv += ["--unshare-user-try"] if os.geteuid() != 0 else []
+    if "seccomp" in fds:
+        argv += ["--seccomp", str(fds["seccomp"])]
+    argv += _parent_dirs([*spec.readable, spec.work_dir, *spec.writable])
     for path in spec.readable:
         argv += ["--ro-bind", str(path), str(path)]
     for path in dict.fromkeys([spec.work_dir, *spec.writable]):
@@ -142,12 +333,37 @@ def bwrap_argv(spec: PodSpec) -> list[str]:
     return [*argv, "--chdir", str(spec.work_dir), "--"]
 
 
-def command_argv(spec: PodSpec) -> list[str]:
-    inner = [*_limits_argv(spec), *shell_argv(spec.command)]
-    if spec.sandbox == "bwrap":
-        return [*bwrap_argv(spec), *inner]
-    setpriv = shutil.which("setpriv")  # die with the agent, as bwrap's --die-with-parent does
-    return [setpriv, "--pdeathsig", "KILL", "--", *inner] if setpriv else inner
+def command_argv(spec: PodSpec, *, fds: Mapping[str, int] | None = None) -> list[str]:
+    inner = [*_limits_argv(spec), *_drop_argv(spec), *shell_argv(spec.command)]
+    if not spec.sandboxed:
+        setpriv = shutil.which("setpriv")  # die with the agent, as bwrap's --die-with-parent does
+        inner = [setpriv, "--pdeathsig", "KILL", "--", *inner] if setpriv else inner
+        return [*(spec.cgroup.join_argv() if spec.cgroup else []), *inner]
+    outer: list[str] = list(spec.cgroup.join_argv()) if spec.cgroup else []
+    if spec.netns:
+        outer += [shutil.which("nsenter") or "nsenter", f"--net={netns.path(spec.netns)}", "--"]
+    return [*outer, *bwrap_argv(spec, fds=fds or {}), *inner]
+
+
+def _data_fd(data: bytes) -> int:
+    fd = os.memfd_create("paiweb-pod", os.MFD_CLOEXEC)
+    os.write(fd, data)
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
+def _open_fds(spec: PodSpec) -> dict[str, int]:
+    """The descriptors bwrap reads at start; the caller closes them once it has started."""
+    if not spec.sandboxed:
+        return {}
+    fds: dict[str, int] = {}
+    program = seccomp.pod_filter()
+    if program is not None:
+        fds["seccomp"] = seccomp.filter_fd(program)
+    if spec.uid:
+        for path, data in _identity_files(spec).items():
+            fds[path] = _data_fd(data)
+    return fds
 
 
 # --- the running pod ---------------------------------------------------------------------
@@ -230,18 +446,21 @@ class PodProcess:
         self.kill_at: float | None = None
         self.stop_requested_at: float | None = None
         self._returncode: int | None = None
-        limit = f"{spec.memory_mib} MiB address space" if _limits_argv(spec) else "none"
-        self.log.note(f"starting pod {spec.name} (sandbox: {spec.sandbox}; memory limit: {limit})")
+        self.log.note(f"starting pod {spec.name} ({describe(spec)})")
+        fds = _open_fds(spec)
         try:
             self.popen = subprocess.Popen(
-                command_argv(spec), cwd=spec.work_dir, env=dict(spec.env),
+                command_argv(spec, fds=fds), cwd=spec.work_dir, env=dict(spec.env),
                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                start_new_session=True, close_fds=True,
+                start_new_session=True, close_fds=True, pass_fds=tuple(fds.values()),
             )
         except OSError as exc:
             self.log.note(f"could not start: {exc}")
             self.log.close()
             raise
+        finally:
+            for fd in fds.values():
+                os.close(fd)
         self.pid = self.popen.pid
         self.started_at = time.monotonic()
         self._pump = threading.Thread(target=self._drain, name=f"log-{spec.name}", daemon=True)
@@ -257,7 +476,7 @@ class PodProcess:
 
     def _signal_tree(self, signum: int) -> None:
         targets = descendants(self.pid)
-        if self.spec.sandbox != "bwrap":
+        if not self.spec.sandboxed:
             targets.append(self.pid)
             try:
                 os.killpg(self.pid, signum)
@@ -280,6 +499,8 @@ class PodProcess:
         except (ProcessLookupError, PermissionError):
             pass
         self._signal_tree(signal.SIGKILL)
+        if self.spec.cgroup is not None:
+            self.spec.cgroup.kill_all()
 
     def request_stop(self, grace: float) -> None:
         """SIGTERM now; `tick()` sends SIGKILL once `grace` seconds have passed."""
@@ -329,53 +550,154 @@ class PodProcess:
     def finish(self) -> int:
         """After exit: sweep up leftovers, collect the last output, close the log."""
         code = self.wait()
-        if self.spec.sandbox != "bwrap":
+        if not self.spec.sandboxed:
             try:
                 os.killpg(self.pid, signal.SIGKILL)  # background children outliving the shell
             except (ProcessLookupError, PermissionError):
                 pass
+        if self.spec.cgroup is not None:
+            self.spec.cgroup.kill_all()  # whatever escaped its process group
         self._pump.join(timeout=5)
         self.log.note(f"exited with code {code}")
         self.log.close()
         return code
 
 
+def describe(spec: PodSpec) -> str:
+    """The pod's isolation in a few words, for its log and its PodStarted event."""
+    if spec.isolation is None:
+        return "bare process"
+    memory = (f"{spec.memory_mib} MiB" if spec.memory_mib else "no limit") + (
+        " (cgroup)" if spec.cgroup else " (address space)" if spec.memory_mib else "")
+    head = "isolated" if spec.strict else spec.isolation.detail
+    return f"sandbox: {head}; uid {spec.uid or os.geteuid()}; memory {memory}"
+
+
 def start(spec: PodSpec) -> PodProcess:
-    """Create the pod's directories and start it. Raises OSError if it cannot start."""
-    spec.work_dir.mkdir(parents=True, exist_ok=True)
-    for path in spec.writable:
-        Path(path).mkdir(parents=True, exist_ok=True)
-    if spec.data_dir is not None:
-        spec.data_dir.mkdir(parents=True, exist_ok=True)
+    """Start the pod (its directories exist: see `ensure_dir`). Raises OSError if it
+    cannot start."""
     return PodProcess(spec)
+
+
+# --- files a pod can write: hostile --------------------------------------------------------
+
+
+def ensure_dir(path: Path, *, under: Path, uid: int = -1) -> None:
+    """mkdir -p `path` (inside `under`, which must exist) without following a symlink at
+    any step — a pod may have replaced a directory of its own with a link to /etc — and
+    give each directory it walks below `under` to `uid` (when not -1)."""
+    rel = Path(path).relative_to(under)
+    if ".." in rel.parts:
+        raise OSError(f"{path}: '..' in a pod path")
+    fd = os.open(under, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for part in rel.parts:
+            try:
+                os.mkdir(part, 0o755, dir_fd=fd)
+            except FileExistsError:
+                pass
+            child = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                            dir_fd=fd)
+            os.close(fd)
+            fd = child
+            if uid >= 0:
+                os.fchown(fd, uid, uid)
+    finally:
+        os.close(fd)
+
+
+MANIFEST_READ_MAX = 1 * MIB  # per call: a pod writing a huge manifest is read over time
+MANIFEST_LINE_MAX = 16 * 1024
+_MAX_INT = 2**62
 
 
 class ManifestReader:
     """Reads the lines EasyCkpt appends to a checkpoint directory's manifest.jsonl, each
-    once: only lines added after the reader was made (an earlier attempt's are history)."""
+    once: only lines added after the reader was made (an earlier attempt's are history).
+
+    The pod owns that file, so it is read as hostile: opened without following a link and
+    without blocking (a FIFO never hangs the agent), regular files only, at most
+    MANIFEST_READ_MAX bytes a call, lines up to MANIFEST_LINE_MAX, every field checked.
+    What cannot be used is counted in `problems` (one sentence each), never raised."""
 
     def __init__(self, directory: Path) -> None:
         self.path = Path(directory) / "manifest.jsonl"
-        self.offset = self.path.stat().st_size if self.path.exists() else 0
+        self.offset = 0
+        self.problems: list[str] = []
+        self._reported: set[str] = set()
+        data = self._read(0, whole=True)
+        self.offset = data if isinstance(data, int) else 0
+
+    def _problem(self, text: str) -> None:
+        if text not in self._reported and len(self._reported) < 20:
+            self._reported.add(text)
+            self.problems.append(text)
+
+    def _read(self, offset: int, whole: bool = False) -> bytes | int | None:
+        """The bytes from `offset` (or, with `whole`, just the file's size); None when
+        there is no regular file to read."""
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            self._problem(f"cannot open {self.path.name}: {exc.strerror or exc}")
+            return None
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                self._problem(f"{self.path.name} is not a regular file: ignored")
+                return None
+            if whole:
+                return info.st_size
+            if info.st_size < offset:  # truncated or replaced: start over from its end
+                self.offset = info.st_size
+                return b""
+            return os.pread(fd, MANIFEST_READ_MAX, offset)
+        finally:
+            os.close(fd)
 
     def new_entries(self) -> list[dict]:
-        import json
-
-        try:
-            with self.path.open("rb") as manifest:
-                manifest.seek(self.offset)
-                data = manifest.read()
-        except FileNotFoundError:
+        data = self._read(self.offset)
+        if not isinstance(data, bytes) or not data:
             return []
-        complete = data[: data.rfind(b"\n") + 1]
-        self.offset += len(complete)
+        end = data.rfind(b"\n") + 1
+        if end == 0:
+            if len(data) >= MANIFEST_LINE_MAX:  # one endless line: skip what was read
+                self.offset += len(data)
+                self._problem(f"a line of {self.path.name} is longer than "
+                              f"{MANIFEST_LINE_MAX} bytes: skipped")
+            return []
+        self.offset += end
         entries = []
-        for line in complete.splitlines():
-            try:
-                entry = json.loads(line)
-                entries.append({"step": int(entry["step"]), "file": str(entry["file"]),
-                                "bytes": int(entry.get("bytes", 0)),
-                                "time": float(entry["time"])})
-            except (ValueError, KeyError, TypeError):
-                continue  # a line we cannot read is skipped, not fatal
+        for line in data[:end].splitlines():
+            entry = self._parse(line)
+            if entry is not None:
+                entries.append(entry)
         return entries
+
+    def _parse(self, line: bytes) -> dict | None:
+        if not line.strip():
+            return None
+        if len(line) > MANIFEST_LINE_MAX:
+            self._problem(f"a line of {self.path.name} is longer than {MANIFEST_LINE_MAX} "
+                          "bytes: skipped")
+            return None
+        try:
+            raw = json.loads(line)
+            step, name = int(raw["step"]), str(raw["file"])
+            size, at = int(raw.get("bytes", 0)), float(raw["time"])
+        except (ValueError, KeyError, TypeError, RecursionError, OverflowError):
+            self._problem(f"a line of {self.path.name} is not a checkpoint record: skipped")
+            return None
+        path = Path(name)
+        if (not name or path.is_absolute() or ".." in path.parts or len(name) > 512
+                or "\x00" in name):
+            self._problem(f"checkpoint file {name[:80]!r} is not inside the checkpoint "
+                          "directory: skipped")
+            return None
+        if not (0 <= step < _MAX_INT) or not math.isfinite(at) or not 0 < at < 4102444800:
+            self._problem(f"a checkpoint record of {self.path.name} has an impossible step "
+                          "or time: skipped")
+            return None
+        return {"step": step, "file": name, "bytes": min(max(size, 0), _MAX_INT), "time": at}

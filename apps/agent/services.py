@@ -43,6 +43,8 @@ logger = logging.getLogger(__name__)
 PUBLIC_QUEUE = "public"
 LIVE = (PodStatus.PENDING, PodStatus.RUNNING)
 RUNNABLE_JOB_STATUSES = (JobStatus.ENV_PREPARING, JobStatus.RUNNING, JobStatus.RESTARTING)
+# A pod the kernel or the disk watchdog stopped at one of its limits (docs/execution.md).
+LIMIT_REASONS = ("OOMKilled", "TooManyProcesses", "DiskQuotaExceeded")
 # Rank 0 is the Master (PyTorchJob) or Chief (TFJob); Workers follow; then the rest.
 ROLE_ORDER = ("Master", "Chief", "Launcher", "Head", "Worker", "PS", "Evaluator")
 
@@ -219,6 +221,7 @@ class PodLaunch:
     node_name: str
     gpu_ids: str
     memory_mib: int
+    cpu_millicores: int
     command: str
     envs: dict
     data_sources: list
@@ -244,7 +247,8 @@ def pod_claim(*, pod_id: str, agent: str, hostname: str, now: datetime) -> PodLa
         attempt=pod.attempt, role_type=pod.role.role_type, index=pod.index, rank=proc.rank,
         world_size=proc.world_size, master_addr=proc.master_addr, master_port=proc.master_port,
         node_name=pod.node.name if pod.node_id else "", gpu_ids=pod.gpu_ids,
-        memory_mib=pod.role.memory, command=job.user_command, envs=dict(job.envs or {}),
+        memory_mib=pod.role.memory, cpu_millicores=pod.role.cpu, command=job.user_command,
+        envs=dict(job.envs or {}),
         data_sources=list(job.data_sources or []), grace=job.termination_grace_seconds,
     )
 
@@ -321,6 +325,8 @@ def _job_after_pod_exit(*, job: Job, pod: Pod, now: datetime) -> None:
         return
     ended = f"code {pod.exit_code}" if pod.exit_code is not None else f"no code ({pod.message})"
     what = f"Pod {pod.pod_id} ({pod.role.role_type} {pod.index}) exited with {ended}"
+    if pod.reason in LIMIT_REASONS:
+        what += f": {pod.reason}, {pod.message}"
     if (why := _no_restart(job, pod)) is not None:
         _job_end(job=job, status=JobStatus.FAILED, now=now, reason_code="PodFailed",
                  message=f"{what} ({why})")
@@ -450,6 +456,14 @@ def _job_end(*, job: Job, status: str, now: datetime, reason_code: str, message:
                    reason_message=message)
     job_event(job=job, kind=str(status), message=message, now=now)
     _tick_soon()
+
+
+def pod_event(*, pod_pk: int, kind: str, message: str, now: datetime) -> None:
+    """Something the agent saw while a pod ran (a bad checkpoint manifest, an insecure
+    sandbox): an event on the job, naming the pod."""
+    pod = Pod.objects.select_related("job").filter(pk=pod_pk).first()
+    if pod is not None:
+        job_event(job=pod.job, pod=pod, kind=kind, message=message[:1000], now=now)
 
 
 def checkpoint_report(*, job_pk: int, step: int, path: str, size_bytes: int,

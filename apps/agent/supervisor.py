@@ -24,7 +24,7 @@ from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
-from apps.agent import runner, services
+from apps.agent import cgroups, housekeeping, netns, runner, services
 
 logger = logging.getLogger(__name__)
 
@@ -40,6 +40,9 @@ class _Entry:
     process: runner.PodProcess | None = None
     stop_grace: float | None = None  # a stop that came before the process started
     done: threading.Event = field(default_factory=threading.Event)
+    reported: bool = False  # its exit was reported
+    over_quota: str = ""  # the disk watchdog stopped it: why
+    next_disk_check: float = 0.0
 
 
 _lock = threading.Lock()
@@ -125,43 +128,125 @@ def pod_env(launch: services.PodLaunch, paths: PodPaths, *, sandboxed: bool) -> 
     return env
 
 
-def _hidden() -> tuple[Path, ...]:
-    """What a sandboxed pod must not see: paiweb's var dir (SQLite, the Redis socket, other
-    pods), its source and settings, the SQLite file wherever it is, the agent user's home."""
-    hidden = {Path(settings.VAR_DIR), Path(settings.BASE_DIR), Path(settings.POD_WORK_ROOT),
-              Path.home()}
-    db = settings.DATABASES["default"]
-    if db["ENGINE"].endswith("sqlite3") and not str(db["NAME"]).startswith(("file:", ":")):
-        hidden.add(Path(os.path.realpath(db["NAME"])).parent)
-    return tuple(sorted(p for p in hidden if p != Path("/")))
-
-
 def _readable() -> tuple[Path, ...]:
-    """Bound back read-only after hiding: the Python environment (pods run its python), the
-    examples, and the EasyCkpt helper."""
-    paths = [Path(sys.prefix), Path(sys.base_prefix), Path(settings.BASE_DIR) / "examples",
-             EASYCKPT_DIR]
+    """Bound in read-only: the Python environments (pods run the agent's python and its
+    packages), the example workloads (not the cluster file beside them) and EasyCkpt."""
+    examples = sorted((Path(settings.BASE_DIR) / "examples").glob("*.py"))
+    paths = [Path(sys.prefix), Path(sys.base_prefix), *examples, EASYCKPT_DIR]
     return tuple(p for p in dict.fromkeys(paths) if p.exists())
 
 
-def pod_spec(launch: services.PodLaunch, status: runner.SandboxStatus) -> runner.PodSpec:
-    paths = pod_paths(job_id=launch.job_id, pod_id=launch.pod_id)
+def pod_uid(isolation: runner.Isolation, job_pk: int) -> int:
+    """The job's own uid and gid on this host (the same on every host, so files and
+    processes of two jobs never share an owner); 0 when the agent cannot switch users."""
+    return settings.POD_UID_BASE + job_pk if isolation.root else 0
+
+
+def _prepare_dirs(launch: services.PodLaunch, paths: PodPaths, uid: int) -> None:
+    """The pod's directories, owned by its uid, made without following any link a pod of
+    this job may have planted in them (they are the pod's to write: hostile)."""
+    root = Path(settings.POD_WORK_ROOT)
+    root.mkdir(parents=True, exist_ok=True)
+    owner = uid or -1
+    runner.ensure_dir(paths.job_dir, under=root)
+    runner.ensure_dir(paths.log_path.parent, under=paths.job_dir)
+    for path in (paths.work_dir, paths.checkpoint_dir, paths.data_dir):
+        runner.ensure_dir(path, under=paths.job_dir, uid=owner)
     for sub in _data_subdirs(launch.data_sources):
-        (paths.data_dir / sub).mkdir(parents=True, exist_ok=True)
+        runner.ensure_dir(paths.data_dir / sub, under=paths.data_dir, uid=owner)
+
+
+def _cgroup_prefix() -> str:
+    slug = "".join(c if c.isalnum() or c in "-_." else "_" for c in agent_name())
+    return f"paiweb/{slug}"
+
+
+def pod_spec(launch: services.PodLaunch, isolation: runner.Isolation, *,
+             cgroup=None, netns_name: str = "") -> runner.PodSpec:
+    paths = pod_paths(job_id=launch.job_id, pod_id=launch.pod_id)
+    uid = pod_uid(isolation, launch.job_pk)
+    _prepare_dirs(launch, paths, uid)
     return runner.PodSpec(
         name=launch.pod_id,
         command=launch.command,
         work_dir=paths.work_dir,
         log_path=paths.log_path,
-        env=pod_env(launch, paths, sandboxed=status.sandboxed),
-        sandbox=status.mode,
+        env=pod_env(launch, paths, sandboxed=isolation.bwrap is not None),
+        isolation=isolation,
         writable=(paths.work_dir, paths.checkpoint_dir),
         readable=_readable(),
-        hidden=_hidden(),
         data_dir=paths.data_dir,
+        uid=uid,
+        netns=netns_name,
+        cgroup=cgroup,
         memory_mib=launch.memory_mib,
+        file_size_max=settings.POD_DISK_QUOTA_MIB * runner.MIB,
+        tmp_mib=settings.POD_TMP_MIB,
+        shm_mib=settings.POD_SHM_MIB,
+        gpu_ids=launch.gpu_ids,
         log_max_bytes=settings.POD_LOG_MAX_BYTES,
     )
+
+
+# --- the job's network namespace and the pod's cgroup ----------------------------------
+
+
+_netns_users: dict[str, int] = {}
+
+
+def _netns_acquire(job_id: str) -> str:
+    name = netns.name_for(job_id)
+    with _lock:
+        netns.ensure(name)
+        _netns_users[name] = _netns_users.get(name, 0) + 1
+    return name
+
+
+def _netns_release(name: str) -> None:
+    """Delete the job's namespace once no pod of it runs here (nor in another agent's
+    sandbox on this host: a process still in it keeps it)."""
+    with _lock:
+        _netns_users[name] = _netns_users.get(name, 1) - 1
+        if _netns_users[name] > 0:
+            return
+        _netns_users.pop(name, None)
+        try:
+            if not netns.in_use(name):
+                netns.delete(name)
+        except Exception:
+            logger.exception("could not delete network namespace %s", name)
+
+
+def _cgroup_create(launch: services.PodLaunch) -> cgroups.PodCgroup | None:
+    host = runner.cgroup_host()
+    if host is None:
+        return None
+    limits = cgroups.Limits(memory_bytes=launch.memory_mib * runner.MIB,
+                            pids=settings.POD_PIDS_MAX, cpu_millicores=launch.cpu_millicores)
+    return host.create(f"{_cgroup_prefix()}/{launch.pod_id}", limits)
+
+
+def sweep_leftovers() -> None:
+    """At the agent's start: cgroups of this agent's pods from before a crash, and network
+    namespaces of paiweb that no process uses any more."""
+    host = runner.cgroup_host()
+    if host is not None:
+        with _lock:
+            keep = {f"{_cgroup_prefix()}/{pod_id}" for pod_id in _running}
+        try:
+            cgroups.sweep(host, _cgroup_prefix(), keep)
+        except Exception:
+            logger.exception("could not sweep leftover cgroups")
+    if os.geteuid() == 0:
+        for name in netns.names():
+            with _lock:
+                if name in _netns_users:
+                    continue
+                try:
+                    if not netns.in_use(name):
+                        netns.delete(name)
+                except Exception:
+                    logger.exception("could not delete network namespace %s", name)
 
 
 # --- starting, watching, stopping ---------------------------------------------------------
@@ -213,6 +298,9 @@ def _supervise(entry: _Entry) -> None:
         _run(entry)
     except Exception:
         logger.exception("supervising pod %s failed", entry.launch.pod_id)
+        if not entry.reported:  # never leave a pod Running with nobody watching it
+            _report_exit(entry, None, reason="AgentError",
+                         message="The agent failed while supervising this pod (see its log)")
     finally:
         with _lock:
             _running.pop(entry.launch.pod_id, None)
@@ -220,51 +308,115 @@ def _supervise(entry: _Entry) -> None:
         connection.close()  # this thread's own connection
 
 
+def _report_exit(entry: _Entry, code: int | None, *, reason: str = "", message: str = "") -> None:
+    entry.reported = True
+    services.pod_report_exit(pod_id=entry.launch.pod_id, exit_code=code, now=timezone.now(),
+                             reason=reason, message=message)
+
+
 def _run(entry: _Entry) -> None:
     launch = entry.launch
-    status = runner.sandbox_status(settings.SANDBOX)
-    if settings.SANDBOX == "bwrap" and not status.sandboxed:
-        services.pod_report_exit(pod_id=launch.pod_id, exit_code=None, now=timezone.now(),
-                                 reason="SandboxUnavailable", message=status.detail)
+    isolation = runner.isolation_status(settings.SANDBOX)
+    if not isolation.can_run:
+        _report_exit(entry, None, reason="SandboxUnavailable",
+                     message=f"This host cannot isolate pods: {isolation.detail}")
         return
-    spec = pod_spec(launch, status)
+    netns_name, cgroup = "", None
+    try:
+        if isolation.complete:
+            netns_name = _netns_acquire(launch.job_id)
+        cgroup = _cgroup_create(launch)
+        spec = pod_spec(launch, isolation, cgroup=cgroup, netns_name=netns_name)
+        process = runner.start(spec)
+    except Exception as exc:
+        logger.exception("could not start pod %s", launch.pod_id)
+        _release(cgroup, netns_name)
+        _report_exit(entry, None, reason="StartError", message=f"Could not start: {exc}")
+        return
+    try:
+        _watch(entry, process, spec, isolation)
+    finally:
+        code = process.finish() if process.poll() is not None else _kill(process)
+        reason, message = _exit_reason(entry, spec, code)
+        _release(cgroup, netns_name)
+    if _shutting_down.is_set() and not reason:
+        reason, message = "AgentStopped", (f"Stopped with its agent {agent_name()} "
+                                           f"(exit code {code})")
+    _report_exit(entry, code, reason=reason, message=message)
+
+
+def _kill(process: runner.PodProcess) -> int:
+    process.kill()
+    return process.finish()
+
+
+def _release(cgroup, netns_name: str) -> None:
+    if cgroup is not None:
+        try:
+            cgroup.remove()
+        except Exception:
+            logger.exception("could not remove cgroup %s", cgroup)
+    if netns_name:
+        _netns_release(netns_name)
+
+
+def _watch(entry: _Entry, process: runner.PodProcess, spec: runner.PodSpec,
+           isolation: runner.Isolation) -> None:
+    launch = entry.launch
     paths = pod_paths(job_id=launch.job_id, pod_id=launch.pod_id)
     manifest = runner.ManifestReader(paths.checkpoint_dir) if launch.rank == 0 else None
-    try:
-        process = runner.start(spec)
-    except OSError as exc:
-        services.pod_report_exit(pod_id=launch.pod_id, exit_code=None, now=timezone.now(),
-                                 reason="StartError", message=f"Could not start: {exc}")
-        return
     with _lock:
         entry.process = process
         early_stop = entry.stop_grace
     if early_stop is not None:
         process.request_stop(early_stop)
-    services.pod_report_running(pod_id=launch.pod_id, pid=process.pid, sandbox=status.mode,
+    services.pod_report_running(pod_id=launch.pod_id, pid=process.pid, sandbox=isolation.mode,
                                 work_dir=str(spec.work_dir), log_path=str(spec.log_path),
                                 now=timezone.now())
+    if not isolation.complete:
+        logger.warning("pod %s runs INSECURELY: %s", launch.pod_id, isolation.detail)
+        services.pod_event(pod_pk=launch.pod_pk, kind="InsecureSandbox", now=timezone.now(),
+                           message=f"This pod is not isolated from the host: "
+                                   f"{isolation.detail} (SANDBOX=insecure)")
     next_check = 0.0
     while process.wait(timeout=0.2) is None:
         if time.monotonic() >= next_check:
             next_check = time.monotonic() + POLL_SECONDS
-            _check(entry, process, manifest)
-    code = process.finish()
+            _check(entry, process, manifest, paths)
     _report_checkpoints(launch, manifest)
-    if _shutting_down.is_set():
-        services.pod_report_exit(pod_id=launch.pod_id, exit_code=code, now=timezone.now(),
-                                 reason="AgentStopped",
-                                 message=f"Stopped with its agent {agent_name()} (exit code "
-                                         f"{code})")
-    else:
-        services.pod_report_exit(pod_id=launch.pod_id, exit_code=code, now=timezone.now())
 
 
-def _check(entry: _Entry, process: runner.PodProcess, manifest) -> None:
-    """Once a second: checkpoints, and whether the pod should still run."""
+def _exit_reason(entry: _Entry, spec: runner.PodSpec, code: int) -> tuple[str, str]:
+    """Why the kernel or the watchdog ended a pod, in words its user understands."""
+    quota = settings.POD_DISK_QUOTA_MIB
+    if entry.over_quota:
+        return "DiskQuotaExceeded", entry.over_quota
+    if code == runner.SIGXFSZ_EXIT:
+        return "DiskQuotaExceeded", (f"A file grew past the disk quota of {quota} MiB "
+                                     f"(exit code {code})")
+    outcome = ""
+    if spec.cgroup is not None and code != 0:
+        try:
+            outcome = spec.cgroup.outcome(code)
+        except OSError:
+            outcome = ""
+    if outcome == "OOMKilled":
+        return "OOMKilled", (f"Killed for using more than its memory limit of "
+                             f"{spec.memory_mib} MiB (exit code {code})")
+    if outcome == "TooManyProcesses":
+        return "TooManyProcesses", (f"Hit its limit of {settings.POD_PIDS_MAX} processes "
+                                    f"and threads (exit code {code})")
+    return "", ""
+
+
+def _check(entry: _Entry, process: runner.PodProcess, manifest, paths: PodPaths) -> None:
+    """Once a second: checkpoints, disk use, and whether the pod should still run."""
     launch = entry.launch
     try:
         _report_checkpoints(launch, manifest)
+        if time.monotonic() >= entry.next_disk_check:
+            entry.next_disk_check = time.monotonic() + settings.POD_DISK_CHECK_SECONDS
+            _check_disk(entry, process, paths)
         watch = services.pod_watch(pod_pk=launch.pod_pk)
         if watch is None or watch.status not in services.LIVE:
             if process.stop_requested_at is None:
@@ -273,6 +425,28 @@ def _check(entry: _Entry, process: runner.PodProcess, manifest) -> None:
             services.job_timeout(job_pk=launch.job_pk, now=timezone.now())
     except Exception:  # a busy database must not kill the supervisor; try again next second
         logger.exception("checking pod %s failed", launch.pod_id)
+
+
+def _check_disk(entry: _Entry, process: runner.PodProcess, paths: PodPaths) -> None:
+    """The disk quota: the job's files on this host (its pods' work dirs, checkpoints, data
+    and logs). Over it, in bytes or in files, the pod is stopped at once: DiskQuotaExceeded.
+    The figure is also the job's disk use on its page."""
+    quota, max_files = settings.POD_DISK_QUOTA_MIB * runner.MIB, settings.POD_MAX_FILES
+    usage = housekeeping.disk_usage(paths.job_dir, max_entries=max_files + 1)
+    housekeeping.job_disk_report(job_pk=entry.launch.job_pk, bytes=usage.bytes,
+                                 now=timezone.now())
+    if entry.over_quota:
+        return
+    if usage.bytes > quota:
+        entry.over_quota = (f"The job's files on this host use {usage.bytes / runner.MIB:,.0f} "
+                            f"MiB, more than the disk quota of "
+                            f"{settings.POD_DISK_QUOTA_MIB:,} MiB")
+    elif not usage.complete or usage.files > max_files:
+        entry.over_quota = (f"The job created more than {max_files:,} files on this host (the "
+                            "disk quota's file limit)")
+    if entry.over_quota:
+        process.log.note(f"disk quota exceeded: {entry.over_quota}")
+        process.request_stop(0)
 
 
 def _report_checkpoints(launch: services.PodLaunch, manifest) -> None:
@@ -284,3 +458,6 @@ def _report_checkpoints(launch: services.PodLaunch, manifest) -> None:
             path=str(manifest.path.parent / entry["file"]), size_bytes=entry["bytes"],
             at=datetime.fromtimestamp(entry["time"], tz=UTC),
         )
+    while manifest.problems:
+        services.pod_event(pod_pk=launch.pod_pk, kind="CheckpointManifestInvalid",
+                           message=manifest.problems.pop(0), now=timezone.now())

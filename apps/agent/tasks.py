@@ -18,7 +18,7 @@ from celery.worker.control import inspect_command
 from django.conf import settings
 from django.utils import timezone
 
-from apps.agent import runner, services, supervisor
+from apps.agent import housekeeping, runner, services, supervisor
 from apps.core.redis import singleton_lock
 
 logger = logging.getLogger(__name__)
@@ -94,7 +94,7 @@ def agent_address() -> str:
 
 def _info(nodes: list[str], public: bool) -> dict:
     return {"nodes": nodes, "public": public, "hostname": socket.gethostname(),
-            "address": agent_address(), "sandbox": runner.sandbox_status(settings.SANDBOX).mode,
+            "address": agent_address(), "sandbox": runner.isolation_status(settings.SANDBOX).mode,
             "pods": len(supervisor.running_pods())}
 
 
@@ -112,10 +112,13 @@ def _agent_ready(sender=None, **kwargs) -> None:
     if not (nodes or public):
         return
     supervisor.set_agent_name(sender.hostname)
-    status = runner.sandbox_status(settings.SANDBOX)
-    how = "in a bubblewrap sandbox" if status.sandboxed else f"UNSANDBOXED ({status.detail})"
+    status = runner.isolation_status(settings.SANDBOX)
+    how = ("isolated" if status.complete else
+           f"INSECURELY ({status.detail})" if status.can_run else f"NOT AT ALL ({status.detail})")
     logger.warning("agent %s serves %s%s; pods run %s", sender.hostname,
                    ", ".join(nodes) or "no nodes", " and the public pool" if public else "", how)
+    supervisor.sweep_leftovers()
+    housekeeping.start_housekeeping(interval=settings.POD_HOUSEKEEPING_SECONDS)
     now = timezone.now()
     try:
         services.pods_orphaned(agent=sender.hostname, now=now)

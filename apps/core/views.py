@@ -16,7 +16,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_safe
 
 from apps.agent.models import NodeAgent
-from apps.agent.runner import sandbox_status
+from apps.agent.runner import isolation_status
 from apps.cluster.selectors import cluster_counts
 from apps.core.http import HtmxHttpRequest
 from apps.core.models import Heartbeat
@@ -50,7 +50,7 @@ def health(request: HtmxHttpRequest) -> HttpResponse:
         template += "#health-panel"
     context = {
         "health": snapshot, "beat_age": beat_age, "counts": cluster_counts(), "now": now,
-        "sandbox": sandbox_status(settings.SANDBOX),
+        "sandbox": isolation_status(settings.SANDBOX),
         "execution_backend": settings.EXECUTION_BACKEND,
         "node_agents": _seen(NodeAgent.objects.select_related("node"), now=now),
         "agent_beats": _seen(Heartbeat.objects.filter(name__startswith="agent:")

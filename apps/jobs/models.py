@@ -130,6 +130,11 @@ class Job(models.Model):
     pending_reason = models.CharField(max_length=256, blank=True)
     queue_position = models.PositiveIntegerField(null=True, blank=True)
     queue_size = models.PositiveIntegerField(null=True, blank=True)
+    # Disk use of the job's directory under POD_WORK_ROOT (apps/agent/housekeeping.py), and
+    # when housekeeping removed its work dirs and data after the retention period.
+    disk_bytes = models.BigIntegerField(null=True, blank=True)
+    disk_measured_at = models.DateTimeField(null=True, blank=True)
+    work_swept_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at", "-id"]

@@ -125,7 +125,8 @@ def job_detail(request: HtmxHttpRequest, job_id: str) -> HttpResponse:
     job = _get_job_for_user(request, job_id)
     _show_waiting_reasons([job])
     target = _htmx_target(request)
-    context = {"job": job, "bid_poll_seconds": _bid_poll_seconds()}
+    context = {"job": job, "bid_poll_seconds": _bid_poll_seconds(),
+               "retention_hours": settings.POD_WORK_RETENTION_HOURS}
     if target != "spot-bids":
         context["live"] = selectors.job_live(job=job)
     if target != "job-live" and job.is_spot:

@@ -11,10 +11,15 @@ from cryptography.fernet import Fernet
 from django.conf import settings
 
 
+def fernet_key(secret: str) -> bytes:
+    """The Fernet key derived from `secret` (ACCESS_KEY_ENCRYPTION_SECRET)."""
+    digest = hashlib.sha256(("paiweb-access-keys:" + secret).encode()).digest()
+    return base64.urlsafe_b64encode(digest)
+
+
 @functools.cache
 def _fernet(secret: str) -> Fernet:
-    digest = hashlib.sha256(("paiweb-access-keys:" + secret).encode()).digest()
-    return Fernet(base64.urlsafe_b64encode(digest))
+    return Fernet(fernet_key(secret))
 
 
 def encrypt_secret(plain: str) -> str:

@@ -83,14 +83,14 @@ def submit(personas, *, command: str, ws: str = "ws_a", user: str = "alice",
            quota: str = "team-a", pods: int = 1, gpu: int = 1, idle: str = "off",
            aimaster: bool = False, name: str = "job", envs: dict | None = None,
            data_sources: list | None = None, execution_mode: str = "Sync",
-           max_minutes: int | None = None, grace: int | None = None, schedule: bool = True
-           ) -> Job:
+           max_minutes: int | None = None, grace: int | None = None, schedule: bool = True,
+           memory: int = 16384) -> Job:
     spec = JobSpec(
         display_name=name, user_command=command, quota=quota, idle_mode=idle,
         enable_aimaster=aimaster, execution_mode=execution_mode, envs=envs or {},
         data_sources=data_sources or [], max_running_time_minutes=max_minutes,
         enable_easyckpt=True,
-        roles=[RoleSpec(pod_count=pods, cpu=4000, memory=16384, gpu=gpu)],
+        roles=[RoleSpec(pod_count=pods, cpu=4000, memory=memory, gpu=gpu)],
     )
     job = job_submit(workspace=personas[ws], user=personas[user], spec=spec)
     if grace is not None:
@@ -207,7 +207,7 @@ def test_it_gives_each_pod_its_env_gpus_and_a_sandbox(personas, agent_backend):
     for rank, pod in enumerate(pods):
         log = pod_log(pod)
         process = PodProcess.objects.get(pod=pod)
-        assert process.sandbox == "bwrap", f"the agent runs pods unsandboxed:\n{log}"
+        assert process.sandbox == "strict", f"the agent runs pods without isolation:\n{log}"
         assert (f"RANK={rank} WORLD_SIZE=2 MASTER=127.0.0.1:{process.master_port} "
                 f"GPUS={pod.gpu_ids} ROLE=Worker POD={pod.pod_id} JOB={job.job_id}") in log
         ports.add(process.master_port)

@@ -1,12 +1,13 @@
 """The pod runner on its own (no database): real processes, real signals, real bubblewrap.
 
-The sandboxed tests need bubblewrap (`apt-get install bubblewrap`; CI installs it) and skip
-only when it is not installed at all.
+The sandboxed tests need bubblewrap (`apt-get install bubblewrap`; CI installs it) and run
+as root (as CI does): they fail, not skip, on a host that cannot isolate pods.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import tempfile
 import time
@@ -18,10 +19,12 @@ from apps.agent import runner
 
 SEED_COMMAND = "echo 'Hello World' && ls -R /mnt/data/ && sleep 1 && echo 'DONE'"
 ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"}
-MODES = ["none", pytest.param("bwrap", marks=pytest.mark.skipif(
-    shutil.which("bwrap") is None, reason="bubblewrap is not installed"))]
-needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None,
-                                 reason="bubblewrap is not installed")
+MODES = ["none", "strict"]
+POD_UID = 234_567
+
+
+def needs_bwrap(test):
+    return test
 
 
 @pytest.fixture
@@ -35,9 +38,22 @@ def root():
 
 
 def spec(root: Path, command: str, *, mode: str = "none", name: str = "pod-0", **kwargs):
-    return runner.PodSpec(name=name, command=command, work_dir=root / "pods" / "job-a" / name,
+    """A pod under `root`: bare ("none"), or isolated as the agent does it ("strict": own
+    uid, bwrap, seccomp; the agent adds the job's netns and cgroup, tested elsewhere)."""
+    work_dir = root / "pods" / "job-a" / name
+    isolation = None
+    if mode == "strict":
+        isolation = runner.isolation_status("strict")
+        assert isolation.bwrap and isolation.root, isolation.detail
+        kwargs.setdefault("uid", POD_UID)
+        for path in (work_dir, *kwargs.get("writable", ()), kwargs.get("data_dir")):
+            if path is not None:
+                Path(path).mkdir(parents=True, exist_ok=True)
+                os.chown(path, POD_UID, POD_UID)
+    work_dir.mkdir(parents=True, exist_ok=True)
+    return runner.PodSpec(name=name, command=command, work_dir=work_dir,
                           log_path=root / "pods" / "job-a" / "logs" / f"{name}.log",
-                          env={**ENV, **kwargs.pop("env", {})}, sandbox=mode, **kwargs)
+                          env={**ENV, **kwargs.pop("env", {})}, isolation=isolation, **kwargs)
 
 
 def run(pod_spec: runner.PodSpec) -> tuple[int, str]:
@@ -48,8 +64,8 @@ def run(pod_spec: runner.PodSpec) -> tuple[int, str]:
 
 
 def require_bwrap_works() -> None:
-    status = runner.sandbox_status("auto")
-    assert status.sandboxed, f"bubblewrap is installed but unusable: {status.detail}"
+    status = runner.isolation_status("strict")
+    assert status.complete, f"this host cannot isolate pods: {status.detail}"
 
 
 @needs_bwrap
@@ -58,7 +74,7 @@ def test_it_runs_the_seed_command_in_the_sandbox(root):
     data = root / "pods" / "job-a" / "data"
     (data / "dataset").mkdir(parents=True)
     (data / "dataset" / "part-0.csv").write_text("x,y\n")
-    code, log = run(spec(root, SEED_COMMAND, mode="bwrap", data_dir=data))
+    code, log = run(spec(root, SEED_COMMAND, mode="strict", data_dir=data))
     assert code == 0
     assert "Hello World" in log and "DONE" in log
     assert "/mnt/data/dataset:" in log and "part-0.csv" in log
@@ -124,8 +140,7 @@ def test_it_hides_other_jobs_and_paiwebs_files_from_a_sandboxed_pod(root):
         "echo mine > own.txt && cat own.txt; "
         "touch /usr/paiweb-evil; echo rc=$?"
     )
-    code, log = run(spec(root, command, mode="bwrap",
-                         hidden=(root / "pods", var, repo), writable=()))
+    code, log = run(spec(root, command, mode="strict", writable=()))
     assert code == 0
     assert "job b's secret" not in log and "the database" not in log and "SECRET_KEY" not in log
     assert log.count("rc=1") == 5  # three reads, a write elsewhere, a write to the host
@@ -146,7 +161,7 @@ def test_it_caps_the_log_with_a_notice(root, mode):
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_it_limits_a_pods_memory(root, mode):
+def test_it_limits_a_pods_address_space_without_a_cgroup(root, mode):
     if shutil.which("prlimit") is None:
         pytest.fail("prlimit (util-linux) is missing")
     command = "python3 -c 'b = bytearray(600 * 1024 * 1024); print(\"allocated\")'"
@@ -180,13 +195,23 @@ def test_it_reads_each_manifest_line_once(root):
     assert reader.new_entries() == []
 
 
-def test_it_reports_the_sandbox_it_would_use():
-    assert runner.sandbox_status("none").mode == "none"
-    status = runner.sandbox_status("auto")
-    assert status.mode == ("bwrap" if status.bwrap_available else "none")
-    assert status.detail
+def test_it_reports_the_isolation_it_would_use():
+    strict = runner.isolation_status("strict")
+    assert strict.complete and strict.can_run and strict.mode == "strict", strict.detail
+    assert strict.detail.startswith("isolated")
+    insecure = runner.isolation_status("insecure")
+    assert insecure.can_run
     with pytest.raises(ValueError):
-        runner.sandbox_status("docker")
+        runner.isolation_status("none")
+
+
+def test_it_says_what_a_host_lacks_and_refuses_strict_then():
+    lacking = runner.Isolation(requested="strict", missing=("bubblewrap is not installed",),
+                               bwrap=None, root=True, netns=True, cgroups=1, seccomp=True)
+    assert not lacking.can_run and lacking.mode == "insecure"
+    assert lacking.detail == "INSECURE: bubblewrap is not installed"
+    assert runner.Isolation(requested="insecure", missing=lacking.missing, bwrap=None,
+                            root=True, netns=True, cgroups=1, seccomp=True).can_run
 
 
 def _wait_for_text(path: Path, text: str, timeout: float = 10) -> None:
@@ -196,3 +221,68 @@ def _wait_for_text(path: Path, text: str, timeout: float = 10) -> None:
             return
         time.sleep(0.05)
     raise AssertionError(f"{text!r} never appeared in {path}")
+
+
+def test_it_runs_a_strict_pod_as_its_uid_with_no_capabilities_and_seccomp(root):
+    command = ("id -u; id -G; grep -E '^(CapEff|CapPrm|CapBnd|NoNewPrivs|Seccomp):' "
+               "/proc/self/status; "
+               "umount -l /tmp; echo umount=$?; mount -o remount,rw /usr; echo remount=$?; "
+               "unshare -r true; echo userns=$?; touch /usr/evil; echo write=$?; "
+               "cat /etc/shadow | wc -c; ls /proc | grep -c '^[0-9]'")
+    code, log = run(spec(root, command, mode="strict"))
+    assert code == 0, log
+    assert f"\n{POD_UID}\n{POD_UID}\n" in log
+    for line in ("CapEff:\t0000000000000000", "CapPrm:\t0000000000000000",
+                 "CapBnd:\t0000000000000000", "NoNewPrivs:\t1", "Seccomp:\t2"):
+        assert line in log, log
+    for attempt in ("umount", "remount", "userns", "write"):
+        assert f"{attempt}=0" not in log, log
+    assert "\n0\n" in log  # /etc/shadow is empty in the sandbox
+    assert int(log.strip().splitlines()[-2]) < 10  # only the pod's own processes
+
+
+def test_it_refuses_to_make_a_pod_dir_through_a_planted_link(root):
+    job = root / "job"
+    (job / "data").mkdir(parents=True)
+    outside = root / "outside"
+    outside.mkdir()
+    (job / "data" / "dataset").symlink_to(outside)
+    with pytest.raises(OSError):
+        runner.ensure_dir(job / "data" / "dataset" / "sub", under=job, uid=POD_UID)
+    assert not (outside / "sub").exists()
+    assert outside.stat().st_uid == 0  # not given to the pod
+    runner.ensure_dir(job / "data" / "fresh" / "sub", under=job, uid=POD_UID)
+    assert (job / "data" / "fresh" / "sub").stat().st_uid == POD_UID
+
+
+def test_a_fifo_or_a_link_for_a_manifest_never_blocks_and_becomes_a_problem(root):
+    fifo_dir, link_dir = root / "fifo", root / "link"
+    fifo_dir.mkdir()
+    link_dir.mkdir()
+    os.mkfifo(fifo_dir / "manifest.jsonl")
+    (link_dir / "manifest.jsonl").symlink_to("/etc/passwd")
+    for directory in (fifo_dir, link_dir):
+        started = time.monotonic()
+        reader = runner.ManifestReader(directory)
+        assert reader.new_entries() == []
+        assert time.monotonic() - started < 1
+        assert reader.problems, directory
+
+
+def test_it_skips_hostile_manifest_lines(root):
+    directory = root / "ckpt"
+    directory.mkdir()
+    reader = runner.ManifestReader(directory)
+    good = {"step": 4, "file": "ckpt-4.pt", "bytes": 10, "time": 1_700_000_000.0}
+    lines = [
+        "[" * 100_000,  # too long, and too deep
+        json.dumps({**good, "file": "../../etc/passwd"}),
+        json.dumps({**good, "file": "/etc/passwd"}),
+        json.dumps({**good, "time": 1e300}),
+        json.dumps({**good, "step": 10**30}),
+        '{"step": "x"}',
+        json.dumps(good),
+    ]
+    (directory / "manifest.jsonl").write_text("\n".join(lines) + "\n")
+    assert reader.new_entries() == [good]
+    assert len(reader.problems) >= 4

@@ -18,7 +18,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from apps.agent.models import NodeAgent
-from apps.agent.runner import SandboxStatus
+from apps.agent.runner import Isolation
 from apps.agent.services import checkpoint_report
 from apps.billing.services import billing_accrue
 from apps.cluster.models import Node
@@ -316,31 +316,40 @@ def quiet_broker(monkeypatch):
         beat_last_seen=None, beat_ok=False, workers=[], broker_ok=True, broker_error=""))
 
 
+def _isolation(requested: str, missing: tuple[str, ...] = ()) -> Isolation:
+    return Isolation(requested=requested, missing=missing, bwrap="/usr/bin/bwrap", root=True,
+                     netns=True, cgroups=1, seccomp=True)
+
+
 def test_it_shows_the_pod_sandbox(alice_client, cluster, quiet_broker, monkeypatch):
-    monkeypatch.setattr("apps.core.views.sandbox_status", lambda requested: SandboxStatus(
-        requested, "bwrap", True, "bubblewrap (/usr/bin/bwrap)"))
+    monkeypatch.setattr("apps.core.views.isolation_status", lambda requested: _isolation(
+        requested))
     response = alice_client.get(reverse("core:health"))
     sandbox = text_of(section(response, "sandbox"))
-    assert "Pod sandbox Sandboxed (bwrap) Bubblewrap (/usr/bin/bwrap) ( SANDBOX=auto )" in sandbox
+    assert "Pod sandbox Isolated (strict) Isolated: bubblewrap (/usr/bin/bwrap), own uid" in sandbox
+    assert "(this host, SANDBOX=strict )" in sandbox
     assert 'id="sandbox-alert"' not in response.content.decode()
 
 
-def test_it_warns_in_red_when_pods_would_run_unsandboxed(alice_client, cluster, quiet_broker,
-                                                         monkeypatch):
-    monkeypatch.setattr("apps.core.views.sandbox_status", lambda requested: SandboxStatus(
-        "auto", "none", False, "unsandboxed: bubblewrap is not installed"))
+def test_it_says_in_red_that_a_strict_host_refuses_pods(alice_client, cluster, quiet_broker,
+                                                        monkeypatch):
+    monkeypatch.setattr("apps.core.views.isolation_status", lambda requested: _isolation(
+        "strict", ("bubblewrap is not installed",)))
     content = alice_client.get(reverse("core:health")).content.decode()
     assert 'class="alert alert-error health-wide" role="alert" id="sandbox-alert"' in content
-    assert '<p class="health-state is-bad">Unsandboxed (none)</p>' in content
+    assert "This host refuses to run pods" in content
+    assert "What is missing: bubblewrap is not installed." in content
+    assert '<p class="health-state is-bad">Refusing pods (strict)</p>' in content
 
 
-def test_it_warns_in_amber_when_the_sandbox_is_turned_off(alice_client, cluster, quiet_broker,
-                                                          settings):
-    settings.SANDBOX = "none"
+def test_it_says_in_red_that_pods_run_insecurely(alice_client, cluster, quiet_broker,
+                                                 monkeypatch):
+    monkeypatch.setattr("apps.core.views.isolation_status", lambda requested: _isolation(
+        "insecure", ("the agent does not run as root",)))
     content = alice_client.get(reverse("core:health")).content.decode()
-    assert 'class="alert alert-warning health-wide"' in content
-    assert '<p class="health-state is-warn">Unsandboxed (none)</p>' in content
-    assert "Disabled by SANDBOX=none" in content
+    assert 'class="alert alert-error health-wide"' in content
+    assert "Pods run INSECURELY on this host" in content
+    assert '<p class="health-state is-bad">Insecure (SANDBOX=insecure)</p>' in content
 
 
 def test_it_lists_node_agents_and_their_heartbeats(alice_client, cluster, quiet_broker):

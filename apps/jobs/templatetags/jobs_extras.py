@@ -88,3 +88,35 @@ def percent(ratio) -> str:
     if ratio is None:
         return "—"
     return f"{Decimal(str(ratio)) * 100:.0f}%"
+
+
+@register.filter
+def binary_size(value) -> str:
+    """Bytes in binary units: `{{ job.disk_bytes|binary_size }}` → 512 B, 12.3 MiB, 1.5 GiB."""
+    if value is None or value == "":
+        return "—"
+    size = float(value)
+    if size < 1024:
+        return f"{int(size)} B"
+    for unit in ("KiB", "MiB", "GiB", "TiB"):
+        size /= 1024
+        if size < 1024 or unit == "TiB":
+            break
+    return f"{size:,.1f} {unit}"
+
+
+@register.filter
+def ago(moment) -> str:
+    """How long ago: `{{ job.disk_measured_at|ago }}` → just now, 2 min ago, 3 h ago, 4 d ago."""
+    if not moment:
+        return "—"
+    from django.utils import timezone
+
+    seconds = max((timezone.now() - moment).total_seconds(), 0)
+    if seconds < 60:
+        return "just now"
+    if seconds < 3600:
+        return f"{int(seconds // 60)} min ago"
+    if seconds < 86400:
+        return f"{int(seconds // 3600)} h ago"
+    return f"{int(seconds // 86400)} d ago"

@@ -17,7 +17,7 @@ import sys
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from apps.agent.runner import sandbox_status
+from apps.agent.runner import isolation_status
 from apps.agent.services import PUBLIC_QUEUE, node_queue
 from apps.cluster.models import Node
 
@@ -38,18 +38,24 @@ class Command(BaseCommand):
         parser.add_argument("--log-level", default="info")
 
     def handle(self, *args, **options) -> None:
+        status = isolation_status(settings.SANDBOX)  # first: refuse before touching anything
+        if not status.can_run:
+            raise CommandError(
+                f"this host cannot isolate pods, so the agent will not run any "
+                f"(SANDBOX=strict): {'; '.join(status.missing)}. Fix that, or set "
+                f"SANDBOX=insecure to run pods without full isolation (unsafe).")
         names = self._nodes(options["nodes"])
         queues = [node_queue(name) for name in names]
         if not options["no_public"]:
             queues.append(PUBLIC_QUEUE)
         if not queues:
             raise CommandError("no nodes to serve and --no-public: nothing to do")
-        status = sandbox_status(settings.SANDBOX)
         self.stdout.write(f"agent {options['name']}: nodes {', '.join(names) or '(none)'}"
                           f"{' + public' if not options['no_public'] else ''}; "
-                          f"sandbox: {status.mode} ({status.detail})")
-        if settings.SANDBOX == "bwrap" and not status.sandboxed:
-            raise CommandError(f"SANDBOX=bwrap but {status.detail}")
+                          f"pods: {status.detail}")
+        if not status.complete:
+            self.stderr.write(f"WARNING: SANDBOX=insecure: pods are NOT isolated from the "
+                              f"host: {'; '.join(status.missing)}")
         if options["address"]:
             os.environ["PAIWEB_AGENT_ADDRESS"] = options["address"]
         argv = [

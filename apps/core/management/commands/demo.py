@@ -5,7 +5,8 @@ worker, the node agent that runs pods as processes (`manage.py agent --nodes all
 machine one agent serves every node), Celery beat and Flower, and shows each one's output
 with its name in front. Ctrl-C (SIGINT) or SIGTERM stops them all, Redis last: SIGTERM, a
 grace period, then SIGKILL. If any of them dies on its own, the demo says which and stops
-the rest, exiting 1.
+the rest, exiting 1. Its banner says that it runs with demo secrets (the per-installation
+generated key, the published passwords and AccessKeys of the demo cluster file).
 
 Each child runs in its own session so that a Ctrl-C in the terminal reaches only this
 supervisor, which then stops the children in order (a worker's warm shutdown still needs
@@ -32,7 +33,9 @@ import redis
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
+from apps.agent.runner import isolation_status
 from paiweb import embedded_redis
+from paiweb.secret_key import INSTALLATION_SECRET_FILE, given
 
 STOP_TIMEOUT = 10.0  # seconds between SIGTERM and SIGKILL
 AGENT_STOP_TIMEOUT = 25.0  # the agent first stops its pods, with up to 10 s of grace each
@@ -100,6 +103,30 @@ def demo_logins(cluster_file: Path) -> list[tuple[str, str, str]]:
             roles.insert(0, "superuser")
         logins.append((str(name), password, ", ".join(roles)))
     return logins
+
+
+def _sandbox_line(sandbox: str) -> str:
+    isolation = isolation_status(sandbox)
+    if isolation.complete:
+        return "pods are isolated (SANDBOX=strict)"
+    return (f"PODS ARE NOT ISOLATED (SANDBOX={sandbox}): {'; '.join(isolation.missing)}. "
+            "Run the demo as root for isolation.")
+
+
+def demo_secrets_notice(cluster_file: str) -> list[str]:
+    """The banner's warning: which secrets are demo ones, and that this is no production."""
+    key_file = Path(settings.VAR_DIR) / INSTALLATION_SECRET_FILE
+    generated = f"generated for this installation, kept in {key_file}"
+    secret_key = "from the environment" if given("SECRET_KEY") else generated
+    from_env = given("ACCESS_KEY_ENCRYPTION_SECRET")
+    encryption = "from the environment" if from_env else "derived from SECRET_KEY"
+    return [
+        "  secrets   DEMO SECRETS: this demo is not for production",
+        f"            SECRET_KEY: {secret_key}",
+        f"            AccessKey encryption: {encryption}",
+        f"            the passwords above and the SDK AccessKeys are published in {cluster_file};",
+        "            anywhere real: DEBUG=false, your own SECRET_KEY and your own cluster file",
+    ]
 
 
 class Supervisor:
@@ -315,6 +342,11 @@ class Command(BaseCommand):
             "DJANGO_SETTINGS_MODULE": os.environ.get("DJANGO_SETTINGS_MODULE", "paiweb.settings"),
             "PYTHONUNBUFFERED": "1",
         }
+        isolation = isolation_status(env.get("SANDBOX") or settings.SANDBOX)
+        if options["agent"] and not isolation.can_run and "SANDBOX" not in os.environ:
+            # A developer's machine without root: run pods anyway, and say so loudly below.
+            env["SANDBOX"] = "insecure"
+            isolation = isolation_status("insecure")
         colour = self.stdout.isatty() and "NO_COLOR" not in os.environ
         supervisor = Supervisor(env=env, write=self._write, colour=colour)
 
@@ -407,10 +439,12 @@ class Command(BaseCommand):
             "  pods      "
             + ("run as processes by the agent" if options["agent"] else "not run as processes")
             + f" (EXECUTION_BACKEND={supervisor.env['EXECUTION_BACKEND']})",
+            "  sandbox   " + _sandbox_line(supervisor.env.get("SANDBOX") or settings.SANDBOX),
             f"  logins    (from {options['cluster_file']}; SDK access keys are there too)",
         ]
         for username, password, roles in demo_logins(cluster_file):
             lines.append(f"            {username:<9} {password:<18} {roles}".rstrip())
+        lines += demo_secrets_notice(options["cluster_file"])
         lines += ["Press Ctrl-C to stop everything.", ""]
         for line in lines:
             supervisor.say(line)

@@ -1,0 +1,361 @@
+"""A job's command is a stranger's code: every attack here runs as a real pod under a real
+node agent (as root, as CI runs), fails, and leaves the platform working.
+
+The agent of this module runs with small limits (a 64 MiB disk quota, 3,000 files, 64
+processes, 16 MiB /tmp and /dev/shm) so that each limit is reached in a second or two.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+import threading
+import uuid
+from pathlib import Path
+
+import pytest
+from django.conf import settings as django_settings
+from django.db import connection
+
+from apps.agent.models import PodProcess
+from apps.agent.testing import AgentProcess
+from apps.jobs.models import JobEvent, JobStatus, PodStatus
+from apps.jobs.services import job_stop
+from tests.integration.test_agent_pods import (  # noqa: F401 (fixtures)
+    NODES,
+    _purge_queues,
+    agent_backend,
+    job_in,
+    pod_log,
+    submit,
+    wait_for,
+)
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+LIMITS = {"POD_DISK_QUOTA_MIB": "64", "POD_MAX_FILES": "3000", "POD_PIDS_MAX": "64",
+          "POD_TMP_MIB": "16", "POD_SHM_MIB": "16", "POD_DISK_CHECK_SECONDS": "0.5"}
+
+
+@pytest.fixture(scope="module")
+def agent(django_db_setup, django_db_blocker):
+    """This module's agent: the pod tests' agent, with small limits."""
+    with django_db_blocker.unblock():
+        database = dict(connection.settings_dict)
+    process = AgentProcess(database=database, redis_url=django_settings.REDIS_URL, nodes=NODES,
+                           env={"SCHEDULER_MIN_RUN_SECONDS": "0",
+                                "SCHEDULER_REQUEUE_BACKOFF_SECONDS": "0", **LIMITS})
+    try:
+        process.start()
+        yield process
+    finally:
+        process.stop()
+        _purge_queues()
+        process.cleanup()
+
+
+@pytest.fixture
+def limits(settings):
+    for name, value in LIMITS.items():
+        setattr(settings, name, float(value) if "." in value else int(value))
+
+
+def python(script: str) -> str:
+    """A pod command running `script` with the pod's python."""
+    return f"python - <<'PAIWEB_EOF'\n{textwrap.dedent(script)}\nPAIWEB_EOF"
+
+
+def events(job, kind: str) -> list[str]:
+    return list(JobEvent.objects.filter(job=job, kind=kind).values_list("message", flat=True))
+
+
+def host_addresses() -> list[str]:
+    """This host's own non-loopback IPv4 addresses (a pod must not reach them either)."""
+    out = subprocess.run(["ip", "-4", "-o", "addr", "show", "scope", "global"],
+                         capture_output=True, text=True).stdout
+    return [line.split()[3].split("/")[0] for line in out.splitlines() if len(line.split()) > 3]
+
+
+@pytest.fixture
+def listener():
+    """A TCP server on the host's loopback and an abstract unix socket, both answering
+    "platform": what a pod must never reach (as it must not reach PostgreSQL or Redis)."""
+    tcp = socket.socket()
+    tcp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    tcp.bind(("0.0.0.0", 0))
+    tcp.listen(16)
+    abstract = socket.socket(socket.AF_UNIX)
+    name = f"paiweb-test-{uuid.uuid4().hex}"
+    abstract.bind("\0" + name)
+    abstract.listen(16)
+    reached = []
+
+    def serve(server):
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            reached.append(server)
+            try:
+                conn.sendall(b"platform")
+            except OSError:
+                pass
+            conn.close()
+
+    for server in (tcp, abstract):
+        threading.Thread(target=serve, args=(server,), daemon=True).start()
+    yield {"port": tcp.getsockname()[1], "abstract": name, "reached": reached}
+    tcp.close()
+    abstract.close()
+
+
+def test_a_pod_runs_as_its_jobs_uid_with_no_privilege_and_cannot_remount(personas,
+                                                                        agent_backend):
+    venv_site = Path(sys.prefix) / "lib"
+    planted = Path(django_settings.BASE_DIR) / "paiweb-planted"
+    command = (
+        "id -u; id -g; id -G; grep -E '^(CapEff|CapPrm|CapBnd|CapAmb|NoNewPrivs|Seccomp):' "
+        "/proc/self/status; "
+        "umount -l /tmp; echo umount-tmp=$?; umount -l /proc; echo umount-proc=$?; "
+        "mount -o remount,bind,rw /; echo remount-root=$?; "
+        "mount -o remount,rw /usr; echo remount-usr=$?; "
+        "mount -t tmpfs none /mnt; echo mount=$?; "
+        "unshare -r true; echo userns=$?; unshare -m true; echo mountns=$?; "
+        "nsenter -t 1 -m true; echo nsenter=$?; "
+        f"touch {venv_site}/evil.pth; echo pth=$?; touch {planted}; echo repo=$?; "
+        "touch /usr/evil; echo usr=$?; chmod u+s /usr/bin/bash; echo suid=$?; "
+        "su -c id root </dev/null; echo su=$?; "
+        "true"
+    )
+    job = submit(personas, command=command, user="charlie", ws="ws_b", quota="team-b")
+    job_in(job, JobStatus.SUCCEEDED, agent=agent_backend)
+    log = pod_log(job.pods.get())
+    uid = django_settings.POD_UID_BASE + job.pk
+    assert f"\n{uid}\n{uid}\n{uid}\n" in log, log  # uid, gid and the only group
+    for line in ("CapEff:\t0000000000000000", "CapPrm:\t0000000000000000",
+                 "CapBnd:\t0000000000000000", "CapAmb:\t0000000000000000",
+                 "NoNewPrivs:\t1", "Seccomp:\t2"):
+        assert line in log, log
+    for attempt in ("umount-tmp", "umount-proc", "remount-root", "remount-usr", "mount",
+                    "userns", "mountns", "nsenter", "pth", "repo", "usr", "suid", "su"):
+        assert f"\n{attempt}=" in log and f"\n{attempt}=0\n" not in log, (attempt, log)
+    assert not list(venv_site.glob("evil.pth")) and not planted.exists()
+    assert not Path("/usr/evil").exists()
+    assert os.stat("/usr/bin/bash").st_mode & 0o4000 == 0
+
+
+def test_a_pod_sees_no_secret_of_the_platform_nor_another_job(personas, agent_backend):
+    victim = submit(personas, command="echo bobs-secret > secret.txt; sleep 60", user="bob",
+                    name="victim")
+    job_in(victim, JobStatus.RUNNING, agent=agent_backend)
+    victim_dir = Path(PodProcess.objects.get(pod=victim.pods.get()).work_dir)
+    wait_for(lambda: (victim_dir / "secret.txt").exists(), what="the victim's file",
+             agent=agent_backend)
+    db_name = str(connection.settings_dict["NAME"])
+    paths = [victim_dir / "secret.txt", victim_dir, Path(db_name),
+             Path(django_settings.BASE_DIR) / "paiweb" / "settings.py",
+             Path(django_settings.VAR_DIR), agent_backend.var_dir,
+             agent_backend.pod_work_root, Path("/etc/shadow"), Path("/root"),
+             Path("/var/run/postgresql"), Path("/run")]
+    command = "; ".join(f"cat {p} 2>/dev/null | head -c 100; ls {p} 2>/dev/null | head -5"
+                        for p in paths)
+    command += ("; echo PROCS=$(ls /proc | grep -c '^[0-9]'); "
+                "cat /proc/*/environ 2>/dev/null | tr '\\0' '\\n' | grep -E "
+                "'DATABASE_URL|REDIS_URL|SECRET_KEY|DJANGO' || echo no-platform-env; "
+                "kill -9 -1; echo killed-all=$?; true")
+    job = submit(personas, command=command, user="charlie", ws="ws_b", quota="team-b")
+    job_in(job, JobStatus.SUCCEEDED, agent=agent_backend)
+    log = pod_log(job.pods.get())
+    assert "bobs-secret" not in log and "secret.txt" not in log
+    assert "SQLite format" not in log and "SECRET_KEY" not in log
+    assert "DATABASE_URL" not in log and "no-platform-env" in log
+    assert "root:" not in log  # /etc/shadow is empty
+    assert int(log.split("PROCS=")[1].split()[0]) < 10, log  # its own processes only
+    victim.refresh_from_db()
+    assert victim.status == JobStatus.RUNNING  # kill -9 -1 reached nothing outside the pod
+    job_stop(job=victim, by=personas["bob"])
+
+
+def test_a_pod_reaches_no_service_of_the_platform_and_the_platform_keeps_working(
+        personas, agent_backend, listener):
+    victim = submit(personas, command="echo up; sleep 60", user="bob", name="victim")
+    job_in(victim, JobStatus.RUNNING, agent=agent_backend)
+    targets = [("127.0.0.1", port) for port in (5432, 6379, 5672, 8000, 5555,
+                                                listener["port"])]
+    targets += [(address, port) for address in host_addresses()
+                for port in (5432, 6379, listener["port"])]
+    unix = ["/var/run/postgresql/.s.PGSQL.5432", "/run/postgresql/.s.PGSQL.5432",
+            django_settings.REDIS_URL.removeprefix("unix://"), "\0" + listener["abstract"]]
+    script = f"""
+        import socket
+        for host, port in {targets!r}:
+            s = socket.socket(); s.settimeout(2)
+            try:
+                s.connect((host, port)); print("REACHED", host, port)
+            except OSError as exc:
+                print("blocked", host, port, type(exc).__name__)
+        for path in {unix!r}:
+            s = socket.socket(socket.AF_UNIX); s.settimeout(2)
+            try:
+                s.connect(path); print("REACHED", repr(path))
+            except OSError as exc:
+                print("blocked", repr(path), type(exc).__name__)
+        print("routes:", open("/proc/net/route").read().count("\\n") - 1)
+    """
+    job = submit(personas, command=python(script), user="charlie", ws="ws_b", quota="team-b")
+    job_in(job, JobStatus.SUCCEEDED, agent=agent_backend)
+    log = pod_log(job.pods.get())
+    assert "REACHED" not in log, log
+    assert log.count("blocked") == len(targets) + len(unix), log
+    assert "routes: 0" in log  # loopback only: no way out of the namespace
+    assert listener["reached"] == []
+    victim.refresh_from_db()
+    assert victim.status == JobStatus.RUNNING
+    after = submit(personas, command="echo still-working", name="after")
+    job_in(after, JobStatus.SUCCEEDED, agent=agent_backend)
+    job_stop(job=victim, by=personas["bob"])
+
+
+def test_the_pods_of_one_job_talk_and_another_jobs_pod_cannot_reach_them(personas,
+                                                                        agent_backend):
+    script = """
+        import os, socket, time
+        port, rank = int(os.environ["MASTER_PORT"]), int(os.environ["RANK"])
+        if rank == 0:
+            server = socket.socket(); server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            server.bind(("0.0.0.0", port)); server.listen(8); server.settimeout(1)
+            deadline, peers = time.time() + 8, []
+            while time.time() < deadline:
+                try:
+                    conn, _ = server.accept()
+                except socket.timeout:
+                    continue
+                peers.append(conn.recv(100).decode())
+            print("PEERS", sorted(peers))
+        else:
+            for _ in range(100):
+                try:
+                    s = socket.create_connection((os.environ["MASTER_ADDR"], port), timeout=1)
+                    s.sendall(b"worker-1"); print("sent"); break
+                except OSError:
+                    time.sleep(0.1)
+    """
+    pair = submit(personas, command=python(script), pods=2, name="pair")
+    port = wait_for(lambda: PodProcess.objects.filter(pod__job=pair).values_list(
+        "master_port", flat=True).first(), what="the pair's port", agent=agent_backend)
+    probe = f"""
+        import socket, time
+        found = []
+        for _ in range(20):
+            for host in ("127.0.0.1", "0.0.0.0"):
+                try:
+                    s = socket.create_connection((host, {port}), timeout=0.5)
+                    s.sendall(b"INTRUDER"); found.append(host)
+                except OSError:
+                    pass
+            time.sleep(0.2)
+        print("INTRUDED" if found else "unreachable")
+    """
+    other = submit(personas, command=python(probe), user="charlie", ws="ws_b", quota="team-b",
+                   name="other")
+    job_in(pair, JobStatus.SUCCEEDED, agent=agent_backend)
+    job_in(other, JobStatus.SUCCEEDED, agent=agent_backend)
+    master = min(pair.pods.all(), key=lambda p: p.index)
+    assert "PEERS ['worker-1']" in pod_log(master), pod_log(master)
+    assert "unreachable" in pod_log(other.pods.get())
+
+
+def test_a_pod_over_its_memory_ends_oomkilled(personas, agent_backend):
+    script = """
+        chunks = []
+        while True:
+            chunks.append(b"x" * (16 << 20))
+    """
+    job = submit(personas, command=python(script), memory=256, name="hog")
+    job_in(job, JobStatus.FAILED, agent=agent_backend)
+    pod = job.pods.get()
+    assert (pod.status, pod.reason) == (PodStatus.FAILED, "OOMKilled"), pod.message
+    assert "memory limit of 256 MiB" in pod.message
+    assert "OOMKilled" in job.reason_message
+    assert any("OOMKilled" in m or "memory limit" in m for m in events(job, "PodFailed"))
+
+
+def test_a_fork_bomb_stops_at_the_process_limit(personas, agent_backend):
+    script = """
+        import os, sys, time
+        children = []
+        try:
+            for _ in range(1000):
+                pid = os.fork()
+                if pid == 0:
+                    time.sleep(30); os._exit(0)
+                children.append(pid)
+        except OSError as exc:
+            print("forked", len(children), "then", exc.strerror)
+        for pid in children:
+            os.kill(pid, 9)
+        sys.exit(1)
+    """
+    job = submit(personas, command=python(script), name="forks")
+    job_in(job, JobStatus.FAILED, agent=agent_backend)
+    pod = job.pods.get()
+    log = pod_log(pod)
+    forked = int(log.split("forked ")[1].split()[0])
+    assert forked < 64, log
+    assert pod.reason == "TooManyProcesses", (pod.reason, pod.message, log)
+    assert "limit of 64 processes" in pod.message
+
+
+@pytest.mark.parametrize("command, why", [
+    ("head -c 100M /dev/zero > big; exit $?", "disk quota of 64 MiB"),
+    ("for i in $(seq 20); do head -c 10M /dev/zero > f$i; done; sleep 30", "quota of 64 MiB"),
+    ("mkdir d && cd d && for i in $(seq 5000); do : > $i; done; sleep 30", "3,000 files"),
+], ids=["one-big-file", "many-files-of-size", "too-many-files"])
+def test_a_pod_over_its_disk_quota_is_stopped(personas, agent_backend, limits, command, why):
+    job = submit(personas, command=command, name="filler")
+    job_in(job, JobStatus.FAILED, agent=agent_backend)
+    pod = job.pods.get()
+    assert pod.reason == "DiskQuotaExceeded", (pod.reason, pod.message, pod_log(pod))
+    assert why in pod.message
+    assert "DiskQuotaExceeded" in job.reason_message
+
+
+def test_tmp_and_shm_are_small_private_and_size_capped(personas, agent_backend):
+    command = ("head -c 40M /dev/zero > /tmp/x; echo tmp=$?; "
+               "head -c 40M /dev/zero > /dev/shm/x; echo shm=$?; "
+               "echo TMP=$(df -m --output=size /tmp | tail -1 | tr -d ' '); "
+               "echo SHM=$(df -m --output=size /dev/shm | tail -1 | tr -d ' '); true")
+    job = submit(personas, command=command, name="tmp")
+    job_in(job, JobStatus.SUCCEEDED, agent=agent_backend)
+    log = pod_log(job.pods.get())
+    assert "tmp=0" not in log and "shm=0" not in log and "No space left" in log, log
+    assert "TMP=16" in log and "SHM=16" in log
+
+
+def test_a_fifo_manifest_neither_hangs_the_agent_nor_leaves_the_job_running(personas,
+                                                                           agent_backend):
+    command = 'mkfifo "$PAIWEB_CHECKPOINT_DIR/manifest.jsonl" && sleep 2 && echo done'
+    job = submit(personas, command=command, name="fifo")
+    job_in(job, JobStatus.SUCCEEDED, agent=agent_backend)
+    process = PodProcess.objects.get(pod=job.pods.get())
+    assert process.state == PodProcess.State.EXITED and process.exit_code == 0
+    assert any("not a regular file" in m for m in events(job, "CheckpointManifestInvalid"))
+    after = submit(personas, command="echo still-working", name="after")
+    job_in(after, JobStatus.SUCCEEDED, agent=agent_backend)
+
+
+def test_the_agent_refuses_to_start_where_it_cannot_isolate_pods(tmp_path):
+    bare = tmp_path / "bin"  # a PATH without bubblewrap, iproute2 or util-linux
+    bare.mkdir()
+    env = {**os.environ, "PATH": str(bare), "SANDBOX": "strict",
+           "PAIWEB_VAR_DIR": str(tmp_path / "var")}
+    done = subprocess.run([sys.executable, "manage.py", "agent", "--nodes", "gpu-node-0"],
+                          cwd=django_settings.BASE_DIR, env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode != 0
+    assert "cannot isolate pods" in done.stderr and "bubblewrap is not installed" in done.stderr
+    assert "SANDBOX=insecure" in done.stderr
