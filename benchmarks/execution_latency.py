@@ -54,7 +54,7 @@ from django.db import connection  # noqa: E402
 from django.utils import timezone  # noqa: E402
 
 from apps.agent.models import PodProcess  # noqa: E402
-from apps.agent.runner import sandbox_status  # noqa: E402
+from apps.agent.runner import isolation_status  # noqa: E402
 from apps.agent.testing import AgentProcess  # noqa: E402
 from apps.jobs.models import Job, Pod, PodStatus  # noqa: E402
 from apps.jobs.services import job_stop, job_submit  # noqa: E402
@@ -108,7 +108,7 @@ def main() -> None:
     try:
         agent.start()
         ticker.start()
-        print(f"agent up; sandbox: {sandbox_status(settings.SANDBOX).mode}; tick every "
+        print(f"agent up; sandbox: {isolation_status(settings.SANDBOX).mode}; tick every "
               f"{args.tick:g}s; {args.jobs} jobs, {args.gap:g}s apart")
         jobs = []
         for i in range(args.jobs):

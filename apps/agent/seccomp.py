@@ -54,6 +54,8 @@ BLOCKED: tuple[str, ...] = (
     "iopl", "ioperm", "uselib",
     "settimeofday", "clock_settime", "clock_adjtime", "adjtimex",
     "vhangup", "lookup_dcookie",
+    # io_uring runs operations outside this filter's view (Docker's profile refuses it too).
+    "io_uring_setup", "io_uring_enter", "io_uring_register",
 )
 
 # Names in BLOCKED that exist only on x86 (the generic table used by aarch64 lacks them).
@@ -78,6 +80,7 @@ _X86_64: dict[str, int] = {
     "iopl": 172, "ioperm": 173, "uselib": 134,
     "settimeofday": 164, "clock_settime": 227, "clock_adjtime": 305, "adjtimex": 159,
     "vhangup": 153, "lookup_dcookie": 212,
+    "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
     "clone": 56, "clone3": 435, "personality": 135,
 }
 
@@ -96,6 +99,7 @@ _AARCH64: dict[str, int] = {
     "open_tree": 428, "mount_setattr": 442,
     "settimeofday": 170, "clock_settime": 112, "clock_adjtime": 266, "adjtimex": 171,
     "vhangup": 58, "lookup_dcookie": 18,
+    "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
     "clone": 220, "clone3": 435, "personality": 92,
 }
 
