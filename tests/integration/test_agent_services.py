@@ -80,11 +80,11 @@ def test_it_runs_the_job_once_every_pod_runs(personas, sent):
     now = timezone.now()
     for pod in (first, second):
         services.pod_claim(pod_id=pod.pod_id, agent="agent@test", hostname="h", now=now)
-    services.pod_report_running(pod_id=first.pod_id, pid=10, sandbox="bwrap", work_dir="w",
+    services.pod_report_running(pod_id=first.pod_id, pid=10, sandbox="strict", work_dir="w",
                                 log_path="l", now=now)
     job.refresh_from_db()
     assert job.status == JobStatus.ENV_PREPARING
-    services.pod_report_running(pod_id=second.pod_id, pid=11, sandbox="bwrap", work_dir="w",
+    services.pod_report_running(pod_id=second.pod_id, pid=11, sandbox="strict", work_dir="w",
                                 log_path="l", now=now)
     job.refresh_from_db()
     assert job.status == JobStatus.RUNNING
