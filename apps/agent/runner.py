@@ -309,7 +309,7 @@ def bwrap_argv(spec: PodSpec, *, fds: Mapping[str, int]) -> list[str]:
     argv = [spec.isolation.bwrap, *_system_binds()]
     for path, fd in fds.items():
         if path.startswith("/"):
-            argv += ["--ro-bind-data", str(fd), path]
+            argv += ["--perms", "0644", "--ro-bind-data", str(fd), path]
     argv += ["--dev", "/dev", *_gpu_binds(spec), "--proc", "/proc",
              "--perms", "1777", "--size", str(spec.tmp_mib * MIB), "--tmpfs", "/tmp",
              "--perms", "1777", "--size", str(spec.shm_mib * MIB), "--tmpfs", "/dev/shm",

@@ -57,6 +57,12 @@ def agent_name() -> str:
 
 def set_agent_name(name: str) -> None:
     _agent["name"] = name
+    _agent["serving"] = name
+
+
+def is_agent() -> bool:
+    """Whether this worker runs pods (it was named by an agent's start)."""
+    return "serving" in _agent
 
 
 def running_pods() -> list[str]:
@@ -224,6 +230,18 @@ def _cgroup_create(launch: services.PodLaunch) -> cgroups.PodCgroup | None:
     limits = cgroups.Limits(memory_bytes=launch.memory_mib * runner.MIB,
                             pids=settings.POD_PIDS_MAX, cpu_millicores=launch.cpu_millicores)
     return host.create(f"{_cgroup_prefix()}/{launch.pod_id}", limits)
+
+
+def release_host() -> None:
+    """At the agent's stop, once its pods are reported: its (now empty) cgroup parent."""
+    host = runner.cgroup_host()
+    if host is None:
+        return
+    for hierarchy in host.directories():
+        try:
+            (hierarchy / _cgroup_prefix()).rmdir()
+        except OSError:
+            pass  # a pod still running there, or gone already
 
 
 def sweep_leftovers() -> None:

@@ -134,3 +134,5 @@ def _agent_ready(sender=None, **kwargs) -> None:
 def _agent_shutdown(sender=None, **kwargs) -> None:
     if supervisor.running_pods():
         supervisor.shutdown()
+    if supervisor.is_agent():
+        supervisor.release_host()

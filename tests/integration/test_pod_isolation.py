@@ -166,14 +166,15 @@ def test_a_pod_sees_no_secret_of_the_platform_nor_another_job(personas, agent_ba
     command += ("; echo PROCS=$(ls /proc | grep -c '^[0-9]'); "
                 "cat /proc/*/environ 2>/dev/null | tr '\\0' '\\n' | grep -E "
                 "'DATABASE_URL|REDIS_URL|SECRET_KEY|DJANGO' || echo no-platform-env; "
-                "kill -9 -1; echo killed-all=$?; true")
+                "kill -9 -1; echo killed-all=$?; "
+                "echo SHADOW-COVERED=$(grep -c ' /etc/shadow ' /proc/self/mountinfo); true")
     job = submit(personas, command=command, user="charlie", ws="ws_b", quota="team-b")
     job_in(job, JobStatus.SUCCEEDED, agent=agent_backend)
     log = pod_log(job.pods.get())
     assert "bobs-secret" not in log and "secret.txt" not in log
     assert "SQLite format" not in log and "SECRET_KEY" not in log
     assert "DATABASE_URL" not in log and "no-platform-env" in log
-    assert "root:" not in log  # /etc/shadow is empty
+    assert "root:" not in log and "SHADOW-COVERED=1" in log  # /etc/shadow is covered
     assert int(log.split("PROCS=")[1].split()[0]) < 10, log  # its own processes only
     victim.refresh_from_db()
     assert victim.status == JobStatus.RUNNING  # kill -9 -1 reached nothing outside the pod
