@@ -81,7 +81,9 @@ def authenticate(request: HttpRequest, *, now: datetime) -> AccessKey:
         # The encryption secret changed since the key was made: nothing the caller can fix.
         logger.error("AccessKey %s cannot be decrypted; re-issue it", key.key_id)
         raise ApplicationError(
-            "InternalError", "The access key cannot be used; ask an administrator.", status=500
+            "InvalidAccessKeyId.Inactive",
+            "Specified access key can no longer be verified: it was created under another "
+            "encryption secret. Create a new AccessKey in the console (Access keys).",
         ) from None
     try:
         raw = _raw_path(request)

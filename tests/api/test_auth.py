@@ -44,6 +44,19 @@ def test_a_disabled_key_is_refused_at_once(dlc, keys):
     assert sdk_error(caught) == ("InvalidAccessKeyId.Inactive", 400)
 
 
+def test_a_key_made_under_another_encryption_secret_is_refused_with_a_400(dlc, keys):
+    from cryptography.fernet import Fernet
+
+    from apps.workspaces.crypto import fernet_key
+
+    other = Fernet(fernet_key("an-earlier-secret")).encrypt(keys["alice"][1].encode()).decode()
+    AccessKey.objects.filter(key_id=keys["alice"][0]).update(secret_encrypted=other)
+    with pytest.raises(Exception) as caught:
+        dlc.list_jobs(ListJobsRequest())
+    assert sdk_error(caught) == ("InvalidAccessKeyId.Inactive", 400)
+    assert "Create a new AccessKey" in str(caught.value)
+
+
 def test_a_key_of_a_deactivated_user_is_refused(dlc, personas):
     personas["alice"].is_active = False
     personas["alice"].save()
