@@ -341,7 +341,7 @@ def _run(entry: _Entry) -> None:
         return
     netns_name, cgroup = "", None
     try:
-        if isolation.complete:
+        if isolation.netns and isolation.bwrap:  # insecure mode still uses what it has
             netns_name = _netns_acquire(launch.job_id)
         cgroup = _cgroup_create(launch)
         spec = pod_spec(launch, isolation, cgroup=cgroup, netns_name=netns_name)

@@ -53,6 +53,11 @@ def health(request: HtmxHttpRequest) -> HttpResponse:
         "sandbox": isolation_status(settings.SANDBOX),
         "execution_backend": settings.EXECUTION_BACKEND,
         "node_agents": _seen(NodeAgent.objects.select_related("node"), now=now),
+        # What the agents report decides whether pods are isolated; this host's own probe
+        # only matters where no agent has reported (the web may run on another host).
+        "insecure_agents": sorted(set(NodeAgent.objects.exclude(sandbox="strict")
+                                      .values_list("worker", flat=True))),
+        "agents_known": NodeAgent.objects.exists(),
         "agent_beats": _seen(Heartbeat.objects.filter(name__startswith="agent:")
                              .order_by("name"), now=now),
     }

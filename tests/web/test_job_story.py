@@ -352,6 +352,17 @@ def test_it_says_in_red_that_pods_run_insecurely(alice_client, cluster, quiet_br
     assert '<p class="health-state is-bad">Insecure (SANDBOX=insecure)</p>' in content
 
 
+def test_it_says_in_red_which_agents_run_pods_insecurely(alice_client, cluster, quiet_broker):
+    now = timezone.now()
+    for worker, mode, node in (("agent@a", "strict", 0), ("agent@b", "insecure", 1)):
+        NodeAgent.objects.create(node=cluster["nodes"][node], worker=worker, hostname="h",
+                                 address="10.0.0.5", sandbox=mode, last_seen=now)
+    content = alice_client.get(reverse("core:health")).content.decode()
+    assert "<strong>Pods run INSECURELY</strong> under agent@b (" in content
+    NodeAgent.objects.filter(worker="agent@b").update(sandbox="strict")
+    assert 'id="sandbox-alert"' not in alice_client.get(reverse("core:health")).content.decode()
+
+
 def test_it_lists_node_agents_and_their_heartbeats(alice_client, cluster, quiet_broker):
     now = timezone.now()
     for i, node in enumerate(cluster["nodes"][:2]):
