@@ -10,11 +10,12 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     DJANGO_SETTINGS_MODULE=paiweb.settings \
     PAIWEB_VAR_DIR=/app/var
 
-# The node agent isolates pods with bubblewrap, iproute2 (a network namespace per job) and
-# util-linux (setpriv, nsenter, prlimit); it runs as root in a privileged container
-# (docker-compose.yml) and refuses to run pods where it cannot isolate them (SANDBOX=strict).
+# The node agent isolates pods with bubblewrap, iproute2 (a network namespace per job),
+# util-linux (setpriv, nsenter, prlimit) and nftables (jobs across hosts); it runs as root
+# in a privileged container (docker-compose.yml) and refuses to run pods where it cannot
+# isolate them (SANDBOX=strict).
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends bubblewrap iproute2 util-linux \
+    && apt-get install -y --no-install-recommends bubblewrap iproute2 util-linux nftables \
     && rm -rf /var/lib/apt/lists/*
 
 RUN groupadd --system --gid 1000 paiweb \

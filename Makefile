@@ -111,17 +111,18 @@ chromium:
 	fi
 
 # The pod sandbox: its tests are required, so `make test` installs bubblewrap, iproute2 (a
-# network namespace per job) and util-linux (setpriv, nsenter, prlimit) like Chromium.
+# network namespace per job), util-linux (setpriv, nsenter, prlimit) and nftables (pods of a
+# job on several hosts) like Chromium.
 bubblewrap:
 	@if command -v bwrap && command -v ip && command -v setpriv && command -v nsenter \
-	  && command -v prlimit; then exit 0; fi >/dev/null 2>&1; \
+	  && command -v prlimit && command -v nft; then exit 0; fi >/dev/null 2>&1; \
 	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	  echo "Installing the pod sandbox's tools (apt-get install bubblewrap iproute2 util-linux)"; \
+	  echo "Installing the pod sandbox's tools (apt-get install bubblewrap iproute2 util-linux nftables)"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-	    bubblewrap iproute2 util-linux >/dev/null; \
+	    bubblewrap iproute2 util-linux nftables >/dev/null; \
 	else \
-	  echo "The sandbox tests need bubblewrap, iproute2 and util-linux, and root. Install with:" >&2; \
-	  echo "    sudo apt-get update && sudo apt-get install -y bubblewrap iproute2 util-linux" >&2; \
+	  echo "The sandbox tests need bubblewrap, iproute2, util-linux and nftables, and root:" >&2; \
+	  echo "    sudo apt-get update && sudo apt-get install -y bubblewrap iproute2 util-linux nftables" >&2; \
 	  exit 1; \
 	fi
 

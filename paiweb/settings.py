@@ -191,6 +191,19 @@ POD_SHM_MIB = env_int("POD_SHM_MIB", 512, minimum=1)
 POD_DISK_QUOTA_MIB = env_int("POD_DISK_QUOTA_MIB", 20 * 1024, minimum=1)
 POD_MAX_FILES = env_int("POD_MAX_FILES", 200_000, minimum=100)
 POD_DISK_CHECK_SECONDS = env_float("POD_DISK_CHECK_SECONDS", 5.0, minimum=0.2)
+# Pods of one job on several hosts: each host's agent owns a pod subnet (e.g. 10.232.1.0/24,
+# a different one per host) and links each job's namespace to it; nftables admits only the
+# same job's addresses on the other hosts. Empty: a job's pods reach each other on one host.
+POD_CIDR = env_str("POD_CIDR", "")
+if POD_CIDR:
+    import ipaddress
+
+    from django.core.exceptions import ImproperlyConfigured
+
+    try:
+        ipaddress.IPv4Network(POD_CIDR)
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"POD_CIDR: not an IPv4 subnet ({exc})") from None
 
 
 

@@ -55,6 +55,8 @@ class NodeAgent(models.Model):
     hostname = models.CharField(max_length=255)
     address = models.CharField(max_length=255, help_text="where other hosts reach its pods")
     sandbox = models.CharField(max_length=255, blank=True)
+    pod_cidr = models.CharField(max_length=64, blank=True,
+                                help_text="the host's pod subnet (POD_CIDR), for multi-host jobs")
     last_seen = models.DateTimeField()
 
     class Meta:

@@ -15,10 +15,13 @@ never cuts off a pod still running.
 
 from __future__ import annotations
 
+import hashlib
+import ipaddress
 import os
 import re
 import shutil
 import subprocess
+from collections.abc import Iterable
 from pathlib import Path
 
 RUN_DIR = Path("/run/netns")
@@ -30,8 +33,11 @@ class NetnsError(RuntimeError):
     """`ip netns` failed: the message is iproute2's."""
 
 
-def name_for(job_id: str) -> str:
-    name = f"{PREFIX}{job_id}"
+def name_for(job_id: str, host: str = "") -> str:
+    """The job's namespace on this host. `host` (the agent's address) keeps two hosts'
+    namespaces apart where they share /run/netns (test hosts on one machine)."""
+    suffix = f"-{hashlib.sha1(host.encode()).hexdigest()[:8]}" if host else ""
+    name = f"{PREFIX}{job_id}{suffix}"
     if not _NAME.match(name):
         raise NetnsError(f"not a usable namespace name: {name!r}")
     return name
@@ -106,3 +112,119 @@ def probe() -> str:
     except (NetnsError, OSError, subprocess.TimeoutExpired) as exc:
         return f"cannot create network namespaces: {exc}"
     return ""
+
+
+# --- between hosts: a routed link per job namespace ---------------------------------------
+#
+# With POD_CIDR set, each host owns a pod subnet and the job's namespace on a host gets one
+# address in it (`job_address`): a veth pair links the namespace (eth0, the address/32, a
+# default route to 169.254.1.1) to the host (pwj<job>, 169.254.1.1/32, a route to the
+# address). Hosts route each other's subnets via their addresses. nftables on the host
+# (table inet paiweb) lets a job's namespace talk to the same job's addresses on the other
+# hosts and to nothing else: not the host itself (input), not other jobs, not the outside.
+
+GATEWAY = "169.254.1.1"
+TABLE = "paiweb"
+
+
+def job_address(cidr: str, job_pk: int) -> str:
+    """The job's address in a host's pod subnet (the same job has the same offset on every
+    host, so each host can work out where the job's other pods are)."""
+    network = ipaddress.ip_network(cidr)
+    slots = network.num_addresses - 3  # no network, gateway-like .1, broadcast
+    if slots < 1:
+        raise NetnsError(f"POD_CIDR {cidr} is too small")
+    return str(network.network_address + 2 + (job_pk % slots))
+
+
+def host_ifname(job_pk: int) -> str:
+    return f"pwj{job_pk}"[:15]
+
+
+def _nft(script: str) -> None:
+    nft = shutil.which("nft")
+    if nft is None:
+        raise NetnsError("nftables (nft) is not installed")
+    done = subprocess.run([nft, "-f", "-"], input=script.encode(), capture_output=True,
+                          timeout=15)
+    if done.returncode != 0:
+        raise NetnsError(f"nft: {done.stderr.decode(errors='replace').strip()}")
+
+
+def host_prepare() -> None:
+    """Forwarding on, and the base table: nothing from a pod's link reaches the host."""
+    Path("/proc/sys/net/ipv4/ip_forward").write_text("1\n")
+    _nft(f"""
+table inet {TABLE} {{
+  map pod_out {{ type ifname : verdict; }}
+  map pod_in {{ type ifname : verdict; }}
+  chain input {{ type filter hook input priority 0; policy accept;
+    iifname "pwj*" drop; }}
+  chain forward {{ type filter hook forward priority 0; policy accept;
+    iifname vmap @pod_out; oifname vmap @pod_in;
+    iifname "pwj*" drop; oifname "pwj*" drop; }}
+}}
+""")
+
+
+def routes_sync(peers: Iterable[tuple[str, str]]) -> None:
+    """Route each other host's pod subnet via that host's address."""
+    for cidr, via in peers:
+        _ip("route", "replace", cidr, "via", via)
+
+
+def connect(name: str, *, job_pk: int, address: str, peers: Iterable[str]) -> None:
+    """Link the job's namespace to this host and admit only `peers` (the job's addresses
+    on the other hosts). Idempotent: a namespace linked already is left as it is."""
+    ifname = host_ifname(job_pk)
+    if os.path.exists(f"/sys/class/net/{ifname}"):
+        return
+    _ip("link", "add", ifname, "type", "veth", "peer", "name", "eth0", "netns", name)
+    _ip("-n", name, "addr", "add", f"{address}/32", "dev", "eth0")
+    _ip("-n", name, "link", "set", "eth0", "up")
+    _ip("-n", name, "route", "add", GATEWAY, "dev", "eth0", "scope", "link")
+    _ip("-n", name, "route", "add", "default", "via", GATEWAY, "dev", "eth0")
+    _ip("addr", "add", f"{GATEWAY}/32", "dev", ifname)
+    _ip("link", "set", ifname, "up")
+    _ip("route", "replace", f"{address}/32", "dev", ifname)
+    allowed = sorted(set(peers) - {address})
+    for table_map in ("pod_out", "pod_in"):  # a leftover of an earlier namespace of the job
+        try:
+            _nft(f'delete element inet {TABLE} {table_map} {{ "{ifname}" }}\n')
+        except NetnsError:
+            pass
+    rules = ["flush chain inet {t} job{j}_out", "flush chain inet {t} job{j}_in"]
+    if allowed:
+        peers_set = "{ " + ", ".join(allowed) + " }"
+        rules += [f"add rule inet {{t}} job{{j}}_out ip saddr {address} ip daddr {peers_set} "
+                  "accept",
+                  f"add rule inet {{t}} job{{j}}_in ip saddr {peers_set} ip daddr {address} "
+                  "accept"]
+    rules += ["add rule inet {t} job{j}_out drop", "add rule inet {t} job{j}_in drop"]
+    body = "\n".join(r.replace("{t}", TABLE).replace("{j}", str(job_pk)) for r in rules)
+    _nft(f"""
+add chain inet {TABLE} job{job_pk}_out
+add chain inet {TABLE} job{job_pk}_in
+{body}
+add element inet {TABLE} pod_out {{ "{ifname}" : jump job{job_pk}_out }}
+add element inet {TABLE} pod_in {{ "{ifname}" : jump job{job_pk}_in }}
+""")
+
+
+def disconnect(job_pk: int) -> None:
+    """Forget the job's rules here (its link went with its namespace)."""
+    ifname = host_ifname(job_pk)
+    if os.path.exists(f"/sys/class/net/{ifname}"):
+        _ip("link", "delete", ifname)
+    try:
+        _nft(f"""
+delete element inet {TABLE} pod_out {{ "{ifname}" }}
+delete element inet {TABLE} pod_in {{ "{ifname}" }}
+""")
+    except NetnsError:
+        pass
+    for chain in (f"job{job_pk}_out", f"job{job_pk}_in"):
+        try:
+            _nft(f"delete chain inet {TABLE} {chain}\n")
+        except NetnsError:
+            pass

@@ -20,6 +20,7 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import Q
 
+from apps.agent import netns
 from apps.agent.models import NodeAgent, PodProcess
 from apps.cluster.models import Node
 from apps.core.models import Heartbeat
@@ -157,13 +158,24 @@ def _master(current: Sequence[Pod]) -> tuple[str, int]:
         return known
     node_ids = {p.node_id for p in current if p.node_id}
     agents = {a.node_id: a for a in NodeAgent.objects.filter(node_id__in=node_ids)}
-    hosts = {agents[n].hostname if n in agents else f"node:{n}" for n in node_ids}
+    hosts = {agents[n].address or agents[n].hostname if n in agents else f"node:{n}"
+             for n in node_ids}
     address = "127.0.0.1"
     if len(hosts) > 1:
         master = current[0]
         agent = agents.get(master.node_id)
-        address = agent.address if agent else (master.node.name if master.node_id else address)
+        if agent and agent.pod_cidr:  # the job's own address on the master's host
+            address = netns.job_address(agent.pod_cidr, master.job_id)
+        else:
+            address = agent.address if agent else (master.node.name if master.node_id
+                                                   else address)
     return address, _free_port()
+
+
+def pod_networks() -> list[tuple[str, str]]:
+    """Each host's pod subnet and address (POD_CIDR of the agents that have one)."""
+    return sorted(set(NodeAgent.objects.exclude(pod_cidr="")
+                      .values_list("pod_cidr", "address")))
 
 
 def pods_terminate(*, job: Job, pods: Iterable[Pod], now: datetime, reason: str) -> None:
@@ -529,7 +541,7 @@ def jobs_timeout_sweep(*, now: datetime) -> int:
 
 
 def agent_heartbeat(*, worker: str, hostname: str, address: str, nodes: Sequence[str],
-                    public: bool, sandbox: str, now: datetime) -> int:
+                    public: bool, sandbox: str, now: datetime, pod_cidr: str = "") -> int:
     """An agent answered: its nodes are alive (a Lost one is Ready again). Returns how many
     nodes it serves."""
     served = list(Node.objects.filter(name__in=list(nodes)))
@@ -541,7 +553,7 @@ def agent_heartbeat(*, worker: str, hostname: str, address: str, nodes: Sequence
             logger.warning("node %s reports again (agent %s): Ready", node.name, worker)
         NodeAgent.objects.update_or_create(node=node, defaults={
             "worker": worker, "hostname": hostname, "address": address, "sandbox": sandbox,
-            "last_seen": now})
+            "pod_cidr": pod_cidr, "last_seen": now})
     what = f"{len(served)} node(s)" + (" + public" if public else "")
     heartbeat_record(name=f"agent:{worker}"[:100], now=now,
                      detail=f"{hostname} ({address}): {what}; sandbox {sandbox}"[:200])

@@ -198,17 +198,50 @@ def pod_spec(launch: services.PodLaunch, isolation: runner.Isolation, *,
 
 
 _netns_users: dict[str, int] = {}
+_network = {"prepared": False}
 
 
-def _netns_acquire(job_id: str) -> str:
-    name = netns.name_for(job_id)
+def _host_key() -> str:
+    """What tells this host's namespaces from another's where hosts share /run/netns."""
+    return os.environ.get("PAIWEB_AGENT_ADDRESS", "")
+
+
+def network_sync() -> None:
+    """With POD_CIDR: the host's forwarding and nftables base, and a route to every other
+    host's pod subnet. Called at the agent's start and at each heartbeat."""
+    if not settings.POD_CIDR or os.geteuid() != 0:
+        return
+    try:
+        with _lock:
+            if not _network["prepared"]:
+                netns.host_prepare()
+                _network["prepared"] = True
+        netns.routes_sync([(cidr, via) for cidr, via in services.pod_networks()
+                           if cidr != settings.POD_CIDR and via])
+    except Exception:
+        logger.exception("could not set up routes between hosts' pod subnets")
+    finally:
+        connection.close()
+
+
+def _netns_acquire(launch: services.PodLaunch) -> str:
+    name = netns.name_for(launch.job_id, _host_key())
+    peers: list[str] = []
+    if settings.POD_CIDR:
+        network_sync()
+        peers = [netns.job_address(cidr, launch.job_pk) for cidr, _ in services.pod_networks()
+                 if cidr != settings.POD_CIDR]
     with _lock:
         netns.ensure(name)
+        if settings.POD_CIDR:
+            netns.connect(name, job_pk=launch.job_pk,
+                          address=netns.job_address(settings.POD_CIDR, launch.job_pk),
+                          peers=peers)
         _netns_users[name] = _netns_users.get(name, 0) + 1
     return name
 
 
-def _netns_release(name: str) -> None:
+def _netns_release(name: str, job_pk: int) -> None:
     """Delete the job's namespace once no pod of it runs here (nor in another agent's
     sandbox on this host: a process still in it keeps it)."""
     with _lock:
@@ -219,6 +252,8 @@ def _netns_release(name: str) -> None:
         try:
             if not netns.in_use(name):
                 netns.delete(name)
+                if settings.POD_CIDR:
+                    netns.disconnect(job_pk)
         except Exception:
             logger.exception("could not delete network namespace %s", name)
 
@@ -342,13 +377,13 @@ def _run(entry: _Entry) -> None:
     netns_name, cgroup = "", None
     try:
         if isolation.netns and isolation.bwrap:  # insecure mode still uses what it has
-            netns_name = _netns_acquire(launch.job_id)
+            netns_name = _netns_acquire(launch)
         cgroup = _cgroup_create(launch)
         spec = pod_spec(launch, isolation, cgroup=cgroup, netns_name=netns_name)
         process = runner.start(spec)
     except Exception as exc:
         logger.exception("could not start pod %s", launch.pod_id)
-        _release(cgroup, netns_name)
+        _release(cgroup, netns_name, launch.job_pk)
         _report_exit(entry, None, reason="StartError", message=f"Could not start: {exc}")
         return
     try:
@@ -356,7 +391,7 @@ def _run(entry: _Entry) -> None:
     finally:
         code = process.finish() if process.poll() is not None else _kill(process)
         reason, message = _exit_reason(entry, spec, code)
-        _release(cgroup, netns_name)
+        _release(cgroup, netns_name, launch.job_pk)
     if _shutting_down.is_set() and not reason:
         reason, message = "AgentStopped", (f"Stopped with its agent {agent_name()} "
                                            f"(exit code {code})")
@@ -368,14 +403,14 @@ def _kill(process: runner.PodProcess) -> int:
     return process.finish()
 
 
-def _release(cgroup, netns_name: str) -> None:
+def _release(cgroup, netns_name: str, job_pk: int) -> None:
     if cgroup is not None:
         try:
             cgroup.remove()
         except Exception:
             logger.exception("could not remove cgroup %s", cgroup)
     if netns_name:
-        _netns_release(netns_name)
+        _netns_release(netns_name, job_pk)
 
 
 def _watch(entry: _Entry, process: runner.PodProcess, spec: runner.PodSpec,

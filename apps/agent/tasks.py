@@ -56,7 +56,8 @@ def agents_ping(*, timeout: float) -> int:
                 served += services.agent_heartbeat(
                     worker=worker, hostname=info.get("hostname", ""),
                     address=info.get("address", ""), nodes=info.get("nodes", []),
-                    public=bool(info.get("public")), sandbox=info.get("sandbox", ""), now=now)
+                    public=bool(info.get("public")), sandbox=info.get("sandbox", ""), now=now,
+                    pod_cidr=str(info.get("pod_cidr") or ""))
     return served
 
 
@@ -95,6 +96,7 @@ def agent_address() -> str:
 def _info(nodes: list[str], public: bool) -> dict:
     return {"nodes": nodes, "public": public, "hostname": socket.gethostname(),
             "address": agent_address(), "sandbox": runner.isolation_status(settings.SANDBOX).mode,
+            "pod_cidr": settings.POD_CIDR,
             "pods": len(supervisor.running_pods())}
 
 
@@ -102,7 +104,10 @@ def _info(nodes: list[str], public: bool) -> dict:
 def agent_info(state) -> dict:
     """Remote-control command every worker answers; only agents name nodes or "public"."""
     nodes, public = _served(state.consumer.task_consumer.queues)
-    return _info(nodes, public) if nodes or public else {}
+    if not (nodes or public):
+        return {}
+    supervisor.network_sync()  # routes to hosts that joined since
+    return _info(nodes, public)
 
 
 @worker_ready.connect
@@ -125,9 +130,11 @@ def _agent_ready(sender=None, **kwargs) -> None:
         info = _info(nodes, public)
         services.agent_heartbeat(worker=sender.hostname, hostname=info["hostname"],
                                  address=info["address"], nodes=nodes, public=public,
-                                 sandbox=info["sandbox"], now=now)
+                                 sandbox=info["sandbox"], now=now,
+                                 pod_cidr=info["pod_cidr"])
     except Exception:
         logger.exception("agent %s could not report in", sender.hostname)
+    supervisor.network_sync()
 
 
 @worker_shutdown.connect

@@ -12,6 +12,7 @@ directly: SIGTERM stops the pods (SIGTERM, grace, SIGKILL) and then the agent.
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 
 from django.conf import settings
@@ -35,6 +36,8 @@ class Command(BaseCommand):
                             help="threads for start/stop tasks (pods have their own)")
         parser.add_argument("--address", default="",
                             help="address other hosts reach this host's pods at (MASTER_ADDR)")
+        parser.add_argument("--pod-cidr", default="",
+                            help="this host's pod subnet for multi-host jobs (POD_CIDR)")
         parser.add_argument("--log-level", default="info")
 
     def handle(self, *args, **options) -> None:
@@ -44,6 +47,10 @@ class Command(BaseCommand):
                 f"this host cannot isolate pods, so the agent will not run any "
                 f"(SANDBOX=strict): {'; '.join(status.missing)}. Fix that, or set "
                 f"SANDBOX=insecure to run pods without full isolation (unsafe).")
+        if (options["pod_cidr"] or settings.POD_CIDR) and not shutil.which("nft"):
+            raise CommandError("POD_CIDR is set, but nftables (nft) is not installed: pods on "
+                               "several hosts could not be kept apart (apt-get install "
+                               "nftables)")
         names = self._nodes(options["nodes"])
         queues = [node_queue(name) for name in names]
         if not options["no_public"]:
@@ -58,6 +65,8 @@ class Command(BaseCommand):
                               f"host: {'; '.join(status.missing)}")
         if options["address"]:
             os.environ["PAIWEB_AGENT_ADDRESS"] = options["address"]
+        if options["pod_cidr"]:
+            os.environ["POD_CIDR"] = options["pod_cidr"]
         argv = [
             sys.executable, "-m", "celery", "-A", "paiweb", "worker",
             "-Q", ",".join(queues), "-n", options["name"], "-P", "threads",
