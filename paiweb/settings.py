@@ -204,6 +204,14 @@ if POD_CIDR:
         ipaddress.IPv4Network(POD_CIDR)
     except ValueError as exc:
         raise ImproperlyConfigured(f"POD_CIDR: not an IPv4 subnet ({exc})") from None
+# Pods reaching the outside world (public addresses only, masqueraded behind the host; never
+# a private, link-local or loopback address, nor the host itself). Off by default; it needs
+# POD_CIDR, which gives each job's namespace its link to the host.
+POD_EGRESS = env_bool("POD_EGRESS", False)
+if POD_EGRESS and not POD_CIDR:
+    from django.core.exceptions import ImproperlyConfigured
+
+    raise ImproperlyConfigured("POD_EGRESS needs POD_CIDR (the pods' link to the host)")
 
 
 

@@ -125,6 +125,9 @@ def probe() -> str:
 
 GATEWAY = "169.254.1.1"
 TABLE = "paiweb"
+# Never reachable through egress: private, shared, link-local, loopback, multicast, reserved.
+NOT_PUBLIC = ("0.0.0.0/8", "10.0.0.0/8", "100.64.0.0/10", "127.0.0.0/8", "169.254.0.0/16",
+              "172.16.0.0/12", "192.168.0.0/16", "224.0.0.0/4", "240.0.0.0/4")
 
 
 def job_address(cidr: str, job_pk: int) -> str:
@@ -173,9 +176,21 @@ def routes_sync(peers: Iterable[tuple[str, str]]) -> None:
         _ip("route", "replace", cidr, "via", via)
 
 
-def connect(name: str, *, job_pk: int, address: str, peers: Iterable[str]) -> None:
+def egress_prepare(cidr: str) -> None:
+    """Masquerade the pod subnet's traffic to the outside behind the host's address."""
+    _nft(f"""
+table ip {TABLE}_nat {{
+  chain postrouting {{ type nat hook postrouting priority 100; policy accept;
+    ip saddr {cidr} oifname != "pwj*" masquerade; }}
+}}
+""")
+
+
+def connect(name: str, *, job_pk: int, address: str, peers: Iterable[str],
+            egress: bool = False) -> None:
     """Link the job's namespace to this host and admit only `peers` (the job's addresses
-    on the other hosts). Idempotent: a namespace linked already is left as it is."""
+    on the other hosts), and with `egress` public addresses too. Idempotent: a namespace
+    linked already is left as it is."""
     ifname = host_ifname(job_pk)
     if os.path.exists(f"/sys/class/net/{ifname}"):
         return
@@ -200,6 +215,12 @@ def connect(name: str, *, job_pk: int, address: str, peers: Iterable[str]) -> No
                   "accept",
                   f"add rule inet {{t}} job{{j}}_in ip saddr {peers_set} ip daddr {address} "
                   "accept"]
+    if egress:
+        private = "{ " + ", ".join(NOT_PUBLIC) + " }"
+        rules += [f"add rule inet {{t}} job{{j}}_out ip saddr {address} ip daddr != {private} "
+                  "accept",
+                  f"add rule inet {{t}} job{{j}}_in ip daddr {address} ct state "
+                  "established,related accept"]
     rules += ["add rule inet {t} job{j}_out drop", "add rule inet {t} job{j}_in drop"]
     body = "\n".join(r.replace("{t}", TABLE).replace("{j}", str(job_pk)) for r in rules)
     _nft(f"""

@@ -215,6 +215,8 @@ def network_sync() -> None:
         with _lock:
             if not _network["prepared"]:
                 netns.host_prepare()
+                if settings.POD_EGRESS:
+                    netns.egress_prepare(settings.POD_CIDR)
                 _network["prepared"] = True
         netns.routes_sync([(cidr, via) for cidr, via in services.pod_networks()
                            if cidr != settings.POD_CIDR and via])
@@ -236,7 +238,7 @@ def _netns_acquire(launch: services.PodLaunch) -> str:
         if settings.POD_CIDR:
             netns.connect(name, job_pk=launch.job_pk,
                           address=netns.job_address(settings.POD_CIDR, launch.job_pk),
-                          peers=peers)
+                          peers=peers, egress=settings.POD_EGRESS)
         _netns_users[name] = _netns_users.get(name, 0) + 1
     return name
 

@@ -40,7 +40,9 @@ from tests.integration.test_pod_isolation import python
 pytestmark = pytest.mark.django_db(transaction=True)
 
 BRIDGE_NET = "10.231.0"
-HOSTS = {"h1": ("gpu-node-0", "10.232.1.0/24"), "h2": ("gpu-node-1", "10.232.2.0/24")}
+WORLD = "198.51.100.1"  # a public address (TEST-NET-2), played by a namespace on the bridge
+HOSTS = {"h1": ("gpu-node-0", "10.232.1.0/24"), "h2": ("gpu-node-1", "10.232.2.0/24"),
+         "h3": ("gpu-node-2", "10.232.3.0/24")}  # h3's agent lets pods out: POD_EGRESS
 
 
 def sh(*argv: str) -> None:
@@ -153,17 +155,29 @@ def hosts(django_db_setup, django_db_blocker):
             sh("ip", "-n", namespace, "addr", "add", f"{BRIDGE_NET}.1{i}/24", "dev", "eth0")
             sh("ip", "-n", namespace, "link", "set", "eth0", "up")
             sh("ip", "-n", namespace, "link", "set", "lo", "up")
+            sh("ip", "-n", namespace, "route", "add", f"{WORLD}/32", "dev", "eth0")
             relays += [Relay(namespace, port) for port in _tcp_ports()]
             node, cidr = HOSTS[host]
             agent = AgentProcess(
                 database=database, redis_url=django_settings.REDIS_URL, nodes=node,
                 name=f"agent-{host}-{tag}",
                 env={"SCHEDULER_MIN_RUN_SECONDS": "0", "SCHEDULER_REQUEUE_BACKOFF_SECONDS": "0",
-                     "PAIWEB_AGENT_ADDRESS": f"{BRIDGE_NET}.1{i}", "POD_CIDR": cidr})
+                     "PAIWEB_AGENT_ADDRESS": f"{BRIDGE_NET}.1{i}", "POD_CIDR": cidr,
+                     "POD_EGRESS": "true" if host == "h3" else "false"})
             agent.argv = ["nsenter", f"--net=/run/netns/{namespace}", "--", *agent.argv,
                           "--no-public"]
             agents[host] = agent.start()
-        servers = {host: listen_in(namespace) for host, namespace in names.items()}
+        world = f"pwtb-w-{tag}"
+        names_world = world
+        sh("ip", "netns", "add", world)
+        sh("ip", "link", "add", f"{bridge}w", "type", "veth", "peer", "name", "eth0",
+           "netns", world)
+        sh("ip", "link", "set", f"{bridge}w", "master", bridge, "up")
+        sh("ip", "-n", world, "addr", "add", f"{WORLD}/32", "dev", "eth0")
+        sh("ip", "-n", world, "link", "set", "eth0", "up")
+        sh("ip", "-n", world, "route", "add", f"{BRIDGE_NET}.0/24", "dev", "eth0")
+        servers = {host: listen_in(namespace) for host, namespace in
+                   [*names.items(), ("world", names_world)]}
         yield {"agents": agents, "namespaces": names, "bridge": bridge,
                "ports": {host: port for host, (_, port) in servers.items()}}
         for server, _ in servers.values():
@@ -175,7 +189,7 @@ def hosts(django_db_setup, django_db_blocker):
         for relay in relays:
             relay.close()
         _purge_queues()
-        for namespace in names.values():
+        for namespace in [*names.values(), f"pwtb-w-{tag}"]:
             subprocess.run(["ip", "netns", "delete", namespace], capture_output=True)
         subprocess.run(["ip", "link", "delete", bridge], capture_output=True)
 
@@ -186,15 +200,24 @@ def agent(hosts):
     return hosts["agents"]["h1"]
 
 
-@pytest.fixture
-def two_hosts(hosts, agent_backend, settings):
-    """Only the two test hosts' nodes take pods; every pod work root is theirs."""
-    Node.objects.exclude(name__in=[node for node, _ in HOSTS.values()]).update(
+def _only(hosts, *names: str):
+    """Only these test hosts' nodes take pods; every agent has reported its pod subnet."""
+    Node.objects.exclude(name__in=[HOSTS[n][0] for n in names]).update(
         status=Node.Status.CORDONED)
     wait_for(lambda: agents_ping(timeout=1.0) >= 0 and
-             NodeAgent.objects.exclude(pod_cidr="").count() == 2,
-             what="both agents to report their pod subnets", agent=hosts["agents"]["h1"])
+             NodeAgent.objects.exclude(pod_cidr="").count() == len(HOSTS),
+             what="every agent to report its pod subnet", agent=hosts["agents"]["h1"])
     return hosts
+
+
+@pytest.fixture
+def two_hosts(hosts, agent_backend):
+    return _only(hosts, "h1", "h2")
+
+
+@pytest.fixture
+def egress_host(hosts, agent_backend):
+    return _only(hosts, "h3")
 
 
 def test_a_job_spans_two_hosts_and_only_its_own_pods_reach_each_other(personas, two_hosts,
@@ -228,7 +251,7 @@ def test_a_job_spans_two_hosts_and_only_its_own_pods_reach_each_other(personas, 
     ports = two_hosts["ports"]  # each test host listens on all its addresses
     outside = [(f"{BRIDGE_NET}.11", ports["h1"]), (f"{BRIDGE_NET}.12", ports["h2"]),
                (f"{BRIDGE_NET}.1", listener_port), ("169.254.1.1", ports["h1"]),
-               ("169.254.1.1", ports["h2"])]
+               ("169.254.1.1", ports["h2"]), (WORLD, ports["world"])]  # egress is off
     script = script.replace("OUTSIDE", repr(outside))
     pair = submit(personas, command=python(script), pods=2, gpu=3, name="pair")
     processes = wait_for(lambda: list(PodProcess.objects.filter(pod__job=pair)
@@ -269,3 +292,24 @@ def listener_port():
     server = socket.create_server(("0.0.0.0", 0))
     yield server.getsockname()[1]
     server.close()
+
+
+def test_with_egress_a_pod_reaches_public_addresses_and_still_nothing_of_the_platform(
+        personas, egress_host, listener_port):
+    ports = egress_host["ports"]
+    targets = [(WORLD, ports["world"]), (f"{BRIDGE_NET}.13", ports["h3"]),
+               (f"{BRIDGE_NET}.11", ports["h1"]), (f"{BRIDGE_NET}.1", listener_port),
+               ("169.254.1.1", ports["h3"])]
+    script = f"""
+        import socket
+        for host, port in {targets!r}:
+            try:
+                socket.create_connection((host, port), timeout=1); print("REACHED", host)
+            except OSError:
+                print("blocked", host)
+    """
+    job = submit(personas, command=python(script), gpu=1, name="egress")
+    job_in(job, JobStatus.SUCCEEDED, agent=egress_host["agents"]["h3"])
+    log = pod_log(job.pods.get())
+    assert f"REACHED {WORLD}" in log, log
+    assert log.count("REACHED") == 1 and log.count("blocked") == len(targets) - 1, log
