@@ -7,6 +7,7 @@ here) and the web; the agent starts, watches, stops and reports the pods.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -34,14 +35,14 @@ SEED_COMMAND = "echo 'Hello World' && ls -R /mnt/data/ && sleep 1 && echo 'DONE'
 WAIT = 25.0  # seconds: a bound on every wait, far above what each step takes
 
 
-@pytest.fixture(scope="module")
-def agent(django_db_setup, django_db_blocker):
-    """One agent for the module, serving every node of tests.factories.make_cluster."""
+@contextlib.contextmanager
+def running_agent(django_db_blocker, **env: str):
+    """An agent serving every node of tests.factories.make_cluster, with `env` on top."""
     with django_db_blocker.unblock():
         database = dict(connection.settings_dict)
     process = AgentProcess(database=database, redis_url=django_settings.REDIS_URL, nodes=NODES,
                            env={"SCHEDULER_MIN_RUN_SECONDS": "0",
-                                "SCHEDULER_REQUEUE_BACKOFF_SECONDS": "0"})
+                                "SCHEDULER_REQUEUE_BACKOFF_SECONDS": "0", **env})
     try:
         process.start()
         yield process
@@ -49,6 +50,13 @@ def agent(django_db_setup, django_db_blocker):
         process.stop()
         _purge_queues()
         process.cleanup()
+
+
+@pytest.fixture(scope="module")
+def agent(django_db_setup, django_db_blocker):
+    """One agent for the module."""
+    with running_agent(django_db_blocker) as process:
+        yield process
 
 
 def _purge_queues() -> None:

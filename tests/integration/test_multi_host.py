@@ -35,7 +35,7 @@ from tests.integration.test_agent_pods import (  # noqa: F401 (fixtures)
     submit,
     wait_for,
 )
-from tests.integration.test_pod_isolation import python
+from tests.integration.test_pod_isolation import PAIR, python
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -222,37 +222,18 @@ def egress_host(hosts, agent_backend):
 
 def test_a_job_spans_two_hosts_and_only_its_own_pods_reach_each_other(personas, two_hosts,
                                                                       listener_port):
-    script = """
-        import os, socket, time
-        port, rank = int(os.environ["MASTER_PORT"]), int(os.environ["RANK"])
-        if rank == 0:
-            server = socket.create_server(("0.0.0.0", port)); server.settimeout(1)
-            deadline, peers = time.time() + 10, []
-            while time.time() < deadline:
-                try:
-                    conn, _ = server.accept()
-                except socket.timeout:
-                    continue
-                peers.append(conn.recv(100).decode())
-            print("PEERS", sorted(peers))
-        else:
-            for _ in range(100):
-                try:
-                    s = socket.create_connection((os.environ["MASTER_ADDR"], port), timeout=1)
-                    s.sendall(b"worker-1"); print("sent"); break
-                except OSError:
-                    time.sleep(0.1)
-            for host, p in OUTSIDE:
-                try:
-                    socket.create_connection((host, p), timeout=1); print("REACHED", host, p)
-                except OSError:
-                    print("blocked", host, p)
-    """
     ports = two_hosts["ports"]  # each test host listens on all its addresses
     outside = [(f"{BRIDGE_NET}.11", ports["h1"]), (f"{BRIDGE_NET}.12", ports["h2"]),
                (f"{BRIDGE_NET}.1", listener_port), ("169.254.1.1", ports["h1"]),
                ("169.254.1.1", ports["h2"]), (WORLD, ports["world"])]  # egress is off
-    script = script.replace("OUTSIDE", repr(outside))
+    script = PAIR + f"""
+if rank != 0:
+    for host, p in {outside!r}:
+        try:
+            socket.create_connection((host, p), timeout=1); print("REACHED", host, p)
+        except OSError:
+            print("blocked", host, p)
+"""
     pair = submit(personas, command=python(script), pods=2, gpu=3, name="pair")
     processes = wait_for(lambda: list(PodProcess.objects.filter(pod__job=pair)
                                       .order_by("rank")) or None,

@@ -21,15 +21,13 @@ from django.conf import settings as django_settings
 from django.db import connection
 
 from apps.agent.models import PodProcess
-from apps.agent.testing import AgentProcess
 from apps.jobs.models import JobEvent, JobStatus, PodStatus
 from apps.jobs.services import job_stop
 from tests.integration.test_agent_pods import (  # noqa: F401 (fixtures)
-    NODES,
-    _purge_queues,
     agent_backend,
     job_in,
     pod_log,
+    running_agent,
     submit,
     wait_for,
 )
@@ -43,18 +41,8 @@ LIMITS = {"POD_DISK_QUOTA_MIB": "64", "POD_MAX_FILES": "3000", "POD_PIDS_MAX": "
 @pytest.fixture(scope="module")
 def agent(django_db_setup, django_db_blocker):
     """This module's agent: the pod tests' agent, with small limits."""
-    with django_db_blocker.unblock():
-        database = dict(connection.settings_dict)
-    process = AgentProcess(database=database, redis_url=django_settings.REDIS_URL, nodes=NODES,
-                           env={"SCHEDULER_MIN_RUN_SECONDS": "0",
-                                "SCHEDULER_REQUEUE_BACKOFF_SECONDS": "0", **LIMITS})
-    try:
-        process.start()
+    with running_agent(django_db_blocker, **LIMITS) as process:
         yield process
-    finally:
-        process.stop()
-        _purge_queues()
-        process.cleanup()
 
 
 @pytest.fixture
@@ -66,6 +54,31 @@ def limits(settings):
 def python(script: str) -> str:
     """A pod command running `script` with the pod's python."""
     return f"python - <<'PAIWEB_EOF'\n{textwrap.dedent(script)}\nPAIWEB_EOF"
+
+
+# Two pods of a job: rank 0 listens on MASTER_PORT for 8 s and lists who said hello; the
+# others connect to MASTER_ADDR:MASTER_PORT and say "worker-1".
+PAIR = """
+import os, socket, time
+port, rank = int(os.environ["MASTER_PORT"]), int(os.environ["RANK"])
+if rank == 0:
+    server = socket.create_server(("0.0.0.0", port)); server.settimeout(1)
+    deadline, peers = time.time() + 8, []
+    while time.time() < deadline:
+        try:
+            conn, _ = server.accept()
+        except socket.timeout:
+            continue
+        peers.append(conn.recv(100).decode())
+    print("PEERS", sorted(peers))
+else:
+    for _ in range(100):
+        try:
+            s = socket.create_connection((os.environ["MASTER_ADDR"], port), timeout=1)
+            s.sendall(b"worker-1"); print("sent"); break
+        except OSError:
+            time.sleep(0.1)
+"""
 
 
 def events(job, kind: str) -> list[str]:
@@ -223,28 +236,7 @@ def test_a_pod_reaches_no_service_of_the_platform_and_the_platform_keeps_working
 
 def test_the_pods_of_one_job_talk_and_another_jobs_pod_cannot_reach_them(personas,
                                                                         agent_backend):
-    script = """
-        import os, socket, time
-        port, rank = int(os.environ["MASTER_PORT"]), int(os.environ["RANK"])
-        if rank == 0:
-            server = socket.socket(); server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            server.bind(("0.0.0.0", port)); server.listen(8); server.settimeout(1)
-            deadline, peers = time.time() + 8, []
-            while time.time() < deadline:
-                try:
-                    conn, _ = server.accept()
-                except socket.timeout:
-                    continue
-                peers.append(conn.recv(100).decode())
-            print("PEERS", sorted(peers))
-        else:
-            for _ in range(100):
-                try:
-                    s = socket.create_connection((os.environ["MASTER_ADDR"], port), timeout=1)
-                    s.sendall(b"worker-1"); print("sent"); break
-                except OSError:
-                    time.sleep(0.1)
-    """
+    script = PAIR
     pair = submit(personas, command=python(script), pods=2, name="pair")
     port = wait_for(lambda: PodProcess.objects.filter(pod__job=pair).values_list(
         "master_port", flat=True).first(), what="the pair's port", agent=agent_backend)
