@@ -4,8 +4,10 @@ It starts the embedded Redis (unless REDIS_URL is set), the web server (gunicorn
 worker, the node agent that runs pods as processes (`manage.py agent --nodes all`: on one
 machine one agent serves every node), Celery beat and Flower, and shows each one's output
 with its name in front. Ctrl-C (SIGINT) or SIGTERM stops them all, Redis last: SIGTERM, a
-grace period, then SIGKILL. If any of them dies on its own, the demo says which and stops
-the rest, exiting 1. Its banner says that it runs with demo secrets (the per-installation
+grace period, then SIGKILL. If one of them dies while starting up, the demo says which and
+stops the rest, exiting 1; once the console is up, a child that dies is started again alone,
+after a backoff (1 s, doubling to 30 s; reset once it has run a minute), and the demo says
+so. Its banner says that it runs with demo secrets (the per-installation
 generated key, the published passwords and AccessKeys of the demo cluster file).
 
 Each child runs in its own session so that a Ctrl-C in the terminal reaches only this
@@ -38,6 +40,8 @@ from paiweb import embedded_redis
 from paiweb.secret_key import INSTALLATION_SECRET_FILE, given
 
 STOP_TIMEOUT = 10.0  # seconds between SIGTERM and SIGKILL
+RESTART_BACKOFF_MAX = 30.0  # seconds between restarts of a child that keeps exiting
+RESTART_STABLE = 60.0  # a child that ran this long before exiting restarts at once again
 AGENT_STOP_TIMEOUT = 25.0  # the agent first stops its pods, with up to 10 s of grace each
 READY_TIMEOUT = 60.0  # how long to wait for the web server and Flower to accept connections
 MAX_UNIX_SOCKET_PATH = 100  # the kernel's limit is 107 bytes
@@ -53,6 +57,10 @@ class Child:
     stop_timeout: float = STOP_TIMEOUT
     partial: bytes = b""
     reading: bool = True
+    argv: tuple[str, ...] = ()
+    started_at: float = 0.0
+    restarts: int = 0  # in a row, each soon after the last: the backoff grows with them
+    restart_at: float | None = None  # it exited; start it again then
 
 
 def _die_with_parent() -> None:
@@ -167,11 +175,37 @@ class Supervisor:
         assert process.stdout is not None
         os.set_blocking(process.stdout.fileno(), False)
         colour = COLOURS[len(self.children) % len(COLOURS)]
-        child = Child(name, process, colour, stop_timeout=stop_timeout)
+        child = Child(name, process, colour, stop_timeout=stop_timeout, argv=tuple(argv),
+                      started_at=time.monotonic())
         self.children.append(child)
         self.selector.register(process.stdout, selectors.EVENT_READ, child)
         self.say(f"started {name} (pid {process.pid}): {shlex.join(argv)}")
         return child
+
+    def watch(self) -> None:
+        """A child that exits is started again after a backoff (1 s, doubling to
+        RESTART_BACKOFF_MAX; back to 1 s once it has run RESTART_STABLE seconds) while the
+        others keep running: a crashed beat, worker or agent never stops the demo."""
+        now = time.monotonic()
+        for i, child in enumerate(self.children):
+            if child.restart_at is None and child.process.poll() is not None:
+                self._drain(child)
+                if now - child.started_at >= RESTART_STABLE:
+                    child.restarts = 0
+                delay = min(RESTART_BACKOFF_MAX, 2.0 ** child.restarts)
+                child.restarts += 1
+                child.restart_at = now + delay
+                self.say(f"{child.name} exited with code {child.process.returncode}: "
+                         f"restarting it in {delay:g}s (restart {child.restarts} in a row); "
+                         "the others keep running")
+            elif child.restart_at is not None and now >= child.restart_at:
+                self.children[i] = self._respawn(child)
+
+    def _respawn(self, old: Child) -> Child:
+        fresh = self.start(old.name, list(old.argv), stop_timeout=old.stop_timeout)
+        self.children.remove(fresh)  # start() appended it; it takes the old one's place
+        fresh.colour, fresh.restarts = old.colour, old.restarts
+        return fresh
 
     def pump(self, timeout: float) -> None:
         """Relay whatever output arrives within `timeout` seconds, line by line."""
@@ -286,7 +320,8 @@ class StopRequested(Exception):
 class Command(BaseCommand):
     help = (
         "Run the demo: embedded Redis (unless REDIS_URL is set), gunicorn, a Celery worker, "
-        "the node agent, Celery beat and Flower. Ctrl-C stops everything."
+        "the node agent, Celery beat and Flower. A child that dies is restarted alone, with a "
+        "backoff. Ctrl-C stops everything."
     )
     requires_system_checks = []  # checked by the children; the supervisor needs no models
 
@@ -374,8 +409,7 @@ class Command(BaseCommand):
             )
             self._banner(supervisor, options, host, port, flower_url, redis_url)
             while not supervisor.stop_requested:
-                if (dead := supervisor.first_exited()) is not None:
-                    raise ChildExited(dead)
+                supervisor.watch()
                 supervisor.pump(0.2)
             raise StopRequested
         except StopRequested:
