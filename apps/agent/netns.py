@@ -203,33 +203,31 @@ def connect(name: str, *, job_pk: int, address: str, peers: Iterable[str],
     _ip("link", "set", ifname, "up")
     _ip("route", "replace", f"{address}/32", "dev", ifname)
     allowed = sorted(set(peers) - {address})
-    for table_map in ("pod_out", "pod_in"):  # a leftover of an earlier namespace of the job
+    _forget_elements(ifname)  # a leftover of an earlier namespace of the job
+    out, into = f"inet {TABLE} job{job_pk}_out", f"inet {TABLE} job{job_pk}_in"
+    rules = [f"add chain {out}", f"add chain {into}", f"flush chain {out}",
+             f"flush chain {into}"]
+    if allowed:
+        peers_set = "{ " + ", ".join(allowed) + " }"
+        rules += [f"add rule {out} ip saddr {address} ip daddr {peers_set} accept",
+                  f"add rule {into} ip saddr {peers_set} ip daddr {address} accept"]
+    if egress:
+        private = "{ " + ", ".join(NOT_PUBLIC) + " }"
+        rules += [f"add rule {out} ip saddr {address} ip daddr != {private} accept",
+                  f"add rule {into} ip daddr {address} ct state established,related accept"]
+    rules += [f"add rule {out} drop", f"add rule {into} drop",
+              f'add element inet {TABLE} pod_out {{ "{ifname}" : jump job{job_pk}_out }}',
+              f'add element inet {TABLE} pod_in {{ "{ifname}" : jump job{job_pk}_in }}']
+    _nft("\n".join(rules) + "\n")
+
+
+def _forget_elements(ifname: str) -> None:
+    """Take the interface out of both verdict maps (each on its own: one may be missing)."""
+    for table_map in ("pod_out", "pod_in"):
         try:
             _nft(f'delete element inet {TABLE} {table_map} {{ "{ifname}" }}\n')
         except NetnsError:
             pass
-    rules = ["flush chain inet {t} job{j}_out", "flush chain inet {t} job{j}_in"]
-    if allowed:
-        peers_set = "{ " + ", ".join(allowed) + " }"
-        rules += [f"add rule inet {{t}} job{{j}}_out ip saddr {address} ip daddr {peers_set} "
-                  "accept",
-                  f"add rule inet {{t}} job{{j}}_in ip saddr {peers_set} ip daddr {address} "
-                  "accept"]
-    if egress:
-        private = "{ " + ", ".join(NOT_PUBLIC) + " }"
-        rules += [f"add rule inet {{t}} job{{j}}_out ip saddr {address} ip daddr != {private} "
-                  "accept",
-                  f"add rule inet {{t}} job{{j}}_in ip daddr {address} ct state "
-                  "established,related accept"]
-    rules += ["add rule inet {t} job{j}_out drop", "add rule inet {t} job{j}_in drop"]
-    body = "\n".join(r.replace("{t}", TABLE).replace("{j}", str(job_pk)) for r in rules)
-    _nft(f"""
-add chain inet {TABLE} job{job_pk}_out
-add chain inet {TABLE} job{job_pk}_in
-{body}
-add element inet {TABLE} pod_out {{ "{ifname}" : jump job{job_pk}_out }}
-add element inet {TABLE} pod_in {{ "{ifname}" : jump job{job_pk}_in }}
-""")
 
 
 def disconnect(job_pk: int) -> None:
@@ -237,13 +235,7 @@ def disconnect(job_pk: int) -> None:
     ifname = host_ifname(job_pk)
     if os.path.exists(f"/sys/class/net/{ifname}"):
         _ip("link", "delete", ifname)
-    try:
-        _nft(f"""
-delete element inet {TABLE} pod_out {{ "{ifname}" }}
-delete element inet {TABLE} pod_in {{ "{ifname}" }}
-""")
-    except NetnsError:
-        pass
+    _forget_elements(ifname)
     for chain in (f"job{job_pk}_out", f"job{job_pk}_in"):
         try:
             _nft(f"delete chain inet {TABLE} {chain}\n")

@@ -94,10 +94,6 @@ class Isolation:
         return "strict" if self.complete else "insecure"
 
     @property
-    def sandboxed(self) -> bool:
-        return self.complete
-
-    @property
     def detail(self) -> str:
         if self.complete:
             return (f"isolated: bubblewrap ({self.bwrap}), own uid, no capabilities, seccomp, "
@@ -133,7 +129,8 @@ def _netns_probe() -> str:
 
 
 @functools.cache
-def _cgroup_host() -> cgroups.CgroupHost | None:
+def cgroup_host() -> cgroups.CgroupHost | None:
+    """This host's cgroup controllers (cached: a host does not change its mind)."""
     return cgroups.detect()
 
 
@@ -155,7 +152,7 @@ def isolation_status(requested: str = "strict") -> Isolation:
     netns_why = _netns_probe()
     if netns_why:
         missing.append(netns_why)
-    host = _cgroup_host()
+    host = cgroup_host()
     if host is None:
         missing.append(f"no writable cgroup controllers for memory and pids "
                        f"({cgroups.detect_reason()})")
@@ -165,10 +162,6 @@ def isolation_status(requested: str = "strict") -> Isolation:
     return Isolation(requested=requested, missing=tuple(missing), bwrap=bwrap, root=root,
                      netns=not netns_why, cgroups=host.version if host else None,
                      seccomp=has_seccomp)
-
-
-def cgroup_host() -> cgroups.CgroupHost | None:
-    return _cgroup_host()
 
 
 # --- what to run -------------------------------------------------------------------------
@@ -317,10 +310,10 @@ def bwrap_argv(spec: PodSpec, *, fds: Mapping[str, int]) -> list[str]:
              "--dir", "/run", "--tmpfs", "/mnt",
              "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
              "--hostname", spec.name[:63], "--die-with-parent", "--new-session"]
-    if not spec.strict:
-        # Unprivileged bwrap maps the agent's uid; without its own netns the pod shares the
-        # host's network (insecure: said on the pod and the health page).
-        argv += ["--unshare-user-try"] if os.geteuid() != 0 else []
+    if os.geteuid() != 0:
+        # Unprivileged bwrap (SANDBOX=insecure only) maps the agent's uid into a user
+        # namespace; without a netns of its own the pod shares the host's network.
+        argv.append("--unshare-user-try")
     if "seccomp" in fds:
         argv += ["--seccomp", str(fds["seccomp"])]
     argv += _parent_dirs([*spec.readable, spec.work_dir, *spec.writable])

@@ -206,9 +206,10 @@ def _host_key() -> str:
     return os.environ.get("PAIWEB_AGENT_ADDRESS", "")
 
 
-def network_sync() -> None:
+def network_sync(networks: list[tuple[str, str]] | None = None) -> None:
     """With POD_CIDR: the host's forwarding and nftables base, and a route to every other
-    host's pod subnet. Called at the agent's start and at each heartbeat."""
+    host's pod subnet (`networks`, else read from the heartbeats). Called at the agent's
+    start, at each heartbeat and before a job's namespace is linked."""
     if not settings.POD_CIDR or os.geteuid() != 0:
         return
     try:
@@ -218,20 +219,21 @@ def network_sync() -> None:
                 if settings.POD_EGRESS:
                     netns.egress_prepare(settings.POD_CIDR)
                 _network["prepared"] = True
-        netns.routes_sync([(cidr, via) for cidr, via in services.pod_networks()
+        if networks is None:
+            networks = services.pod_networks()
+        netns.routes_sync([(cidr, via) for cidr, via in networks
                            if cidr != settings.POD_CIDR and via])
     except Exception:
         logger.exception("could not set up routes between hosts' pod subnets")
-    finally:
-        connection.close()
 
 
 def _netns_acquire(launch: services.PodLaunch) -> str:
     name = netns.name_for(launch.job_id, _host_key())
     peers: list[str] = []
     if settings.POD_CIDR:
-        network_sync()
-        peers = [netns.job_address(cidr, launch.job_pk) for cidr, _ in services.pod_networks()
+        networks = services.pod_networks()
+        network_sync(networks)
+        peers = [netns.job_address(cidr, launch.job_pk) for cidr, _ in networks
                  if cidr != settings.POD_CIDR]
     with _lock:
         netns.ensure(name)
@@ -243,21 +245,26 @@ def _netns_acquire(launch: services.PodLaunch) -> str:
     return name
 
 
+def _netns_delete_unused(name: str, job_pk: int | None = None) -> None:
+    """Delete a namespace no process is in (another agent's sandbox on this host may still
+    use it), and the job's link rules with it. The caller holds _lock."""
+    try:
+        if not netns.in_use(name):
+            netns.delete(name)
+            if settings.POD_CIDR and job_pk is not None:
+                netns.disconnect(job_pk)
+    except Exception:
+        logger.exception("could not delete network namespace %s", name)
+
+
 def _netns_release(name: str, job_pk: int) -> None:
-    """Delete the job's namespace once no pod of it runs here (nor in another agent's
-    sandbox on this host: a process still in it keeps it)."""
+    """Delete the job's namespace once no pod of it runs here."""
     with _lock:
         _netns_users[name] = _netns_users.get(name, 1) - 1
         if _netns_users[name] > 0:
             return
         _netns_users.pop(name, None)
-        try:
-            if not netns.in_use(name):
-                netns.delete(name)
-                if settings.POD_CIDR:
-                    netns.disconnect(job_pk)
-        except Exception:
-            logger.exception("could not delete network namespace %s", name)
+        _netns_delete_unused(name, job_pk)
 
 
 def _cgroup_create(launch: services.PodLaunch) -> cgroups.PodCgroup | None:
@@ -295,13 +302,8 @@ def sweep_leftovers() -> None:
     if os.geteuid() == 0:
         for name in netns.names():
             with _lock:
-                if name in _netns_users:
-                    continue
-                try:
-                    if not netns.in_use(name):
-                        netns.delete(name)
-                except Exception:
-                    logger.exception("could not delete network namespace %s", name)
+                if name not in _netns_users:
+                    _netns_delete_unused(name)
 
 
 # --- starting, watching, stopping ---------------------------------------------------------
@@ -359,6 +361,8 @@ def _supervise(entry: _Entry) -> None:
     finally:
         with _lock:
             _running.pop(entry.launch.pod_id, None)
+            if not any(e.launch.job_pk == entry.launch.job_pk for e in _running.values()):
+                _disk_seen.pop(entry.launch.job_pk, None)
         entry.done.set()
         connection.close()  # this thread's own connection
 
@@ -482,14 +486,30 @@ def _check(entry: _Entry, process: runner.PodProcess, manifest, paths: PodPaths)
         logger.exception("checking pod %s failed", launch.pod_id)
 
 
+_disk_seen: dict[int, tuple[float, housekeeping.DiskUsage]] = {}
+
+
+def _job_disk_usage(job_pk: int, job_dir: Path) -> housekeeping.DiskUsage:
+    """The job's disk use here: one walk of its directory per check period, whichever of
+    its pods on this host asks first (the others reuse it), reported on the job."""
+    now = time.monotonic()
+    with _lock:
+        seen = _disk_seen.get(job_pk)
+    if seen is not None and now - seen[0] < settings.POD_DISK_CHECK_SECONDS:
+        return seen[1]
+    usage = housekeeping.disk_usage(job_dir, max_entries=settings.POD_MAX_FILES + 1)
+    with _lock:
+        _disk_seen[job_pk] = (now, usage)
+    housekeeping.job_disk_report(job_pk=job_pk, bytes=usage.bytes, now=timezone.now())
+    return usage
+
+
 def _check_disk(entry: _Entry, process: runner.PodProcess, paths: PodPaths) -> None:
     """The disk quota: the job's files on this host (its pods' work dirs, checkpoints, data
     and logs). Over it, in bytes or in files, the pod is stopped at once: DiskQuotaExceeded.
     The figure is also the job's disk use on its page."""
     quota, max_files = settings.POD_DISK_QUOTA_MIB * runner.MIB, settings.POD_MAX_FILES
-    usage = housekeeping.disk_usage(paths.job_dir, max_entries=max_files + 1)
-    housekeeping.job_disk_report(job_pk=entry.launch.job_pk, bytes=usage.bytes,
-                                 now=timezone.now())
+    usage = _job_disk_usage(entry.launch.job_pk, paths.job_dir)
     if entry.over_quota:
         return
     if usage.bytes > quota:

@@ -16,6 +16,7 @@ from celery import shared_task
 from celery.signals import worker_ready, worker_shutdown
 from celery.worker.control import inspect_command
 from django.conf import settings
+from django.db import connection
 from django.utils import timezone
 
 from apps.agent import housekeeping, runner, services, supervisor
@@ -106,7 +107,10 @@ def agent_info(state) -> dict:
     nodes, public = _served(state.consumer.task_consumer.queues)
     if not (nodes or public):
         return {}
-    supervisor.network_sync()  # routes to hosts that joined since
+    try:
+        supervisor.network_sync()  # routes to hosts that joined since
+    finally:
+        connection.close()  # the remote-control thread's own connection
     return _info(nodes, public)
 
 
