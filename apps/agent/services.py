@@ -46,6 +46,9 @@ LIVE = (PodStatus.PENDING, PodStatus.RUNNING)
 RUNNABLE_JOB_STATUSES = (JobStatus.ENV_PREPARING, JobStatus.RUNNING, JobStatus.RESTARTING)
 # A pod the kernel or the disk watchdog stopped at one of its limits (docs/execution.md).
 LIMIT_REASONS = ("OOMKilled", "TooManyProcesses", "DiskQuotaExceeded")
+# A pod the platform took away (a node lost or drained, its agent restarted or stopped): the
+# job is requeued without spending AIMaster's budget, with or without AIMaster.
+PLATFORM_REASONS = ("NodeLost", "NodeDrained", "AgentRestarted", "AgentStopped")
 # Rank 0 is the Master (PyTorchJob) or Chief (TFJob); Workers follow; then the rest.
 ROLE_ORDER = ("Master", "Chief", "Launcher", "Head", "Worker", "PS", "Evaluator")
 
@@ -254,6 +257,11 @@ def pod_claim(*, pod_id: str, agent: str, hostname: str, now: datetime) -> PodLa
     if pod.status != PodStatus.PENDING or job.status not in RUNNABLE_JOB_STATUSES:
         PodProcess.objects.filter(pk=proc.pk).update(state=PodProcess.State.CANCELLED)
         return None
+    return _launch(proc)
+
+
+def _launch(proc: PodProcess) -> PodLaunch:
+    pod, job = proc.pod, proc.pod.job
     return PodLaunch(
         pod_pk=pod.pk, pod_id=pod.pod_id, job_pk=job.pk, job_id=job.job_id,
         attempt=pod.attempt, role_type=pod.role.role_type, index=pod.index, rank=proc.rank,
@@ -335,11 +343,16 @@ def _job_after_pod_exit(*, job: Job, pod: Pod, now: datetime) -> None:
             _job_end(job=job, status=JobStatus.SUCCEEDED, now=now, reason_code="JobSucceeded",
                      message="All pods succeeded")
         return
-    ended = f"code {pod.exit_code}" if pod.exit_code is not None else f"no code ({pod.message})"
+    ended = f"code {pod.exit_code}" if pod.exit_code is not None else "no code"
     what = f"Pod {pod.pod_id} ({pod.role.role_type} {pod.index}) exited with {ended}"
-    if pod.reason in LIMIT_REASONS:
+    if pod.reason in LIMIT_REASONS or pod.reason in PLATFORM_REASONS:
         what += f": {pod.reason}, {pod.message}"
-    if (why := _no_restart(job, pod)) is not None:
+    elif pod.exit_code is None:
+        what += f" ({pod.message})"
+    if pod.reason in PLATFORM_REASONS:  # not the job's doing: place it again, budget untouched
+        _job_requeue(job=job, current=current, now=now, cause=pod.reason, message=what,
+                     platform=True)
+    elif (why := _no_restart(job, pod)) is not None:
         _job_end(job=job, status=JobStatus.FAILED, now=now, reason_code="PodFailed",
                  message=f"{what} ({why})")
     elif job.execution_mode == ExecutionMode.ASYNC and _nodes_ready([pod]):
@@ -352,10 +365,10 @@ def _job_after_pod_exit(*, job: Job, pod: Pod, now: datetime) -> None:
 
 def _no_restart(job: Job, pod: Pod) -> str | None:
     """Why AIMaster will not restart after this pod failed, or None when it will."""
-    if not job.enable_aimaster:
-        return "no automatic fault tolerance"
-    if job.restart_times >= job.max_restarts:
-        return f"restarts exhausted ({job.restart_times}/{job.max_restarts})"
+    from apps.scheduler.services import aimaster_declines
+
+    if (why := aimaster_declines(job)) is not None:
+        return why
     policy = pod.role.restart_policy
     if policy == JobRole.RestartPolicy.NEVER:
         return "restart policy Never"
@@ -388,7 +401,7 @@ def _count_restart(*, job: Job, now: datetime, cause: str, message: str, lost: f
     job.restart_times += 1
     job.attempt += 1
     job.save(update_fields=["restart_times", "attempt"])
-    JobRestart.objects.create(job=job, number=job.restart_times, at=now, cause=cause,
+    JobRestart.objects.create(job=job, number=job.attempt, at=now, cause=cause,
                               message=message, lost_gpu_seconds=lost)
     job_transition(job=job, status=JobStatus.RESTARTING, now=now, reason_code=cause,
                    reason_message=f"Restarted by AIMaster ({job.restart_times}/"
@@ -443,8 +456,10 @@ def _pods_restart(*, job: Job, failed: Sequence[Pod], now: datetime, message: st
 
 
 def _job_requeue(*, job: Job, current: Sequence[Pod], now: datetime, cause: str,
-                 message: str) -> None:
-    """Send the whole job back to the queue (or the spot market) through AIMaster, or fail it."""
+                 message: str, platform: bool = False) -> None:
+    """Stop what still runs of the attempt and send the whole job back to the queue (or the
+    spot market: Bidding) through AIMaster, or fail it; a platform interruption is always
+    requeued, spending no restart (`apps.scheduler.services.jobs_requeue_or_fail`)."""
     from apps.scheduler.services import job_requeue_or_fail
 
     lost = lost_gpu_seconds(job=job, pods=current, now=now)
@@ -452,7 +467,7 @@ def _job_requeue(*, job: Job, current: Sequence[Pod], now: datetime, cause: str,
               message=f"Stopped: {message}", now=now)
     back = JobStatus.BIDDING if job.resource_source == ResourceSource.SPOT else JobStatus.QUEUING
     job_requeue_or_fail(job=job, now=now, cause=cause, message=message, lost_gpu_seconds=lost,
-                        requeue_status=back)
+                        requeue_status=back, platform=platform)
     _tick_soon()
 
 
@@ -500,14 +515,14 @@ class PodWatch:
     deadline: datetime | None  # the job's max running time runs out then
 
 
-def pod_watch(*, pod_pk: int) -> PodWatch | None:
-    row = (Pod.objects.filter(pk=pod_pk)
-           .values("status", "job__started_at", "job__max_running_time_minutes").first())
-    if row is None:
-        return None
-    started, minutes = row["job__started_at"], row["job__max_running_time_minutes"]
-    deadline = started + timedelta(minutes=minutes) if started and minutes else None
-    return PodWatch(status=row["status"], deadline=deadline)
+def pods_watch(*, pod_pks: Iterable[int]) -> dict[int, PodWatch]:
+    """What the agent re-checks every second for each of its running pods, in one query
+    (a pod missing from the answer was deleted)."""
+    rows = Pod.objects.filter(pk__in=list(pod_pks)).values_list(
+        "pk", "status", "job__started_at", "job__max_running_time_minutes")
+    return {pk: PodWatch(status=status, deadline=started + timedelta(minutes=minutes)
+                         if started and minutes else None)
+            for pk, status, started, minutes in rows}
 
 
 @transaction.atomic
@@ -555,7 +570,7 @@ def agent_heartbeat(*, worker: str, hostname: str, address: str, nodes: Sequence
             "worker": worker, "hostname": hostname, "address": address, "sandbox": sandbox,
             "pod_cidr": pod_cidr, "last_seen": now})
     what = f"{len(served)} node(s)" + (" + public" if public else "")
-    heartbeat_record(name=f"agent:{worker}"[:100], now=now,
+    heartbeat_record(name=_agent_beat(worker), now=now,
                      detail=f"{hostname} ({address}): {what}; sandbox {sandbox}"[:200])
     return len(served)
 
@@ -565,8 +580,9 @@ WATCHDOG = "nodes-watchdog"
 
 def nodes_mark_lost(*, now: datetime) -> list[str]:
     """Mark nodes silent for NODE_LOST_AFTER seconds Lost and fail their live pods (NodeLost);
-    AIMaster requeues their jobs. The first sweep after the watchdog itself was silent that
-    long (beat was down, so nobody asked agents for heartbeats) only starts watching again."""
+    their jobs are requeued, a platform interruption. The first sweep after the watchdog
+    itself was silent that long (beat was down, so nobody asked agents for heartbeats) only
+    starts watching again."""
     previous = Heartbeat.objects.filter(name=WATCHDOG).values_list("last_seen", flat=True).first()
     heartbeat_record(name=WATCHDOG, now=now)
     window = timedelta(seconds=settings.NODE_LOST_AFTER)
@@ -580,50 +596,145 @@ def nodes_mark_lost(*, now: datetime) -> list[str]:
         ).update(status=Node.Status.LOST):
             lost.append(node.name)
             node_fail_pods(node=node, now=now)
+    public_pods_lost(cutoff=cutoff, now=now)
     return lost
 
 
+def public_pods_lost(*, cutoff: datetime, now: datetime) -> list[str]:
+    """Pods of the public pool have no node to go Lost: they are lost with their agent.
+    Each agent running such pods that has not reported since `cutoff` loses them (NodeLost,
+    as of its last heartbeat), and their jobs are requeued as a platform interruption.
+    Returns the silent agents' names."""
+    agents = set(PodProcess.objects.filter(
+        pod__node__isnull=True, pod__status__in=LIVE,
+        state__in=[PodProcess.State.STARTING, PodProcess.State.RUNNING],
+    ).values_list("agent", flat=True))
+    beats = dict(Heartbeat.objects.filter(name__in=[_agent_beat(a) for a in agents])
+                 .values_list("name", "last_seen"))
+    silent = sorted(a for a in agents if beats.get(_agent_beat(a)) and
+                    beats[_agent_beat(a)] < cutoff)
+    for agent in silent:
+        message = (f"The agent {agent}, which ran this pod of the public pool, stopped "
+                   f"reporting: no heartbeat for {settings.NODE_LOST_AFTER:g}s")
+        pods = Pod.objects.filter(node__isnull=True, status__in=LIVE, process__agent=agent)
+        for job_pk in sorted(set(pods.values_list("job_id", flat=True))):
+            with transaction.atomic():
+                job = _lock_job(job_pk)
+                _pods_lost(job=job, pods=list(pods.filter(job=job)),
+                           seen=beats[_agent_beat(agent)], message=message, now=now)
+                job_event(job=job, kind="NodeLost", message=message, now=now)
+                if job.status in RUNNABLE_JOB_STATUSES:
+                    _job_requeue(job=job, current=_current_pods(job), now=now,
+                                 cause="NodeLost", message=message, platform=True)
+    if silent:
+        _tick_soon()
+    return silent
+
+
+def _agent_beat(worker: str) -> str:
+    """The Heartbeat row an agent's answers keep fresh (see agent_heartbeat)."""
+    return f"agent:{worker}"[:100]
+
+
 def node_fail_pods(*, node: Node, now: datetime) -> int:
-    """The node is gone: its live pods fail (NodeLost), the rest of each job is stopped and
-    the job requeued by AIMaster, or failed without it."""
-    job_pks = set(Pod.objects.filter(node=node, status__in=LIVE).values_list("job_id", flat=True))
-    message = (f"Node {node.name} stopped reporting (no heartbeat for "
-               f"{settings.NODE_LOST_AFTER:g}s)")
-    for job_pk in sorted(job_pks):
+    """The node is gone: its live pods fail (NodeLost) as of its last heartbeat, the rest of
+    each job is stopped and the job requeued — a platform interruption, so no job fails and
+    no AIMaster restart is spent. Returns how many jobs were affected."""
+    message = f"Node {node.name} stopped reporting: no heartbeat for {settings.NODE_LOST_AFTER:g}s"
+    job_pks = _jobs_on(node)
+    for job_pk in job_pks:
         with transaction.atomic():
             job = _lock_job(job_pk)
-            on_node = list(Pod.objects.filter(job=job, node=node, status__in=LIVE)
-                           .select_related("role", "node"))
-            current = list(Pod.objects.filter(job=job, attempt=job.attempt)
-                           .select_related("role", "node"))
-            lost = lost_gpu_seconds(job=job, pods=[p for p in current if p.status in LIVE],
-                                    now=now)
-            _pods_end(job=job, pods=on_node, status=PodStatus.FAILED, reason="NodeLost",
-                      message=message, now=now)
+            _pods_lost(job=job, pods=list(Pod.objects.filter(job=job, node=node,
+                                                             status__in=LIVE)),
+                       seen=node.last_heartbeat, message=message, now=now)
             job_event(job=job, kind="NodeLost", message=message, now=now)
-            if job.status not in RUNNABLE_JOB_STATUSES:
-                continue
-            from apps.scheduler.services import job_requeue_or_fail
-
-            current = list(Pod.objects.filter(job=job, attempt=job.attempt, status__in=LIVE))
-            _pods_end(job=job, pods=current, status=PodStatus.STOPPED, reason="NodeLost",
-                      message=f"Stopped: {message}", now=now)
-            back = (JobStatus.BIDDING if job.resource_source == ResourceSource.SPOT
-                    else JobStatus.QUEUING)
-            job_requeue_or_fail(job=job, now=now, cause="NodeLost", message=message,
-                                lost_gpu_seconds=lost, requeue_status=back)
-    if job_pks:
-        _tick_soon()
+            if job.status in RUNNABLE_JOB_STATUSES:
+                _job_requeue(job=job, current=_current_pods(job), now=now, cause="NodeLost",
+                             message=message, platform=True)
     return len(job_pks)
 
 
-def pods_orphaned(*, agent: str, now: datetime) -> int:
-    """At an agent's start: pods it had started before it restarted have no process any
-    more. Each fails (reason AgentRestarted), and the usual restart rules apply."""
-    orphans = list(PodProcess.objects.filter(
-        agent=agent, state__in=[PodProcess.State.STARTING, PodProcess.State.RUNNING]
-    ).values_list("pod__pod_id", flat=True))
-    for pod_id in orphans:
-        pod_report_exit(pod_id=pod_id, exit_code=None, now=now, reason="AgentRestarted",
-                        message=f"The agent {agent} restarted and the pod's process is gone")
-    return len(orphans)
+def _jobs_on(node: Node) -> list[int]:
+    """The jobs with live pods on the node, in lock order."""
+    return sorted(set(Pod.objects.filter(node=node, status__in=LIVE)
+                      .values_list("job_id", flat=True)))
+
+
+def _current_pods(job: Job) -> list[Pod]:
+    return list(Pod.objects.filter(job=job, attempt=job.attempt).select_related("role", "node"))
+
+
+def _pods_lost(*, job: Job, pods: Sequence[Pod], seen: datetime | None, message: str,
+               now: datetime) -> None:
+    """Fail the job's live `pods`, lost with their node or agent, as of `seen` (its last
+    heartbeat: the last time anything knew their processes were alive), so their bills (cut
+    at Pod.finished_at) and lost work stop there; never before a pod started. A process
+    that still runs is told to stop."""
+    seen = min(seen or now, now)
+    for pod in pods:
+        Pod.objects.filter(pk=pod.pk, status__in=LIVE).update(
+            status=PodStatus.FAILED, reason="NodeLost", message=message[:2000],
+            finished_at=max(seen, pod.started_at or seen))
+    pods_terminate(job=job, pods=pods, now=now, reason=message)
+
+
+def node_drain(*, node: Node, now: datetime) -> int:
+    """An admin takes the node out of service: cordon it (no new pods), then move every job
+    with live pods on it — they are stopped (NodeDrained: SIGTERM, the job's grace period,
+    SIGKILL, so code that checkpoints on SIGTERM saves first) and the job is requeued, a
+    platform interruption. A Lost node stays Lost. Returns how many jobs were moved."""
+    Node.objects.filter(pk=node.pk, status=Node.Status.READY).update(
+        status=Node.Status.CORDONED)
+    job_pks = _jobs_on(node)
+    for job_pk in job_pks:
+        with transaction.atomic():
+            job = _lock_job(job_pk)
+            if job.status not in RUNNABLE_JOB_STATUSES:
+                continue  # stopping already, or ended meanwhile
+            message = (f"Moved off {node.name}: the node is being drained by an admin; its "
+                       f"pods get SIGTERM and {job.termination_grace_seconds}s to save a "
+                       "checkpoint before SIGKILL")
+            _job_requeue(job=job, current=_current_pods(job), now=now, cause="NodeDrained",
+                         message=message, platform=True)
+    return len(job_pks)
+
+
+# --- what an agent reconciles -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AgentWork:
+    """What the database says an agent should run: starts queued on its queues (their
+    broker message may be lost: it is only a hint) and the pods it claimed."""
+
+    queued: tuple[str, ...]  # pod ids whose start waits on one of the agent's queues
+    claimed: dict[str, str]  # pod id → PodProcess state, for every live claim of the agent
+
+
+def agent_work(*, agent: str, queues: Sequence[str], queued_before: datetime,
+               limit: int = 200) -> AgentWork:
+    """Two indexed queries, whatever the number of pods."""
+    queued = tuple(PodProcess.objects.filter(
+        state=PodProcess.State.QUEUED, queue__in=list(queues), queued_at__lt=queued_before,
+    ).order_by("queued_at", "pk").values_list("pod__pod_id", flat=True)[:limit])
+    claimed = dict(PodProcess.objects.filter(
+        agent=agent, state__in=[PodProcess.State.STARTING, PodProcess.State.RUNNING],
+    ).values_list("pod__pod_id", "state"))
+    return AgentWork(queued=queued, claimed=claimed)
+
+
+def pod_launch(*, pod_id: str) -> PodLaunch | None:
+    """How a pod was launched, for an agent re-adopting it after a restart; None when the
+    pod no longer exists (its job was deleted)."""
+    proc = (PodProcess.objects.select_related("pod__job", "pod__role", "pod__node")
+            .filter(pod__pod_id=pod_id).first())
+    return _launch(proc) if proc is not None else None
+
+
+def pod_unclaim(*, pod_id: str, agent: str) -> bool:
+    """The agent claimed the pod but died before its process started: queue it again (the
+    next reconcile starts it, or cancels it if it was stopped meanwhile)."""
+    return bool(PodProcess.objects.filter(
+        pod__pod_id=pod_id, agent=agent, state=PodProcess.State.STARTING,
+    ).update(state=PodProcess.State.QUEUED, agent="", host=""))

@@ -6,7 +6,9 @@ from django import forms
 from django.contrib import admin, messages
 from django.db.models import Count, QuerySet, Sum
 from django.http import HttpRequest
+from django.utils import timezone
 
+from apps.agent.services import node_drain
 from apps.cluster.clusterfile import cluster_file_check, path_of
 from apps.cluster.models import InstanceType, Node, Quota, ResourcePool
 from apps.cluster.selectors import cluster_state
@@ -82,7 +84,7 @@ class NodeAdmin(admin.ModelAdmin):
     search_fields = ("name", "gpu_model", "instance_type__name")
     autocomplete_fields = ("instance_type",)
     readonly_fields = ("last_heartbeat",)
-    actions = ["cordon", "uncordon"]
+    actions = ["cordon", "drain", "uncordon"]
 
     @admin.display(description="vCPUs", ordering="cpu")
     def vcpus(self, obj: Node) -> str:
@@ -96,6 +98,21 @@ class NodeAdmin(admin.ModelAdmin):
     def cordon(self, request: HttpRequest, queryset: QuerySet[Node]) -> None:
         changed = node_set_status(nodes=queryset, status=Node.Status.CORDONED)
         self.message_user(request, f"Cordoned {changed} node(s).", messages.SUCCESS)
+
+    @admin.action(description="Drain: cordon the selected nodes and move their jobs elsewhere")
+    def drain(self, request: HttpRequest, queryset: QuerySet[Node]) -> None:
+        now = timezone.now()
+        # All cordoned first, so a job on two of them is not placed back onto the second.
+        node_set_status(nodes=queryset.filter(status=Node.Status.READY),
+                        status=Node.Status.CORDONED)
+        moved = sum(node_drain(node=node, now=now) for node in queryset)
+        self.message_user(
+            request,
+            f"Drained {len(queryset)} node(s): cordoned, {moved} job(s) moved off. Their pods "
+            "get SIGTERM and the job's grace period to checkpoint; the jobs are requeued as a "
+            "platform interruption, spending no AIMaster restart. Mark the nodes Ready to use "
+            "them again.",
+            messages.SUCCESS)
 
     @admin.action(description="Mark the selected nodes Ready")
     def uncordon(self, request: HttpRequest, queryset: QuerySet[Node]) -> None:

@@ -70,7 +70,7 @@ class CheckpointInline(_ReadOnlyInline):
 
 class JobRestartInline(_ReadOnlyInline):
     model = JobRestart
-    fields = ("number", "at", "cause", "message", "lost_gpu_seconds")
+    fields = ("number", "at", "cause", "counted", "message", "lost_gpu_seconds")
 
 
 STATE_FIELDS = (
@@ -165,8 +165,8 @@ class CheckpointAdmin(_ReadOnlyAdmin):
 
 @admin.register(JobRestart)
 class JobRestartAdmin(_ReadOnlyAdmin):
-    list_display = ("job", "number", "at", "cause", "lost_gpu_seconds")
-    list_filter = ("cause",)
+    list_display = ("job", "number", "at", "cause", "counted", "lost_gpu_seconds")
+    list_filter = ("cause", "counted")
     list_select_related = ("job",)
     search_fields = ("job__job_id", "cause", "message")
     date_hierarchy = "at"

@@ -333,14 +333,22 @@ class Checkpoint(models.Model):
 
 
 class JobRestart(models.Model):
-    """A restart AIMaster made (or a requeue after preemption), with its cause and cost."""
+    """An interruption that started a new attempt of the job, with its cause and cost: a
+    restart AIMaster made (a pod failed, a preemption, a spot reclaim) or a platform
+    interruption (a node lost or drained, an agent restarted), which spends none of
+    AIMaster's budget (`counted` False)."""
 
     job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="restarts")
+    # The job's n-th interruption, which started attempt n: counted or not, so each attempt
+    # names the interruption that ended the one before. A counted row's place in AIMaster's
+    # budget is the number of counted rows up to it (`apps.jobs.selectors.job_restarts`).
     number = models.PositiveSmallIntegerField()
     at = models.DateTimeField()
     cause = models.CharField(max_length=64)  # JobPreempted, SpotReclaimed, PodFailed, NodeLost
     message = models.TextField(blank=True)
     lost_gpu_seconds = models.FloatField(default=0)
+    counted = models.BooleanField(
+        default=True, help_text="spent one of AIMaster's restarts (False: the platform's)")
 
     class Meta:
         ordering = ["number"]

@@ -8,7 +8,20 @@ from decimal import Decimal
 from functools import cached_property
 from typing import TypedDict
 
-from django.db.models import Count, F, IntegerField, OuterRef, Q, QuerySet, Subquery, Sum
+from django.db.models import (
+    Case,
+    Count,
+    F,
+    IntegerField,
+    OuterRef,
+    Q,
+    QuerySet,
+    Subquery,
+    Sum,
+    Value,
+    When,
+    Window,
+)
 from django.http import Http404
 
 from apps.billing.selectors import JobUsage, job_usage
@@ -184,10 +197,18 @@ def job_live(*, job: Job) -> JobLive:
         status_history=list(job.status_history.all()),
         events=events,
         checkpoints=list(job.checkpoints.all()[:CHECKPOINTS_SHOWN]),
-        restarts=list(job.restarts.all()),
+        restarts=list(job_restarts(job=job)),
         usage=job_usage(job=job),
         resumed=next((e for e in events if e.kind in RESUME_EVENT_KINDS), None),
     )
+
+
+def job_restarts(*, job: Job) -> QuerySet[JobRestart]:
+    """The job's interruptions in order, each annotated `budget`: how many of AIMaster's
+    restarts were spent up to and including it (a counted restart's place in the budget;
+    a platform interruption's row spends none)."""
+    spent = Case(When(counted=True, then=Value(1)), default=Value(0))
+    return job.restarts.annotate(budget=Window(Sum(spent), order_by=F("number").asc()))
 
 
 # --- the create-job form's choices --------------------------------------------------------

@@ -245,21 +245,45 @@ def _apply_preemption(preemption: engine.Preemption, *, now: datetime) -> bool:
 @dataclass(frozen=True)
 class Interruption:
     """A job that lost its pods: the cause (its ReasonCode), in words, and the GPU-seconds
-    computed since its last checkpoint."""
+    computed since its last checkpoint. `platform`: the platform took the pods (a node lost
+    or drained, an agent restarted or stopped), neither the job nor its quota or market, so
+    the job is requeued whatever AIMaster says and spends none of its budget."""
 
     job: Job
     cause: str
     message: str
     lost_gpu_seconds: float
+    platform: bool = False
+
+
+def aimaster_declines(job: Job) -> str | None:
+    """Why AIMaster will not restart the job after an interruption of its own making (a pod
+    failed, a preemption, a reclaim), or None while restarts remain. The one place the
+    budget is judged: the agent's in-place restarts ask it too."""
+    if not job.enable_aimaster:
+        return "no automatic fault tolerance"
+    if job.restart_times >= job.max_restarts:
+        return f"restarts exhausted ({job.restart_times}/{job.max_restarts})"
+    return None
+
+
+def platform_note(job: Job) -> str:
+    """What a platform interruption's messages add, so nobody reads it as the job's fault
+    or looks for a spent restart."""
+    if job.enable_aimaster:
+        return (f"a platform interruption: AIMaster's budget {job.restart_times}/"
+                f"{job.max_restarts} is not used")
+    return "a platform interruption: requeued although AIMaster is off"
 
 
 def job_requeue_or_fail(
     *, job: Job, now: datetime, cause: str, message: str, lost_gpu_seconds: float,
-    requeue_status: str = JobStatus.QUEUING,
+    requeue_status: str = JobStatus.QUEUING, platform: bool = False,
 ) -> None:
     """AIMaster for one job (see `jobs_requeue_or_fail`)."""
-    jobs_requeue_or_fail(interruptions=[Interruption(job, cause, message, lost_gpu_seconds)],
-                         now=now, requeue_status=requeue_status)
+    jobs_requeue_or_fail(
+        interruptions=[Interruption(job, cause, message, lost_gpu_seconds, platform)],
+        now=now, requeue_status=requeue_status)
 
 
 def jobs_requeue_or_fail(
@@ -267,41 +291,48 @@ def jobs_requeue_or_fail(
 ) -> None:
     """AIMaster: requeue each job (keeping its queue position, after a backoff) while
     restarts remain; otherwise, or without fault tolerance, it ends Failed with its cause as
-    ReasonCode. A fixed number of queries however many jobs; the caller locks them."""
+    ReasonCode. A platform interruption is always requeued, at once (no backoff: the job
+    did nothing to thrash), without spending a restart; it is still recorded as a
+    JobRestart, not counted, with the work it lost. Each requeue starts a new attempt. A
+    fixed number of queries however many jobs; the caller locks them."""
     requeued, failed = [], []
     for i in interruptions:
-        again = i.job.enable_aimaster and i.job.restart_times < i.job.max_restarts
-        (requeued if again else failed).append(i)
-    not_before = now + timedelta(seconds=settings.SCHEDULER_REQUEUE_BACKOFF_SECONDS)
+        (requeued if i.platform or aimaster_declines(i.job) is None else failed).append(i)
+    backoff = now + timedelta(seconds=settings.SCHEDULER_REQUEUE_BACKOFF_SECONDS)
     where = "the spot market" if requeue_status == JobStatus.BIDDING else "the queue"
     events, restarts, messages = [], [], {}
     for i in requeued:
         job = i.job
-        job.restart_times, job.attempt, job.not_before = job.restart_times + 1, job.attempt + 1, \
-            not_before
-        restarts.append(JobRestart(job=job, number=job.restart_times, at=now, cause=i.cause,
-                                   message=i.message, lost_gpu_seconds=i.lost_gpu_seconds))
-        messages[job.pk] = f"Requeued by AIMaster ({job.restart_times}/{job.max_restarts}): " \
-            f"{i.message}"
-        events.append(JobEvent(
-            job=job, kind="Requeued", at=now,
-            message=f"AIMaster restart {job.restart_times}/{job.max_restarts}: back to {where}; "
-                    f"lost {i.lost_gpu_seconds / 3600:.2f} GPU-hours"))
+        job.attempt += 1
+        if not i.platform:
+            job.restart_times += 1
+        job.not_before = None if i.platform else backoff
+        restarts.append(JobRestart(job=job, number=job.attempt, at=now, cause=i.cause,
+                                   message=i.message, lost_gpu_seconds=i.lost_gpu_seconds,
+                                   counted=not i.platform))
+        lost = f"lost {i.lost_gpu_seconds / 3600:.2f} GPU-hours"
+        if i.platform:
+            messages[job.pk] = f"Requeued: {i.message} ({platform_note(job)})"
+            told = f"{i.message} ({platform_note(job)}); back to {where}; {lost}"
+        else:
+            messages[job.pk] = f"Requeued by AIMaster ({job.restart_times}/" \
+                f"{job.max_restarts}): {i.message}"
+            told = f"AIMaster restart {job.restart_times}/{job.max_restarts}: back to " \
+                f"{where}; {lost}"
+        events.append(JobEvent(job=job, kind="Requeued", at=now, message=told))
     if requeued:
         with connection.cursor() as cursor:
             cursor.executemany(
                 f"UPDATE {Job._meta.db_table} SET restart_times = %s, attempt = %s, "
                 "not_before = %s WHERE id = %s",
-                [(i.job.restart_times, i.job.attempt, db_datetime(not_before), i.job.pk)
+                [(i.job.restart_times, i.job.attempt, db_datetime(i.job.not_before), i.job.pk)
                  for i in requeued])
         JobRestart.objects.bulk_create(restarts)
         jobs_transition_bulk(jobs=[i.job for i in requeued], status=requeue_status, now=now,
                              reason_codes={i.job.pk: i.cause for i in requeued},
                              reason_messages=messages)
     for i in failed:
-        why = "no automatic fault tolerance" if not i.job.enable_aimaster else (
-            f"restarts exhausted ({i.job.restart_times}/{i.job.max_restarts})")
-        messages[i.job.pk] = f"{i.message} ({why})"
+        messages[i.job.pk] = f"{i.message} ({aimaster_declines(i.job)})"
         events.append(JobEvent(job=i.job, kind="Failed", message=messages[i.job.pk], at=now))
     jobs_transition_bulk(jobs=[i.job for i in failed], status=JobStatus.FAILED, now=now,
                          reason_codes={i.job.pk: i.cause for i in failed},

@@ -239,24 +239,40 @@ def test_the_watchdog_only_marks_nodes_it_watched_go_silent(personas, sent, sett
     assert Node.objects.get(name="gpu-node-0").status == Node.Status.READY  # never reported
 
 
-def test_a_lost_node_fails_a_job_without_aimaster(personas, sent):
+def test_a_lost_node_requeues_a_job_without_aimaster(personas, sent):
     job = submit(personas, pods=1)
     [pod] = run_all(job)
+    Node.objects.filter(pk=pod.node_id).update(status=Node.Status.LOST)
     services.node_fail_pods(node=pod.node, now=timezone.now())
     job.refresh_from_db()
     pod.refresh_from_db()
     assert (pod.status, pod.reason) == (PodStatus.FAILED, "NodeLost")
-    assert job.status == JobStatus.FAILED and job.reason_code == "NodeLost"
+    assert job.status != JobStatus.FAILED and (job.restart_times, job.attempt) == (0, 1)
+    assert job.pods.get(attempt=1).node_id != pod.node_id  # placed again, elsewhere
 
 
-def test_a_restarted_agent_fails_the_pods_it_lost(personas, sent):
-    job = submit(personas, pods=1, aimaster=True)
-    [pod] = run_all(job)
-    assert services.pods_orphaned(agent="agent@test", now=timezone.now()) == 1
-    pod.refresh_from_db()
-    assert (pod.status, pod.reason, pod.exit_code) == (PodStatus.FAILED, "AgentRestarted", None)
-    job.refresh_from_db()
-    assert job.attempt == 1 and job.status == JobStatus.ENV_PREPARING  # restarted in place
+def test_an_agent_is_told_what_to_start_and_what_it_claimed(personas, sent):
+    """The reconcile's view: starts still queued on the agent's queues (their broker message
+    may be lost), and the agent's own claims; a claim whose process never started goes back
+    to the queue."""
+    job = submit(personas, pods=2)
+    first, second = job.pods.order_by("index")
+    queues = [f"node.{first.node.name}", f"node.{second.node.name}", "public"]
+    later = timezone.now() + timedelta(seconds=1)
+    work = services.agent_work(agent="agent@test", queues=queues, queued_before=later)
+    assert sorted(work.queued) == sorted([first.pod_id, second.pod_id]) and not work.claimed
+    assert not services.agent_work(agent="agent@test", queues=["node.elsewhere"],
+                                   queued_before=later).queued
+    assert services.pod_claim(pod_id=first.pod_id, agent="agent@test", hostname="h",
+                              now=timezone.now()) is not None
+    work = services.agent_work(agent="agent@test", queues=queues, queued_before=later)
+    assert work.queued == (second.pod_id,) and work.claimed == {first.pod_id: "starting"}
+    assert services.pod_launch(pod_id=first.pod_id).job_pk == job.pk
+
+    assert services.pod_unclaim(pod_id=first.pod_id, agent="agent@other") is False
+    assert services.pod_unclaim(pod_id=first.pod_id, agent="agent@test") is True
+    work = services.agent_work(agent="agent@test", queues=queues, queued_before=later)
+    assert len(work.queued) == 2 and not work.claimed
 
 
 def test_the_sweep_fails_jobs_past_their_max_running_time(personas, sent):

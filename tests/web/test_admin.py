@@ -89,6 +89,18 @@ def test_it_cordons_nodes(admin_client, cluster):
     assert Node.objects.filter(status=Node.Status.CORDONED).count() == 2
 
 
+def test_it_drains_nodes_moving_their_jobs_off(admin_client, job, cluster):
+    node = cluster["nodes"][0]
+    response = admin_client.post(reverse("admin:cluster_node_changelist"),
+                                 {"action": "drain", "_selected_action": [node.pk]}, follow=True)
+    assert "Drained 1 node(s): cordoned, 1 job(s) moved off" in response.content.decode()
+    node.refresh_from_db()
+    job.refresh_from_db()
+    assert node.status == Node.Status.CORDONED
+    assert job.pods.get(attempt=0).reason == "NodeDrained"
+    assert (job.attempt, job.restart_times, job.reason_code) == (1, 0, "NodeDrained")
+
+
 def test_it_refuses_a_quota_edit_that_breaks_the_tree(admin_client, cluster, personas):
     team_a = cluster["team_a"]
     response = admin_client.post(reverse("admin:cluster_quota_change", args=[team_a.pk]), {

@@ -1,0 +1,342 @@
+"""The platform's interruptions are not the user's: a node lost or drained, an agent that
+restarted or stopped. The job is requeued (Queuing, or Bidding for spot) whether or not it
+has AIMaster, spends none of its restarts, waits no backoff and keeps its queue position;
+the interruption is still a JobRestart, not counted, with the work it lost. A pod's own
+failure still spends the budget or fails the job."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.urls import reverse
+from django.utils import timezone
+
+from apps.agent import services
+from apps.billing.models import BillLine
+from apps.billing.services import billing_accrue
+from apps.cluster.models import Node
+from apps.cluster.services import node_set_status
+from apps.jobs.models import Job, JobStatus, Pod, PodStatus
+from apps.scheduler.services import scheduler_tick
+from tests.integration import test_market_step as market
+from tests.integration.test_agent_services import run_all, sent, submit  # noqa: F401
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture(autouse=True)
+def _fast_scheduler(settings):
+    settings.SCHEDULER_MIN_RUN_SECONDS = 0
+    settings.NODE_LOST_AFTER = 30
+
+
+@pytest.fixture
+def replay(settings, tmp_path):
+    return market.replay_writer(settings, tmp_path)
+
+
+def lose(node: Node, *, silent_since, now) -> None:
+    """The node's last heartbeat was `silent_since`; the watchdog, watching, marks it Lost."""
+    Node.objects.filter(pk=node.pk).update(last_heartbeat=silent_since)
+    assert services.nodes_mark_lost(now=now - timedelta(seconds=1)) == []  # starts watching
+    assert services.nodes_mark_lost(now=now) == [node.name]
+
+
+def requeue(job: Job):
+    """The status transition that requeued the job."""
+    return job.status_history.filter(status__in=[JobStatus.QUEUING, JobStatus.BIDDING]).last()
+
+
+# --- a lost node -----------------------------------------------------------------------------
+
+
+def test_a_lost_node_requeues_a_job_without_aimaster_instead_of_failing_it(personas):
+    job = submit(personas, pods=1)
+    pod = job.pods.get()
+    now = timezone.now()
+    lose(pod.node, silent_since=now - timedelta(seconds=60), now=now)
+    job.refresh_from_db()
+    pod.refresh_from_db()
+    assert (pod.status, pod.reason) == (PodStatus.FAILED, "NodeLost")
+    assert (job.status, job.restart_times, job.attempt) == (JobStatus.RUNNING, 0, 1)
+    again = job.pods.get(attempt=1)
+    assert again.status == PodStatus.RUNNING and again.node_id != pod.node_id  # placed afresh
+    back = requeue(job)
+    assert back.reason_code == "NodeLost"
+    assert back.reason_message == (
+        f"Requeued: Node {pod.node.name} stopped reporting: no heartbeat for 30s "
+        "(a platform interruption: requeued although AIMaster is off)")
+    restart = job.restarts.get()
+    assert (restart.cause, restart.counted, restart.number) == ("NodeLost", False, 1)
+    assert not job.events.filter(kind="Failed").exists()
+
+
+def test_a_lost_node_spends_no_restart_of_an_aimaster_job_with_none_left(personas):
+    job = submit(personas, pods=1, aimaster=True, max_restarts=2)
+    Job.objects.filter(pk=job.pk).update(restart_times=2)  # the budget is spent
+    pod = job.pods.get()
+    now = timezone.now()
+    lose(pod.node, silent_since=now - timedelta(seconds=45), now=now)
+    job.refresh_from_db()
+    assert (job.status, job.restart_times, job.attempt) == (JobStatus.RUNNING, 2, 1)
+    assert requeue(job).reason_message.endswith(
+        "(a platform interruption: AIMaster's budget 2/2 is not used)")
+    assert job.not_before is None
+    event = job.events.get(kind="Requeued")
+    assert "a platform interruption: AIMaster's budget 2/2 is not used" in event.message
+    assert "back to the queue" in event.message
+
+
+def test_a_lost_node_ends_its_pods_at_the_last_heartbeat(personas):
+    job = submit(personas, pods=2, gpu=4)  # one pod on each of two nodes
+    first, second = job.pods.order_by("index")
+    assert first.node_id != second.node_id
+    started = timezone.now() - timedelta(minutes=10)
+    Pod.objects.filter(job=job).update(started_at=started)
+    now = timezone.now()
+    silent_since = now - timedelta(seconds=90)
+    lose(first.node, silent_since=silent_since, now=now)
+    first.refresh_from_db()
+    second.refresh_from_db()
+    assert first.finished_at == silent_since  # the last time anything knew it was alive
+    assert (second.status, second.reason) == (PodStatus.STOPPED, "NodeLost")
+    assert second.finished_at == now  # it really ran until it was stopped
+    lost = job.restarts.get().lost_gpu_seconds
+    assert lost == pytest.approx(4 * (600 - 90) + 4 * 600, rel=0.01)
+
+
+def test_a_pod_that_started_after_the_last_heartbeat_ends_when_it_started(personas):
+    job = submit(personas, pods=1)
+    pod = job.pods.get()
+    now = timezone.now()
+    Pod.objects.filter(pk=pod.pk).update(started_at=now - timedelta(seconds=20))
+    lose(pod.node, silent_since=now - timedelta(seconds=60), now=now)
+    pod.refresh_from_db()
+    assert pod.finished_at == pod.started_at
+
+
+def test_it_bills_a_lost_nodes_pod_only_up_to_the_last_heartbeat(personas, replay):
+    """Public and spot pods run on the public pool, without a node, today; wherever a
+    metered pod runs, its bill ends at Pod.finished_at, which a lost node sets to its last
+    heartbeat."""
+    replay([(market.NOW, market.G7, "0.30")])
+    job = market.submit(personas, source="public", name="payg")
+    market.step(market.at(0))
+    pod = job.pods.get()
+    node = Node.objects.get(name="gpu-node-3")
+    Pod.objects.filter(pk=pod.pk).update(node=node)
+    lose(node, silent_since=market.at(3, 20), now=market.at(4, 0))
+    billing_accrue(now=market.at(10))
+    base = int(market.NOW.timestamp()) // 60
+    minutes = list(BillLine.objects.filter(pod=pod).order_by("minute")
+                   .values_list("minute", flat=True))
+    assert [m - base for m in minutes] == [0, 1, 2, 3]  # not 4, when the watchdog noticed
+    job.refresh_from_db()
+    assert (job.status, job.restart_times) == (JobStatus.QUEUING, 0)  # pay-as-you-go: queued
+
+
+def test_a_silent_agent_loses_its_public_pool_pods_as_of_its_last_heartbeat(personas,
+                                                                            replay, sent):
+    """Public and spot pods have no node: when the agent running them stops reporting,
+    they are lost with it (NodeLost, billed up to its last heartbeat) and their jobs are
+    requeued; a pod of an agent that still reports is left alone."""
+    from apps.agent.models import PodProcess
+    from apps.core.services import heartbeat_record
+
+    replay([(market.NOW, market.G7, "0.30")])
+    gone = market.submit(personas, source="public", name="gone")
+    kept = market.submit(personas, discount="0.9", name="kept")
+    market.step(market.at(0))
+    for job, agent in ((gone, "agent@gone"), (kept, "agent@here")):
+        pod = job.pods.get()
+        PodProcess.objects.filter(pod=pod).update(state="running", agent=agent)
+        Pod.objects.filter(pk=pod.pk).update(status=PodStatus.RUNNING, started_at=market.at(0))
+    heartbeat_record(name="agent:agent@gone", now=market.at(3, 20))
+    heartbeat_record(name="agent:agent@here", now=market.at(3, 50))
+    services.nodes_mark_lost(now=market.at(3, 30))  # the watchdog starts watching
+    services.nodes_mark_lost(now=market.at(4, 0))
+
+    pod = gone.pods.get(attempt=0)
+    assert (pod.status, pod.reason, pod.finished_at) == (
+        PodStatus.FAILED, "NodeLost", market.at(3, 20))
+    assert "The agent agent@gone, which ran this pod of the public pool" in pod.message
+    gone.refresh_from_db()
+    assert (gone.status, gone.reason_code, gone.restart_times) == (
+        JobStatus.QUEUING, "NodeLost", 0)
+    assert not gone.restarts.get().counted
+    assert kept.pods.get().status == PodStatus.RUNNING  # its agent still reports
+    billing_accrue(now=market.at(10))
+    base = int(market.NOW.timestamp()) // 60
+    assert [m - base for m in BillLine.objects.filter(pod=pod).order_by("minute")
+            .values_list("minute", flat=True)] == [0, 1, 2, 3]
+
+
+def test_it_keeps_a_requeued_jobs_place_in_the_queue(personas):
+    """team-a's 8 GPUs: `first` (4) and `filler` (4) run; `later` (4) waits behind them.
+    The other two nodes run team-b's own jobs. When first's node is lost no room is left,
+    and first, submitted before later, is still ahead of it."""
+    first = submit(personas, pods=1, gpu=4, name="first")
+    submit(personas, pods=1, gpu=4, name="filler")
+    for name in ("b-1", "b-2"):
+        submit(personas, ws="ws_b", user="charlie", quota="team-b", pods=1, gpu=4, name=name)
+    later = submit(personas, pods=1, gpu=4, name="later")
+    assert later.status == JobStatus.QUEUING
+    node = first.pods.get().node
+    now = timezone.now()
+    lose(node, silent_since=now - timedelta(seconds=60), now=now)
+    first.refresh_from_db()
+    later.refresh_from_db()
+    assert first.status == later.status == JobStatus.QUEUING
+    assert (first.queue_position, later.queue_position) == (1, 2)
+    assert "backoff" not in first.pending_reason
+
+
+# --- what an agent reports -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("reason", "exit_code", "message"), [
+    ("AgentRestarted", None, "The agent agent@test restarted and the pod's process is gone"),
+    ("AgentStopped", 143, "The agent agent@test stopped, and stopped its pods"),
+])
+def test_it_requeues_the_job_of_a_pod_its_agent_lost(personas, sent, reason, exit_code,
+                                                     message):
+    job = submit(personas, pods=2)
+    first, second = run_all(job)
+    services.pod_report_exit(pod_id=first.pod_id, exit_code=exit_code, now=timezone.now(),
+                             reason=reason, message=message)
+    job.refresh_from_db()
+    first.refresh_from_db()
+    second.refresh_from_db()
+    assert (first.status, first.reason) == (PodStatus.FAILED, reason)
+    assert (second.status, second.reason) == (PodStatus.STOPPED, reason)
+    assert (job.status, job.restart_times, job.attempt) == (JobStatus.ENV_PREPARING, 0, 1)
+    assert job.pods.filter(attempt=1, status=PodStatus.PENDING).count() == 2  # placed again
+    back = requeue(job)
+    assert back.reason_code == reason
+    assert f"{reason}, {message}" in back.reason_message
+    assert "(a platform interruption: requeued although AIMaster is off)" in back.reason_message
+    restart = job.restarts.get()
+    assert (restart.cause, restart.counted) == (reason, False)
+
+
+def test_it_requeues_an_aimaster_job_its_agent_lost_without_a_restart(personas, sent):
+    job = submit(personas, pods=1, aimaster=True, max_restarts=3)
+    [pod] = run_all(job)
+    services.pod_report_exit(pod_id=pod.pod_id, exit_code=None, now=timezone.now(),
+                             reason="AgentRestarted", message="The agent restarted")
+    job.refresh_from_db()
+    assert (job.restart_times, job.attempt) == (0, 1)
+    assert "AIMaster's budget 0/3 is not used" in requeue(job).reason_message
+    assert not job.status_history.filter(status=JobStatus.RESTARTING).exists()
+
+
+def test_a_pod_failure_still_fails_a_job_without_aimaster(personas, sent):
+    job = submit(personas, pods=1)
+    [pod] = run_all(job)
+    services.pod_report_exit(pod_id=pod.pod_id, exit_code=1, now=timezone.now())
+    job.refresh_from_db()
+    assert (job.status, job.reason_code) == (JobStatus.FAILED, "PodFailed")
+    assert not job.restarts.exists()
+
+
+def test_a_pod_failure_still_spends_the_aimaster_budget(personas, sent):
+    job = submit(personas, pods=1, aimaster=True, max_restarts=3)
+    [pod] = run_all(job)
+    services.pod_report_exit(pod_id=pod.pod_id, exit_code=1, now=timezone.now())
+    job.refresh_from_db()
+    assert (job.status, job.restart_times, job.attempt) == (JobStatus.ENV_PREPARING, 1, 1)
+    restart = job.restarts.get()
+    assert (restart.cause, restart.counted, restart.number) == ("PodFailed", True, 1)
+
+
+def test_a_spot_job_its_agent_stopped_goes_back_to_bidding_at_once(personas, replay,
+                                                                   settings):
+    settings.SCHEDULER_REQUEUE_BACKOFF_SECONDS = 600  # an AIMaster requeue would wait this
+    replay([(market.NOW, market.G7, "0.30")])
+    job = market.submit(personas, discount="0.9", name="spot")
+    market.step(market.at(0))
+    pod = job.pods.get()
+    services.pod_report_exit(pod_id=pod.pod_id, exit_code=143, now=market.at(1),
+                             reason="AgentStopped", message="The agent stopped")
+    job.refresh_from_db()
+    assert (job.status, job.reason_code, job.restart_times) == (
+        JobStatus.BIDDING, "AgentStopped", 0)
+    assert job.not_before is None and not job.restarts.get().counted
+    assert "back to the spot market" in job.events.get(kind="Requeued").message
+    market.step(market.at(1, 5))
+    job.refresh_from_db()
+    assert job.status == JobStatus.RUNNING and job.attempt == 1  # no backoff to wait out
+
+
+# --- drain and cordon ------------------------------------------------------------------------
+
+
+def test_a_drain_cordons_the_node_and_moves_its_jobs_with_their_grace(personas, sent):
+    moved = submit(personas, pods=2, gpu=1, name="moved")
+    Job.objects.filter(pk=moved.pk).update(termination_grace_seconds=45)
+    pods = run_all(moved)
+    node = pods[0].node
+    stays = submit(personas, pods=1, gpu=4, name="stays")  # a node of its own
+    run_all(stays)
+    assert stays.pods.get().node_id != node.pk
+    sent.clear()
+    assert services.node_drain(node=node, now=timezone.now()) == 1
+    node.refresh_from_db()
+    assert node.status == Node.Status.CORDONED
+    for pod in pods:
+        pod.refresh_from_db()
+        assert (pod.status, pod.reason) == (PodStatus.STOPPED, "NodeDrained")
+    stops = [c for c in sent if c[0] == "pod_stop_task"]
+    assert sorted(stops) == sorted(("pod_stop_task", (p.pod_id, 45), f"node.{node.name}")
+                                   for p in pods)
+    moved.refresh_from_db()
+    assert (moved.restart_times, moved.attempt) == (0, 1)
+    assert moved.pods.filter(attempt=1).exclude(node=node).count() == 2  # placed elsewhere
+    event = moved.events.get(kind="Requeued").message
+    assert event.startswith(f"Moved off {node.name}: the node is being drained by an admin")
+    assert "SIGTERM and 45s to save a checkpoint" in event
+    assert "(a platform interruption: requeued although AIMaster is off)" in event
+    assert stays.pods.get().status == PodStatus.RUNNING
+
+
+def test_a_cordoned_nodes_pods_keep_running(personas):
+    job = submit(personas, pods=1, gpu=1)
+    pod = job.pods.get()
+    node_set_status(nodes=[pod.node], status=Node.Status.CORDONED)
+    other = submit(personas, ws="ws_b", user="charlie", quota="team-b", pods=1, gpu=1)
+    scheduler_tick(now=timezone.now() + timedelta(seconds=1))
+    pod.refresh_from_db()
+    job.refresh_from_db()
+    assert (job.status, pod.status, job.attempt) == (JobStatus.RUNNING, PodStatus.RUNNING, 0)
+    assert other.pods.get().node_id != pod.node_id  # no new pods there
+
+
+# --- the console -----------------------------------------------------------------------------
+
+
+def test_the_job_page_shows_a_platform_interruption_as_not_counted(personas, alice_client,
+                                                                     sent):
+    """A node lost (not counted), then a pod failure (AIMaster's first restart): each row
+    numbers its attempt, and only the counted one takes a place in the budget."""
+    job = submit(personas, pods=1, aimaster=True, max_restarts=3)
+    [pod] = run_all(job)
+    now = timezone.now()
+    lose(pod.node, silent_since=now - timedelta(seconds=60), now=now)
+    job.refresh_from_db()
+    [again] = run_all(job)
+    services.pod_report_exit(pod_id=again.pod_id, exit_code=1, now=timezone.now())
+    job.refresh_from_db()
+    assert (job.attempt, job.restart_times) == (2, 1)
+    assert [(r.number, r.cause, r.counted) for r in job.restarts.all()] == [
+        (1, "NodeLost", False), (2, "PodFailed", True)]
+    content = alice_client.get(reverse("jobs:detail", args=[job.job_id])).content.decode()
+    restarts = content[content.index('id="restarts"'):content.index('id="checkpoints"')]
+    assert restarts.count('class="restart-platform"') == 1
+    assert ">not counted</span>" in restarts and '<td class="num">1/3</td>' in restarts
+    assert "without spending AIMaster's budget" in restarts
+    assert "AIMaster restarts</dt><dd id=\"restart-count\"><strong>1/3" in content
+    first = content[content.index('id="attempt-0"'):]
+    assert "by a platform interruption, not counted," in first[:first.index("</h3>")]
+    second = content[content.index('id="attempt-1"'):]
+    assert "by restart 1/3" in second[:second.index("</h3>")]
