@@ -146,6 +146,8 @@ CELERY_TASK_SEND_SENT_EVENT = True
 CELERY_TIMEZONE = TIME_ZONE
 
 HEARTBEAT_INTERVAL = env_float("HEARTBEAT_INTERVAL", 10.0, minimum=0.5)
+# The health panel turns red for work (a pod start, a job's admission) waiting longer.
+HEALTH_BEHIND_SECONDS = env_float("HEALTH_BEHIND_SECONDS", 60.0, minimum=5.0)
 SCHEDULER_TICK_INTERVAL = env_float("SCHEDULER_TICK_INTERVAL", 2.0, minimum=0.1)
 # A borrower younger than this is not preempted yet; a requeued job waits this long.
 SCHEDULER_MIN_RUN_SECONDS = env_float("SCHEDULER_MIN_RUN_SECONDS", 60.0)
@@ -166,6 +168,14 @@ BILLING_INTERVAL = env_float("BILLING_INTERVAL", 60.0, minimum=1.0)
 AGENT_HEARTBEAT_INTERVAL = env_float("AGENT_HEARTBEAT_INTERVAL", 5.0, minimum=0.5)
 NODE_LOST_AFTER = env_float("NODE_LOST_AFTER", 30.0, minimum=1.0)
 POD_WORK_ROOT = Path(env_str("POD_WORK_ROOT", str(VAR_DIR / "pods")))
+# Each pod runs under a shim of its own that outlives the agent; the shims keep their state
+# under AGENT_STATE_DIR (never visible to a pod), where a restarted agent re-adopts them.
+# Every AGENT_RECONCILE_SECONDS an agent compares what the database says it should run with
+# what runs. On a stop (SIGTERM) the agent leaves its pods running, unless
+# AGENT_STOP_PODS_ON_EXIT: then it stops them and they are requeued (AgentStopped).
+AGENT_STATE_DIR = Path(env_str("AGENT_STATE_DIR", str(VAR_DIR / "agent")))
+AGENT_RECONCILE_SECONDS = env_float("AGENT_RECONCILE_SECONDS", 5.0, minimum=0.5)
+AGENT_STOP_PODS_ON_EXIT = env_bool("AGENT_STOP_PODS_ON_EXIT", False)
 POD_LOG_MAX_BYTES = env_int("POD_LOG_MAX_BYTES", 10 * 1024 * 1024, minimum=1024)
 # Housekeeping (apps/agent/housekeeping.py): POD_WORK_RETENTION_HOURS after a job ends its work
 # dirs and data are removed (logs and the newest POD_KEEP_CHECKPOINTS checkpoints stay), every

@@ -333,7 +333,7 @@ class CgroupHost:
                 seen.append(path)
         return tuple(seen)
 
-    def _group(self, name: str) -> PodCgroup:
+    def group(self, name: str) -> PodCgroup:
         """The PodCgroup for `name` without creating or limiting anything (for sweep and
         for create's bookkeeping)."""
         parts = _split_name(name)
@@ -353,7 +353,7 @@ class CgroupHost:
         A parent removed by another pod's remove() between our mkdirs (ENOENT) is simply
         recreated: a few attempts, then CgroupError. On any failure, what was made is
         removed again."""
-        group = self._group(name)
+        group = self.group(name)
         parts = group.name.split("/")
         created: list[Path] = []
         try:
@@ -655,6 +655,6 @@ def sweep(host: CgroupHost, prefix: str, keep: set[str]) -> int:
         full = f"{prefix}/{child}"
         if full in keep or child in keep or not _NAME_PART.fullmatch(child):
             continue
-        host._group(full).remove()
+        host.group(full).remove()
         removed += 1
     return removed

@@ -37,7 +37,8 @@ class PodProcess(models.Model):
     exited_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
-        indexes = [models.Index(fields=["agent", "state"])]
+        indexes = [models.Index(fields=["agent", "state"]),
+                   models.Index(fields=["state", "queue"])]  # an agent's reconcile
 
     def __str__(self) -> str:
         return f"{self.pod_id} ({self.state})"

@@ -1,8 +1,10 @@
 """Run one pod: a stranger's shell command as its own process tree, isolated from the host,
 the platform and other jobs, with its output captured to a size-capped log file.
 
-Pure Python, no Django: the agent builds a `PodSpec`, `start()` returns a `PodProcess` that
-the agent polls, stops and reaps. The tests drive it directly.
+Pure Python, no Django: the agent builds a `PodSpec`, `start()` hands it to a shim of its
+own (apps/agent/shim.py: a small process per pod that outlives the agent) and returns the
+agent's `PodProcess` handle on it, which `PodProcess.adopt()` also gives a restarted agent.
+The tests drive it directly.
 
 Isolation (SANDBOX=strict, the default; docs/execution.md has the threat model). The agent
 runs as root and builds, for each pod, this chain of processes, each exec'ing the next:
@@ -20,7 +22,8 @@ whatever of this the host can give, and says so.
 Signals. bwrap's monitor leads the pod's process group, and a SIGTERM to it would kill bwrap
 at once (and, by --die-with-parent, SIGKILL the pod with no grace). So stop() signals every
 *descendant* of bwrap instead — the pod's own processes receive the SIGTERM and may clean
-up — and escalates to SIGKILL on bwrap's group and the pod's cgroup.
+up — and escalates to SIGKILL on bwrap's group and the pod's cgroup. The shim does this, so
+a stop requested just before the agent went away still escalates on time.
 """
 
 from __future__ import annotations
@@ -33,14 +36,17 @@ import shutil
 import signal
 import stat
 import subprocess
-import threading
+import sys
+import tempfile
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 
-from apps.agent import cgroups, netns, seccomp
+from apps.agent import cgroups, netns, seccomp, shim
+from apps.agent.shim import descendants, exit_code  # noqa: F401 (re-exported)
+
+_BASE_DIR = Path(__file__).resolve().parents[2]
 
 SANDBOX_MODES = ("strict", "insecure")
 DATA_MOUNT = Path("/mnt/data")
@@ -329,7 +335,7 @@ def bwrap_argv(spec: PodSpec, *, fds: Mapping[str, int]) -> list[str]:
 def command_argv(spec: PodSpec, *, fds: Mapping[str, int] | None = None) -> list[str]:
     inner = [*_limits_argv(spec), *_drop_argv(spec), *shell_argv(spec.command)]
     if not spec.sandboxed:
-        setpriv = shutil.which("setpriv")  # die with the agent, as bwrap's --die-with-parent does
+        setpriv = shutil.which("setpriv")  # die with the shim, as bwrap's --die-with-parent does
         inner = [setpriv, "--pdeathsig", "KILL", "--", *inner] if setpriv else inner
         return [*(spec.cgroup.join_argv() if spec.cgroup else []), *inner]
     outer: list[str] = list(spec.cgroup.join_argv()) if spec.cgroup else []
@@ -359,180 +365,181 @@ def _open_fds(spec: PodSpec) -> dict[str, int]:
     return fds
 
 
-# --- the running pod ---------------------------------------------------------------------
+# --- the running pod: its shim ------------------------------------------------------------
 
 
-def _stamp() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+class ShimError(OSError):
+    """The pod's shim could not start its process (the reason is the message)."""
 
 
-class LogWriter:
-    """Appends a pod's output to its log file, keeping at most `max_bytes` of it and then a
-    notice that the rest was dropped (the pod is never blocked: the pipe is always drained)."""
-
-    def __init__(self, path: Path, max_bytes: int) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self.file = path.open("ab", buffering=0)
-        self.max_bytes = max_bytes
-        self.written = self.file.tell()
-        self.dropped = 0
-        self.lock = threading.Lock()
-
-    def write(self, data: bytes) -> None:
-        with self.lock:
-            room = max(self.max_bytes - self.written, 0)
-            if room:
-                self.file.write(data[:room])
-                self.written += min(room, len(data))
-            if len(data) > room:
-                if not self.dropped:
-                    self.file.write(
-                        f"\n[log truncated: output beyond POD_LOG_MAX_BYTES={self.max_bytes} "
-                        f"bytes is discarded]\n".encode())
-                self.dropped += len(data) - room
-
-    def note(self, message: str) -> None:
-        """A line from paiweb itself; always written, even past the cap."""
-        with self.lock:
-            self.file.write(f"[paiweb] {_stamp()} {message}\n".encode())
-
-    def close(self) -> None:
-        with self.lock:
-            self.file.close()
+def _cgroup_record(group: cgroups.PodCgroup | None) -> dict | None:
+    """What the shim needs to empty the pod's cgroup at its end."""
+    if group is None:
+        return None
+    host = group.host
+    return {"version": host.version, "root": str(host.root), "name": group.name,
+            "hierarchies": {k: str(v) for k, v in host.hierarchies.items()}}
 
 
-def _children_map() -> dict[int, list[int]]:
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as stat:
-                ppid = int(stat.read().rsplit(b")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-        children.setdefault(ppid, []).append(int(entry))
-    return children
+def _process_alive(pid: int, marker: str) -> bool:
+    """Whether `pid` runs (a zombie does not) and is the process whose argv names `marker`
+    (a pid reused by another process is not it)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            if stat.read().rsplit(b")", 1)[1].split()[0] == b"Z":
+                return False
+        with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+            return marker.encode() in cmdline.read()
+    except (OSError, IndexError):
+        return False
 
 
-def descendants(pid: int) -> list[int]:
-    """Every live process below `pid`, parents before children (Linux /proc)."""
-    children, found, stack = _children_map(), [], [pid]
-    while stack:
-        for child in children.get(stack.pop(), ()):
-            found.append(child)
-            stack.append(child)
-    return found
+@dataclass(frozen=True)
+class Exit:
+    """How a pod ended: its exit code (None: it vanished with its shim) and when (epoch)."""
 
-
-def exit_code(returncode: int) -> int:
-    """A shell-style exit code: a process killed by signal N exits 128+N (as bwrap reports)."""
-    return 128 - returncode if returncode < 0 else returncode
+    code: int | None
+    at: float
+    vanished: bool = False
 
 
 class PodProcess:
-    """A started pod. Thread-safe enough for one supervisor thread plus stop requests."""
+    """The agent's handle on a pod that its shim (apps/agent/shim.py) runs.
 
-    def __init__(self, spec: PodSpec) -> None:
+    `start()` spawns the shim; `adopt()` finds one an earlier agent started. Either way
+    stopping writes the stop file (the shim escalates to SIGKILL on its own, agent or not),
+    and the exit is read from exit.json: the code and the time the process ended."""
+
+    def __init__(self, state_dir: Path, *, spec: PodSpec | None = None,
+                 popen: subprocess.Popen | None = None, started: dict | None = None) -> None:
+        self.state_dir = state_dir
         self.spec = spec
-        self.log = LogWriter(spec.log_path, spec.log_max_bytes)
-        self.kill_at: float | None = None
-        self.stop_requested_at: float | None = None
-        self._returncode: int | None = None
-        self.log.note(f"starting pod {spec.name} ({describe(spec)})")
+        self.popen = popen  # only when this agent started the shim (it reaps it)
+        started = started or {}
+        self.pid: int = int(started.get("pid") or 0)
+        self.shim_pid: int = int(started.get("shim") or (popen.pid if popen else 0))
+        self.started_at: float = float(started.get("at") or time.time())
+        self.stop_requested_at: float | None = time.monotonic() \
+            if (state_dir / shim.STOP).exists() else None
+        self._exit: Exit | None = None
+        self._log_path = Path(spec.log_path) if spec else None
+
+    # -- starting and finding --
+
+    @classmethod
+    def spawn(cls, spec: PodSpec, state_dir: Path, *, grace: float = 30.0,
+              timeout: float = 30.0) -> PodProcess:
+        state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        for stale in (shim.STARTED, shim.STOP, shim.EXIT):
+            (state_dir / stale).unlink(missing_ok=True)
         fds = _open_fds(spec)
         try:
-            self.popen = subprocess.Popen(
-                command_argv(spec, fds=fds), cwd=spec.work_dir, env=dict(spec.env),
-                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                start_new_session=True, close_fds=True, pass_fds=tuple(fds.values()),
-            )
-        except OSError as exc:
-            self.log.note(f"could not start: {exc}")
-            self.log.close()
-            raise
+            shim.write_json(state_dir / shim.SPEC, {
+                "name": spec.name, "argv": command_argv(spec, fds=fds), "cwd": str(spec.work_dir),
+                "env": dict(spec.env), "log_path": str(spec.log_path),
+                "log_max_bytes": spec.log_max_bytes, "sandboxed": spec.sandboxed,
+                "description": describe(spec), "fds": sorted(fds.values()), "grace": grace,
+                "cgroup": _cgroup_record(spec.cgroup), "base_dir": str(_BASE_DIR),
+            })
+            with (state_dir / "shim.log").open("ab") as out:
+                popen = subprocess.Popen(
+                    [sys.executable, "-I", str(Path(shim.__file__)), str(state_dir)],
+                    cwd=state_dir, env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
+                    stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                    start_new_session=True, close_fds=True, pass_fds=tuple(fds.values()))
         finally:
             for fd in fds.values():
                 os.close(fd)
-        self.pid = self.popen.pid
-        self.started_at = time.monotonic()
-        self._pump = threading.Thread(target=self._drain, name=f"log-{spec.name}", daemon=True)
-        self._pump.start()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if (started := shim.read_json(state_dir / shim.STARTED)) is not None:
+                return cls(state_dir, spec=spec, popen=popen, started=started)
+            if (ended := shim.read_json(state_dir / shim.EXIT)) is not None or \
+                    popen.poll() is not None:
+                popen.wait()
+                why = (ended or {}).get("error") or _tail(state_dir / "shim.log") or \
+                    f"the shim exited with code {popen.returncode}"
+                raise ShimError(why)
+            time.sleep(0.01)
+        popen.kill()
+        popen.wait()
+        raise ShimError(f"the pod did not start within {timeout:g}s")
 
-    def _drain(self) -> None:
-        fd = self.popen.stdout.fileno()
-        while chunk := os.read(fd, 65536):
-            self.log.write(chunk)
-        self.popen.stdout.close()
+    @classmethod
+    def adopt(cls, state_dir: Path) -> PodProcess | None:
+        """The pod an earlier agent started in `state_dir`, running or ended; None when
+        its process never started (no started.json: the agent died before)."""
+        started = shim.read_json(state_dir / shim.STARTED)
+        if started is None:
+            return None
+        process = cls(state_dir, started=started)
+        spec = shim.read_json(state_dir / shim.SPEC) or {}
+        process._log_path = Path(spec["log_path"]) if spec.get("log_path") else None
+        return process
 
-    # -- signals --
-
-    def _signal_tree(self, signum: int) -> None:
-        targets = descendants(self.pid)
-        if not self.spec.sandboxed:
-            targets.append(self.pid)
-            try:
-                os.killpg(self.pid, signum)
-            except (ProcessLookupError, PermissionError):
-                pass
-        for pid in targets:
-            try:
-                os.kill(pid, signum)
-            except (ProcessLookupError, PermissionError):
-                pass
-
-    def terminate(self) -> None:
-        """SIGTERM to every process of the pod (not to bwrap: see the module docstring)."""
-        self._signal_tree(signal.SIGTERM)
-
-    def kill(self) -> None:
-        """SIGKILL the pod's process group and everything below it."""
-        try:
-            os.killpg(self.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        self._signal_tree(signal.SIGKILL)
-        if self.spec.cgroup is not None:
-            self.spec.cgroup.kill_all()
+    # -- stopping --
 
     def request_stop(self, grace: float) -> None:
-        """SIGTERM now; `tick()` sends SIGKILL once `grace` seconds have passed."""
+        """SIGTERM now, SIGKILL after `grace` seconds: the shim does both. A second request
+        only ever shortens the grace."""
         if self.poll() is not None:
             return
-        now = time.monotonic()
+        current = _stop_grace(self.state_dir)
+        if current is None or grace < current:
+            tmp = self.state_dir / f".stop.{os.getpid()}"
+            tmp.write_text(f"{max(grace, 0.0):g}")
+            os.replace(tmp, self.state_dir / shim.STOP)
         if self.stop_requested_at is None:
-            self.stop_requested_at = now
-            self.log.note(f"stopping: SIGTERM, then SIGKILL after {grace:g}s")
-        self.terminate()
-        deadline = now + max(grace, 0.0)
-        self.kill_at = deadline if self.kill_at is None else min(self.kill_at, deadline)
+            self.stop_requested_at = time.monotonic()
+        self._wake()
 
-    def tick(self) -> None:
-        if self.kill_at is not None and time.monotonic() >= self.kill_at and self.poll() is None:
-            self.log.note("grace period over: SIGKILL")
-            self.kill()
-            self.kill_at = float("inf")
+    def kill(self) -> None:
+        self.request_stop(0)
 
-    # -- waiting --
+    def _wake(self) -> None:
+        if self.shim_pid and self.alive():
+            try:
+                os.kill(self.shim_pid, signal.SIGUSR1)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+    # -- how it is --
+
+    def alive(self) -> bool:
+        if self.popen is not None:
+            return self.popen.poll() is None
+        return _process_alive(self.shim_pid, str(self.state_dir))
+
+    def result(self) -> Exit | None:
+        """How the pod ended, or None while it runs."""
+        if self._exit is not None:
+            return self._exit
+        ended = shim.read_json(self.state_dir / shim.EXIT)
+        if ended is None and not self.alive():
+            ended = shim.read_json(self.state_dir / shim.EXIT)  # it wrote, then exited
+            if ended is None:
+                self._exit = Exit(code=None, at=time.time(), vanished=True)
+        if ended is not None:
+            code = ended.get("code")
+            self._exit = Exit(code=int(code) if isinstance(code, int) else None,
+                              at=float(ended.get("at") or time.time()))
+        if self._exit is not None and self.popen is not None:
+            self.popen.wait()  # reap our shim
+        return self._exit
 
     def poll(self) -> int | None:
-        if self._returncode is None and self.popen.poll() is not None:
-            self._returncode = exit_code(self.popen.returncode)
-        return self._returncode
+        """The exit code once the pod ended (-1 if it vanished without one), else None."""
+        ended = self.result()
+        if ended is None:
+            return None
+        return -1 if ended.code is None else ended.code
 
     def wait(self, timeout: float | None = None) -> int | None:
-        """The exit code, or None if still running after `timeout` seconds (tick()s while
-        waiting, so a requested stop escalates on time)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while (code := self.poll()) is None:
-            self.tick()
-            left = 0.1 if deadline is None else min(0.1, deadline - time.monotonic())
-            if left <= 0:
+            if deadline is not None and time.monotonic() >= deadline:
                 return None
-            try:
-                self.popen.wait(timeout=left)
-            except subprocess.TimeoutExpired:
-                pass
+            time.sleep(0.05)
         return code
 
     def stop(self, grace: float) -> int:
@@ -541,19 +548,37 @@ class PodProcess:
         return self.wait()
 
     def finish(self) -> int:
-        """After exit: sweep up leftovers, collect the last output, close the log."""
-        code = self.wait()
-        if not self.spec.sandboxed:
-            try:
-                os.killpg(self.pid, signal.SIGKILL)  # background children outliving the shell
-            except (ProcessLookupError, PermissionError):
-                pass
-        if self.spec.cgroup is not None:
-            self.spec.cgroup.kill_all()  # whatever escaped its process group
-        self._pump.join(timeout=5)
-        self.log.note(f"exited with code {code}")
-        self.log.close()
-        return code
+        return self.wait()
+
+    def note(self, message: str) -> None:
+        """A line from the agent in the pod's log (appended beside the shim's writes)."""
+        if self._log_path is None:
+            return
+        try:
+            with self._log_path.open("ab") as log:
+                log.write(f"[paiweb] {shim._stamp()} {message}\n".encode())
+        except OSError:
+            pass
+
+    def discard(self) -> None:
+        """The exit is reported: forget the pod's state."""
+        shutil.rmtree(self.state_dir, ignore_errors=True)
+
+
+def _stop_grace(state_dir: Path) -> float | None:
+    try:
+        return float((state_dir / shim.STOP).read_text().strip() or 0)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        return 0.0
+
+
+def _tail(path: Path, size: int = 2000) -> str:
+    try:
+        return path.read_bytes()[-size:].decode(errors="replace").strip()
+    except OSError:
+        return ""
 
 
 def describe(spec: PodSpec) -> str:
@@ -566,10 +591,13 @@ def describe(spec: PodSpec) -> str:
     return f"sandbox: {head}; uid {spec.uid or os.geteuid()}; memory {memory}"
 
 
-def start(spec: PodSpec) -> PodProcess:
-    """Start the pod (its directories exist: see `ensure_dir`). Raises OSError if it
-    cannot start."""
-    return PodProcess(spec)
+def start(spec: PodSpec, state_dir: Path | None = None, *, grace: float = 30.0) -> PodProcess:
+    """Start the pod under a shim of its own (its directories exist: see `ensure_dir`).
+    `state_dir` is where the shim keeps its state (a new temporary one if None); `grace`
+    is what a SIGTERM to the shim gives the pod. Raises OSError if it cannot start."""
+    if state_dir is None:
+        state_dir = Path(tempfile.mkdtemp(prefix="paiweb-pod-"))
+    return PodProcess.spawn(spec, state_dir, grace=grace)
 
 
 # --- files a pod can write: hostile --------------------------------------------------------

@@ -1,23 +1,36 @@
-"""The agent's side: start the pods this agent claims, watch them, report back.
+"""The agent's side: run the pods this agent should run, watch them, report back.
 
-Runs inside the Celery worker that `manage.py agent` starts (threads pool). `pod_start_task`
-claims the pod and hands it to a supervisor thread of its own, which lives as long as the
-pod: it starts the process (the thread is the process's parent, which --die-with-parent and
-PR_SET_PDEATHSIG are tied to), then once a second re-reads the pod's status (a stop or a
-preemption the stop task missed), the job's deadline (max running time) and, for rank 0,
-the checkpoint manifest; when the process exits it reports the exit code.
+Runs inside the Celery worker that `manage.py agent` starts (threads pool). Each pod runs
+under a shim of its own (apps/agent/shim.py), a small process that outlives the agent: an
+agent restart or upgrade does not touch a running pod, and the next agent of the same name
+re-adopts it from the shim's state directory (AGENT_STATE_DIR). A fixed number of threads,
+and so of database connections, whatever the number of pods:
+
+- `pod_start_task`, on the worker's pool: claim a pod, prepare its network namespace, cgroup
+  and directories, start its shim. The broker message is only a hint that makes this fast.
+- The reconcile loop, every AGENT_RECONCILE_SECONDS, compares what the database says this
+  agent should run with what runs: it starts the queued pods whose message never came (a
+  broker that lost it, an embedded Redis restarted), re-adopts the pods an earlier agent of
+  this name started, and queues again a claim whose process never started.
+- The watch loop, once a second for all pods in one query: exits (reported with the exit
+  code and the time the process ended, so a bill stops then), status (a stop or preemption
+  whose message was missed), the job's deadline, checkpoint manifests and disk use.
+
+A report that fails (the database is down) is kept and tried again the next second.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
+import shutil
 import socket
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from django.conf import settings
@@ -35,29 +48,41 @@ SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 @dataclass
 class _Entry:
+    """A pod this agent runs (or re-adopted), until its exit is reported."""
+
     launch: services.PodLaunch
-    thread: threading.Thread | None = None
-    process: runner.PodProcess | None = None
-    stop_grace: float | None = None  # a stop that came before the process started
-    done: threading.Event = field(default_factory=threading.Event)
-    reported: bool = False  # its exit was reported
+    process: runner.PodProcess
+    paths: PodPaths
+    cgroup: cgroups.PodCgroup | None = None
+    netns_name: str = ""
+    sandbox: str = ""
+    running_reported: bool = False
+    manifest: runner.ManifestReader | None = None
     over_quota: str = ""  # the disk watchdog stopped it: why
     next_disk_check: float = 0.0
+    stopped_by_agent: bool = False  # the agent's own stop (AGENT_STOP_PODS_ON_EXIT)
+    exit: runner.Exit | None = None  # it ended; the report may still be due
+    ending: tuple[str, str] | None = None  # (reason, message), once released
 
 
 _lock = threading.Lock()
 _running: dict[str, _Entry] = {}
+_starting: dict[str, float | None] = {}  # claimed, no process yet → a stop's grace, if any
 _shutting_down = threading.Event()
-_agent = {"name": f"agent@{socket.gethostname()}"}
+_loops_stop = threading.Event()
+_loops: list[threading.Thread] = []
+_agent: dict = {"name": f"agent@{socket.gethostname()}", "queues": ()}
 
 
 def agent_name() -> str:
     return _agent["name"]
 
 
-def set_agent_name(name: str) -> None:
+def set_agent_name(name: str, queues: tuple[str, ...] = ()) -> None:
+    """This worker is the agent `name`, consuming `queues` (its nodes' and "public")."""
     _agent["name"] = name
     _agent["serving"] = name
+    _agent["queues"] = tuple(queues)
 
 
 def is_agent() -> bool:
@@ -162,9 +187,16 @@ def _prepare_dirs(launch: services.PodLaunch, paths: PodPaths, uid: int) -> None
         runner.ensure_dir(paths.data_dir / sub, under=paths.data_dir, uid=owner)
 
 
+def _agent_slug() -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in agent_name())
+
+
 def _cgroup_prefix() -> str:
-    slug = "".join(c if c.isalnum() or c in "-_." else "_" for c in agent_name())
-    return f"paiweb/{slug}"
+    """This agent's parent group: its name and its installation (its state directory), so
+    that two installations on one host (two demos, a test beside a demo), whose agents may
+    share a name, never sweep each other's pods."""
+    installation = hashlib.sha256(str(state_root()).encode()).hexdigest()[:8]
+    return f"paiweb/{_agent_slug()}-{installation}"
 
 
 def pod_spec(launch: services.PodLaunch, isolation: runner.Isolation, *,
@@ -289,12 +321,15 @@ def release_host() -> None:
 
 
 def sweep_leftovers() -> None:
-    """At the agent's start: cgroups of this agent's pods from before a crash, and network
-    namespaces of paiweb that no process uses any more."""
+    """At the agent's start, after re-adopting: cgroups of this agent's pods that no shim
+    runs any more, and network namespaces of paiweb that no process uses."""
     host = runner.cgroup_host()
     if host is not None:
-        with _lock:
-            keep = {f"{_cgroup_prefix()}/{pod_id}" for pod_id in _running}
+        root = state_root()
+        with _lock:  # the pods it runs, and any a shim may still run (not re-adopted yet)
+            pods = set(_running) | set(_starting) | (
+                {p.name for p in root.iterdir()} if root.is_dir() else set())
+            keep = {f"{_cgroup_prefix()}/{pod_id}" for pod_id in pods}
         try:
             cgroups.sweep(host, _cgroup_prefix(), keep)
         except Exception:
@@ -306,107 +341,294 @@ def sweep_leftovers() -> None:
                     _netns_delete_unused(name)
 
 
-# --- starting, watching, stopping ---------------------------------------------------------
+# --- starting ------------------------------------------------------------------------------
+
+
+def state_root() -> Path:
+    """Where this agent's shims keep their state: one directory per pod."""
+    return Path(settings.AGENT_STATE_DIR).resolve() / _agent_slug()
 
 
 def pod_start(*, pod_id: str) -> bool:
-    """Claim the pod and start supervising it in a thread of its own. False when there is
-    nothing to start (claimed already, or stopped before it started)."""
-    launch = services.pod_claim(pod_id=pod_id, agent=agent_name(),
-                                hostname=socket.gethostname(), now=timezone.now())
-    if launch is None:
-        return False
-    entry = _Entry(launch=launch)
-    entry.thread = threading.Thread(target=_supervise, args=(entry,), name=f"pod-{pod_id}",
-                                    daemon=True)
+    """Claim the pod and start it under its shim. False when there is nothing to start
+    (claimed already, here or elsewhere, or stopped before it started)."""
     with _lock:
-        _running[pod_id] = entry
-    entry.thread.start()
-    return True
-
-
-def pod_stop(*, pod_id: str, grace: float) -> bool:
-    """SIGTERM the pod now, SIGKILL after `grace` seconds (its supervisor escalates)."""
-    with _lock:
-        entry = _running.get(pod_id)
-        if entry is None:
+        if pod_id in _running or pod_id in _starting or _shutting_down.is_set():
             return False
-        if entry.process is None:
-            entry.stop_grace = grace
-            return True
-    entry.process.request_stop(grace)
-    return True
-
-
-def shutdown(*, grace_cap: float = 10.0) -> None:
-    """The agent is stopping: stop its pods (grace capped) and wait for their reports."""
-    _shutting_down.set()
-    with _lock:
-        entries = list(_running.values())
-    for entry in entries:
-        pod_stop(pod_id=entry.launch.pod_id, grace=min(entry.launch.grace, grace_cap))
-    deadline = time.monotonic() + grace_cap + 5
-    for entry in entries:
-        entry.done.wait(timeout=max(deadline - time.monotonic(), 0))
-
-
-def _supervise(entry: _Entry) -> None:
+        _starting[pod_id] = None
     try:
-        _run(entry)
-    except Exception:
-        logger.exception("supervising pod %s failed", entry.launch.pod_id)
-        if not entry.reported:  # never leave a pod Running with nobody watching it
-            _report_exit(entry, None, reason="AgentError",
-                         message="The agent failed while supervising this pod (see its log)")
+        launch = services.pod_claim(pod_id=pod_id, agent=agent_name(),
+                                    hostname=socket.gethostname(), now=timezone.now())
+        if launch is None:
+            return False
+        _launch(launch)
+        return True
     finally:
         with _lock:
-            _running.pop(entry.launch.pod_id, None)
-            if not any(e.launch.job_pk == entry.launch.job_pk for e in _running.values()):
-                _disk_seen.pop(entry.launch.job_pk, None)
-        entry.done.set()
-        connection.close()  # this thread's own connection
+            _starting.pop(pod_id, None)
 
 
-def _report_exit(entry: _Entry, code: int | None, *, reason: str = "", message: str = "") -> None:
-    entry.reported = True
-    services.pod_report_exit(pod_id=entry.launch.pod_id, exit_code=code, now=timezone.now(),
-                             reason=reason, message=message)
-
-
-def _run(entry: _Entry) -> None:
-    launch = entry.launch
+def _launch(launch: services.PodLaunch) -> None:
     isolation = runner.isolation_status(settings.SANDBOX)
     if not isolation.can_run:
-        _report_exit(entry, None, reason="SandboxUnavailable",
-                     message=f"This host cannot isolate pods: {isolation.detail}")
+        _report_now(launch.pod_id, reason="SandboxUnavailable",
+                    message=f"This host cannot isolate pods: {isolation.detail}")
         return
     netns_name, cgroup = "", None
+    state_dir = state_root() / launch.pod_id
     try:
         if isolation.netns and isolation.bwrap:  # insecure mode still uses what it has
             netns_name = _netns_acquire(launch)
         cgroup = _cgroup_create(launch)
         spec = pod_spec(launch, isolation, cgroup=cgroup, netns_name=netns_name)
-        process = runner.start(spec)
+        process = runner.start(spec, state_dir, grace=launch.grace)
     except Exception as exc:
         logger.exception("could not start pod %s", launch.pod_id)
         _release(cgroup, netns_name, launch.job_pk)
-        _report_exit(entry, None, reason="StartError", message=f"Could not start: {exc}")
+        shutil.rmtree(state_dir, ignore_errors=True)
+        _report_now(launch.pod_id, reason="StartError", message=f"Could not start: {exc}")
         return
+    entry = _entry(launch, process, cgroup=cgroup, netns_name=netns_name, sandbox=isolation.mode)
+    with _lock:
+        _running[launch.pod_id] = entry
+        early_stop = _starting.get(launch.pod_id)
+    if early_stop is not None:
+        process.request_stop(early_stop)
+    _report_running(entry)
+    if not isolation.complete:
+        logger.warning("pod %s runs INSECURELY: %s", launch.pod_id, isolation.detail)
+        services.pod_event(pod_pk=launch.pod_pk, kind="InsecureSandbox", now=timezone.now(),
+                           message=f"This pod is not isolated from the host: "
+                                   f"{isolation.detail} (SANDBOX=insecure)")
+
+
+def _entry(launch: services.PodLaunch, process: runner.PodProcess, **kwargs) -> _Entry:
+    paths = pod_paths(job_id=launch.job_id, pod_id=launch.pod_id)
+    manifest = runner.ManifestReader(paths.checkpoint_dir) if launch.rank == 0 else None
+    return _Entry(launch=launch, process=process, paths=paths, manifest=manifest, **kwargs)
+
+
+def _report_running(entry: _Entry) -> None:
+    """Pending → Running in the database, at the time the process started."""
+    process = entry.process
     try:
-        _watch(entry, process, spec, isolation)
-    finally:
-        code = process.finish() if process.poll() is not None else _kill(process)
-        reason, message = _exit_reason(entry, spec, code)
-        _release(cgroup, netns_name, launch.job_pk)
-    if _shutting_down.is_set() and not reason:
-        reason, message = "AgentStopped", (f"Stopped with its agent {agent_name()} "
-                                           f"(exit code {code})")
-    _report_exit(entry, code, reason=reason, message=message)
+        services.pod_report_running(
+            pod_id=entry.launch.pod_id, pid=process.pid, sandbox=entry.sandbox,
+            work_dir=str(entry.paths.work_dir), log_path=str(entry.paths.log_path),
+            now=datetime.fromtimestamp(process.started_at, UTC))
+    except Exception:
+        logger.exception("could not report pod %s running; trying again", entry.launch.pod_id)
+        connection.close()
+        return
+    entry.running_reported = True
 
 
-def _kill(process: runner.PodProcess) -> int:
-    process.kill()
-    return process.finish()
+def _report_now(pod_id: str, *, reason: str, message: str) -> None:
+    """A pod that never got a process: its exit, now. If the database refuses, its claim
+    stays, and the next reconcile queues it again."""
+    try:
+        services.pod_report_exit(pod_id=pod_id, exit_code=None, now=timezone.now(),
+                                 reason=reason, message=message)
+    except Exception:
+        logger.exception("could not report pod %s (%s)", pod_id, reason)
+        connection.close()
+
+
+def pod_stop(*, pod_id: str, grace: float) -> bool:
+    """SIGTERM the pod now, SIGKILL after `grace` seconds (its shim escalates)."""
+    with _lock:
+        entry = _running.get(pod_id)
+        if entry is None:
+            if pod_id not in _starting:
+                return False
+            earlier = _starting[pod_id]
+            _starting[pod_id] = grace if earlier is None else min(grace, earlier)
+            return True
+    entry.process.request_stop(grace)
+    return True
+
+
+# --- re-adopting and reconciling ---------------------------------------------------------
+
+
+def reconcile_once(*, starts: bool = True) -> None:
+    """Compare what the database says this agent runs with what runs, and act: adopt the
+    pods of an earlier agent of this name (or found on disk), then (with `starts`) start
+    queued pods whose start message never came."""
+    work = services.agent_work(
+        agent=agent_name(), queues=_agent["queues"],
+        queued_before=timezone.now() - timedelta(seconds=settings.AGENT_RECONCILE_SECONDS))
+    root = state_root()
+    on_disk = {p.name for p in root.iterdir() if p.is_dir()} if root.is_dir() else set()
+    with _lock:
+        known = set(_running) | set(_starting)
+    for pod_id in sorted((set(work.claimed) | on_disk) - known):
+        try:
+            _adopt(pod_id, work.claimed.get(pod_id))
+        except Exception:
+            logger.exception("could not re-adopt pod %s", pod_id)
+    for pod_id in work.queued if starts else ():
+        if _shutting_down.is_set():
+            return
+        if pod_start(pod_id=pod_id):
+            logger.warning("started pod %s, whose start message never came", pod_id)
+
+
+def _adopt(pod_id: str, claim: str | None) -> None:
+    """Take over a pod this agent does not know: one an earlier agent of this name
+    started (`claim` is its PodProcess state), or a state directory left on disk."""
+    state_dir = state_root() / pod_id
+    process = runner.PodProcess.adopt(state_dir) if state_dir.is_dir() else None
+    if process is None:  # its process never started
+        shutil.rmtree(state_dir, ignore_errors=True)
+        if claim == "starting":
+            services.pod_unclaim(pod_id=pod_id, agent=agent_name())
+        elif claim == "running":
+            _report_now(pod_id, reason="AgentRestarted",
+                        message=f"The agent {agent_name()} restarted and found nothing of the "
+                                "pod's process (its state was lost)")
+        return
+    launch = services.pod_launch(pod_id=pod_id)
+    if launch is None:  # the job was deleted meanwhile
+        process.kill()
+        process.wait(timeout=10)
+        process.discard()
+        return
+    host = runner.cgroup_host()
+    group = host.group(f"{_cgroup_prefix()}/{pod_id}") if host is not None else None
+    netns_name = netns.name_for(launch.job_id, _host_key())
+    if netns_name in netns.names():
+        with _lock:
+            _netns_users[netns_name] = _netns_users.get(netns_name, 0) + 1
+    else:
+        netns_name = ""
+    entry = _entry(launch, process, cgroup=group, netns_name=netns_name,
+                   sandbox=runner.isolation_status(settings.SANDBOX).mode,
+                   running_reported=claim == "running")
+    with _lock:
+        _running[pod_id] = entry
+    if process.result() is None:
+        process.note(f"re-adopted by agent {agent_name()}")
+    logger.warning("re-adopted pod %s (pid %s, %s)", pod_id, process.pid,
+                   "running" if process.result() is None else "ended meanwhile")
+
+
+def _loop(every: float, step) -> None:
+    """Run `step` every `every` seconds until the loops stop; a failure (the database is
+    down) is logged, its connection dropped, and the next round tries again."""
+    while not _loops_stop.is_set():
+        began = time.monotonic()
+        try:
+            step()
+        except Exception:
+            logger.exception("%s failed; trying again", step.__name__)
+            connection.close()
+        _loops_stop.wait(max(every - (time.monotonic() - began), 0.05))
+    connection.close()
+
+
+def start_loops() -> None:
+    """At the agent's start: the watch and reconcile threads (once)."""
+    if _loops:
+        return
+    _loops_stop.clear()
+    for name, every, step in (("pod-watch", POLL_SECONDS, watch_once),
+                              ("reconcile", settings.AGENT_RECONCILE_SECONDS, reconcile_once)):
+        thread = threading.Thread(target=_loop, args=(every, step), name=name, daemon=True)
+        thread.start()
+        _loops.append(thread)
+
+
+def stop_loops() -> None:
+    _loops_stop.set()
+    for thread in _loops:
+        thread.join(timeout=30)
+    _loops.clear()
+
+
+def shutdown(*, grace_cap: float = 10.0) -> None:
+    """The agent is stopping. Its pods keep running under their shims (the next agent
+    re-adopts them), unless AGENT_STOP_PODS_ON_EXIT: then they are stopped (grace capped)
+    and reported AgentStopped, a platform interruption."""
+    _shutting_down.set()
+    stop_loops()
+    with _lock:
+        entries = list(_running.values())
+    if not settings.AGENT_STOP_PODS_ON_EXIT:
+        if entries:
+            logger.warning("agent %s stops; its %d pod(s) keep running under their shims and "
+                           "the next agent re-adopts them", agent_name(), len(entries))
+        return
+    for entry in entries:
+        entry.stopped_by_agent = True
+        entry.process.request_stop(min(entry.launch.grace, grace_cap))
+    deadline = time.monotonic() + grace_cap + 5
+    while running_pods() and time.monotonic() < deadline:
+        try:
+            watch_once()
+        except Exception:
+            logger.exception("could not report the pods' exits")
+            connection.close()
+        time.sleep(0.2)
+    connection.close()
+
+
+# --- watching ------------------------------------------------------------------------------
+
+
+def watch_once() -> None:
+    """One round over every pod: report those that ended, check the others."""
+    with _lock:
+        entries = list(_running.values())
+    if not entries:
+        return
+    for entry in entries:
+        if entry.exit is None:
+            entry.exit = entry.process.result()
+    for entry in entries:
+        if entry.exit is not None:
+            _finish(entry)
+    live = [e for e in entries if e.exit is None]
+    if not live:
+        return
+    watches = services.pods_watch(pod_pks=[e.launch.pod_pk for e in live])
+    now = timezone.now()
+    for entry in live:
+        try:
+            _check(entry, watches.get(entry.launch.pod_pk), now)
+        except Exception:  # one pod's trouble must not stop the others' checks
+            logger.exception("checking pod %s failed", entry.launch.pod_id)
+
+
+def _finish(entry: _Entry) -> None:
+    """The pod's process ended: why, release its namespace and cgroup (once), report the
+    exit at the time it happened, then forget it. A failed report is tried again."""
+    launch, ended = entry.launch, entry.exit
+    if entry.ending is None:
+        try:
+            _report_checkpoints(entry)
+        except Exception:
+            logger.exception("could not read pod %s's last checkpoints", launch.pod_id)
+        entry.ending = _exit_reason(entry, ended)
+        _release(entry.cgroup, entry.netns_name, launch.job_pk)
+    reason, message = entry.ending
+    if not entry.running_reported:  # it started and ended before it was reported running
+        _report_running(entry)
+        if not entry.running_reported:
+            return
+    try:
+        services.pod_report_exit(pod_id=launch.pod_id, exit_code=ended.code,
+                                 now=datetime.fromtimestamp(ended.at, UTC), reason=reason,
+                                 message=message)
+    except Exception:
+        logger.exception("could not report pod %s's exit; trying again", launch.pod_id)
+        connection.close()
+        return
+    entry.process.discard()
+    with _lock:
+        _running.pop(launch.pod_id, None)
+        if not any(e.launch.job_pk == launch.job_pk for e in _running.values()):
+            _disk_seen.pop(launch.job_pk, None)
 
 
 def _release(cgroup, netns_name: str, job_pk: int) -> None:
@@ -419,71 +641,49 @@ def _release(cgroup, netns_name: str, job_pk: int) -> None:
         _netns_release(netns_name, job_pk)
 
 
-def _watch(entry: _Entry, process: runner.PodProcess, spec: runner.PodSpec,
-           isolation: runner.Isolation) -> None:
-    launch = entry.launch
-    paths = pod_paths(job_id=launch.job_id, pod_id=launch.pod_id)
-    manifest = runner.ManifestReader(paths.checkpoint_dir) if launch.rank == 0 else None
-    with _lock:
-        entry.process = process
-        early_stop = entry.stop_grace
-    if early_stop is not None:
-        process.request_stop(early_stop)
-    services.pod_report_running(pod_id=launch.pod_id, pid=process.pid, sandbox=isolation.mode,
-                                work_dir=str(spec.work_dir), log_path=str(spec.log_path),
-                                now=timezone.now())
-    if not isolation.complete:
-        logger.warning("pod %s runs INSECURELY: %s", launch.pod_id, isolation.detail)
-        services.pod_event(pod_pk=launch.pod_pk, kind="InsecureSandbox", now=timezone.now(),
-                           message=f"This pod is not isolated from the host: "
-                                   f"{isolation.detail} (SANDBOX=insecure)")
-    next_check = 0.0
-    while process.wait(timeout=0.2) is None:
-        if time.monotonic() >= next_check:
-            next_check = time.monotonic() + POLL_SECONDS
-            _check(entry, process, manifest, paths)
-    _report_checkpoints(launch, manifest)
-
-
-def _exit_reason(entry: _Entry, spec: runner.PodSpec, code: int) -> tuple[str, str]:
-    """Why the kernel or the watchdog ended a pod, in words its user understands."""
-    quota = settings.POD_DISK_QUOTA_MIB
+def _exit_reason(entry: _Entry, ended: runner.Exit) -> tuple[str, str]:
+    """Why the pod ended, in words its user understands, when it was not its own doing:
+    the kernel or the disk watchdog stopped it at a limit, or the platform lost it."""
+    code, quota = ended.code, settings.POD_DISK_QUOTA_MIB
+    if ended.vanished:
+        return "AgentRestarted", ("The pod's supervisor process ended without an exit status "
+                                  "(the host restarted, or it was killed)")
     if entry.over_quota:
         return "DiskQuotaExceeded", entry.over_quota
     if code == runner.SIGXFSZ_EXIT:
         return "DiskQuotaExceeded", (f"A file grew past the disk quota of {quota} MiB "
                                      f"(exit code {code})")
     outcome = ""
-    if spec.cgroup is not None and code != 0:
+    if entry.cgroup is not None and code != 0:
         try:
-            outcome = spec.cgroup.outcome(code)
+            outcome = entry.cgroup.outcome(code)
         except OSError:
             outcome = ""
     if outcome == "OOMKilled":
         return "OOMKilled", (f"Killed for using more than its memory limit of "
-                             f"{spec.memory_mib} MiB (exit code {code})")
+                             f"{entry.launch.memory_mib} MiB (exit code {code})")
     if outcome == "TooManyProcesses":
         return "TooManyProcesses", (f"Hit its limit of {settings.POD_PIDS_MAX} processes "
                                     f"and threads (exit code {code})")
+    if entry.stopped_by_agent:
+        return "AgentStopped", f"Stopped with its agent {agent_name()} (exit code {code})"
     return "", ""
 
 
-def _check(entry: _Entry, process: runner.PodProcess, manifest, paths: PodPaths) -> None:
+def _check(entry: _Entry, watch: services.PodWatch | None, now: datetime) -> None:
     """Once a second: checkpoints, disk use, and whether the pod should still run."""
-    launch = entry.launch
-    try:
-        _report_checkpoints(launch, manifest)
-        if time.monotonic() >= entry.next_disk_check:
-            entry.next_disk_check = time.monotonic() + settings.POD_DISK_CHECK_SECONDS
-            _check_disk(entry, process, paths)
-        watch = services.pod_watch(pod_pk=launch.pod_pk)
-        if watch is None or watch.status not in services.LIVE:
-            if process.stop_requested_at is None:
-                process.request_stop(launch.grace)  # stopped, preempted or failed elsewhere
-        elif watch.deadline is not None and timezone.now() >= watch.deadline:
-            services.job_timeout(job_pk=launch.job_pk, now=timezone.now())
-    except Exception:  # a busy database must not kill the supervisor; try again next second
-        logger.exception("checking pod %s failed", launch.pod_id)
+    launch, process = entry.launch, entry.process
+    if not entry.running_reported:
+        _report_running(entry)
+    _report_checkpoints(entry)
+    if time.monotonic() >= entry.next_disk_check:
+        entry.next_disk_check = time.monotonic() + settings.POD_DISK_CHECK_SECONDS
+        _check_disk(entry)
+    if watch is None or watch.status not in services.LIVE:
+        if process.stop_requested_at is None:
+            process.request_stop(launch.grace)  # stopped, preempted or failed elsewhere
+    elif watch.deadline is not None and now >= watch.deadline:
+        services.job_timeout(job_pk=launch.job_pk, now=now)
 
 
 _disk_seen: dict[int, tuple[float, housekeeping.DiskUsage]] = {}
@@ -504,12 +704,12 @@ def _job_disk_usage(job_pk: int, job_dir: Path) -> housekeeping.DiskUsage:
     return usage
 
 
-def _check_disk(entry: _Entry, process: runner.PodProcess, paths: PodPaths) -> None:
+def _check_disk(entry: _Entry) -> None:
     """The disk quota: the job's files on this host (its pods' work dirs, checkpoints, data
     and logs). Over it, in bytes or in files, the pod is stopped at once: DiskQuotaExceeded.
     The figure is also the job's disk use on its page."""
     quota, max_files = settings.POD_DISK_QUOTA_MIB * runner.MIB, settings.POD_MAX_FILES
-    usage = _job_disk_usage(entry.launch.job_pk, paths.job_dir)
+    usage = _job_disk_usage(entry.launch.job_pk, entry.paths.job_dir)
     if entry.over_quota:
         return
     if usage.bytes > quota:
@@ -520,18 +720,19 @@ def _check_disk(entry: _Entry, process: runner.PodProcess, paths: PodPaths) -> N
         entry.over_quota = (f"The job created more than {max_files:,} files on this host (the "
                             "disk quota's file limit)")
     if entry.over_quota:
-        process.log.note(f"disk quota exceeded: {entry.over_quota}")
-        process.request_stop(0)
+        entry.process.note(f"disk quota exceeded: {entry.over_quota}")
+        entry.process.request_stop(0)
 
 
-def _report_checkpoints(launch: services.PodLaunch, manifest) -> None:
+def _report_checkpoints(entry: _Entry) -> None:
+    manifest, launch = entry.manifest, entry.launch
     if manifest is None:
         return
-    for entry in manifest.new_entries():
+    for found in manifest.new_entries():
         services.checkpoint_report(
-            job_pk=launch.job_pk, step=entry["step"],
-            path=str(manifest.path.parent / entry["file"]), size_bytes=entry["bytes"],
-            at=datetime.fromtimestamp(entry["time"], tz=UTC),
+            job_pk=launch.job_pk, step=found["step"],
+            path=str(manifest.path.parent / found["file"]), size_bytes=found["bytes"],
+            at=datetime.fromtimestamp(found["time"], tz=UTC),
         )
     while manifest.problems:
         services.pod_event(pod_pk=launch.pod_pk, kind="CheckpointManifestInvalid",

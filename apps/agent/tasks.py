@@ -116,34 +116,40 @@ def agent_info(state) -> dict:
 
 @worker_ready.connect
 def _agent_ready(sender=None, **kwargs) -> None:
-    """An agent starts: take its name, fail the pods it ran before a restart, report in."""
+    """An agent starts: take its name, re-adopt the pods an earlier agent of this name left
+    running, report in, then reconcile and watch for as long as it runs."""
     nodes, public = _served(sender.task_consumer.queues)
     if not (nodes or public):
         return
-    supervisor.set_agent_name(sender.hostname)
+    supervisor.set_agent_name(sender.hostname, tuple(q.name for q in sender.task_consumer.queues))
     status = runner.isolation_status(settings.SANDBOX)
     how = ("isolated" if status.complete else
            f"INSECURELY ({status.detail})" if status.can_run else f"NOT AT ALL ({status.detail})")
     logger.warning("agent %s serves %s%s; pods run %s", sender.hostname,
                    ", ".join(nodes) or "no nodes", " and the public pool" if public else "", how)
+    try:
+        supervisor.reconcile_once(starts=False)  # re-adopt first: the sweep spares them
+    except Exception:
+        logger.exception("agent %s could not reconcile at its start (the loop tries again)",
+                         sender.hostname)
     supervisor.sweep_leftovers()
     housekeeping.start_housekeeping(interval=settings.POD_HOUSEKEEPING_SECONDS)
-    now = timezone.now()
     try:
-        services.pods_orphaned(agent=sender.hostname, now=now)
         info = _info(nodes, public)
         services.agent_heartbeat(worker=sender.hostname, hostname=info["hostname"],
                                  address=info["address"], nodes=nodes, public=public,
-                                 sandbox=info["sandbox"], now=now,
+                                 sandbox=info["sandbox"], now=timezone.now(),
                                  pod_cidr=info["pod_cidr"])
     except Exception:
         logger.exception("agent %s could not report in", sender.hostname)
+    finally:
+        connection.close()
     supervisor.network_sync()
+    supervisor.start_loops()
 
 
 @worker_shutdown.connect
 def _agent_shutdown(sender=None, **kwargs) -> None:
-    if supervisor.running_pods():
-        supervisor.shutdown()
     if supervisor.is_agent():
+        supervisor.shutdown()
         supervisor.release_host()

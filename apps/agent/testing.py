@@ -2,8 +2,9 @@
 
 `AgentProcess` runs `manage.py agent` against the caller's database (the test database,
 which on SQLite is a file: see DATABASES TEST NAME in settings) and Redis, waits until it
-answers, and always stops it: SIGTERM (the agent stops its pods), then SIGKILL to its whole
-process group.
+answers, and always stops it: SIGTERM (the agent stops its pods: AGENT_STOP_PODS_ON_EXIT is
+on unless the caller's env says otherwise), then SIGKILL to its whole process group, then to
+any pod shim still running (each is in a session of its own, so it outlives the agent).
 """
 
 from __future__ import annotations
@@ -44,10 +45,11 @@ class AgentProcess:
     def __init__(self, *, database: dict, redis_url: str, nodes: str = "all",
                  pod_work_root: Path | None = None, env: dict[str, str] | None = None,
                  log_path: Path | None = None, concurrency: int = 4,
-                 name: str | None = None) -> None:
-        self.var_dir = Path(tempfile.mkdtemp(prefix="pw-agent-"))  # short: may hold sockets
+                 name: str | None = None, var_dir: Path | None = None) -> None:
+        # short: may hold sockets; shared by the agents of one name to play a restart
+        self.var_dir = var_dir or Path(tempfile.mkdtemp(prefix="pw-agent-"))
         self.pod_work_root = pod_work_root or self.var_dir / "pods"
-        self.log_path = log_path or self.var_dir / "agent.log"
+        self.log_path = log_path or self.var_dir / f"agent-{uuid.uuid4().hex[:6]}.log"
         self.prefix = name or f"agent-{uuid.uuid4().hex[:8]}"
         self.name = f"{self.prefix}@{socket.gethostname()}"
         self.env = {
@@ -60,6 +62,7 @@ class AgentProcess:
             "EXECUTION_BACKEND": "agent",
             "CELERY_TASK_ALWAYS_EAGER": "false",
             "PYTHONUNBUFFERED": "1",
+            "AGENT_STOP_PODS_ON_EXIT": "true",
             **(env or {}),
         }
         self.argv = [sys.executable, "manage.py", "agent", "--nodes", nodes,
@@ -107,6 +110,27 @@ class AgentProcess:
             except (ProcessLookupError, PermissionError):
                 pass
             process.wait()
+        self.kill_shims()
+
+    def shims(self) -> list[int]:
+        """The pids of this agent's pod shims that still run."""
+        from apps.agent import runner, shim
+
+        found = []
+        for started in (self.var_dir / "agent").glob(f"*/*/{shim.STARTED}"):
+            data = shim.read_json(started) or {}
+            pid = int(data.get("shim") or 0)
+            if pid and runner.PodProcess(started.parent, started=data).alive():
+                found.append(pid)
+        return found
+
+    def kill_shims(self) -> None:
+        """SIGKILL every shim left (its pod dies with it: --die-with-parent, pdeathsig)."""
+        for pid in self.shims():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
 
     def cleanup(self) -> None:
         shutil.rmtree(self.var_dir, ignore_errors=True)

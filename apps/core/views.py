@@ -17,6 +17,7 @@ from django.views.decorators.http import require_GET, require_safe
 
 from apps.agent.models import NodeAgent
 from apps.agent.runner import isolation_status
+from apps.agent.selectors import backlog
 from apps.cluster.selectors import cluster_counts
 from apps.core.http import HtmxHttpRequest
 from apps.core.models import Heartbeat
@@ -40,10 +41,11 @@ def _seen(rows, *, now: datetime) -> list[Seen]:
 @login_required
 @require_GET
 def health(request: HtmxHttpRequest) -> HttpResponse:
-    """Beat, workers and broker, the pod sandbox and node agents, node and job counts; the
-    panel re-polls every 10 s."""
+    """Beat, workers and broker, the pod sandbox and node agents, work waiting too long,
+    node and job counts; the panel re-polls every 10 s."""
     now = timezone.now()
     snapshot = health_snapshot(now=now)
+    behind = backlog(now=now)
     beat_age = (now - snapshot.beat_last_seen).total_seconds() if snapshot.beat_last_seen else None
     template = "core/health.html"
     if request.htmx:
@@ -58,6 +60,9 @@ def health(request: HtmxHttpRequest) -> HttpResponse:
         "insecure_agents": sorted(set(NodeAgent.objects.exclude(sandbox="strict")
                                       .values_list("worker", flat=True))),
         "agents_known": NodeAgent.objects.exists(),
+        "backlog": behind,
+        "backlog_ok": all(b.ok for b in behind),
+        "behind_seconds": settings.HEALTH_BEHIND_SECONDS,
         "agent_beats": _seen(Heartbeat.objects.filter(name__startswith="agent:")
                              .order_by("name"), now=now),
     }

@@ -1,81 +1,20 @@
 """`manage.py demo` keeps the console up: a child that dies is started again, alone, with a
-backoff, and says so. A real demo on its own ports, SQLite file and embedded Redis."""
+backoff, and says so; a whole demo stopped and started again finds every job where it was.
+A real demo on its own ports, SQLite file and embedded Redis."""
 
 from __future__ import annotations
 
 import os
 import re
 import signal
-import socket
-import subprocess
-import sys
-import tempfile
-import threading
 import time
-import urllib.request
 from pathlib import Path
 
-from django.conf import settings
-
-BASE_DIR = Path(settings.BASE_DIR)
-OWN = ("SECRET_KEY", "ACCESS_KEY_ENCRYPTION_SECRET", "DEBUG", "PAIWEB_VAR_DIR", "DATABASE_URL",
-       "REDIS_URL", "EXECUTION_BACKEND", "CELERY_TASK_ALWAYS_EAGER")
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-class Demo:
-    def __init__(self) -> None:
-        self.var = Path(tempfile.mkdtemp(prefix="pw-demo-", dir="/tmp"))
-        self.port, self.flower = _free_port(), _free_port()
-        self.env = {k: v for k, v in os.environ.items() if k not in OWN}
-        self.env.update(PAIWEB_VAR_DIR=str(self.var), DJANGO_SETTINGS_MODULE="paiweb.settings",
-                        PORT=str(self.port), FLOWER_PORT=str(self.flower),
-                        EXECUTION_BACKEND="none", PYTHONUNBUFFERED="1")
-        subprocess.run([sys.executable, "manage.py", "migrate", "--noinput"], cwd=BASE_DIR,
-                       env=self.env, check=True, capture_output=True, timeout=120)
-        self.lines: list[str] = []
-        self.process = subprocess.Popen(
-            [sys.executable, "manage.py", "demo"], cwd=BASE_DIR, env=self.env,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-            start_new_session=True)
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        for line in self.process.stdout:
-            self.lines.append(line.rstrip("\n"))
-
-    def wait_for(self, pattern: str, *, after: int = 0, timeout: float = 90) -> re.Match:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            for line in self.lines[after:]:
-                if found := re.search(pattern, line):
-                    return found
-            time.sleep(0.1)
-        raise AssertionError(f"no line matching {pattern!r} within {timeout:.0f}s:\n"
-                             + "\n".join(self.lines[-60:]))
-
-    def healthz(self) -> int:
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/healthz", timeout=5) as r:
-            return r.status
-
-    def stop(self) -> int:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGINT)
-            try:
-                self.process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait()
-        return self.process.returncode
+from apps.core.testing import DemoProcess
 
 
 def test_a_child_that_dies_is_restarted_alone_and_the_console_stays_up():
-    demo = Demo()
+    demo = DemoProcess()
     try:
         demo.wait_for(r"paiweb demo is running")
         pids = {name: int(pid) for name, pid in
@@ -100,3 +39,107 @@ def test_a_child_that_dies_is_restarted_alone_and_the_console_stays_up():
         code = demo.stop()
     assert code == 0, "\n".join(demo.lines[-40:])
     assert "all stopped" in demo.lines[-1] or any("all stopped" in x for x in demo.lines[-5:])
+
+
+SUBMIT = """
+import json
+from apps.jobs.services import job_stop, job_submit
+from apps.jobs.specs import JobSpec, RoleSpec
+from apps.workspaces.models import Workspace
+from django.contrib.auth import get_user_model
+alice = get_user_model().objects.get(username="alice")
+ws = Workspace.objects.get(name="team-a")
+def submit(name, command, pods=1, gpu=1):
+    spec = JobSpec(display_name=name, user_command=command, quota="team-a",
+                   roles=[RoleSpec(pod_count=pods, cpu=4000, memory=16384, gpu=gpu)])
+    return job_submit(workspace=ws, user=alice, spec=spec).job_id
+print(json.dumps({
+    "running": submit("running", "echo started; sleep 45; echo finished"),
+    "succeeded": submit("succeeded", "echo done"),
+    "failed": submit("failed", "exit 4"),
+    "stopped": submit("stopped", "sleep 300"),
+    "waiting": submit("waiting", "true", pods=6, gpu=32),
+}))
+"""
+
+STATUS = """
+import json
+from apps.jobs.models import Job
+jobs = {}
+for job in Job.objects.all():
+    pods = [(p.pod_id, p.status, p.process.pid if hasattr(p, "process") else None)
+            for p in job.pods.order_by("pk")]
+    jobs[job.job_id] = {"status": job.status, "attempt": job.attempt,
+                        "restarts": job.restarts.count(), "reason": job.pending_reason,
+                        "pods": pods, "why": f"{job.reason_code}: {job.reason_message}"}
+print(json.dumps(jobs))
+"""
+
+
+def _wait_jobs(demo: DemoProcess, ids: dict, want, *, timeout: float = 90) -> dict:
+    deadline = time.monotonic() + timeout
+    while True:
+        jobs = demo.python(STATUS)
+        if all(want(name, jobs[job_id]) for name, job_id in ids.items()):
+            return jobs
+        if time.monotonic() > deadline:
+            raise AssertionError(f"jobs not as wanted within {timeout:.0f}s: {jobs}\n"
+                                 + "\n".join(demo.lines[-40:]))
+        time.sleep(1)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+FIRST = {"running": "Running", "succeeded": "Succeeded", "failed": "Failed",
+         "stopped": "Running", "waiting": "Queuing"}
+
+
+def test_a_restarted_demo_finds_every_job_where_it_was():
+    """Jobs running, finished, stopped and waiting; Ctrl-C; `manage.py demo` again (a new
+    embedded Redis that kept nothing): the running pod kept running under its shim and is
+    re-adopted, and every other job is as it was."""
+    demo = DemoProcess(backend="agent")
+    try:
+        demo.wait_for(r"paiweb demo is running")
+        ids = demo.python(SUBMIT)
+        _wait_jobs(demo, ids, lambda name, job: job["status"] == FIRST[name])
+        demo.python(f"""
+import json
+from apps.jobs.models import Job
+from apps.jobs.services import job_stop
+job_stop(job=Job.objects.get(job_id={ids["stopped"]!r}), by=None)
+print("{{}}")
+""")
+        before = _wait_jobs(demo, ids, lambda name, job: job["status"] == (
+            "Stopped" if name == "stopped" else FIRST[name]))
+        assert before[ids["waiting"]]["reason"]
+        [(pod_id, _, pid)] = before[ids["running"]]["pods"]
+        assert demo.stop() == 0
+        assert _alive(pid), "the running pod was stopped with the demo"
+    finally:
+        demo.stop()
+
+    again = DemoProcess(var=demo.var, backend="agent")
+    try:
+        again.wait_for(r"paiweb demo is running")
+        after = _wait_jobs(again, ids, lambda name, job: job["status"] == (
+            "Stopped" if name == "stopped" else FIRST[name]), timeout=30)
+        for name in ("succeeded", "failed", "stopped", "waiting"):
+            assert after[ids[name]]["status"] == before[ids[name]]["status"]
+            assert after[ids[name]]["pods"] == before[ids[name]]["pods"]
+        assert after[ids["waiting"]]["reason"]
+        running = after[ids["running"]]
+        assert running["pods"] == [[pod_id, "Running", pid]] and running["restarts"] == 0
+        done = _wait_jobs(again, {"running": ids["running"]},
+                          lambda name, job: job["status"] == "Succeeded", timeout=90)
+        assert done[ids["running"]]["attempt"] == 0 and done[ids["running"]]["restarts"] == 0
+        log = (demo.var / "pods" / ids["running"] / "logs" / f"{pod_id}.log").read_text()
+        assert "started" in log and "finished" in log and "re-adopted" in log
+    finally:
+        code = again.stop()
+    assert code == 0, "\n".join(again.lines[-40:])

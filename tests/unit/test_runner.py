@@ -287,3 +287,75 @@ def test_it_skips_hostile_manifest_lines(root):
     (directory / "manifest.jsonl").write_text("\n".join(lines) + "\n")
     assert reader.new_entries() == [good]
     assert len(reader.problems) >= 4
+
+
+# --- the shim: the pod outlives whoever started it ---------------------------------------
+
+STARTER = """
+import sys
+from pathlib import Path
+from apps.agent import runner
+spec = runner.PodSpec(name="pod-0", command=sys.argv[1], work_dir=Path(sys.argv[2]),
+                      log_path=Path(sys.argv[3]), env={"PATH": "/usr/bin:/bin"})
+process = runner.start(spec, Path(sys.argv[4]))
+print(process.pid, flush=True)
+"""
+
+
+def _start_elsewhere(root: Path, command: str) -> tuple[Path, Path, int]:
+    """Start a pod from a process that then exits (an agent killed right after), and
+    return the shim's state directory, the pod's log and its pid."""
+    import subprocess
+    import sys
+
+    work, log, state = root / "work", root / "logs" / "pod-0.log", root / "state" / "pod-0"
+    work.mkdir(parents=True)
+    done = subprocess.run([sys.executable, "-c", STARTER, command, work, log, state],
+                          cwd=Path(__file__).resolve().parents[2], capture_output=True,
+                          text=True, timeout=30, check=True)
+    return state, log, int(done.stdout.split()[0])
+
+
+def test_a_pod_outlives_its_starter_and_is_adopted_with_its_real_exit(root):
+    state, log, pid = _start_elsewhere(root, "echo one; sleep 1.5; echo two; exit 5")
+    process = runner.PodProcess.adopt(state)
+    assert process is not None and process.pid == pid
+    assert process.result() is None and process.alive()  # running, its starter gone
+    code = process.wait(timeout=15)
+    ended = process.result()
+    assert code == 5 and not ended.vanished
+    assert ended.at <= time.time() and ended.at - process.started_at >= 1.4
+    assert "one" in log.read_text() and "two" in log.read_text()
+    process.discard()
+    assert not state.exists()
+
+
+def test_an_adopted_pod_is_stopped_with_its_grace_and_escalation(root):
+    state, log, pid = _start_elsewhere(
+        root, "trap 'echo got TERM' TERM; echo ready; while true; do sleep 0.1; done")
+    _wait_for_text(log, "ready")
+    process = runner.PodProcess.adopt(state)
+    started = time.monotonic()
+    process.request_stop(1.0)
+    assert process.wait(timeout=15) == 137  # the shim escalated to SIGKILL on its own
+    assert 0.9 <= time.monotonic() - started < 5
+    assert "got TERM" in log.read_text() and not runner.descendants(pid)
+
+
+def test_a_pod_whose_shim_is_killed_dies_with_it_and_is_reported_vanished(root):
+    import signal
+
+    state, log, pid = _start_elsewhere(root, "sleep 60")
+    process = runner.PodProcess.adopt(state)
+    os.kill(process.shim_pid, signal.SIGKILL)
+    assert process.wait(timeout=15) == -1 and process.result().vanished
+    deadline = time.monotonic() + 10
+    while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not os.path.exists(f"/proc/{pid}") or \
+        Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+
+
+def test_nothing_is_adopted_where_no_pod_started(root):
+    (root / "state").mkdir()
+    assert runner.PodProcess.adopt(root / "state") is None

@@ -352,6 +352,28 @@ def test_it_says_in_red_that_pods_run_insecurely(alice_client, cluster, quiet_br
     assert '<p class="health-state is-bad">Insecure (SANDBOX=insecure)</p>' in content
 
 
+def test_it_says_in_red_what_work_waits_too_long(alice_client, personas, cluster,
+                                                  quiet_broker):
+    from apps.agent.models import PodProcess
+
+    assert "Nothing behind" in text_of(section(alice_client.get(reverse("core:health")),
+                                               "backlog"))
+    job = submit(personas, pods=2)
+    long_ago = timezone.now() - timedelta(minutes=5)
+    first, second = job.pods.order_by("index")
+    for pod, state in ((first, "queued"), (second, "starting")):
+        PodProcess.objects.create(pod=pod, state=state, queue=f"node.{pod.node.name}",
+                                  queued_at=long_ago)
+    Job.objects.filter(pk=submit(personas, name="stuck").pk).update(
+        status=JobStatus.CREATING, submitted_at=long_ago)
+    backlog = text_of(section(alice_client.get(reverse("core:health")), "backlog"))
+    assert "Nothing behind" not in backlog
+    assert "Pod starts waiting for an agent: 1 Waiting since" in backlog
+    assert f"on node.{first.node.name} (1) (more than 60 s)" in backlog
+    assert "Pods claimed but not started: 1" in backlog
+    assert "Jobs not yet admitted (Creating): 1" in backlog
+
+
 def test_it_says_in_red_which_agents_run_pods_insecurely(alice_client, cluster, quiet_broker):
     now = timezone.now()
     for worker, mode, node in (("agent@a", "strict", 0), ("agent@b", "insecure", 1)):

@@ -4,9 +4,11 @@
     manage.py agent --nodes gpu-node-0,gpu-node-1    # one agent per host, each its nodes
 
 It also consumes "public" (pods of pay-as-you-go and spot jobs) unless --no-public. The
-worker uses the threads pool: start and stop tasks are short, and each running pod is
-watched by a thread of its own. The command execs Celery, so signals reach the worker
-directly: SIGTERM stops the pods (SIGTERM, grace, SIGKILL) and then the agent.
+worker uses the threads pool for the short start and stop tasks; one watch loop and one
+reconcile loop cover every pod (apps/agent/supervisor.py). Each pod runs under a shim that
+outlives the agent. The command execs Celery, so signals reach the worker directly: SIGTERM
+stops the agent and leaves its pods running for the next agent of the same name to re-adopt
+(with AGENT_STOP_PODS_ON_EXIT, it stops them first).
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ class Command(BaseCommand):
                             help='do not run pods of the public pool (queue "public")')
         parser.add_argument("--name", default="agent@%h", help="Celery worker name")
         parser.add_argument("--concurrency", type=int, default=8,
-                            help="threads for start/stop tasks (pods have their own)")
+                            help="threads for start/stop tasks")
         parser.add_argument("--address", default="",
                             help="address other hosts reach this host's pods at (MASTER_ADDR)")
         parser.add_argument("--pod-cidr", default="",

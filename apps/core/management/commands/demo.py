@@ -4,8 +4,10 @@ It starts the embedded Redis (unless REDIS_URL is set), the web server (gunicorn
 worker, the node agent that runs pods as processes (`manage.py agent --nodes all`: on one
 machine one agent serves every node), Celery beat and Flower, and shows each one's output
 with its name in front. Ctrl-C (SIGINT) or SIGTERM stops them all, Redis last: SIGTERM, a
-grace period, then SIGKILL. If one of them dies while starting up, the demo says which and
-stops the rest, exiting 1; once the console is up, a child that dies is started again alone,
+grace period, then SIGKILL. Running pods are not the demo's children but their shims' (see
+apps/agent/shim.py): they keep running, and the next demo's agent re-adopts them. If a child
+dies while starting up, the demo says which and stops the rest, exiting 1; once the
+console is up, a child that dies is started again alone,
 after a backoff (1 s, doubling to 30 s; reset once it has run a minute), and the demo says
 so. Its banner says that it runs with demo secrets (the per-installation
 generated key, the published passwords and AccessKeys of the demo cluster file).
@@ -42,7 +44,7 @@ from paiweb.secret_key import INSTALLATION_SECRET_FILE, given
 STOP_TIMEOUT = 10.0  # seconds between SIGTERM and SIGKILL
 RESTART_BACKOFF_MAX = 30.0  # seconds between restarts of a child that keeps exiting
 RESTART_STABLE = 60.0  # a child that ran this long before exiting restarts at once again
-AGENT_STOP_TIMEOUT = 25.0  # the agent first stops its pods, with up to 10 s of grace each
+AGENT_STOP_TIMEOUT = 25.0  # with AGENT_STOP_PODS_ON_EXIT the agent first stops its pods
 READY_TIMEOUT = 60.0  # how long to wait for the web server and Flower to accept connections
 MAX_UNIX_SOCKET_PATH = 100  # the kernel's limit is 107 bytes
 COLOURS = ("36", "33", "35", "32", "34", "31")  # ANSI cyan, yellow, magenta, green, blue, red

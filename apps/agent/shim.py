@@ -1,0 +1,307 @@
+"""A pod's own supervisor process: it outlives the agent that started it.
+
+    python -I apps/agent/shim.py STATE_DIR
+
+In the spirit of containerd-shim and conmon: the agent starts one shim per pod, in a session
+of its own, and the shim starts the pod's process chain (runner.command_argv) as its child.
+The shim holds what must survive an agent restart or upgrade: the pod's process (bwrap's
+--die-with-parent and setpriv's --pdeathsig tie the pod to the shim, not to the agent), the
+pipe of its output (appended to the size-capped log), the stop escalation (SIGTERM, the grace
+period, SIGKILL) and the exit status with the moment the process ended. A new agent re-adopts
+a running pod by reading STATE_DIR; a pod that ended while no agent watched still has its
+real exit code and time there.
+
+STATE_DIR is the agent's (mode 0700, outside anything a pod can see):
+
+    spec.json     the agent, before the start: argv, cwd, env, log file and cap, cgroup, fds
+    started.json  the shim, once the pod's process runs: {"shim", "pid", "at"}
+    stop          the agent, to stop the pod: the grace period in seconds (SIGUSR1 wakes us)
+    exit.json     the shim, when the pod ended: {"code", "at"} (or {"error"} if it never ran)
+
+Lean on purpose, since one runs per pod: the standard library only, one thread, no Django.
+SIGTERM (a host shutting down) stops the pod with its grace period, and the exit is still
+written; SIGINT and SIGHUP are ignored (a terminal closing is not a stop).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import threading
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+TICK = 0.2  # seconds between checks of the stop file and the kill deadline
+SPEC, STARTED, STOP, EXIT = "spec.json", "started.json", "stop", "exit.json"
+
+
+def _stamp() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+class LogWriter:
+    """Appends a pod's output to its log file, keeping at most `max_bytes` of it and then a
+    notice that the rest was dropped (the pod is never blocked: the pipe is always drained)."""
+
+    def __init__(self, path: Path, max_bytes: int) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.file = path.open("ab", buffering=0)
+        self.max_bytes = max_bytes
+        self.written = self.file.tell()
+        self.dropped = 0
+        self.lock = threading.Lock()
+
+    def write(self, data: bytes) -> None:
+        with self.lock:
+            room = max(self.max_bytes - self.written, 0)
+            if room:
+                self.file.write(data[:room])
+                self.written += min(room, len(data))
+            if len(data) > room:
+                if not self.dropped:
+                    self.file.write(
+                        f"\n[log truncated: output beyond POD_LOG_MAX_BYTES={self.max_bytes} "
+                        f"bytes is discarded]\n".encode())
+                self.dropped += len(data) - room
+
+    def note(self, message: str) -> None:
+        """A line from paiweb itself; always written, even past the cap."""
+        with self.lock:
+            self.file.write(f"[paiweb] {_stamp()} {message}\n".encode())
+
+    def close(self) -> None:
+        with self.lock:
+            self.file.close()
+
+
+def _children_map() -> dict[int, list[int]]:
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as stat:
+                ppid = int(stat.read().rsplit(b")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(entry))
+    return children
+
+
+def descendants(pid: int) -> list[int]:
+    """Every live process below `pid`, parents before children (Linux /proc)."""
+    children, found, stack = _children_map(), [], [pid]
+    while stack:
+        for child in children.get(stack.pop(), ()):
+            found.append(child)
+            stack.append(child)
+    return found
+
+
+def exit_code(returncode: int) -> int:
+    """A shell-style exit code: a process killed by signal N exits 128+N (as bwrap reports)."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def write_json(path: Path, data: dict) -> None:
+    """Atomically: a reader sees the whole file or none (written aside, then renamed)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    tmp.write_text(json.dumps(data))
+    os.replace(tmp, path)
+
+
+def read_json(path: Path) -> dict | None:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+class Pod:
+    """The pod's process, as its shim runs it: started, drained, stopped, reaped."""
+
+    def __init__(self, spec: dict) -> None:
+        self.spec = spec
+        self.sandboxed = bool(spec.get("sandboxed"))
+        self.log = LogWriter(Path(spec["log_path"]), int(spec["log_max_bytes"]))
+        self.kill_at: float | None = None
+        self.stop_requested_at: float | None = None
+        self.log.note(f"starting pod {spec['name']} ({spec.get('description', '')})")
+        try:
+            self.popen = subprocess.Popen(
+                spec["argv"], cwd=spec["cwd"], env=dict(spec["env"]),
+                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                start_new_session=True, close_fds=True, pass_fds=tuple(spec.get("fds", ())),
+            )
+        except OSError as exc:
+            self.log.note(f"could not start: {exc}")
+            self.log.close()
+            raise
+        finally:
+            for fd in spec.get("fds", ()):
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        self.pid = self.popen.pid
+        self.output = self.popen.stdout.fileno()
+        os.set_blocking(self.output, False)
+
+    # -- output --
+
+    def drain(self, timeout: float) -> None:
+        """Copy what the pod wrote to its log, waiting at most `timeout` for some."""
+        if self.output < 0:
+            time.sleep(timeout)
+            return
+        try:
+            ready, _, _ = select.select([self.output], [], [], timeout)
+        except InterruptedError:
+            return
+        while ready:
+            try:
+                chunk = os.read(self.output, 65536)
+            except BlockingIOError:
+                return
+            except InterruptedError:
+                continue
+            if not chunk:  # every writer closed its end
+                self.popen.stdout.close()
+                self.output = -1
+                return
+            self.log.write(chunk)
+
+    # -- signals --
+
+    def _signal_tree(self, signum: int) -> None:
+        """bwrap's monitor leads the pod's group: a SIGTERM to it would kill bwrap at once
+        and, by --die-with-parent, SIGKILL the pod with no grace. So the pod's own
+        processes (bwrap's descendants) are signalled instead."""
+        targets = descendants(self.pid)
+        if not self.sandboxed:
+            targets.append(self.pid)
+            try:
+                os.killpg(self.pid, signum)
+            except (ProcessLookupError, PermissionError):
+                pass
+        for pid in targets:
+            try:
+                os.kill(pid, signum)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+    def kill(self) -> None:
+        try:
+            os.killpg(self.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        self._signal_tree(signal.SIGKILL)
+        self._cgroup_kill()
+
+    def request_stop(self, grace: float) -> None:
+        """SIGTERM now; SIGKILL once `grace` seconds have passed (the earliest deadline of
+        several requests wins)."""
+        if self.popen.poll() is not None:
+            return
+        now = time.monotonic()
+        if self.stop_requested_at is None:
+            self.stop_requested_at = now
+            self.log.note(f"stopping: SIGTERM, then SIGKILL after {grace:g}s")
+        self._signal_tree(signal.SIGTERM)
+        deadline = now + max(grace, 0.0)
+        self.kill_at = deadline if self.kill_at is None else min(self.kill_at, deadline)
+
+    def tick(self) -> None:
+        if self.kill_at is not None and time.monotonic() >= self.kill_at \
+                and self.popen.poll() is None:
+            self.log.note("grace period over: SIGKILL")
+            self.kill()
+            self.kill_at = float("inf")
+
+    def _cgroup_kill(self) -> None:
+        """Whatever of the pod escaped its process group, through its cgroup (the cgroup
+        module is imported only here, at the end, to keep the shim small)."""
+        group = self.spec.get("cgroup")
+        if not group:
+            return
+        sys.path.insert(0, self.spec["base_dir"])
+        from apps.agent import cgroups
+
+        host = cgroups.CgroupHost(version=group["version"], root=Path(group["root"]),
+                                  hierarchies={k: Path(v) for k, v in group["hierarchies"].items()})
+        host.group(group["name"]).kill_all()
+
+    def finish(self) -> int:
+        """After exit: sweep up leftovers, collect the last output, close the log."""
+        code = exit_code(self.popen.wait())
+        if not self.sandboxed:
+            try:
+                os.killpg(self.pid, signal.SIGKILL)  # background children outliving the shell
+            except (ProcessLookupError, PermissionError):
+                pass
+        try:
+            self._cgroup_kill()
+        except Exception as exc:  # the agent removes the group anyway: say so and go on
+            self.log.note(f"could not empty the pod's cgroup: {exc}")
+        deadline = time.monotonic() + 5
+        while self.output >= 0 and time.monotonic() < deadline:
+            self.drain(0.1)
+        self.log.note(f"exited with code {code}")
+        self.log.close()
+        return code
+
+
+def _stop_grace(state: Path) -> float | None:
+    try:
+        return float((state / STOP).read_text().strip() or 0)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        return 0.0
+
+
+def serve(state: Path) -> int:
+    """Run the pod of STATE_DIR to its end; returns the shim's own exit status."""
+    spec = read_json(state / SPEC)
+    if spec is None:
+        print(f"shim: no readable {SPEC} in {state}", file=sys.stderr)
+        return 2
+    stop_signal = {"term": False}
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    signal.signal(signal.SIGUSR1, lambda *_: None)  # only to wake the wait
+    signal.signal(signal.SIGTERM, lambda *_: stop_signal.update(term=True))
+    try:
+        pod = Pod(spec)
+    except OSError as exc:
+        write_json(state / EXIT, {"code": None, "at": time.time(), "error": str(exc)})
+        return 1
+    write_json(state / STARTED, {"shim": os.getpid(), "pid": pod.pid, "at": time.time()})
+    seen_grace: float | None = None
+    while pod.popen.poll() is None:
+        grace = _stop_grace(state)
+        if stop_signal["term"] and grace is None:
+            grace = float(spec.get("grace", 30))
+        if grace is not None and (seen_grace is None or grace < seen_grace):
+            seen_grace = grace
+            pod.request_stop(grace)
+        pod.tick()
+        pod.drain(TICK)
+    ended = time.time()
+    code = pod.finish()
+    write_json(state / EXIT, {"code": code, "at": ended})
+    return 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        print("usage: shim.py STATE_DIR", file=sys.stderr)
+        sys.exit(2)
+    os.umask(0o077)
+    sys.exit(serve(Path(sys.argv[1])))
