@@ -580,7 +580,9 @@ WATCHDOG = "nodes-watchdog"
 
 def nodes_mark_lost(*, now: datetime) -> list[str]:
     """Mark nodes silent for NODE_LOST_AFTER seconds Lost and fail their live pods (NodeLost);
-    their jobs are requeued, a platform interruption. The first sweep after the watchdog
+    their jobs are requeued, a platform interruption. A Cordoned node (being drained or
+    serviced) stays Cordoned, so its agent's return does not make it Ready behind the
+    admin's back; its pods are lost all the same. The first sweep after the watchdog
     itself was silent that long (beat was down, so nobody asked agents for heartbeats) only
     starts watching again."""
     previous = Heartbeat.objects.filter(name=WATCHDOG).values_list("last_seen", flat=True).first()
@@ -591,9 +593,12 @@ def nodes_mark_lost(*, now: datetime) -> list[str]:
     cutoff = now - window
     lost = []
     for node in Node.objects.filter(last_heartbeat__lt=cutoff).exclude(status=Node.Status.LOST):
-        if Node.objects.filter(pk=node.pk, last_heartbeat__lt=cutoff).exclude(
-            status=Node.Status.LOST
-        ).update(status=Node.Status.LOST):
+        if node.status == Node.Status.CORDONED:  # an admin's state: it stays, pods are lost
+            if _jobs_on(node):
+                lost.append(node.name)
+                node_fail_pods(node=node, now=now)
+        elif Node.objects.filter(pk=node.pk, last_heartbeat__lt=cutoff,
+                                 status=Node.Status.READY).update(status=Node.Status.LOST):
             lost.append(node.name)
             node_fail_pods(node=node, now=now)
     public_pods_lost(cutoff=cutoff, now=now)

@@ -315,6 +315,27 @@ def test_a_cordoned_nodes_pods_keep_running(personas):
 # --- the console -----------------------------------------------------------------------------
 
 
+def test_a_cordoned_node_that_goes_silent_loses_its_pods_and_stays_cordoned(personas, sent):
+    job = submit(personas, pods=1)
+    pod = job.pods.get()
+    node = pod.node
+    node_set_status(nodes=[node], status=Node.Status.CORDONED)
+    now = timezone.now()
+    Node.objects.filter(pk=node.pk).update(last_heartbeat=now - timedelta(seconds=60))
+    assert services.nodes_mark_lost(now=now - timedelta(seconds=1)) == []  # starts watching
+    assert services.nodes_mark_lost(now=now) == [node.name]
+    assert services.nodes_mark_lost(now=now + timedelta(seconds=1)) == []  # nothing left
+    pod.refresh_from_db()
+    assert (pod.status, pod.reason) == (PodStatus.FAILED, "NodeLost")
+    node.refresh_from_db()
+    assert node.status == Node.Status.CORDONED
+    services.agent_heartbeat(worker="agent@back", hostname="h", address="10.0.0.9",
+                             nodes=[node.name], public=False, sandbox="strict",
+                             now=now + timedelta(seconds=2))
+    node.refresh_from_db()
+    assert node.status == Node.Status.CORDONED  # its agent's return does not undo the cordon
+
+
 def test_the_job_page_shows_a_platform_interruption_as_not_counted(personas, alice_client,
                                                                      sent):
     """A node lost (not counted), then a pod failure (AIMaster's first restart): each row
