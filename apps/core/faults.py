@@ -1,0 +1,429 @@
+"""Fault injection: a real paiweb under `kill -9`, and what must hold afterwards.
+
+`run()` starts `manage.py demo` (web, worker, beat, node agent, Flower and an embedded Redis)
+on a fresh PostgreSQL database, submits jobs of every kind (quota jobs, distributed ones,
+idle borrowers, Only Idle, public pay-as-you-go, spot, CPU-only, and jobs whose own command
+fails), SIGKILLs the worker, beat, agent and web at random moments (the demo starts each
+again), waits for every job to settle and checks the invariants:
+
+- no node over capacity and no quota's in-quota use over its min, sampled all along;
+- every job terminal, or waiting with a reason;
+- no pod shown Running without a live process for longer than one heartbeat period (outside
+  the moments its agent was down: a pod that ends then is reported on re-adoption, with
+  its real end time);
+- every pod-minute of public and spot pods billed exactly once: the billed minutes are the
+  ones its process ran (`pricing.bill_minutes`);
+- no job failed by the platform: a Failed job is one whose own command failed, or a
+  reclaimed or preempted one without AIMaster (by design), never NodeLost, AgentRestarted…;
+- no orphan process: no shim and no process of a pod's uid once every job has ended.
+
+tests/integration/test_faults.py runs a bounded round; `benchmarks/faults.py` runs the soak
+and prints the figures. The functions marked "in the demo" run inside the demo's own Django
+(`DemoProcess.python`), on its database.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import statistics
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from django.conf import settings
+
+PLATFORM_FAILURES = ("NodeLost", "NodeDrained", "AgentRestarted", "AgentStopped", "AgentError",
+                     "StartError", "SandboxUnavailable")
+BY_DESIGN = ("JobPreempted", "SpotPriceExceeded", "SpotAveragePriceExceeded",
+             "SpotStockShortage")
+VICTIMS = ("worker", "beat", "agent", "web")
+KINDS = ("quota", "distributed", "borrower", "only-idle", "public", "spot", "cpu", "fails")
+TERMINAL = ("Succeeded", "Failed", "Stopped")
+WAITING = ("Queuing", "Bidding")
+
+
+# --- in the demo ---------------------------------------------------------------------------
+
+
+def submit_workload(count: int, seed: int) -> dict[str, str]:
+    """In the demo: `count` jobs cycling through KINDS, each sleeping 3–20 s; returns
+    {job id: kind}."""
+    from decimal import Decimal
+
+    from django.contrib.auth import get_user_model
+
+    from apps.jobs.services import job_submit
+    from apps.jobs.specs import JobSpec, RoleSpec
+    from apps.workspaces.models import Workspace
+
+    rng = random.Random(seed)
+    users = get_user_model().objects
+    teams = {"team-a": (Workspace.objects.get(name="team-a"), users.get(username="alice")),
+             "team-b": (Workspace.objects.get(name="team-b"), users.get(username="charlie"))}
+    made = {}
+    for i in range(count):
+        kind = KINDS[i % len(KINDS)]
+        command = f"echo {kind} {i}; sleep {rng.randint(3, 20)}"
+        team = "team-a" if i % 2 else "team-b"
+        role = RoleSpec(pod_count=1, cpu=4000, memory=16384, gpu=1)
+        spec = JobSpec(display_name=f"{kind}-{i}", user_command=command, quota=team,
+                       enable_aimaster=rng.random() < 0.5, roles=[role])
+        if kind == "distributed":
+            spec.roles = [RoleSpec(role_type="Master", cpu=4000, memory=16384, gpu=1),
+                          RoleSpec(role_type="Worker", pod_count=2, cpu=4000, memory=16384,
+                                   gpu=1)]
+        elif kind in ("borrower", "only-idle"):
+            spec.idle_mode = "acceptable" if kind == "borrower" else "only_idle"
+            spec.enable_aimaster = True
+            role.gpu = 8 if kind == "borrower" else 4
+        elif kind in ("public", "spot"):
+            spec.quota, spec.resource_source, spec.resource_type = "", kind, "ECS"
+            spec.roles = [RoleSpec(instance_type="ecs.g7.xlarge", spot_discount_limit=Decimal(
+                "0.9") if kind == "spot" else None)]
+            spec.enable_aimaster = kind == "spot" or spec.enable_aimaster
+        elif kind == "cpu":
+            role.gpu = 0
+        elif kind == "fails":
+            spec.user_command, spec.enable_aimaster = f"echo {kind} {i}; sleep 2; exit 3", False
+        workspace, user = teams[team]
+        made[job_submit(workspace=workspace, user=user, spec=spec).job_id] = kind
+    return made
+
+
+def _alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def sample() -> dict:
+    """In the demo: what is wrong right now — nodes over capacity, quotas over their min
+    (in-quota use, with every ancestor's), public instance types over their stock — and the
+    pods shown Running whose process is not alive."""
+    from collections import defaultdict
+
+    from apps.cluster.models import InstanceType, Node, Quota
+    from apps.jobs.models import Pod
+
+    held = Pod.objects.filter(process__state__in=("queued", "starting", "running")) | \
+        Pod.objects.filter(status__in=("Pending", "Running"))
+    rows = held.distinct().values_list("node_id", "in_quota", "job__quota_id",
+                                       "role__instance_type_id", "role__cpu", "role__memory",
+                                       "role__gpu")
+    on_node, in_quota, public = defaultdict(lambda: [0, 0, 0]), defaultdict(lambda: [0, 0, 0]), \
+        defaultdict(int)
+    parents = dict(Quota.objects.values_list("id", "parent_id"))
+    for node_id, quota_ok, quota_id, type_id, cpu, memory, gpu in rows:
+        if node_id is None:
+            public[type_id] += 1
+            continue
+        for use in [on_node[node_id]] + ([] if not quota_ok else [in_quota[q] for q in
+                                                                   _chain(quota_id, parents)]):
+            use[0], use[1], use[2] = use[0] + cpu, use[1] + memory, use[2] + gpu
+    problems = []
+    for node in Node.objects.filter(pk__in=list(on_node)):
+        if not _fits(on_node[node.pk], (node.cpu, node.memory, node.gpu)):
+            problems.append(f"node {node.name} over capacity: {on_node[node.pk]}")
+    for quota in Quota.objects.filter(pk__in=list(in_quota)):
+        if not _fits(in_quota[quota.pk], (quota.min_cpu, quota.min_memory, quota.min_gpu)):
+            problems.append(f"quota {quota.name} in-quota use over its min: {in_quota[quota.pk]}")
+    for kind in InstanceType.objects.filter(pk__in=list(public)):
+        if public[kind.pk] > kind.public_capacity:
+            problems.append(f"{kind.name}: {public[kind.pk]} public instances of "
+                            f"{kind.public_capacity}")
+    stale = [pod_id for pod_id, pid in Pod.objects.filter(
+        status="Running", process__state="running").values_list("pod_id", "process__pid")
+        if not _alive(pid)]
+    return {"t": time.time(), "problems": problems, "stale": stale}
+
+
+def _chain(quota_id: int | None, parents: dict) -> list[int]:
+    chain = []
+    while quota_id is not None:
+        chain.append(quota_id)
+        quota_id = parents.get(quota_id)
+    return chain
+
+
+def _fits(used, capacity) -> bool:
+    return all(u <= c for u, c in zip(used, capacity, strict=True))
+
+
+def sample_loop(out: str, stop: str, every: float = 2.0) -> None:
+    """In the demo: `sample()` every `every` seconds into the JSON-lines file `out`, until
+    the file `stop` exists."""
+    from django.db import connection
+
+    with open(out, "a") as lines:
+        while not os.path.exists(stop):
+            try:
+                lines.write(json.dumps(sample()) + "\n")
+                lines.flush()
+            except Exception as exc:  # the database may be busy while processes die
+                lines.write(json.dumps({"t": time.time(), "error": repr(exc)}) + "\n")
+                connection.close()
+            time.sleep(every)
+
+
+def settled(kinds: dict[str, str]) -> dict:
+    """In the demo: how many of the jobs are not settled (terminal, or waiting with a
+    reason), with a few of them named."""
+    from apps.jobs.models import Job
+
+    open_jobs = [(job_id, status, reason) for job_id, status, reason in Job.objects.filter(
+        job_id__in=list(kinds)).values_list("job_id", "status", "pending_reason")
+        if status not in TERMINAL and not (status in WAITING and reason)]
+    return {"open": len(open_jobs), "some": open_jobs[:5]}
+
+
+def final_check(kinds: dict[str, str]) -> dict:
+    """In the demo, once everything settled: the invariants on the jobs, the bills and the
+    processes (see the module docstring)."""
+    from apps.billing.models import BillLine
+    from apps.jobs.models import Job, Pod
+    from apps.market import pricing
+
+    problems, platform_failed, statuses = [], [], {}
+    for job in Job.objects.filter(job_id__in=list(kinds)):
+        statuses[job.status] = statuses.get(job.status, 0) + 1
+        kind = kinds[job.job_id]
+        if job.status not in TERMINAL and not (job.status in WAITING and job.pending_reason):
+            problems.append(f"{job.job_id} ({kind}) is {job.status} with no reason")
+        if job.status == "Failed":
+            own = kind == "fails" and job.reason_code == "PodFailed" and "code 3" in \
+                job.reason_message
+            if job.reason_code in PLATFORM_FAILURES or not (own or job.reason_code in BY_DESIGN):
+                platform_failed.append(f"{job.job_id} ({kind}): {job.reason_code} "
+                                       f"{job.reason_message[:160]}")
+        elif kind == "fails" and job.status in TERMINAL:
+            problems.append(f"{job.job_id} (fails) ended {job.status}, not Failed")
+    billed: dict[int, set[int]] = {}
+    for pod_pk, minute in BillLine.objects.filter(job__job_id__in=list(kinds)).values_list(
+            "pod_id", "minute"):
+        billed.setdefault(pod_pk, set()).add(minute)
+    metered = Pod.objects.filter(job__job_id__in=list(kinds), meter__closed=True,
+                                 started_at__isnull=False, finished_at__isnull=False)
+    for pk, pod_id, started, finished in metered.values_list("pk", "pod_id", "started_at",
+                                                             "finished_at"):
+        ran = set(pricing.bill_minutes(started.timestamp(), finished.timestamp(),
+                                        already_billed_until=None))
+        if billed.get(pk, set()) != ran:
+            problems.append(f"pod {pod_id}: billed minutes {sorted(billed.get(pk, ()))} but "
+                            f"it ran in {sorted(ran)}")
+    live = Pod.objects.filter(status__in=("Pending", "Running")).count()
+    orphans = _orphans(Path(settings.AGENT_STATE_DIR), Path(settings.POD_WORK_ROOT)) \
+        if live == 0 else []
+    problems += [f"orphan process {o}" for o in orphans]
+    return {"problems": problems, "platform_failed": platform_failed, "statuses": statuses,
+            "metered_pods": metered.count()}
+
+
+def _orphans(state_dir: Path, work_root: Path) -> list[str]:
+    """This installation's shims, and processes of a pod's uid working under its pod work
+    root, that still run (other installations on the host are not ours to judge)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or not _alive(int(entry)):
+            continue
+        try:
+            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ")
+            uid = int(Path(f"/proc/{entry}/status").read_text().split("Uid:")[1].split()[0])
+            cwd = os.readlink(f"/proc/{entry}/cwd")
+        except (OSError, IndexError, ValueError):
+            continue
+        shim = b"shim.py" in cmdline and str(state_dir).encode() in cmdline
+        pod = uid >= settings.POD_UID_BASE and Path(cwd).is_relative_to(work_root)
+        if shim or pod:
+            found.append(f"pid {entry} uid {uid}: {cmdline[:120].decode(errors='replace')}")
+    return found
+
+
+# --- the harness ---------------------------------------------------------------------------
+
+
+@dataclass
+class Report:
+    jobs: int = 0
+    kills: dict[str, int] = field(default_factory=dict)
+    recovery: list[float] = field(default_factory=list)  # seconds from a kill to its return
+    settle_seconds: float = 0.0  # from the last kill until every job settled
+    max_stale_seconds: float = 0.0  # the longest a pod showed Running with no process
+    problems: list[str] = field(default_factory=list)
+    platform_failed: list[str] = field(default_factory=list)
+    statuses: dict[str, int] = field(default_factory=dict)
+    samples: int = 0
+    metered_pods: int = 0
+
+    def figures(self) -> str:
+        recovery = sorted(self.recovery) or [0.0]
+        p99 = recovery[min(len(recovery) - 1, round(0.99 * (len(recovery) - 1)))]
+        kills = ", ".join(f"{name} ×{n}" for name, n in sorted(self.kills.items()))
+        statuses = ", ".join(f"{k} {v}" for k, v in sorted(self.statuses.items()))
+        return "\n".join([
+            f"jobs: {self.jobs} ({statuses})",
+            f"kills: {sum(self.kills.values())} ({kills})",
+            f"invariant violations: {len(self.problems)}",
+            f"jobs failed by the platform: {len(self.platform_failed)}",
+            f"recovery after a kill: p50 {statistics.median(recovery):.1f} s, p99 {p99:.1f} s",
+            f"settled {self.settle_seconds:.0f} s after the last kill; longest Running without "
+            f"a process: {self.max_stale_seconds:.1f} s; {self.samples} samples; "
+            f"{self.metered_pods} billed pods checked",
+        ])
+
+
+def _create_database(server: str) -> str:
+    import psycopg
+
+    name = f"paiweb_faults_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(f"{server}/postgres", autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    return name
+
+
+def _drop_database(server: str, name: str) -> None:
+    import psycopg
+
+    with psycopg.connect(f"{server}/postgres", autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def run(*, jobs: int = 120, kills: int = 12, window: float = 75.0, settle: float = 300.0,
+        seed: int = 1, server: str = "postgresql://postgres@127.0.0.1:5432",
+        say=print) -> Report:
+    """One round: a demo on a fresh database, `jobs` jobs, `kills` SIGKILLs spread over
+    `window` seconds (every victim at least once when kills ≥ 4), then up to `settle`
+    seconds for every job to settle, then the checks. The database is dropped after."""
+    from apps.core.testing import DemoProcess
+
+    rng, report = random.Random(seed), Report(jobs=jobs)
+    name = _create_database(server)
+    demo = None
+    try:
+        demo = DemoProcess(backend="agent", env={
+            "DATABASE_URL": f"{server}/{name}", "AGENT_RECONCILE_SECONDS": "2",
+            "SCHEDULER_MIN_RUN_SECONDS": "0"})
+        demo.wait_for(r"paiweb demo is running")
+        kinds = demo.python("import json; from apps.core.faults import submit_workload; "
+                            f"print(json.dumps(submit_workload({jobs}, {seed})))")
+        say(f"submitted {len(kinds)} jobs; killing for {window:.0f} s")
+        samples, stop = demo.var / "samples.jsonl", demo.var / "samples.stop"
+        sampler = threading.Thread(target=demo.python, daemon=True, args=(
+            f"from apps.core.faults import sample_loop; sample_loop({str(samples)!r}, "
+            f"{str(stop)!r}); print('{{}}')",), kwargs={"timeout": None})
+        sampler.start()
+        down = _kill_at_random(demo, kills=kills, window=window, rng=rng, report=report)
+        last_kill = time.time()
+        deadline = last_kill + settle
+        while (state := demo.python(
+                "import json; from apps.core.faults import settled; "
+                f"print(json.dumps(settled({json.dumps(kinds)})))"))["open"]:
+            if time.time() > deadline:
+                report.problems.append(f"{state['open']} jobs not settled {settle:.0f} s after "
+                                       f"the last kill, e.g. {state['some']}")
+                break
+            time.sleep(2)
+        report.settle_seconds = time.time() - last_kill
+        stop.touch()
+        sampler.join(timeout=30)
+        _read_samples(samples, down, report)
+        checked = demo.python("import json; from apps.core.faults import final_check; "
+                              f"print(json.dumps(final_check({json.dumps(kinds)})))")
+        report.problems += checked["problems"]
+        report.platform_failed = checked["platform_failed"]
+        report.statuses = checked["statuses"]
+        report.metered_pods = checked["metered_pods"]
+    finally:
+        if demo is not None:
+            demo.stop()
+            if demo.kill_shims():
+                report.problems.append("pod shims were still running after the demo stopped")
+        _drop_database(server, name)
+    return report
+
+
+def _kill_at_random(demo, *, kills: int, window: float, rng: random.Random,
+                    report: Report) -> list[tuple[float, float]]:
+    """SIGKILL a child of the demo at random moments; returns when the agent was down."""
+    order = list(VICTIMS) * (kills // len(VICTIMS)) + [rng.choice(VICTIMS) for _ in
+                                                        range(kills % len(VICTIMS))]
+    rng.shuffle(order)
+    gaps = sorted(rng.uniform(0, window) for _ in order)
+    began, down = time.time(), []
+    for at, victim in zip(gaps, order, strict=True):
+        time.sleep(max(began + at - time.time(), 0))
+        pid = demo.pids().get(victim)
+        if pid is None:
+            continue
+        mark = len(demo.lines)
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            continue  # it is restarting already: the next kill will find it
+        killed = time.time()
+        report.kills[victim] = report.kills.get(victim, 0) + 1
+        back = _back(demo, victim, pid, after=mark)
+        report.recovery.append(back - killed)
+        if victim == "agent":
+            down.append((killed, back))
+    return down
+
+
+def _back(demo, victim: str, old_pid: int, *, after: int, timeout: float = 90.0) -> float:
+    """When the killed child works again: the agent once it serves its nodes, the web once
+    /healthz answers, the others once started again."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        pid = demo.pids().get(victim)
+        if pid and pid != old_pid:
+            lines = demo.lines[after:]
+            if victim == "agent" and not any(" serves " in line for line in lines):
+                pass
+            elif victim == "web":
+                try:
+                    if demo.healthz() == 200:
+                        return time.time()
+                except OSError:
+                    pass
+            else:
+                return time.time()
+        time.sleep(0.2)
+    raise AssertionError(f"{victim} did not come back within {timeout:.0f}s:\n"
+                         + "\n".join(demo.lines[-40:]))
+
+
+def _read_samples(path: Path, agent_down: list[tuple[float, float]], report: Report) -> None:
+    """Problems seen while processes died, and how long pods showed Running with no process
+    (outside the agent's outages plus one heartbeat period, that is a violation)."""
+    heartbeat = settings.AGENT_HEARTBEAT_INTERVAL
+    first_seen: dict[str, float] = {}
+    last_seen: dict[str, float] = {}
+    try:
+        samples = [json.loads(line) for line in path.read_text().splitlines()]
+    except FileNotFoundError:
+        samples = []
+    began = samples[0]["t"] if samples else 0.0
+    for data in samples:
+        if "error" in data:
+            continue
+        report.samples += 1
+        report.problems += [f"at +{data['t'] - began:.0f}s: {p}" for p in data["problems"]]
+        for pod_id in data["stale"]:
+            first_seen.setdefault(pod_id, data["t"])
+            last_seen[pod_id] = data["t"]
+    for pod_id, since in first_seen.items():
+        stale = last_seen[pod_id] - since
+        report.max_stale_seconds = max(report.max_stale_seconds, stale)
+        excused = any(start - heartbeat <= last_seen[pod_id] and since <= end + heartbeat
+                      for start, end in agent_down)
+        if stale > heartbeat + 2 and not excused:
+            report.problems.append(f"pod {pod_id} showed Running with no process for "
+                                   f"{stale:.0f} s while its agent ran")
+

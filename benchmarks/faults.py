@@ -1,0 +1,51 @@
+"""The soak: a real paiweb under kill -9 for a long while, and the figures that must be zero.
+
+    python benchmarks/faults.py [--jobs 300] [--kills 60] [--window 900] [--seed 1]
+
+It runs `apps.core.faults.run`: `manage.py demo` (web, worker, beat, node agent, Flower, an
+embedded Redis) on a fresh PostgreSQL database on PAIWEB_FAULTS_PG (default
+postgresql://postgres@127.0.0.1:5432, dropped afterwards), --jobs jobs of every kind, --kills
+SIGKILLs of the worker, beat, agent and web at random moments over --window seconds, then
+the invariants (see that module). Pods run for real: run it as root with bubblewrap, as the
+agent's tests do. Prints jobs, kills, invariant violations (0), jobs failed by the platform
+(0) and the recovery time p50/p99; exits 1 if a figure that must be zero is not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "paiweb.settings")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--jobs", type=int, default=300)
+    parser.add_argument("--kills", type=int, default=60)
+    parser.add_argument("--window", type=float, default=900.0, help="seconds of kills")
+    parser.add_argument("--settle", type=float, default=600.0)
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args()
+
+    import django
+
+    django.setup()
+    from apps.core.faults import run
+
+    report = run(jobs=args.jobs, kills=args.kills, window=args.window, settle=args.settle,
+                 seed=args.seed, say=lambda line: print(line, flush=True),
+                 server=os.environ.get("PAIWEB_FAULTS_PG",
+                                       "postgresql://postgres@127.0.0.1:5432"))
+    print(report.figures())
+    for problem in report.problems + report.platform_failed:
+        print(f"  - {problem}")
+    return 1 if report.problems or report.platform_failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,18 @@
+"""Fault injection, bounded: a real paiweb on PostgreSQL with over a hundred jobs of every
+kind, its worker, beat, agent and web SIGKILLed a dozen times at random moments (the demo
+starts each again), and every invariant of apps.core.faults holding afterwards. The longer
+soak is `benchmarks/faults.py`."""
+
+from __future__ import annotations
+
+from apps.core.faults import VICTIMS, run
+
+
+def test_nothing_is_lost_when_processes_are_killed_at_random():
+    report = run(jobs=120, kills=12, window=75, settle=240, seed=7)
+    print(report.figures())
+    assert sum(report.kills.values()) >= 10 and set(report.kills) == set(VICTIMS), report.kills
+    assert report.samples >= 10, "the invariants were hardly sampled while processes died"
+    assert report.metered_pods > 0, "no billed pod was checked"
+    assert not report.platform_failed, "\n".join(report.platform_failed)
+    assert not report.problems, "\n".join(report.problems[:30])
