@@ -10,7 +10,11 @@ import signal
 import time
 from pathlib import Path
 
+import pytest
+
 from apps.core.testing import DemoProcess
+
+pytestmark = pytest.mark.own_database  # each demo has its own SQLite file and Redis
 
 
 def test_a_child_that_dies_is_restarted_alone_and_the_console_stays_up():

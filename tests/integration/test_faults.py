@@ -5,7 +5,11 @@ soak is `benchmarks/faults.py`."""
 
 from __future__ import annotations
 
+import pytest
+
 from apps.core.faults import VICTIMS, run
+
+pytestmark = pytest.mark.own_database
 
 
 def test_nothing_is_lost_when_processes_are_killed_at_random():
