@@ -177,11 +177,12 @@ def routes_sync(peers: Iterable[tuple[str, str]]) -> None:
 
 
 def egress_prepare(cidr: str) -> None:
-    """Masquerade the pod subnet's traffic to the outside behind the host's address."""
+    """Masquerade the pod subnet's traffic to public addresses behind the host's address
+    (to another host's pods it keeps its source: their rules admit only the job's own)."""
     _nft(f"""
 table ip {TABLE}_nat {{
   chain postrouting {{ type nat hook postrouting priority 100; policy accept;
-    ip saddr {cidr} oifname != "pwj*" masquerade; }}
+    ip saddr {cidr} ip daddr != {{ {", ".join(NOT_PUBLIC)} }} oifname != "pwj*" masquerade; }}
 }}
 """)
 
