@@ -104,8 +104,11 @@ def _running_jobs(*, live: bool) -> list[engine.RunningJob]:
     if live:
         pods = pods.filter(status__in=LIVE_POD_STATUSES)
     else:
+        # A Lost node's processes are gone as far as anyone knows (a dead host never
+        # reports their exits): their room is not held. If the node comes back they count
+        # again until its agent has stopped them.
         pods = pods.filter(process__state__in=LIVE_PROCESS_STATES).exclude(
-            status__in=LIVE_POD_STATUSES)
+            status__in=LIVE_POD_STATUSES).exclude(node__status=Node.Status.LOST)
     by_job: dict[int, list[engine.RunningPod]] = defaultdict(list)
     first_start: dict[int, datetime] = {}
     for pk, job_id, node_id, in_quota, started, cpu, memory, gpu in pods.values_list(

@@ -13,6 +13,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from apps.agent import services
+from apps.agent.models import PodProcess
 from apps.billing.models import BillLine
 from apps.billing.services import billing_accrue
 from apps.cluster.models import Node
@@ -70,6 +71,22 @@ def test_a_lost_node_requeues_a_job_without_aimaster_instead_of_failing_it(perso
     restart = job.restarts.get()
     assert (restart.cause, restart.counted, restart.number) == ("NodeLost", False, 1)
     assert not job.events.filter(kind="Failed").exists()
+
+
+def test_a_lost_nodes_processes_hold_no_room_for_the_requeued_job(personas, sent):
+    """The lost pods' processes never report their exit (their host is gone), so their
+    PodProcess rows stay running; that must not keep the requeued job out of its quota."""
+    job = submit(personas, pods=1, gpu=4, name="lost")
+    run_all(submit(personas, pods=1, gpu=4, name="other"))  # with it, all of team-a's 8
+    pods = run_all(job)
+    node = pods[0].node
+    now = timezone.now()
+    lose(node, silent_since=now - timedelta(seconds=60), now=now)
+    assert PodProcess.objects.get(pod=pods[0]).state == "running"
+    scheduler_tick(now=now + timedelta(seconds=1))
+    job.refresh_from_db()
+    assert (job.status, job.attempt) == (JobStatus.ENV_PREPARING, 1), job.pending_reason
+    assert not Pod.objects.filter(job=job, attempt=1, node=node).exists()
 
 
 def test_a_lost_node_spends_no_restart_of_an_aimaster_job_with_none_left(personas):
