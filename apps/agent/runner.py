@@ -381,13 +381,17 @@ def _cgroup_record(group: cgroups.PodCgroup | None) -> dict | None:
             "hierarchies": {k: str(v) for k, v in host.hierarchies.items()}}
 
 
-def _process_alive(pid: int, marker: str) -> bool:
-    """Whether `pid` runs (a zombie does not) and is the process whose argv names `marker`
-    (a pid reused by another process is not it)."""
+def process_alive(pid: int | None, marker: str = "") -> bool:
+    """Whether `pid` runs (a zombie does not) and, given a `marker`, is the process whose
+    argv names it (a pid reused by another process is not it)."""
+    if not pid:
+        return False
     try:
         with open(f"/proc/{pid}/stat", "rb") as stat:
             if stat.read().rsplit(b")", 1)[1].split()[0] == b"Z":
                 return False
+        if not marker:
+            return True
         with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
             return marker.encode() in cmdline.read()
     except (OSError, IndexError):
@@ -508,7 +512,7 @@ class PodProcess:
     def alive(self) -> bool:
         if self.popen is not None:
             return self.popen.poll() is None
-        return _process_alive(self.shim_pid, str(self.state_dir))
+        return process_alive(self.shim_pid, str(self.state_dir))
 
     def result(self) -> Exit | None:
         """How the pod ended, or None while it runs."""

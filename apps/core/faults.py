@@ -37,6 +37,8 @@ from pathlib import Path
 
 from django.conf import settings
 
+from apps.agent.runner import process_alive
+
 PLATFORM_FAILURES = ("NodeLost", "NodeDrained", "AgentRestarted", "AgentStopped", "AgentError",
                      "StartError", "SandboxUnavailable")
 BY_DESIGN = ("JobPreempted", "SpotPriceExceeded", "SpotAveragePriceExceeded",
@@ -95,15 +97,6 @@ def submit_workload(count: int, seed: int) -> dict[str, str]:
     return made
 
 
-def _alive(pid: int | None) -> bool:
-    if not pid:
-        return False
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False
-
-
 def sample() -> dict:
     """In the demo: what is wrong right now — nodes over capacity, quotas over their min
     (in-quota use, with every ancestor's), public instance types over their stock — and the
@@ -141,7 +134,7 @@ def sample() -> dict:
                             f"{kind.public_capacity}")
     stale = [pod_id for pod_id, pid in Pod.objects.filter(
         status="Running", process__state="running").values_list("pod_id", "process__pid")
-        if not _alive(pid)]
+        if not process_alive(pid)]
     return {"t": time.time(), "problems": problems, "stale": stale}
 
 
@@ -231,7 +224,7 @@ def _orphans(state_dir: Path, work_root: Path) -> list[str]:
     root, that still run (other installations on the host are not ours to judge)."""
     found = []
     for entry in os.listdir("/proc"):
-        if not entry.isdigit() or not _alive(int(entry)):
+        if not entry.isdigit() or not process_alive(int(entry)):
             continue
         try:
             cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ")

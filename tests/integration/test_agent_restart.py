@@ -17,6 +17,7 @@ from django.conf import settings as django_settings
 from django.db import connection
 
 from apps.agent.models import PodProcess
+from apps.agent.runner import process_alive
 from apps.agent.testing import AgentProcess
 from apps.jobs.models import JobStatus, PodStatus
 from apps.jobs.services import job_stop
@@ -63,13 +64,6 @@ def _kill(agent: AgentProcess) -> None:
     agent.process.wait()
 
 
-def _alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
 def test_pods_outlive_a_killed_agent_and_the_next_one_adopts_them(personas, agent_backend,
                                                                   same_agent):
     first = same_agent().start()
@@ -81,7 +75,7 @@ def test_pods_outlive_a_killed_agent_and_the_next_one_adopts_them(personas, agen
     pid = PodProcess.objects.get(pod__job=lives).pid
 
     _kill(first)
-    assert _alive(pid), "the pod died with its agent"
+    assert process_alive(pid), "the pod died with its agent"
     time.sleep(3)  # "ends-alone" exits while no agent watches
     restarted_at = time.time()
 
@@ -116,10 +110,10 @@ def test_a_stop_sent_while_no_agent_runs_is_carried_out_by_the_next(personas, ag
     from paiweb.celery import app
 
     app.control.purge()
-    assert _alive(pid)
+    assert process_alive(pid)
 
     second = same_agent().start()
-    wait_for(lambda: not _alive(pid), what="the next agent to stop the pod", agent=second)
+    wait_for(lambda: not process_alive(pid), what="the next agent to stop the pod", agent=second)
     wait_for(lambda: PodProcess.objects.get(pod__job=job).state == PodProcess.State.EXITED,
              what="the pod's exit to be recorded", agent=second)
     job.refresh_from_db()
@@ -159,7 +153,7 @@ def test_an_agent_stopping_its_pods_on_exit_is_a_platform_interruption(personas,
     job_in(job, JobStatus.RUNNING, agent=agent)
     pid = PodProcess.objects.get(pod__job=job).pid
     agent.stop()  # SIGTERM: the agent stops its pods and reports them before it exits
-    assert not _alive(pid)
+    assert not process_alive(pid)
     job.refresh_from_db()
     pod = job.pods.get(attempt=0)
     assert (pod.status, pod.reason, pod.exit_code) == (PodStatus.FAILED, "AgentStopped", 143)
@@ -185,6 +179,6 @@ def test_an_agent_of_the_same_name_elsewhere_on_the_host_leaves_its_pods_alone(
     try:
         twin.start()
         time.sleep(2)
-        assert _alive(pid), "the twin's start-up swept the other installation's pod"
+        assert process_alive(pid), "the twin's start-up swept the other installation's pod"
     finally:
         twin.stop()

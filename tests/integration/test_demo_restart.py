@@ -8,10 +8,10 @@ import os
 import re
 import signal
 import time
-from pathlib import Path
 
 import pytest
 
+from apps.agent.runner import process_alive
 from apps.core.testing import DemoProcess
 
 pytestmark = pytest.mark.own_database  # each demo has its own SQLite file and Redis
@@ -92,13 +92,6 @@ def _wait_jobs(demo: DemoProcess, ids: dict, want, *, timeout: float = 90) -> di
         time.sleep(1)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
 FIRST = {"running": "Running", "succeeded": "Succeeded", "failed": "Failed",
          "stopped": "Running", "waiting": "Queuing"}
 
@@ -124,7 +117,7 @@ print("{{}}")
         assert before[ids["waiting"]]["reason"]
         [(pod_id, _, pid)] = before[ids["running"]]["pods"]
         assert demo.stop() == 0
-        assert _alive(pid), "the running pod was stopped with the demo"
+        assert process_alive(pid), "the running pod was stopped with the demo"
     finally:
         demo.stop()
 
