@@ -69,6 +69,10 @@ def database_from_url(url: str) -> dict:
             "PORT": str(parsed.port or ""),
             "CONN_MAX_AGE": 60,
             "CONN_HEALTH_CHECKS": True,
+            # A process frozen or cut off inside a transaction (SIGSTOP, a lost host) must
+            # not hold its row locks for ever: the server ends such a session after a
+            # minute, and the watchdog that fails the lost host's pods can lock them.
+            "OPTIONS": {"options": "-c idle_in_transaction_session_timeout=60000"},
         }
     if parsed.scheme == "sqlite":
         return {"ENGINE": "django.db.backends.sqlite3", "NAME": unquote(parsed.path) or ":memory:"}

@@ -148,3 +148,19 @@ def _stop(process: subprocess.Popen) -> None:
     except ProcessLookupError:
         pass
     process.wait(timeout=5)
+
+
+@pytest.mark.django_db
+def test_a_session_idle_in_a_transaction_cannot_hold_locks_for_ever():
+    """On PostgreSQL the server ends a session left idle inside a transaction after a
+    minute (a frozen agent's row locks would otherwise block the watchdog)."""
+    from django.db import connection
+
+    from paiweb.env import database_from_url
+
+    options = database_from_url("postgres://u@h:5432/db")["OPTIONS"]["options"]
+    assert options == "-c idle_in_transaction_session_timeout=60000"
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SHOW idle_in_transaction_session_timeout")
+            assert cursor.fetchone()[0] == "1min"
