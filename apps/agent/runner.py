@@ -11,7 +11,7 @@ runs as root and builds, for each pod, this chain of processes, each exec'ing th
 
     cgroup-join (memory, pids, cpu limits)  →  nsenter --net (the job's network namespace)
       →  bwrap (mounts, pid/ipc/uts/cgroup namespaces, seccomp)  →  prlimit (file size, core)
-      →  setpriv (the job's own uid/gid, no groups, no capabilities, no_new_privs)  →  bash -c
+      →  setpriv (the job's own uid/gid, no groups, no capabilities, no_new_privs)  →  bash
 
 bwrap shows the pod only what is bound in: the system (/usr, /etc minus its secrets, /opt,
 /sys) read-only, the Python environments, a fresh /dev and /proc, size-capped /tmp and
@@ -50,6 +50,7 @@ _BASE_DIR = Path(__file__).resolve().parents[2]
 
 SANDBOX_MODES = ("strict", "insecure")
 DATA_MOUNT = Path("/mnt/data")
+COMMAND_PATH = "/run/paiweb/command"  # the user's command, as a script, in the sandbox
 DEFAULT_LOG_MAX_BYTES = 10 * 1024 * 1024
 MIB = 1024 * 1024
 SIGXFSZ_EXIT = 128 + signal.SIGXFSZ  # a write past RLIMIT_FSIZE
@@ -209,10 +210,11 @@ class PodSpec:
         return self.isolation is not None and self.isolation.complete
 
 
-def shell_argv(command: str) -> list[str]:
-    """bash -c, else sh -c. Not a login shell: /etc/profile would reset PATH."""
+def shell_argv(script: str) -> list[str]:
+    """bash (else sh) running the script at `script`. Not a login shell: /etc/profile would
+    reset PATH. The command is a file, never an argument: no argv limit applies to it."""
     bash = shutil.which("bash")
-    return [bash, "-c", command] if bash else ["/bin/sh", "-c", command]
+    return [bash, script] if bash else ["/bin/sh", script]
 
 
 def _limits_argv(spec: PodSpec) -> list[str]:
@@ -332,8 +334,11 @@ def bwrap_argv(spec: PodSpec, *, fds: Mapping[str, int]) -> list[str]:
     return [*argv, "--chdir", str(spec.work_dir), "--"]
 
 
-def command_argv(spec: PodSpec, *, fds: Mapping[str, int] | None = None) -> list[str]:
-    inner = [*_limits_argv(spec), *_drop_argv(spec), *shell_argv(spec.command)]
+def command_argv(spec: PodSpec, *, fds: Mapping[str, int]) -> list[str]:
+    """The pod's whole process chain. `fds` are the descriptors `_open_fds` opened: the
+    command's among them (bound at COMMAND_PATH in the sandbox, else read from /dev/fd)."""
+    script = COMMAND_PATH if spec.sandboxed else f"/dev/fd/{fds['command']}"
+    inner = [*_limits_argv(spec), *_drop_argv(spec), *shell_argv(script)]
     if not spec.sandboxed:
         setpriv = shutil.which("setpriv")  # die with the shim, as bwrap's --die-with-parent does
         inner = [setpriv, "--pdeathsig", "KILL", "--", *inner] if setpriv else inner
@@ -341,7 +346,7 @@ def command_argv(spec: PodSpec, *, fds: Mapping[str, int] | None = None) -> list
     outer: list[str] = list(spec.cgroup.join_argv()) if spec.cgroup else []
     if spec.netns:
         outer += [shutil.which("nsenter") or "nsenter", f"--net={netns.path(spec.netns)}", "--"]
-    return [*outer, *bwrap_argv(spec, fds=fds or {}), *inner]
+    return [*outer, *bwrap_argv(spec, fds=fds), *inner]
 
 
 def _data_fd(data: bytes) -> int:
@@ -352,10 +357,13 @@ def _data_fd(data: bytes) -> int:
 
 
 def _open_fds(spec: PodSpec) -> dict[str, int]:
-    """The descriptors bwrap reads at start; the caller closes them once it has started."""
+    """The descriptors the pod's chain reads at start: the command (a script of any size)
+    and, in the sandbox, what bwrap reads (the seccomp filter, the identity files). The
+    caller closes them once it has started."""
+    command = _data_fd(spec.command.encode("utf-8", errors="surrogateescape"))
     if not spec.sandboxed:
-        return {}
-    fds: dict[str, int] = {}
+        return {"command": command}
+    fds: dict[str, int] = {COMMAND_PATH: command}
     program = seccomp.pod_filter()
     if program is not None:
         fds["seccomp"] = seccomp.filter_fd(program)

@@ -359,3 +359,16 @@ def test_a_pod_whose_shim_is_killed_dies_with_it_and_is_reported_vanished(root):
 def test_nothing_is_adopted_where_no_pod_started(root):
     (root / "state").mkdir()
     assert runner.PodProcess.adopt(root / "state") is None
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_command_of_any_size_reaches_the_pod(root, mode):
+    """The command is handed over as a script (a file in the sandbox, a descriptor
+    outside it), never as an argument: a megabyte of it runs, past the kernel's 128 KiB
+    limit on one argument."""
+    command = "# " + "x" * (1 << 20) + "\necho \"$((6 * 7)) from a big command\"\n"
+    pod_spec = spec(root, command, mode=mode)
+    process = runner.start(pod_spec)
+    assert process.wait(timeout=30) == 0
+    process.finish()
+    assert "42 from a big command" in pod_spec.log_path.read_text()
