@@ -509,6 +509,9 @@ def _adopt(pod_id: str, claim: str | None) -> None:
         _running[pod_id] = entry
     if process.result() is None:
         process.note(f"re-adopted by agent {agent_name()}")
+        services.pod_event(pod_pk=launch.pod_pk, kind="PodReadopted", now=timezone.now(),
+                           message=f"Re-adopted by the agent {agent_name()} after its "
+                                   f"restart: the pod kept running (pid {process.pid})")
     logger.warning("re-adopted pod %s (pid %s, %s)", pod_id, process.pid,
                    "running" if process.result() is None else "ended meanwhile")
 

@@ -96,6 +96,7 @@ def test_pods_outlive_a_killed_agent_and_the_next_one_adopts_them(personas, agen
     log = pod_log(pod)
     assert "before" in log and "after" in log and "re-adopted by agent" in log
     assert lives.restarts.count() == 0
+    assert "kept running" in lives.events.get(kind="PodReadopted").message
     wait_for(lambda: not second.shims(), what="the shims to exit", agent=second)
 
 
