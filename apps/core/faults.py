@@ -168,13 +168,16 @@ def sample_loop(out: str, stop: str, every: float = 2.0) -> None:
 
 def settled(kinds: dict[str, str]) -> dict:
     """In the demo: how many of the jobs are not settled (terminal, or waiting with a
-    reason), with a few of them named."""
+    reason), with a few of them named, and every job's status (a waiting job has settled
+    only if it still waits a few ticks later: see `run`)."""
     from apps.jobs.models import Job
 
-    open_jobs = [(job_id, status, reason) for job_id, status, reason in Job.objects.filter(
-        job_id__in=list(kinds)).values_list("job_id", "status", "pending_reason")
-        if status not in TERMINAL and not (status in WAITING and reason)]
-    return {"open": len(open_jobs), "some": open_jobs[:5]}
+    rows = list(Job.objects.filter(job_id__in=list(kinds)).values_list(
+        "job_id", "status", "pending_reason"))
+    open_jobs = [(job_id, status, reason) for job_id, status, reason in rows
+                 if status not in TERMINAL and not (status in WAITING and reason)]
+    return {"open": len(open_jobs), "some": open_jobs[:5],
+            "statuses": sorted(f"{job_id}:{status}" for job_id, status, _ in rows)}
 
 
 def final_check(kinds: dict[str, str]) -> dict:
@@ -314,16 +317,8 @@ def run(*, jobs: int = 120, kills: int = 12, window: float = 75.0, settle: float
         sampler.start()
         down = _kill_at_random(demo, kills=kills, window=window, rng=rng, report=report)
         last_kill = time.time()
-        deadline = last_kill + settle
-        while (state := demo.python(
-                "import json; from apps.core.faults import settled; "
-                f"print(json.dumps(settled({json.dumps(kinds)})))"))["open"]:
-            if time.time() > deadline:
-                report.problems.append(f"{state['open']} jobs not settled {settle:.0f} s after "
-                                       f"the last kill, e.g. {state['some']}")
-                break
-            time.sleep(2)
-        report.settle_seconds = time.time() - last_kill
+        report.settle_seconds = _settle(demo, kinds, since=last_kill, timeout=settle,
+                                        report=report)
         stop.touch()
         sampler.join(timeout=30)
         _read_samples(samples, down, report)
@@ -340,6 +335,27 @@ def run(*, jobs: int = 120, kills: int = 12, window: float = 75.0, settle: float
                 report.problems.append("pod shims were still running after the demo stopped")
         _drop_database(server, name)
     return report
+
+
+def _settle(demo, kinds: dict[str, str], *, since: float, timeout: float,
+            report: Report, steady: float = 12.0) -> float:
+    """Wait until every job is terminal or waiting with a reason, and has stayed exactly so
+    for `steady` seconds (several scheduler ticks: a job waiting only because beat was just
+    killed is not settled); seconds from `since` until then."""
+    deadline, calm_since, seen = since + timeout, None, None
+    while True:
+        state = demo.python("import json; from apps.core.faults import settled; "
+                            f"print(json.dumps(settled({json.dumps(kinds)})))")
+        now = time.time()
+        if state["open"] or state["statuses"] != seen:
+            calm_since, seen = (None if state["open"] else now), state["statuses"]
+        elif now - calm_since >= steady:
+            return calm_since - since
+        if now > deadline:
+            report.problems.append(f"{state['open']} jobs not settled {timeout:.0f} s after "
+                                   f"the last kill, e.g. {state['some']}")
+            return now - since
+        time.sleep(2)
 
 
 def _kill_at_random(demo, *, kills: int, window: float, rng: random.Random,
