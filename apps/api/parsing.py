@@ -7,6 +7,7 @@ and the API alike. Every problem becomes an InvalidParameter naming the DLC para
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 from datetime import UTC, datetime
@@ -26,6 +27,14 @@ MAX_MINUTES = 10 * 366 * 24 * 60
 MAX_CPU_MILLICORES = 10_000 * 1000
 MAX_MEMORY_MIB = 2**31 - 1
 MAX_GPUS = 1024
+MAX_PATH = 1024  # a mount path or URI the node agent can create and pass on
+MAX_NAME = 256  # ids, branches and commits of data and code sources
+MAX_DEPTH = 32  # JSON nesting: DLC's deepest body is 4 levels
+MAX_WORKSPACE_ID = 2**63 - 1  # a bigint key
+# Times the database and datetime arithmetic (a default window around them) can hold.
+MIN_TIME = datetime(1970, 1, 1, tzinfo=UTC)
+MAX_TIME = datetime(9000, 1, 1, tzinfo=UTC)
+_INTEGER = re.compile(r"[+-]?[0-9]+")
 _QUANTITY = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*$")
 _MEMORY_UNITS_MIB = {
     "": 1024, "gi": 1024, "g": 1000**3 / 2**20, "mi": 1, "m": 1000**2 / 2**20,
@@ -127,6 +136,65 @@ class Problems:
         return value
 
 
+# --- bodies ------------------------------------------------------------------------------
+
+
+def json_body(raw: bytes) -> dict[str, Any]:
+    """The body as a JSON object no deeper than MAX_DEPTH, with no lone surrogate in its
+    text (no database can store one); an empty body is {}."""
+    if not raw.strip():
+        return {}
+    try:
+        data = json.loads(raw)
+    except RecursionError:
+        raise _too_deep() from None
+    except (ValueError, UnicodeDecodeError):
+        raise ApplicationError("InvalidParameter", "The request body is not valid JSON.") from None
+    if not isinstance(data, dict):
+        raise ApplicationError("InvalidParameter", "The request body must be a JSON object.")
+    _check_tree(data)
+    return data
+
+
+def _too_deep() -> ApplicationError:
+    return ApplicationError(
+        "InvalidParameter", f"The request body is nested deeper than {MAX_DEPTH} levels."
+    )
+
+
+def _check_tree(data: dict) -> None:
+    """Walk the parsed body without recursion (it may be deep) and refuse what no field may
+    hold, naming where it is."""
+    stack: list[tuple[str, Any, int]] = [("", data, 1)]
+    while stack:
+        path, value, depth = stack.pop()
+        if isinstance(value, str):
+            if _has_surrogate(value):
+                raise invalid_parameter(path or "body", "must be valid Unicode text (it holds "
+                                                        "a lone surrogate such as \\ud800)")
+            continue
+        if not isinstance(value, dict | list):
+            continue
+        if depth > MAX_DEPTH:
+            raise _too_deep()
+        if isinstance(value, list):
+            stack.extend((f"{path}[{i}]", item, depth + 1) for i, item in enumerate(value))
+            continue
+        for key, item in value.items():
+            if _has_surrogate(key):
+                raise invalid_parameter(path or "body", "a name is not valid Unicode text "
+                                                        "(it holds a lone surrogate)")
+            stack.append((f"{path}.{key}" if path else key, item, depth + 1))
+
+
+def _has_surrogate(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
 # --- CreateJob ---------------------------------------------------------------------------
 
 
@@ -137,6 +205,12 @@ def workspace_id_of(body: dict) -> str:
     if isinstance(value, bool) or not isinstance(value, str | int):
         raise invalid_parameter("WorkspaceId", "must be a string")
     return str(value)
+
+
+def is_workspace_id(value: str) -> bool:
+    """Numeric text (ASCII digits: int() would also read "١٢") that a bigint key holds."""
+    return value.isascii() and value.isdigit() and len(value) <= 19 \
+        and int(value) <= MAX_WORKSPACE_ID
 
 
 def job_spec_from_create_job(body: dict) -> JobSpec:
@@ -363,9 +437,11 @@ def _data_sources(p: Problems, body: dict) -> list[dict]:
         if not isinstance(item, dict):
             p.add(path, "must be an object")
             continue
-        ident = p.text(item, "DataSourceId", f"{path}.DataSourceId")
-        uri = p.text(item, "Uri", f"{path}.Uri") or (f"datasource://{ident}" if ident else "")
-        source = {"uri": uri, "mount_path": p.text(item, "MountPath", f"{path}.MountPath")}
+        ident = p.text(item, "DataSourceId", f"{path}.DataSourceId", max_length=MAX_NAME)
+        uri = p.text(item, "Uri", f"{path}.Uri", max_length=MAX_PATH) or (
+            f"datasource://{ident}" if ident else "")
+        mount = p.text(item, "MountPath", f"{path}.MountPath", max_length=MAX_PATH)
+        source = {"uri": uri, "mount_path": mount}
         if ident:
             source["data_source_id"] = ident
         sources.append(source)
@@ -375,10 +451,11 @@ def _data_sources(p: Problems, body: dict) -> list[dict]:
 def _code_source(p: Problems, body: dict) -> dict:
     item = p.mapping(body, "CodeSource", "CodeSource")
     fields = {
-        "code_source_id": p.text(item, "CodeSourceId", "CodeSource.CodeSourceId"),
-        "branch": p.text(item, "Branch", "CodeSource.Branch"),
-        "commit": p.text(item, "Commit", "CodeSource.Commit"),
-        "mount_path": p.text(item, "MountPath", "CodeSource.MountPath"),
+        "code_source_id": p.text(item, "CodeSourceId", "CodeSource.CodeSourceId",
+                                 max_length=MAX_NAME),
+        "branch": p.text(item, "Branch", "CodeSource.Branch", max_length=MAX_NAME),
+        "commit": p.text(item, "Commit", "CodeSource.Commit", max_length=MAX_NAME),
+        "mount_path": p.text(item, "MountPath", "CodeSource.MountPath", max_length=MAX_PATH),
     }
     return {k: v for k, v in fields.items() if v}
 
@@ -402,17 +479,16 @@ def _resource_type(quota: str, roles: list[RoleSpec]) -> str:
 def query_int(
     query, name: str, *, default: int, minimum: int = 1, maximum: int | None = None
 ) -> int:
+    """A whole number in ASCII digits from `minimum` to `maximum` (MAX_INT unless told)."""
     raw = query.get(name)
     if raw is None or raw == "":
         return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise invalid_parameter(name, "must be an integer") from None
-    if value < minimum or (maximum is not None and value > maximum):
-        bound = f"from {minimum} to {maximum}" if maximum is not None else f"at least {minimum}"
-        raise invalid_parameter(name, f"must be {bound}")
-    return value
+    maximum = MAX_INT if maximum is None else maximum
+    if not _INTEGER.fullmatch(raw):
+        raise invalid_parameter(name, "must be an integer")
+    if len(raw) > 20 or not minimum <= int(raw) <= maximum:
+        raise invalid_parameter(name, f"must be from {minimum} to {maximum}")
+    return int(raw)
 
 
 def query_bool(query, name: str) -> bool | None:
@@ -427,16 +503,26 @@ def query_bool(query, name: str) -> bool | None:
 
 
 def query_time(query, name: str) -> datetime | None:
-    """An ISO-8601 time (2026-11-29T10:00:00Z); without an offset it is taken as UTC."""
+    """An ISO-8601 time (2026-11-29T10:00:00Z) from MIN_TIME to MAX_TIME; without an
+    offset it is taken as UTC."""
     raw = query.get(name)
     if raw is None or raw == "":
         return None
     try:
         moment = datetime.fromisoformat(raw.strip().replace(" ", "T"))
     except ValueError:
-        raise invalid_parameter(name, f"{raw!r} is not an ISO-8601 time such as "
+        raise invalid_parameter(name, f"{raw[:64]!r} is not an ISO-8601 time such as "
                                       "2026-11-29T10:00:00Z") from None
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+    out_of_range = invalid_parameter(
+        name, f"must lie from {MIN_TIME:%Y-%m-%dT%H:%M:%SZ} to {MAX_TIME:%Y-%m-%dT%H:%M:%SZ}"
+    )
+    try:
+        moment = moment.astimezone(UTC) if moment.tzinfo else moment.replace(tzinfo=UTC)
+    except OverflowError:  # 0001-01-01T00:00:00+01:00 has no UTC time
+        raise out_of_range from None
+    if not MIN_TIME <= moment <= MAX_TIME:
+        raise out_of_range
+    return moment
 
 
 def query_choice(query, name: str, choices: dict[str, Any]) -> Any:

@@ -8,7 +8,6 @@ error carries, so bad input is never a 500.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections import defaultdict
 from collections.abc import Callable
@@ -17,7 +16,8 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from django.core.exceptions import RequestDataTooBig
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig, TooManyFieldsSent
 from django.db.models import Count, Exists, OuterRef, Prefetch, Q, QuerySet
 from django.http import HttpRequest, JsonResponse
 from django.utils import timezone
@@ -46,6 +46,7 @@ from apps.jobs.models import (
     ResourceSource,
     StatusTransition,
 )
+from apps.jobs.selectors import job_ensure_can_manage
 from apps.jobs.services import job_delete, job_priority_update, job_stop, job_submit
 from apps.jobs.specs import spot_price_range_per_minute
 from apps.market.models import MarketState
@@ -58,6 +59,7 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 1000
+MAX_PAGE_NUMBER = 1_000_000  # keeps the row offset far inside a bigint
 DEFAULT_LIST_WINDOW = timedelta(days=7)  # ListJobs without StartTime/EndTime, as DLC does
 MAX_EVENTS = 2000
 INTERNAL_ERROR = ApplicationError(
@@ -102,8 +104,15 @@ def endpoint(**handlers: Handler):
         except ApplicationError as error:
             return error_response(error, request_id=request_id)
         except RequestDataTooBig:
+            limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
             error = ApplicationError(
-                "InvalidParameter", "The request body is too large.", status=413
+                "InvalidParameter", f"The request body is larger than {limit} bytes.", status=413
+            )
+            return error_response(error, request_id=request_id)
+        except TooManyFieldsSent:
+            limit = settings.DATA_UPLOAD_MAX_NUMBER_FIELDS
+            error = ApplicationError(
+                "InvalidParameter", f"The request has more than {limit} query parameters."
             )
             return error_response(error, request_id=request_id)
         except Exception:
@@ -137,20 +146,21 @@ def _refuse_nul(request: HttpRequest, kwargs: dict[str, str]) -> None:
 
 
 def _json_body(call: Call) -> dict[str, Any]:
-    raw = call.request.body
-    if not raw.strip():
-        return {}
-    try:
-        data = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
-        raise ApplicationError("InvalidParameter", "The request body is not valid JSON.") from None
-    if not isinstance(data, dict):
-        raise ApplicationError("InvalidParameter", "The request body must be a JSON object.")
-    return data
+    return parsing.json_body(call.request.body)
+
+
+def _workspace(call: Call, workspace_id: str) -> Workspace:
+    """The caller's workspace; 404 for any other id, numeric or not (never 403)."""
+    workspace = None
+    if parsing.is_workspace_id(workspace_id):
+        workspace = workspace_for_user(user=call.user, workspace_id=workspace_id)
+    if workspace is None:
+        raise not_found("Workspace", workspace_id)
+    return workspace
 
 
 def _page(call: Call, items: QuerySet, *, default_size: int = DEFAULT_PAGE_SIZE) -> QuerySet:
-    number = parsing.query_int(call.query, "PageNumber", default=1)
+    number = parsing.query_int(call.query, "PageNumber", default=1, maximum=MAX_PAGE_NUMBER)
     size = parsing.query_int(call.query, "PageSize", default=default_size, maximum=MAX_PAGE_SIZE)
     return items[(number - 1) * size : number * size]
 
@@ -195,10 +205,7 @@ def _job(call: Call, job_id: str) -> Job:
 
 def create_job(call: Call) -> dict[str, Any]:
     body = _json_body(call)
-    workspace_id = parsing.workspace_id_of(body)
-    workspace = workspace_for_user(user=call.user, workspace_id=workspace_id)
-    if workspace is None:
-        raise not_found("Workspace", workspace_id)
+    workspace = _workspace(call, parsing.workspace_id_of(body))
     spec = parsing.job_spec_from_create_job(body)
     job = job_submit(workspace=workspace, user=call.user, spec=spec, now=call.now)
     return {"JobId": job.job_id}
@@ -235,9 +242,7 @@ def list_jobs(call: Call) -> dict[str, Any]:
     query = call.query
     jobs = _jobs(call)
     if workspace_id := query.get("WorkspaceId"):
-        if workspace_for_user(user=call.user, workspace_id=workspace_id) is None:
-            raise not_found("Workspace", workspace_id)
-        jobs = jobs.filter(workspace_id=int(workspace_id))
+        jobs = jobs.filter(workspace=_workspace(call, workspace_id))
     if statuses := [s.strip() for s in query.get("Status", "").split(",") if s.strip()]:
         if unknown := [s for s in statuses if s not in KNOWN_STATUSES]:
             raise invalid_parameter("Status", f"{unknown[0]!r} is not a job status")
@@ -297,6 +302,7 @@ def _filter_oversold(jobs: QuerySet[Job], value: str) -> QuerySet[Job]:
 
 def update_job(call: Call, job_id: str) -> dict[str, Any]:
     job = _job(call, job_id)
+    job_ensure_can_manage(user=call.user, job=job, action="change the priority of")
     body = _json_body(call)
     for name in ("UserCommand", "JobSpecs", "Description", "Accessibility"):
         if body.get(name) is not None:
@@ -312,12 +318,14 @@ def update_job(call: Call, job_id: str) -> dict[str, Any]:
 
 def delete_job(call: Call, job_id: str) -> dict[str, Any]:
     job = _job(call, job_id)
+    job_ensure_can_manage(user=call.user, job=job, action="delete")
     job_delete(job=job)
     return {"JobId": job_id}
 
 
 def stop_job(call: Call, job_id: str) -> dict[str, Any]:
     job = _job(call, job_id)
+    job_ensure_can_manage(user=call.user, job=job, action="stop")
     job_stop(job=job, by=call.user, now=call.now)
     return {"JobId": job.job_id}
 
@@ -480,7 +488,10 @@ def list_workspaces(call: Call) -> dict[str, Any]:
     if name := query.get("WorkspaceName"):
         workspaces = workspaces.filter(Q(name__icontains=name) | Q(display_name__icontains=name))
     if ids := [i.strip() for i in query.get("WorkspaceIds", "").split(",") if i.strip()]:
-        workspaces = workspaces.filter(pk__in=[int(i) for i in ids if i.isdigit()])
+        if bad := [i for i in ids if not parsing.is_workspace_id(i)]:
+            raise invalid_parameter("WorkspaceIds", f"{bad[0][:64]!r} is not a workspace id "
+                                                    "(numeric text)")
+        workspaces = workspaces.filter(pk__in=[int(i) for i in ids])
     if (status := query.get("Status")) and status.upper() != "ENABLED":
         workspaces = workspaces.none()
     total = workspaces.count()
@@ -491,9 +502,7 @@ def list_workspaces(call: Call) -> dict[str, Any]:
 
 
 def get_workspace(call: Call, workspace_id: str) -> dict[str, Any]:
-    workspace = workspace_for_user(user=call.user, workspace_id=workspace_id)
-    if workspace is None:
-        raise not_found("Workspace", workspace_id)
+    workspace = _workspace(call, workspace_id)
     item = _workspace_items(call, [workspace])[0]
     owner = (
         Membership.objects.filter(workspace=workspace, role=Membership.Role.OWNER)

@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import csv
-
 from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
@@ -15,6 +13,7 @@ from django.views.decorators.http import require_GET
 
 from apps.billing import selectors
 from apps.billing.models import PAY_TYPE_TAG, PayType
+from apps.core.csvexport import csv_lines
 from apps.core.http import HtmxHttpRequest
 
 
@@ -43,13 +42,6 @@ def bill_index(request: HtmxHttpRequest) -> HttpResponse:
     return response
 
 
-class _Echo:
-    """csv.writer writes into this and gets the line back, for streaming."""
-
-    def write(self, value: str) -> str:
-        return value
-
-
 @login_required
 @require_GET
 def bill_export(request: HttpRequest) -> StreamingHttpResponse:
@@ -57,10 +49,7 @@ def bill_export(request: HttpRequest) -> StreamingHttpResponse:
     rows = selectors.bill_export_rows(
         user=request.user, workspace=request.workspace, pay_type=pay_type
     )
-    writer = csv.writer(_Echo())
-    response = StreamingHttpResponse(
-        (writer.writerow(row) for row in rows), content_type="text/csv; charset=utf-8"
-    )
+    response = StreamingHttpResponse(csv_lines(rows), content_type="text/csv; charset=utf-8")
     name = request.workspace.name if request.workspace else "none"
     suffix = f"-{pay_type}" if pay_type else ""
     response["Content-Disposition"] = f'attachment; filename="bills-{name}{suffix}.csv"'

@@ -1,4 +1,4 @@
-"""Operations: the health panel (for people) and /healthz (for load balancers)."""
+"""Operations: the health panel (for platform staff) and /healthz (for load balancers)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from datetime import datetime
 
 from django.conf import settings
 from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
 from django.db import DatabaseError, connection
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
@@ -42,7 +43,10 @@ def _seen(rows, *, now: datetime) -> list[Seen]:
 @require_GET
 def health(request: HtmxHttpRequest) -> HttpResponse:
     """Beat, workers and broker, the pod sandbox and node agents, work waiting too long,
-    node and job counts; the panel re-polls every 10 s."""
+    node and job counts; the panel re-polls every 10 s. Staff only: it names hosts, workers
+    and the sandbox's weak spots."""
+    if not request.user.is_staff:
+        raise PermissionDenied("The health page is for platform staff.")
     now = timezone.now()
     snapshot = health_snapshot(now=now)
     behind = backlog(now=now)

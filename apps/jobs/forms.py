@@ -373,7 +373,9 @@ class JobCreateForm:
 
 
 def _add_errors(form: forms.Form, field: str | None, messages: list[str]) -> None:
-    if field not in form.fields:
+    if field is None:  # about the role as a whole
+        form.add_error(None, messages)
+    elif field not in form.fields:
         form.add_error(None, [f"{field}: {m}" for m in messages])
     elif not form.has_error(field):
         form.add_error(field, messages)

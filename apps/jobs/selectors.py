@@ -26,6 +26,7 @@ from django.http import Http404
 
 from apps.billing.selectors import JobUsage, job_usage
 from apps.cluster.models import InstanceType, Quota, ResourceType
+from apps.core.errors import ApplicationError
 from apps.jobs.models import (
     Checkpoint,
     Job,
@@ -38,7 +39,8 @@ from apps.jobs.models import (
     StatusTransition,
 )
 from apps.jobs.specs import spot_price_range_per_minute
-from apps.workspaces.selectors import workspace_list
+from apps.workspaces.models import Membership
+from apps.workspaces.selectors import workspace_list, workspace_role
 
 
 class JobFilters(TypedDict, total=False):
@@ -104,6 +106,34 @@ def job_get_for_user(*, user, job_id: str) -> Job:
     if job is None:
         raise Http404("No such job")
     return job
+
+
+# Workspace roles that manage every job of the workspace; a member manages only their own.
+MANAGING_ROLES = frozenset({Membership.Role.OWNER, Membership.Role.ADMIN})
+
+
+def job_can_manage(*, user, job: Job) -> bool:
+    """May `user` stop, delete or change (priority…) `job`? Platform admins (staff,
+    superusers) and the workspace's owners and administrators may, for every job; the
+    submitter may while still a member; every other member only views it."""
+    if not user.is_authenticated:
+        return False
+    if user.is_staff or user.is_superuser:
+        return True
+    role = workspace_role(user=user, workspace_id=job.workspace_id)
+    return role in MANAGING_ROLES or (role is not None and job.user_id == user.pk)
+
+
+def job_ensure_can_manage(*, user, job: Job, action: str = "change") -> None:
+    """ApplicationError (403) unless `job_can_manage`: the check every write on a job that a
+    person asks for makes, in the console and in the API, with the same code and message."""
+    if not job_can_manage(user=user, job=job):
+        raise ApplicationError(
+            "Forbidden.NotJobManager",
+            f"You cannot {action} job {job.job_id}: only the user who submitted it, an owner "
+            f"of workspace {job.workspace.name} or a platform admin can.",
+            status=403,
+        )
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,18 @@ from apps.jobs.models import (
 
 SPOT_DISCOUNTS = tuple(Decimal(f"0.{n}") for n in range(1, 10))
 MAX_PODS_PER_ROLE = 1000
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# What a pod's execve can take (ARG_MAX is 2 MiB with the usual 8 MiB stack, argv and the
+# environment together): refused at submission rather than failing the pod with E2BIG.
+MAX_USER_COMMAND_BYTES = 64 * 1024
+MAX_ENVS = 100
+MAX_ENV_VALUE_BYTES = 32 * 1024
+MAX_ENVS_TOTAL_BYTES = 256 * 1024  # "NAME=value" strings together
+MAX_DISPLAY_NAME = 256  # Job.display_name's max_length
+# A resource config's pod: far above any node, far below what the database columns hold.
+MAX_POD_CPU = 10_000 * 1000  # millicores
+MAX_POD_MEMORY = 64 * 1024 * 1024  # MiB (64 TiB)
+MAX_POD_GPU = 1024
 
 
 @dataclass
@@ -122,31 +133,64 @@ def job_spec_resolve(spec: JobSpec, *, workspace) -> ResolvedJob:
     _check_basics(spec, errors)
     quota = _check_source(spec, workspace, errors)
     roles = _check_roles(spec, errors)
+    if quota is not None and not errors:
+        _check_fits(spec, quota, roles, errors)
     if errors:
         raise ValidationFailed(dict(errors))
     return ResolvedJob(spec=spec, quota=quota, roles=roles)
 
 
+def _check_fits(spec: JobSpec, quota: Quota, roles: list[ResolvedRole], errors: _Errors) -> None:
+    """A quota job that could never start is refused, not queued for ever (in a StrictFIFO
+    queue it would block every job behind it): a pod larger than every node of the quota's
+    pool, or, without idle resources, a job needing more in all than its quota guarantees
+    (its pods may only use the quota's min), or more than the whole pool with them."""
+    nodes = list(quota.pool.nodes.values_list("cpu", "memory", "gpu"))
+    largest = tuple(max((n[i] for n in nodes), default=0) for i in range(3))
+    for i, role in enumerate(roles):
+        if any(need > room for need, room in zip((role.cpu, role.memory, role.gpu), largest,
+                                                 strict=True)):
+            needs = _amounts(role.cpu, role.memory, role.gpu)
+            errors.add(f"roles[{i}]", f"one pod needs {needs}, more than any node of pool "
+                                      f"{quota.pool.name} holds (the largest: "
+                                      f"{_amounts(*largest)})")
+    if errors:
+        return
+    total = tuple(sum(getattr(r, k) * r.spec.pod_count for r in roles)
+                  for k in ("cpu", "memory", "gpu"))
+    if spec.idle_mode == IdleMode.OFF:
+        room = (quota.min_cpu, quota.min_memory, quota.min_gpu)
+        what = (f"quota {quota.name} guarantees ({_amounts(*room)}): it could never start; "
+                "with idle resources (Acceptable) it may borrow")
+    else:
+        room = tuple(sum(n[i] for n in nodes) for i in range(3))
+        what = f"pool {quota.pool.name} holds ({_amounts(*room)}): it could never start"
+    if any(need > have for need, have in zip(total, room, strict=True)):
+        errors.add("quota", f"the job needs {_amounts(*total)} in all, more than {what}")
+
+
+def _amounts(cpu: int, memory: int, gpu: int) -> str:
+    return f"{cpu / 1000:g} cores, {memory / 1024:g} GiB, {gpu} GPU"
+
+
 def _check_basics(spec: JobSpec, errors: _Errors) -> None:
     if not spec.display_name.strip():
         errors.add("display_name", "is required")
-    elif len(spec.display_name) > 256:
-        errors.add("display_name", "must be at most 256 characters")
+    elif len(spec.display_name) > MAX_DISPLAY_NAME:
+        errors.add("display_name", f"must be at most {MAX_DISPLAY_NAME} characters")
     if spec.job_type not in JobType.values:
         errors.add("job_type", f"must be one of {', '.join(JobType.values)}")
     if not spec.user_command.strip():
         errors.add("user_command", "is required")
+    elif _utf8_size(spec.user_command) > MAX_USER_COMMAND_BYTES:
+        errors.add("user_command", f"must be at most {MAX_USER_COMMAND_BYTES // 1024} KiB")
     if not isinstance(spec.priority, int) or not 1 <= spec.priority <= 9:
         errors.add("priority", "must be a whole number from 1 to 9")
     if spec.max_running_time_minutes is not None and spec.max_running_time_minutes < 1:
         errors.add("max_running_time_minutes", "must be at least 1 minute")
     if spec.success_policy not in SuccessPolicy.values:
         errors.add("success_policy", f"must be one of {', '.join(SuccessPolicy.values)}")
-    for name, value in spec.envs.items():
-        if not ENV_NAME.match(str(name)):
-            errors.add("envs", f"{name!r} is not a valid variable name")
-        elif not isinstance(value, str):
-            errors.add("envs", f"{name}: the value must be text")
+    _check_envs(spec.envs, errors)
     for i, source in enumerate(spec.data_sources):
         mount = str(source.get("mount_path", ""))
         if not source.get("uri"):
@@ -157,6 +201,30 @@ def _check_basics(spec: JobSpec, errors: _Errors) -> None:
         errors.add("max_restarts", "must be from 0 to 100")
     if spec.execution_mode not in ExecutionMode.values:
         errors.add("execution_mode", "must be Sync or Async")
+
+
+def _utf8_size(text: str) -> int:
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
+def _check_envs(envs: dict, errors: _Errors) -> None:
+    if len(envs) > MAX_ENVS:
+        errors.add("envs", f"must hold at most {MAX_ENVS} variables")
+        return
+    total = 0
+    for name, value in envs.items():
+        if not ENV_NAME.fullmatch(str(name)):
+            errors.add("envs", f"{str(name)[:64]!r} is not a valid variable name")
+        elif not isinstance(value, str):
+            errors.add("envs", f"{name}: the value must be text")
+        elif _utf8_size(value) > MAX_ENV_VALUE_BYTES:
+            errors.add("envs", f"{name}: the value must be at most "
+                               f"{MAX_ENV_VALUE_BYTES // 1024} KiB")
+        else:
+            total += _utf8_size(f"{name}={value}")
+    if total > MAX_ENVS_TOTAL_BYTES:
+        errors.add("envs", f"all variables together must be at most "
+                           f"{MAX_ENVS_TOTAL_BYTES // 1024} KiB")
 
 
 def _check_source(spec: JobSpec, workspace, errors: _Errors) -> Quota | None:
@@ -247,6 +315,14 @@ def _check_role(
         if gpu < 0:
             errors.add(f"{path}.gpu", "must not be negative")
             ok = False
+        for name, value, most, shown in (
+            ("cpu", cpu, MAX_POD_CPU, f"{MAX_POD_CPU // 1000:,} cores"),
+            ("memory", memory, MAX_POD_MEMORY, f"{MAX_POD_MEMORY // 1024:,} GiB"),
+            ("gpu", gpu, MAX_POD_GPU, f"{MAX_POD_GPU:,} GPUs"),
+        ):
+            if value > most:
+                errors.add(f"{path}.{name}", f"must be at most {shown} per pod")
+                ok = False
     ok = _check_bid(spec, role, path, itype, errors) and ok
     if not ok:
         return None

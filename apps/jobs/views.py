@@ -9,6 +9,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
@@ -28,6 +29,17 @@ from apps.market.selectors import job_bid_history, waiting_reasons
 def _get_job_for_user(request: HttpRequest, job_id: str) -> Job:
     """The job, if the user belongs to its workspace; 404 otherwise."""
     return selectors.job_get_for_user(user=request.user, job_id=job_id)
+
+
+def _get_job_to_manage(request: HttpRequest, job_id: str, *, action: str) -> Job:
+    """The job, if the user may also stop or change it (`job_can_manage`): 404 outside its
+    workspace, 403 with the reason for a member who may only view it."""
+    job = _get_job_for_user(request, job_id)
+    try:
+        selectors.job_ensure_can_manage(user=request.user, job=job, action=action)
+    except ApplicationError as error:
+        raise PermissionDenied(error.message) from None
+    return job
 
 
 def _htmx_target(request: HtmxHttpRequest) -> str | None:
@@ -129,6 +141,8 @@ def job_detail(request: HtmxHttpRequest, job_id: str) -> HttpResponse:
                "retention_hours": settings.POD_WORK_RETENTION_HOURS}
     if target != "spot-bids":
         context["live"] = selectors.job_live(job=job)
+        if not job.is_finished:  # the Stop button
+            context["can_manage"] = selectors.job_can_manage(user=request.user, job=job)
     if target != "job-live" and job.is_spot:
         context["bid_history"] = job_bid_history(job=job)
     if target in DETAIL_PARTIALS:
@@ -144,7 +158,7 @@ def job_detail(request: HtmxHttpRequest, job_id: str) -> HttpResponse:
 @login_required
 @require_POST
 def job_stop_view(request: HtmxHttpRequest, job_id: str) -> HttpResponse:
-    job = _get_job_for_user(request, job_id)
+    job = _get_job_to_manage(request, job_id, action="stop")
     try:
         job_stop(job=job, by=request.user)
     except ApplicationError as error:

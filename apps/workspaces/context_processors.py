@@ -10,5 +10,6 @@ def workspaces(request) -> dict:
     return {
         "current_workspace": getattr(request, "workspace", None),
         "user_workspaces": workspace_list(user=user) if user is not None else [],
-        "flower_url": settings.FLOWER_URL,
+        # Flower is for platform staff only: nobody else is even told where it is.
+        "flower_url": settings.FLOWER_URL if getattr(user, "is_staff", False) else "",
     }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from urllib.parse import quote
 
 import pytest
 
@@ -167,3 +168,173 @@ def test_an_unknown_call_is_a_json_404(raw, method, path):
     response = raw.send(method, path)
     assert response.status_code == 404
     assert response.json()["Code"] == "InvalidAction.NotFound"
+
+
+# --- "no bad input gets a 5xx": the fuzzer's findings, each a 4xx naming field and reason ---
+
+
+def _refusal(response, status: int = 400, code: str = "InvalidParameter") -> str:
+    assert response.status_code == status, response.text
+    data = response.json()
+    assert data["Code"] == code
+    assert set(data) == {"RequestId", "Code", "Message"}
+    return data["Message"]
+
+
+def _post_job(raw, body: dict | bytes):
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    return raw.send("POST", "/api/v1/jobs", body=data)
+
+
+@pytest.mark.parametrize("depth", [33, 2_000, 100_000])
+def test_it_refuses_deeply_nested_json(raw, ws_a, depth):
+    nested = "[" * depth + "]" * depth
+    body = f'{{"WorkspaceId": "{ws_a}", "DisplayName": "x", "Settings": {nested}}}'.encode()
+    message = _refusal(_post_job(raw, body))
+    assert "nested deeper than 32 levels" in message
+    assert Job.objects.count() == 0
+
+
+def test_it_accepts_nesting_up_to_the_limit(raw, ws_a):
+    nested = "[" * 31 + "]" * 31  # the body object and 31 arrays: 32 levels
+    body = quota_job_body(ws_a)
+    data = json.dumps(body)[:-1] + f', "Extra": {nested}}}'
+    assert _post_job(raw, data.encode()).status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("fragment", "name"),
+    [
+        (b'"DisplayName": "train-\\ud800"', "DisplayName"),
+        (b'"UserCommand": "echo \\udfff"', "UserCommand"),
+        (b'"Envs": {"A": "\\ud800x"}', "Envs.A"),
+        (b'"Envs": {"\\ud800": "x"}', "Envs"),
+        (b'"JobSpecs": [{"Image": "\\udbff"}]', "JobSpecs[0].Image"),
+    ],
+)
+def test_it_refuses_a_lone_surrogate(raw, ws_a, fragment, name):
+    body = json.dumps(quota_job_body(ws_a)).encode()[:-1] + b", " + fragment + b"}"
+    message = _refusal(_post_job(raw, body))
+    assert message.startswith(f"{name}: ") and "surrogate" in message
+    assert Job.objects.count() == 0
+
+
+@pytest.mark.parametrize(
+    ("path", "query", "text"),
+    [
+        ("/api/v1/jobs", {"PageNumber": "999999999999999999"},
+         "PageNumber: must be from 1 to 1000000"),
+        ("/api/v1/jobs", {"PageNumber": "9" * 5000}, "PageNumber: must be from 1 to 1000000"),
+        ("/api/v1/jobs", {"PageNumber": "-1"}, "PageNumber: must be from 1"),
+        ("/api/v1/jobs", {"PageSize": "١٠"}, "PageSize: must be an integer"),  # Arabic-Indic 10
+        ("/api/v1/jobs", {"PageSize": "1_0"}, "PageSize: must be an integer"),
+        ("/api/v1/workspaces", {"PageNumber": "²"}, "PageNumber: must be an integer"),
+        ("/api/v1/workspaces", {"WorkspaceIds": "²"}, "WorkspaceIds: '²' is not a workspace id"),
+        ("/api/v1/workspaces", {"WorkspaceIds": "1,99999999999999999999"},
+         "WorkspaceIds: '99999999999999999999' is not a workspace id"),
+        ("/api/v1/ecsspecs", {"PageNumber": "1e3"}, "PageNumber: must be an integer"),
+    ],
+)
+def test_it_refuses_numbers_out_of_range_or_not_in_ascii_digits(raw, path, query, text):
+    assert text in _refusal(raw.send("GET", path, query=query))
+
+
+@pytest.mark.parametrize("workspace_id", ["²", "١", "99999999999999999999", "-1", " 1"])
+def test_a_workspace_id_no_workspace_has_is_not_found(raw, ws_a, workspace_id, create_job):
+    path = f"/api/v1/workspaces/{quote(workspace_id, safe='~')}"  # as the SDK sends it
+    assert _refusal(raw.send("GET", path), 404, "EntityNotExist.Workspace")
+    listed = raw.send("GET", "/api/v1/jobs", query={"WorkspaceId": workspace_id})
+    assert _refusal(listed, 404, "EntityNotExist.Workspace")
+    body = quota_job_body(ws_a, WorkspaceId=workspace_id)
+    assert _refusal(_post_job(raw, body), 404, "EntityNotExist.Workspace")
+    assert _refusal(_post_job(raw, {**body, "WorkspaceId": 10**30}), 404,
+                    "EntityNotExist.Workspace")
+    assert Job.objects.count() == 0
+
+
+EXTREME_TIMES = ["0001-01-01T00:00:00Z", "0001-01-01T00:00:00+01:00", "1969-12-31T23:59:59Z",
+                 "9999-12-31T23:59:59Z", "9999-12-31T23:59:59-01:00", "9000-01-01T00:00:01Z"]
+
+
+@pytest.mark.parametrize("when", EXTREME_TIMES)
+@pytest.mark.parametrize("name", ["StartTime", "EndTime"])
+def test_it_refuses_times_outside_the_range(raw, ws_a, create_job, name, when):
+    job_id = create_job(quota_job_body(ws_a))
+    for path, query in [
+        ("/api/v1/spot/prices", {"InstanceType": "ecs.g7.xlarge"}),
+        ("/api/v1/jobs", {}),
+        (f"/api/v1/jobs/{job_id}/events", {}),
+    ]:
+        message = _refusal(raw.send("GET", path, query={**query, name: when}))
+        assert message == f"{name}: must lie from 1970-01-01T00:00:00Z to 9000-01-01T00:00:00Z"
+
+
+@pytest.mark.parametrize("when", ["1970-01-01T00:00:00Z", "8999-12-31T23:59:59+01:00"])
+def test_it_accepts_times_at_the_edges_of_the_range(raw, ws_a, create_job, when):
+    job_id = create_job(quota_job_body(ws_a))
+    for path, query in [
+        ("/api/v1/spot/prices", {"InstanceType": "ecs.g7.xlarge", "EndTime": when,
+                                 "StartTime": "1970-01-01T00:00:00Z"}),
+        ("/api/v1/jobs", {"StartTime": when, "EndTime": when}),
+        (f"/api/v1/jobs/{job_id}/events", {"StartTime": "1970-01-01T00:00:00Z", "EndTime": when}),
+    ]:
+        assert raw.send("GET", path, query=query).status_code == 200
+
+
+def _envs(count: int, size: int) -> dict[str, str]:
+    return {f"VAR_{i}": "x" * size for i in range(count)}
+
+
+@pytest.mark.parametrize(
+    ("overrides", "text"),
+    [
+        ({"UserCommand": "x" * 2**20}, "UserCommand: must be at most 64 KiB"),
+        ({"UserCommand": "é" * (32 * 1024 + 1)}, "UserCommand: must be at most 64 KiB"),
+        ({"Envs": {"BIG": "x" * 200_000}}, "Envs: BIG: the value must be at most 32 KiB"),
+        ({"Envs": _envs(101, 1)}, "Envs: must hold at most 100 variables"),
+        ({"Envs": _envs(9, 32 * 1024)}, "Envs: all variables together must be at most 256 KiB"),
+        ({"Envs": {"1ST": "x"}}, "Envs: '1ST' is not a valid variable name"),
+        ({"Envs": {"A\n": "x"}}, "Envs: 'A\\n' is not a valid variable name"),
+        ({"Envs": {"A-B": "x"}}, "Envs: 'A-B' is not a valid variable name"),
+        ({"DisplayName": "n" * 257}, "DisplayName: must be at most 256 characters"),
+        ({"DataSources": [{"Uri": "oss://b/" + "u" * 1024, "MountPath": "/mnt/data/a"}]},
+         "DataSources[0].Uri: must be at most 1024 characters"),
+        ({"CodeSource": {"Branch": "b" * 257}}, "CodeSource.Branch: must be at most 256"),
+    ],
+    ids=["command-1MiB", "command-multibyte", "env-200KB", "env-count", "env-total",
+         "env-name-digit", "env-name-newline", "env-name-dash", "display-name", "data-uri",
+         "code-branch"],
+)
+def test_it_refuses_what_a_pod_could_not_be_started_with(raw, ws_a, overrides, text):
+    message = _refusal(_post_job(raw, quota_job_body(ws_a, **overrides)))
+    assert text in message
+    assert Job.objects.count() == 0
+
+
+def test_it_accepts_the_largest_command_and_environment(raw, ws_a):
+    body = quota_job_body(ws_a, UserCommand="x" * 64 * 1024, DisplayName="n" * 256,
+                          Envs={**_envs(99, 1), "LAST": "y" * 32 * 1024})
+    assert _post_job(raw, body).status_code == 200
+    job = Job.objects.get()
+    assert len(job.user_command) == 64 * 1024 and len(job.envs) == 100
+
+
+def test_it_refuses_a_body_over_the_upload_limit(raw, ws_a, settings):
+    body = json.dumps(quota_job_body(ws_a, Extra="x" * 3 * 2**20)).encode()
+    message = _refusal(_post_job(raw, body), 413)
+    assert "larger than 2621440 bytes" in message
+
+
+def test_it_refuses_more_query_parameters_than_django_parses(raw):
+    query = {f"P{i}": "1" for i in range(1001)}
+    message = _refusal(raw.send("GET", "/api/v1/jobs", query=query))
+    assert message == "The request has more than 1000 query parameters."
+
+
+@pytest.mark.xfail(strict=True, reason="Django 6.1 parses the query while building the request "
+                   "when Content-Type has a charset, so TooManyFieldsSent escapes every view")
+def test_too_many_query_parameters_with_a_charset_body_are_refused_too(raw, ws_a):
+    query = {f"P{i}": "1" for i in range(1001)}
+    body = json.dumps(quota_job_body(ws_a)).encode()  # sent as application/json; charset=utf-8
+    response = raw.send("POST", "/api/v1/jobs", query=query, body=body)
+    assert response.status_code == 400

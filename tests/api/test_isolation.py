@@ -78,9 +78,12 @@ def test_charlie_cannot_submit_into_alices_workspace(charlie, ws_a):
     assert Job.objects.count() == 0
 
 
-def test_bob_shares_alices_workspace_and_may_stop_her_job(dlc_for, alices_job):
+def test_bob_shares_alices_workspace_and_sees_her_job_but_may_not_stop_it(dlc_for, alices_job):
     bob = dlc_for("bob")
     assert bob.get_job(alices_job, GetJobRequest()).body.job_id == alices_job
     assert [j.job_id for j in bob.list_jobs(ListJobsRequest(show_own=True)).body.jobs] == []
-    bob.stop_job(alices_job)
-    assert Job.objects.get(job_id=alices_job).reason_message == "Stopped by bob"
+    with pytest.raises(Exception) as caught:
+        bob.stop_job(alices_job)
+    assert sdk_error(caught) == ("Forbidden.NotJobManager", 403)
+    dlc_for("alice").stop_job(alices_job)
+    assert Job.objects.get(job_id=alices_job).reason_message == "Stopped by alice"

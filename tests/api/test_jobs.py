@@ -218,11 +218,14 @@ def test_it_deletes_only_finished_jobs(dlc, create_job, ws_a):
 
 
 def test_it_changes_the_priority_of_a_queued_quota_job(dlc, create_job, ws_a):
-    job_id = create_job(quota_job_body(ws_a, ResourceId="team-a",
-                                       JobSpecs=[{"Type": "Worker", "PodCount": 1,
-                                                  "ResourceConfig": {"CPU": "4", "Memory": "8Gi",
-                                                                     "GPU": "64"}}]))
-    assert Job.objects.get(job_id=job_id).status == JobStatus.QUEUING  # too big to place
+    def team_a(gpu: str, pods: int = 1) -> dict:
+        return quota_job_body(ws_a, ResourceId="team-a", JobSpecs=[{
+            "Type": "Worker", "PodCount": pods,
+            "ResourceConfig": {"CPU": "4", "Memory": "8Gi", "GPU": gpu}}])
+
+    create_job(team_a("4"))  # half of team-a's 8 GPU
+    job_id = create_job(team_a("4", pods=2))
+    assert Job.objects.get(job_id=job_id).status == JobStatus.QUEUING  # 8 GPU, 4 free
     dlc.update_job(job_id, UpdateJobRequest(priority=7))
     assert Job.objects.get(job_id=job_id).priority == 7
     assert "PriorityChanged" in " ".join(
@@ -295,3 +298,22 @@ def test_it_lists_job_and_pod_events_and_empty_logs(dlc, create_job, ws_a, setti
     with pytest.raises(Exception) as caught:
         dlc.get_pod_events(job_id, pod.pod_id, GetPodEventsRequest(pod_uid="not-its-uid"))
     assert sdk_error(caught) == ("EntityNotExist.Pod", 404)
+
+
+def test_a_member_manages_only_their_own_jobs_and_the_owner_all_of_them(dlc_for, create_job,
+                                                                        ws_a):
+    """bob (a member of team-a) sees alice's job but cannot stop, delete or reprioritise
+    it; alice owns the workspace and may stop bob's. The console applies the same rule."""
+    alice, bob = dlc_for("alice"), dlc_for("bob")
+    hers = create_job(spot_job_body(ws_a), client=alice)
+    his = create_job(spot_job_body(ws_a), client=bob)
+    assert bob.get_job(hers, GetJobRequest()).body.job_id == hers
+    for attempt in (lambda: bob.stop_job(hers), lambda: bob.delete_job(hers),
+                    lambda: bob.update_job(hers, UpdateJobRequest(priority=7))):
+        with pytest.raises(Exception) as caught:
+            attempt()
+        assert sdk_error(caught) == ("Forbidden.NotJobManager", 403)
+    assert Job.objects.get(job_id=hers).status != "Stopped"
+    assert alice.stop_job(his).body.job_id == his
+    own = create_job(spot_job_body(ws_a), client=bob)
+    assert bob.stop_job(own).body.job_id == own

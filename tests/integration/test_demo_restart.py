@@ -62,7 +62,7 @@ print(json.dumps({
     "succeeded": submit("succeeded", "echo done"),
     "failed": submit("failed", "exit 4"),
     "stopped": submit("stopped", "sleep 300"),
-    "waiting": submit("waiting", "true", pods=6, gpu=32),
+    "waiting": submit("waiting", "true", pods=2, gpu=8),  # all of team-a's 16: 15 free
 }))
 """
 

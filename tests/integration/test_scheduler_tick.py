@@ -45,7 +45,8 @@ def test_it_runs_a_regular_job_in_quota(personas):
 
 
 def test_it_keeps_a_job_over_its_quota_waiting_with_a_reason(personas):
-    job = submit(personas, pods=3, gpu=4)  # 12 GPU > team-a's 8
+    submit(personas, pods=1, gpu=4, name="first")  # half of team-a's 8 GPU
+    job = submit(personas, pods=2, gpu=4)  # 8 GPU: 4 free
     assert job.status == JobStatus.QUEUING
     assert "team-a" in job.pending_reason and "GPU" in job.pending_reason
     assert (job.queue_position, job.queue_size) == (1, 1)
@@ -95,7 +96,7 @@ def test_it_fails_a_preempted_job_without_aimaster(personas):
 
 def test_it_changes_nothing_on_a_repeated_tick(personas):
     submit(personas, pods=2, gpu=2)
-    submit(personas, pods=3, gpu=4, name="too-big")
+    submit(personas, pods=2, gpu=4, name="waits")
     before = (Pod.objects.count(), JobEvent.objects.count(),
               list(Job.objects.values_list("status", "pending_reason", "queue_position")))
     scheduler_tick(now=timezone.now())

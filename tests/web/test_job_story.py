@@ -321,42 +321,42 @@ def _isolation(requested: str, missing: tuple[str, ...] = ()) -> Isolation:
                      netns=True, cgroups=1, seccomp=True)
 
 
-def test_it_shows_the_pod_sandbox(alice_client, cluster, quiet_broker, monkeypatch):
+def test_it_shows_the_pod_sandbox(admin_client, cluster, quiet_broker, monkeypatch):
     monkeypatch.setattr("apps.core.views.isolation_status", lambda requested: _isolation(
         requested))
-    response = alice_client.get(reverse("core:health"))
+    response = admin_client.get(reverse("core:health"))
     sandbox = text_of(section(response, "sandbox"))
     assert "Pod sandbox Isolated (strict) Isolated: bubblewrap (/usr/bin/bwrap), own uid" in sandbox
     assert "(this host, SANDBOX=strict )" in sandbox
     assert 'id="sandbox-alert"' not in response.content.decode()
 
 
-def test_it_says_in_red_that_a_strict_host_refuses_pods(alice_client, cluster, quiet_broker,
+def test_it_says_in_red_that_a_strict_host_refuses_pods(admin_client, cluster, quiet_broker,
                                                         monkeypatch):
     monkeypatch.setattr("apps.core.views.isolation_status", lambda requested: _isolation(
         "strict", ("bubblewrap is not installed",)))
-    content = alice_client.get(reverse("core:health")).content.decode()
+    content = admin_client.get(reverse("core:health")).content.decode()
     assert 'class="alert alert-error health-wide" role="alert" id="sandbox-alert"' in content
     assert "This host refuses to run pods" in content
     assert "What is missing: bubblewrap is not installed." in content
     assert '<p class="health-state is-bad">Refusing pods (strict)</p>' in content
 
 
-def test_it_says_in_red_that_pods_run_insecurely(alice_client, cluster, quiet_broker,
+def test_it_says_in_red_that_pods_run_insecurely(admin_client, cluster, quiet_broker,
                                                  monkeypatch):
     monkeypatch.setattr("apps.core.views.isolation_status", lambda requested: _isolation(
         "insecure", ("the agent does not run as root",)))
-    content = alice_client.get(reverse("core:health")).content.decode()
+    content = admin_client.get(reverse("core:health")).content.decode()
     assert 'class="alert alert-error health-wide"' in content
     assert "Pods run INSECURELY on this host" in content
     assert '<p class="health-state is-bad">Insecure (SANDBOX=insecure)</p>' in content
 
 
-def test_it_says_in_red_what_work_waits_too_long(alice_client, personas, cluster,
+def test_it_says_in_red_what_work_waits_too_long(admin_client, personas, cluster,
                                                   quiet_broker):
     from apps.agent.models import PodProcess
 
-    assert "Nothing behind" in text_of(section(alice_client.get(reverse("core:health")),
+    assert "Nothing behind" in text_of(section(admin_client.get(reverse("core:health")),
                                                "backlog"))
     job = submit(personas, pods=2)
     long_ago = timezone.now() - timedelta(minutes=5)
@@ -366,7 +366,7 @@ def test_it_says_in_red_what_work_waits_too_long(alice_client, personas, cluster
                                   queued_at=long_ago)
     Job.objects.filter(pk=submit(personas, name="stuck").pk).update(
         status=JobStatus.CREATING, submitted_at=long_ago)
-    backlog = text_of(section(alice_client.get(reverse("core:health")), "backlog"))
+    backlog = text_of(section(admin_client.get(reverse("core:health")), "backlog"))
     assert "Nothing behind" not in backlog
     assert "Pod starts waiting for an agent: 1 Waiting since" in backlog
     assert f"on node.{first.node.name} (1) (more than 60 s)" in backlog
@@ -374,18 +374,18 @@ def test_it_says_in_red_what_work_waits_too_long(alice_client, personas, cluster
     assert "Jobs not yet admitted (Creating): 1" in backlog
 
 
-def test_it_says_in_red_which_agents_run_pods_insecurely(alice_client, cluster, quiet_broker):
+def test_it_says_in_red_which_agents_run_pods_insecurely(admin_client, cluster, quiet_broker):
     now = timezone.now()
     for worker, mode, node in (("agent@a", "strict", 0), ("agent@b", "insecure", 1)):
         NodeAgent.objects.create(node=cluster["nodes"][node], worker=worker, hostname="h",
                                  address="10.0.0.5", sandbox=mode, last_seen=now)
-    content = alice_client.get(reverse("core:health")).content.decode()
+    content = admin_client.get(reverse("core:health")).content.decode()
     assert "<strong>Pods run INSECURELY</strong> under agent@b (" in content
     NodeAgent.objects.filter(worker="agent@b").update(sandbox="strict")
-    assert 'id="sandbox-alert"' not in alice_client.get(reverse("core:health")).content.decode()
+    assert 'id="sandbox-alert"' not in admin_client.get(reverse("core:health")).content.decode()
 
 
-def test_it_lists_node_agents_and_their_heartbeats(alice_client, cluster, quiet_broker):
+def test_it_lists_node_agents_and_their_heartbeats(admin_client, cluster, quiet_broker):
     now = timezone.now()
     for i, node in enumerate(cluster["nodes"][:2]):
         NodeAgent.objects.create(node=node, worker="agent@host-1", hostname="host-1",
@@ -394,7 +394,7 @@ def test_it_lists_node_agents_and_their_heartbeats(alice_client, cluster, quiet_
     heartbeat_record(name="agent:agent@host-1", now=now - timedelta(seconds=3),
                      detail="host-1 (10.0.0.5): 2 node(s); sandbox strict")
     heartbeat_record(name="beat", now=now)
-    response = alice_client.get(reverse("core:health"))
+    response = admin_client.get(reverse("core:health"))
     agents = section(response, "agents")
     page = text_of(agents)
     assert "Node agents (1 agent, 2 nodes)" in page
@@ -405,8 +405,8 @@ def test_it_lists_node_agents_and_their_heartbeats(alice_client, cluster, quiet_
     assert "beat" not in re.findall(r'<span class="mono">([^<]*)</span>', agents)
 
 
-def test_it_says_when_no_agent_has_reported(alice_client, cluster, quiet_broker):
-    assert "No agent has reported yet" in text(alice_client.get(reverse("core:health")))
+def test_it_says_when_no_agent_has_reported(admin_client, cluster, quiet_broker):
+    assert "No agent has reported yet" in text(admin_client.get(reverse("core:health")))
 
 
 def text_of(fragment: str) -> str:

@@ -559,3 +559,35 @@ def test_it_shows_why_a_spot_job_bids_from_the_last_market_step(
     listing = html_lib.unescape(alice_client.get(reverse("jobs:list")).content.decode())
     assert "bid ¥0.32/h < market ¥0.50/h for ecs.g7.xlarge" in listing
     assert "stock: needs 25 instances of ecs.g7.xlarge, 20 free" in listing
+
+
+@pytest.mark.parametrize("field, value, says", [
+    ("roles-0-cpu_cores", "1" + "0" * 40, "must be at most 10,000 cores per pod"),
+    ("roles-0-cpu_cores", "1e308", "must be at most 10,000 cores per pod"),
+    ("roles-0-memory_gib", "1e308", "must be at most 65,536 GiB per pod"),
+    ("roles-0-gpus", "9" * 40, "must be at most 1,024 GPUs per pod"),
+])
+def test_it_refuses_a_resource_config_no_node_could_ever_hold(alice_client, field, value,
+                                                              says):
+    response = alice_client.post(reverse("jobs:create"), quota_form(**{field: value}))
+    assert response.status_code == 200  # the form again, with the error beside the field
+    assert says in response.content.decode()
+    assert not Job.objects.exists()
+
+
+def test_it_refuses_a_quota_job_that_could_never_start(alice_client):
+    """team-a guarantees 8 GPU: 3 pods of 4 could never start without idle resources (in a
+    StrictFIFO queue they would block every job behind them), and no node holds a pod of
+    5 GPU at all. With idle resources the 12 GPU may be borrowed: accepted."""
+    response = alice_client.post(reverse("jobs:create"), quota_form(**{
+        "roles-0-pod_count": "3", "roles-0-gpus": "4"}))
+    content = html_lib.unescape(response.content.decode())
+    assert "the job needs 24 cores, 96 GiB, 12 GPU in all, more than quota team-a " \
+           "guarantees" in content and "it could never start" in content
+    response = alice_client.post(reverse("jobs:create"), quota_form(**{"roles-0-gpus": "5"}))
+    assert "more than any node of pool ecs-dedicated holds (the largest:" in \
+        html_lib.unescape(response.content.decode())
+    assert not Job.objects.exists()
+    response = alice_client.post(reverse("jobs:create"), quota_form(**{
+        "roles-0-pod_count": "3", "roles-0-gpus": "4", "idle_mode": "acceptable"}))
+    assert response.status_code == 302 and Job.objects.count() == 1

@@ -44,18 +44,21 @@ def test_it_sends_anonymous_users_to_the_login_page(client, db):
 def test_it_links_every_page_in_the_nav(alice_client, settings):
     html = alice_client.get(reverse("jobs:list")).content.decode()
     for name in ("jobs:list", "jobs:create", "cluster:quotas", "workspaces:access-keys",
-                 "core:health", "market:index", "billing:index"):
+                 "market:index", "billing:index"):
         assert f'href="{reverse(name)}"' in html, name
-    assert f'href="{settings.FLOWER_URL}"' in html
-    assert reverse("admin:index") not in html  # alice is not staff
+    # alice is not staff: no operations links at all
+    assert reverse("core:health") not in html
+    assert settings.FLOWER_URL not in html
+    assert reverse("admin:index") not in html
 
 
-def test_it_links_the_admin_for_staff(client, alice):
+def test_it_links_health_flower_and_the_admin_for_staff(client, alice, settings):
     alice.is_staff = True
     alice.save()
     client.force_login(alice)
     html = client.get(reverse("jobs:list")).content.decode()
-    assert f'href="{reverse("admin:index")}"' in html
+    for url in (reverse("core:health"), settings.FLOWER_URL, reverse("admin:index")):
+        assert f'href="{url}"' in html, url
 
 
 def test_it_offers_the_workspace_switcher(client, personas):

@@ -151,10 +151,10 @@ def test_it_requires_a_login_for_health(client, db):
     assert client.get(reverse("core:health")).status_code == 302
 
 
-def test_it_shows_beat_workers_nodes_and_jobs(alice_client, busy, fake_health):
+def test_it_shows_beat_workers_nodes_and_jobs(admin_client, busy, fake_health):
     fake_health(_snapshot())
     Node.objects.filter(name="gpu-node-3").update(status=Node.Status.LOST)
-    body = alice_client.get(reverse("core:health")).content.decode()
+    body = admin_client.get(reverse("core:health")).content.decode()
     assert "Running" in body and "Last heartbeat 4 s ago" in body
     assert "1 worker answered a ping" in body and "celery@agent-1" in body
     assert "<span>Ready</span><span class=\"count\">4</span>" in body
@@ -163,32 +163,35 @@ def test_it_shows_beat_workers_nodes_and_jobs(alice_client, busy, fake_health):
     assert reverse("core:healthz") in body and 'hx-trigger="every 10s"' in body
 
 
-def test_it_shows_a_stale_beat_and_a_down_broker(alice_client, db, fake_health):
+def test_it_shows_a_stale_beat_and_a_down_broker(admin_client, db, fake_health):
     fake_health(_snapshot(beat_ok=False, beat_last_seen=None, workers=[], broker_ok=False,
                           broker_error="ConnectionError: refused"))
-    body = alice_client.get(reverse("core:health")).content.decode()
+    body = admin_client.get(reverse("core:health")).content.decode()
     assert "Never seen" in body and "Broker unreachable" in body
     assert "ConnectionError: refused" in body
 
 
-def test_it_links_admin_only_for_staff(alice_client, admin_client, db, fake_health):
+def test_it_shows_health_only_to_staff(alice_client, admin_client, db, fake_health, settings):
     fake_health(_snapshot())
-    admin_url = reverse("admin:index")
-    assert f'href="{admin_url}"' not in alice_client.get(reverse("core:health")).content.decode()
-    assert f'href="{admin_url}"' in admin_client.get(reverse("core:health")).content.decode()
+    refused = alice_client.get(reverse("core:health"))
+    assert refused.status_code == 403
+    assert "The health page is for platform staff." in refused.content.decode()
+    body = admin_client.get(reverse("core:health")).content.decode()
+    assert f'href="{reverse("admin:index")}"' in body
+    assert f'href="{settings.FLOWER_URL}"' in body
 
 
-def test_it_serves_the_health_panel_as_a_fragment(alice_client, db, fake_health):
+def test_it_serves_the_health_panel_as_a_fragment(admin_client, db, fake_health):
     fake_health(_snapshot())
-    response = alice_client.get(reverse("core:health"), headers={"HX-Request": "true"})
+    response = admin_client.get(reverse("core:health"), headers={"HX-Request": "true"})
     body = response.content.decode()
     assert body.lstrip().startswith('<div id="health-panel"')
     assert "<html" not in body
 
 
-def test_it_reads_a_real_snapshot(alice_client, db):
+def test_it_reads_a_real_snapshot(admin_client, db):
     heartbeat_record(name="beat", now=timezone.now())
-    body = alice_client.get(reverse("core:health")).content.decode()
+    body = admin_client.get(reverse("core:health")).content.decode()
     assert "Running" in body and "Broker reachable" in body
 
 
