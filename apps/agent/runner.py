@@ -577,6 +577,16 @@ class PodProcess:
         shutil.rmtree(self.state_dir, ignore_errors=True)
 
 
+def running_shims(state_dir: Path) -> list[int]:
+    """The pids of the shims still running under an AGENT_STATE_DIR (every agent's)."""
+    found = []
+    for started in state_dir.glob(f"*/*/{shim.STARTED}"):
+        data = shim.read_json(started) or {}
+        if data.get("shim") and PodProcess(started.parent, started=data).alive():
+            found.append(int(data["shim"]))
+    return found
+
+
 def _stop_grace(state_dir: Path) -> float | None:
     try:
         return float((state_dir / shim.STOP).read_text().strip() or 0)

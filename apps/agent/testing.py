@@ -114,15 +114,9 @@ class AgentProcess:
 
     def shims(self) -> list[int]:
         """The pids of this agent's pod shims that still run."""
-        from apps.agent import runner, shim
+        from apps.agent.runner import running_shims
 
-        found = []
-        for started in (self.var_dir / "agent").glob(f"*/*/{shim.STARTED}"):
-            data = shim.read_json(started) or {}
-            pid = int(data.get("shim") or 0)
-            if pid and runner.PodProcess(started.parent, started=data).alive():
-                found.append(pid)
-        return found
+        return running_shims(self.var_dir / "agent")
 
     def kill_shims(self) -> None:
         """SIGKILL every shim left (its pod dies with it: --die-with-parent, pdeathsig)."""

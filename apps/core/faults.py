@@ -391,21 +391,22 @@ def _back(demo, victim: str, old_pid: int, *, after: int, timeout: float = 90.0)
     deadline = time.time() + timeout
     while time.time() < deadline:
         pid = demo.pids().get(victim)
-        if pid and pid != old_pid:
-            lines = demo.lines[after:]
-            if victim == "agent" and not any(" serves " in line for line in lines):
-                pass
-            elif victim == "web":
-                try:
-                    if demo.healthz() == 200:
-                        return time.time()
-                except OSError:
-                    pass
-            else:
-                return time.time()
+        if pid and pid != old_pid and _works(demo, victim, after=after):
+            return time.time()
         time.sleep(0.2)
     raise AssertionError(f"{victim} did not come back within {timeout:.0f}s:\n"
                          + "\n".join(demo.lines[-40:]))
+
+
+def _works(demo, victim: str, *, after: int) -> bool:
+    if victim == "agent":
+        return any(" serves " in line for line in demo.lines[after:])
+    if victim == "web":
+        try:
+            return demo.healthz() == 200
+        except OSError:
+            return False
+    return True
 
 
 def _read_samples(path: Path, agent_down: list[tuple[float, float]], report: Report) -> None:

@@ -92,15 +92,12 @@ class DemoProcess:
     def kill_shims(self) -> int:
         """SIGKILL the pod shims still running under this demo's agent (their pods die with
         them); how many there were."""
-        from apps.agent import runner, shim
+        from apps.agent.runner import running_shims
 
-        killed = 0
-        for started in (self.var / "agent").glob(f"*/*/{shim.STARTED}"):
-            data = shim.read_json(started) or {}
-            if data.get("shim") and runner.PodProcess(started.parent, started=data).alive():
-                os.kill(int(data["shim"]), signal.SIGKILL)
-                killed += 1
-        return killed
+        pids = running_shims(self.var / "agent")
+        for pid in pids:
+            os.kill(pid, signal.SIGKILL)
+        return len(pids)
 
     def healthz(self) -> int:
         with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/healthz", timeout=5) as r:

@@ -60,6 +60,17 @@ def sh(*argv: str) -> None:
     subprocess.run(argv, check=True, capture_output=True, timeout=30)
 
 
+def _attach(bridge: str, link: str, namespace: str, *, address: str, route: str) -> None:
+    """A new namespace with an eth0 on the bridge (the host side named `link`), its address
+    and one route."""
+    sh("ip", "netns", "add", namespace)
+    sh("ip", "link", "add", link, "type", "veth", "peer", "name", "eth0", "netns", namespace)
+    sh("ip", "link", "set", link, "master", bridge, "up")
+    sh("ip", "-n", namespace, "addr", "add", address, "dev", "eth0")
+    sh("ip", "-n", namespace, "link", "set", "eth0", "up")
+    sh("ip", "-n", namespace, "route", "add", route, "dev", "eth0")
+
+
 def listen_in(namespace: str) -> tuple[socket.socket, int]:
     """A TCP server on every address of a test host (0.0.0.0 there), accepting quietly."""
     inside = os.open(f"/run/netns/{namespace}", os.O_RDONLY)
@@ -167,14 +178,9 @@ def hosts(django_db_setup, django_db_blocker):
         sh("ip", "link", "set", bridge, "up")
         database, redis_url = _over_the_bridge(database, relays)
         for i, (host, namespace) in enumerate(names.items(), start=1):
-            sh("ip", "netns", "add", namespace)
-            sh("ip", "link", "add", f"{bridge}{i}", "type", "veth", "peer", "name", "eth0",
-               "netns", namespace)
-            sh("ip", "link", "set", f"{bridge}{i}", "master", bridge, "up")
-            sh("ip", "-n", namespace, "addr", "add", f"{BRIDGE_NET}.1{i}/24", "dev", "eth0")
-            sh("ip", "-n", namespace, "link", "set", "eth0", "up")
+            _attach(bridge, f"{bridge}{i}", namespace, address=f"{BRIDGE_NET}.1{i}/24",
+                    route=f"{WORLD}/32")
             sh("ip", "-n", namespace, "link", "set", "lo", "up")
-            sh("ip", "-n", namespace, "route", "add", f"{WORLD}/32", "dev", "eth0")
             node, cidr = HOSTS[host]
             agent = AgentProcess(
                 database=database, redis_url=redis_url, nodes=node,
@@ -187,13 +193,8 @@ def hosts(django_db_setup, django_db_blocker):
             agents[host] = agent.start()
         world = f"pwtb-w-{tag}"
         names_world = world
-        sh("ip", "netns", "add", world)
-        sh("ip", "link", "add", f"{bridge}w", "type", "veth", "peer", "name", "eth0",
-           "netns", world)
-        sh("ip", "link", "set", f"{bridge}w", "master", bridge, "up")
-        sh("ip", "-n", world, "addr", "add", f"{WORLD}/32", "dev", "eth0")
-        sh("ip", "-n", world, "link", "set", "eth0", "up")
-        sh("ip", "-n", world, "route", "add", f"{BRIDGE_NET}.0/24", "dev", "eth0")
+        _attach(bridge, f"{bridge}w", world, address=f"{WORLD}/32",
+                route=f"{BRIDGE_NET}.0/24")
         servers = {host: listen_in(namespace) for host, namespace in
                    [*names.items(), ("world", names_world)]}
         yield {"agents": agents, "namespaces": names, "bridge": bridge,
