@@ -2,7 +2,8 @@ from __future__ import annotations
 
 import os
 
-from django.core.wsgi import get_wsgi_application
-
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "paiweb.settings")
-application = get_wsgi_application()
+
+from apps.core.wsgi import application as _application  # noqa: E402
+
+application = _application()

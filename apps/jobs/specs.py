@@ -32,6 +32,7 @@ MAX_ENVS = 100
 MAX_ENV_VALUE_BYTES = 32 * 1024
 MAX_ENVS_TOTAL_BYTES = 256 * 1024  # "NAME=value" strings together
 MAX_DISPLAY_NAME = 256  # Job.display_name's max_length
+MAX_DATA_SOURCES = 32  # each is a bind mount in every pod of the job
 # A resource config's pod: far above any node, far below what the database columns hold.
 MAX_POD_CPU = 10_000 * 1000  # millicores
 MAX_POD_MEMORY = 64 * 1024 * 1024  # MiB (64 TiB)
@@ -191,7 +192,9 @@ def _check_basics(spec: JobSpec, errors: _Errors) -> None:
     if spec.success_policy not in SuccessPolicy.values:
         errors.add("success_policy", f"must be one of {', '.join(SuccessPolicy.values)}")
     _check_envs(spec.envs, errors)
-    for i, source in enumerate(spec.data_sources):
+    if len(spec.data_sources) > MAX_DATA_SOURCES:
+        errors.add("data_sources", f"must hold at most {MAX_DATA_SOURCES} data sources")
+    for i, source in enumerate(spec.data_sources[:MAX_DATA_SOURCES]):
         mount = str(source.get("mount_path", ""))
         if not source.get("uri"):
             errors.add(f"data_sources[{i}].uri", "is required")
