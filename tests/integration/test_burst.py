@@ -48,7 +48,7 @@ from django.conf import settings
 
 from apps.agent.models import PodProcess
 from apps.core.testing import DemoProcess
-from apps.jobs.models import Job, Pod
+from apps.jobs.models import Job, JobEvent, Pod
 from apps.workspaces.models import Workspace
 
 pytestmark = pytest.mark.own_database  # a demo on a PostgreSQL database of its own
@@ -269,11 +269,29 @@ def _watch_bidding(demo: DemoProcess, burst: Burst) -> subprocess.Popen:
     return helper
 
 
-def _details(conn: psycopg.Connection, job_ids) -> list[str]:
+def _details(conn: psycopg.Connection, job_ids, demo: DemoProcess | None = None) -> list[str]:
+    """Each job (the first 20): its status and reasons, its pods' processes, and what the
+    demo logged about them."""
+    job_ids = list(job_ids)[:20]
     rows = conn.execute(
         f"SELECT job_id, display_name, status, reason_code, reason_message, pending_reason "
-        f"FROM {Job._meta.db_table} WHERE job_id = ANY(%s) ORDER BY id", [list(job_ids)[:20]])
-    return [" | ".join(str(v)[:200] for v in row) for row in rows]
+        f"FROM {Job._meta.db_table} WHERE job_id = ANY(%s) ORDER BY id", [job_ids])
+    out = [" | ".join(str(v)[:200] for v in row) for row in rows]
+    for row in conn.execute(
+            f"SELECT pod.pod_id, pod.status, p.state, p.agent, p.queued_at, p.started_at "
+            f"FROM {Pod._meta.db_table} pod JOIN {Job._meta.db_table} j ON j.id = pod.job_id "
+            f"LEFT JOIN {PodProcess._meta.db_table} p ON p.pod_id = pod.id "
+            "WHERE j.job_id = ANY(%s) ORDER BY pod.id", [job_ids]):
+        out.append("  pod " + " | ".join(str(v) for v in row))
+    for row in conn.execute(
+            f"SELECT j.job_id, e.at, e.kind, e.message FROM {JobEvent._meta.db_table} e "
+            f"JOIN {Job._meta.db_table} j ON j.id = e.job_id WHERE j.job_id = ANY(%s) "
+            "ORDER BY e.id", [job_ids]):
+        out.append("  event " + " | ".join(str(v)[:200] for v in row))
+    if demo is not None:
+        out += [f"  log {line}" for line in demo.lines
+                if any(job_id in line for job_id in job_ids)][:40]
+    return out
 
 
 def _figures(conn: psycopg.Connection, burst: Burst) -> str:
@@ -354,9 +372,9 @@ def test_a_burst_of_400_create_jobs_settles_and_holds_few_connections():
         unsettled = set(burst.job_ids) - set(burst.settled_at)
         assert not unsettled, (
             f"{len(unsettled)} jobs neither ran nor waited with a reason within "
-            f"{SETTLE_BOUND:.0f}s:\n" + "\n".join(_details(conn, unsettled)))
+            f"{SETTLE_BOUND:.0f}s:\n" + "\n".join(_details(conn, unsettled, demo)))
         assert not burst.bad, f"{len(burst.bad)} jobs went wrong: {burst.bad}\n" + \
-            "\n".join(_details(conn, burst.bad))
+            "\n".join(_details(conn, burst.bad, demo))
         logged = [line for line in demo.lines if re.search(
             r"OperationalError|too many clients|raised unexpected", line)]
         assert not logged, "\n".join(logged[:20])
