@@ -8,6 +8,7 @@ real Redis. `.env.example` lists every variable.
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 from pathlib import Path
 
@@ -21,13 +22,41 @@ VAR_DIR.mkdir(parents=True, exist_ok=True)  # SQLite, the embedded Redis, pod wo
 
 from paiweb.secret_key import env_secret  # noqa: E402
 
-DEBUG = env_bool("DEBUG", True)
+# DEBUG is off unless the environment turns it on, but for two development entry points when
+# DEBUG is unset: `manage.py demo` (it hands DEBUG=true on to its children and its banner says
+# so) and a pytest run (pytest sets PYTEST_VERSION for its session and the demos, agents and
+# commands the tests start inherit it; pytest-django still runs each test with DEBUG False).
+_DEVELOPMENT = bool(os.environ.get("PYTEST_VERSION")) or (
+    Path(sys.argv[0]).name == "manage.py" and sys.argv[1:2] == ["demo"])
+DEBUG = env_bool("DEBUG", _DEVELOPMENT)
 # Outside DEBUG every process refuses to start without a real SECRET_KEY (unset, empty or the
 # old public default: ImproperlyConfigured). In DEBUG an unset one is this installation's
 # random key, generated once in VAR_DIR/secret-key (mode 0600): never a public value.
 SECRET_KEY = env_secret("SECRET_KEY", debug=DEBUG, var_dir=VAR_DIR)
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]", "testserver"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+
+# HTTPS, for a deployment behind a TLS-terminating proxy (docker compose: deploy/nginx/; its
+# settings pass `manage.py check --deploy`). All off by default, for plain-http development.
+SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", False)
+CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", False)
+SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", False)
+# The health probe answers over plain http too: compose's healthchecks call gunicorn directly.
+SECURE_REDIRECT_EXEMPT = [r"^healthz$"]
+SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", False)
+SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", False)
+# "HTTP_X_FORWARDED_PROTO,https": the header (as Django names it) and the value by which the
+# proxy says the client used https. Only behind a proxy that always sets it (or strips it).
+_proxy_ssl_header = env_list("SECURE_PROXY_SSL_HEADER", [])
+if _proxy_ssl_header and (len(_proxy_ssl_header) != 2
+                          or not _proxy_ssl_header[0].startswith("HTTP_")):
+    from django.core.exceptions import ImproperlyConfigured
+
+    raise ImproperlyConfigured(
+        "SECURE_PROXY_SSL_HEADER: expected HEADER,VALUE with the header as Django names it, "
+        f"e.g. HTTP_X_FORWARDED_PROTO,https; got {os.environ['SECURE_PROXY_SSL_HEADER']!r}")
+SECURE_PROXY_SSL_HEADER = tuple(_proxy_ssl_header) or None
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -107,6 +136,25 @@ AUTH_PASSWORD_VALIDATORS = [
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "jobs:list"
 LOGOUT_REDIRECT_URL = "login"
+
+# --- Throttling of failed sign-ins and bad AccessKey signatures (apps/core/throttle.py) ---
+# Failures are counted in Redis (REDIS_URL: shared by every web process, kept across
+# restarts) over a sliding window; a scope at its limit waits until its oldest failure in the
+# window is THROTTLE_WINDOW_SECONDS old (docs/operations.md, docs/api.md). Every sign-in form
+# (console and admin) goes through this backend.
+AUTHENTICATION_BACKENDS = ["apps.core.auth.ThrottledModelBackend"]
+THROTTLE_WINDOW_SECONDS = env_int("THROTTLE_WINDOW_SECONDS", 900, minimum=1)
+LOGIN_THROTTLE_PER_USERNAME = env_int("LOGIN_THROTTLE_PER_USERNAME", 5, minimum=1)
+LOGIN_THROTTLE_PER_ADDRESS = env_int("LOGIN_THROTTLE_PER_ADDRESS", 20, minimum=1)
+API_THROTTLE_PER_KEY_ADDRESS = env_int("API_THROTTLE_PER_KEY_ADDRESS", 10, minimum=1)
+API_THROTTLE_PER_ADDRESS = env_int("API_THROTTLE_PER_ADDRESS", 30, minimum=1)
+API_THROTTLE_PER_KEY = env_int("API_THROTTLE_PER_KEY", 100, minimum=1)
+THROTTLE_KEY_PREFIX = "throttle:"  # Redis keys; the tests use one prefix per test
+# The client address the throttles count against: REMOTE_ADDR, or behind N proxies that each
+# append to X-Forwarded-For (compose's nginx: 1), the N-th entry from its right. 0: no proxy
+# (X-Forwarded-For is ignored: a client could write anything there).
+TRUSTED_PROXY_COUNT = env_int("TRUSTED_PROXY_COUNT", 0, minimum=0)
+# --- end of throttling ---------------------------------------------------------------------
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = env_str("TIME_ZONE", "UTC")

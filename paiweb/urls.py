@@ -3,10 +3,17 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 from django.views.generic import RedirectView
 
+from apps.core.auth import AdminLoginForm, LoginForm, throttled_login
+
+# Both sign-in forms are throttled (apps/core/auth.py): they say so, with HTTP 429.
+admin.site.login_form = AdminLoginForm
+
 urlpatterns = [
     path("", RedirectView.as_view(pattern_name="jobs:list", permanent=False)),
-    path("login/", auth_views.LoginView.as_view(), name="login"),
+    path("login/", throttled_login(auth_views.LoginView.as_view(authentication_form=LoginForm)),
+         name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("admin/login/", throttled_login(admin.site.login)),  # before admin/: it wraps admin's
     path("admin/", admin.site.urls),
     path("api/v1/", include("apps.api.urls")),
     path("jobs/", include("apps.jobs.urls")),

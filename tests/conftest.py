@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import uuid
 from pathlib import Path
 
 import pytest
@@ -70,6 +71,13 @@ def _eager_celery(settings):
 def _no_processes_unless_asked(settings):
     """Placed pods count as running unless a test asks for real node agents."""
     settings.EXECUTION_BACKEND = "none"
+
+
+@pytest.fixture(autouse=True)
+def _own_throttle_counts(settings):
+    """Failed sign-ins and bad signatures count per test: the tests share one Redis (and
+    another run may share it too), and sign in from the same address as the same users."""
+    settings.THROTTLE_KEY_PREFIX = f"throttle-test-{uuid.uuid4().hex}:"
 
 
 @pytest.fixture

@@ -1,23 +1,29 @@
 """Who is calling: an AccessKey pair, proven by an ACS3-HMAC-SHA256 signature.
 
 The key acts as its user. Checks run cheapest first and the nonce is claimed last, so a
-request with a bad signature cannot burn somebody else's nonce.
+request with a bad signature cannot burn somebody else's nonce. Bad signatures are throttled
+(apps/core/throttle.py, the rule sign-ins use too) before any key is looked up.
 """
 
 from __future__ import annotations
 
 import logging
-from datetime import datetime, timedelta
+import math
+from datetime import UTC, datetime, timedelta
 from urllib.parse import quote
 
 import redis
 from cryptography.fernet import InvalidToken
+from django.conf import settings
 from django.http import HttpRequest
 from django.views.decorators.debug import sensitive_variables
 
 from apps.api import signature
+from apps.api.errors import throttling
+from apps.core.auth import client_address, throttle_scope
 from apps.core.errors import ApplicationError
 from apps.core.redis import redis_client
+from apps.core.throttle import Scope, throttle_check, throttle_fail, throttle_reset
 from apps.workspaces.models import AccessKey
 
 logger = logging.getLogger(__name__)
@@ -27,6 +33,18 @@ NONCE_TTL_SECONDS = 1800
 LAST_USED_RESOLUTION = timedelta(minutes=1)
 
 _STATUS = {"InvalidAccessKeyId.NotFound": 404}
+
+# What guessing looks like: a signature made without the secret, or a key that does not exist.
+# Counted per (key, address), per address and per key; over a limit, requests are refused
+# with 429 before the key is looked up or the signature checked (docs/api.md, Throttling).
+BAD_SIGNATURE_CODES = frozenset({"InvalidAccessKeyId.NotFound", "SignatureDoesNotMatch"})
+API_KEY_ADDRESS, API_ADDRESS, API_KEY = "api-key-address", "api-address", "api-key"
+_THROTTLED = {
+    API_KEY_ADDRESS: ("Throttling.User", "too many requests with a bad signature for this "
+                                         "AccessKeyId from your address"),
+    API_ADDRESS: ("Throttling", "too many requests with a bad signature from your address"),
+    API_KEY: ("Throttling.User", "too many requests with a bad signature for this AccessKeyId"),
+}
 
 
 def signed_request(request: HttpRequest) -> signature.SignedRequest:
@@ -56,7 +74,6 @@ def _refusal(error: signature.SignatureError) -> ApplicationError:
     return ApplicationError(error.code, error.message, status=_STATUS.get(error.code, 400))
 
 
-@sensitive_variables("secret")
 def authenticate(request: HttpRequest, *, now: datetime) -> AccessKey:
     """The enabled AccessKey that signed `request`, or an ApplicationError saying why not."""
     signed = signed_request(request)
@@ -67,6 +84,23 @@ def authenticate(request: HttpRequest, *, now: datetime) -> AccessKey:
     except signature.SignatureError as error:
         raise _refusal(error) from None
 
+    scopes = _throttle_scopes(auth.access_key_id, client_address(request))
+    _refuse_while_throttled(scopes, now)
+    try:
+        key = _key_that_signed(request, signed, auth)
+    except ApplicationError as error:
+        if error.code in BAD_SIGNATURE_CODES:
+            _count_failure(scopes, now)
+        raise
+    _claim_nonce(key.key_id, signed.headers["x-acs-signature-nonce"])
+    _touch(key, now)
+    _reset_failures(scopes[:1])  # this caller from this address holds the secret
+    return key
+
+
+@sensitive_variables("secret")
+def _key_that_signed(request: HttpRequest, signed: signature.SignedRequest,
+                     auth: signature.Authorization) -> AccessKey:
     key = next(iter(AccessKey.objects.select_related("user")
                     .filter(key_id=auth.access_key_id).order_by()[:1]), None)
     if key is None:
@@ -90,10 +124,49 @@ def authenticate(request: HttpRequest, *, now: datetime) -> AccessKey:
         signature.verify(signed, auth, secret=secret, paths=[raw] if raw else [])
     except signature.SignatureError as error:
         raise _refusal(error) from None
-
-    _claim_nonce(key.key_id, signed.headers["x-acs-signature-nonce"])
-    _touch(key, now)
     return key
+
+
+def _throttle_scopes(key_id: str, address: str) -> list[Scope]:
+    """(key, address) first and tight; the address; the key, looser (docs/api.md)."""
+    return [
+        throttle_scope(API_KEY_ADDRESS, f"{key_id} {address}",
+                       limit=settings.API_THROTTLE_PER_KEY_ADDRESS),
+        throttle_scope(API_ADDRESS, address, limit=settings.API_THROTTLE_PER_ADDRESS),
+        throttle_scope(API_KEY, key_id, limit=settings.API_THROTTLE_PER_KEY),
+    ]
+
+
+def _refuse_while_throttled(scopes: list[Scope], now: datetime) -> None:
+    try:
+        lock = throttle_check(store=redis_client(), scopes=scopes, now=now.timestamp())
+    except redis.RedisError:
+        logger.exception("Redis is unavailable: cannot throttle bad signatures")
+        raise _unavailable() from None
+    if lock is not None:
+        code, reason = _THROTTLED[lock.scope.kind]
+        retry_at = datetime.fromtimestamp(math.ceil(lock.until), UTC)
+        raise throttling(code, reason, retry_at=retry_at)
+
+
+def _count_failure(scopes: list[Scope], now: datetime) -> None:
+    try:
+        throttle_fail(store=redis_client(), scopes=scopes, now=now.timestamp())
+    except redis.RedisError:
+        logger.exception("Redis is unavailable: a bad signature was not counted")
+
+
+def _reset_failures(scopes: list[Scope]) -> None:
+    try:
+        throttle_reset(store=redis_client(), scopes=scopes)
+    except redis.RedisError:
+        logger.exception("Redis is unavailable: bad signatures were not reset")
+
+
+def _unavailable() -> ApplicationError:
+    return ApplicationError(
+        "ServiceUnavailable", "The service is temporarily unavailable.", status=503
+    )
 
 
 def _claim_nonce(key_id: str, nonce: str) -> None:
@@ -101,9 +174,7 @@ def _claim_nonce(key_id: str, nonce: str) -> None:
         fresh = redis_client().set(f"api:nonce:{key_id}:{nonce}", 1, nx=True, ex=NONCE_TTL_SECONDS)
     except redis.RedisError:
         logger.exception("Redis is unavailable: cannot check signature nonces")
-        raise ApplicationError(
-            "ServiceUnavailable", "The service is temporarily unavailable.", status=503
-        ) from None
+        raise _unavailable() from None
     if not fresh:
         raise ApplicationError("SignatureNonceUsed", "Specified signature nonce was used already.")
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import uuid
+from datetime import UTC, datetime
 
 from django.http import JsonResponse
 
@@ -37,6 +38,16 @@ def not_found(entity: str, ident: str) -> ApplicationError:
     return ApplicationError(
         f"EntityNotExist.{entity}", f"The {entity.lower()} {ident[:64]!r} does not exist.",
         status=404,
+    )
+
+
+def throttling(code: str, reason: str, *, retry_at: datetime) -> ApplicationError:
+    """429 `Throttling` (the caller's address) or `Throttling.User` (the AccessKeyId)."""
+    return ApplicationError(
+        code,
+        f"Request was denied due to {reason}. Retry after "
+        f"{retry_at.astimezone(UTC):%Y-%m-%dT%H:%M:%SZ}.",
+        status=429,
     )
 
 

@@ -1,0 +1,160 @@
+"""Sign-in throttling for every login form (the console's and the admin's), and the client
+address that throttles count against (apps/core/throttle.py holds the rule).
+
+The backend is Django's ModelBackend behind the throttle: a username with too many recent
+failures (from any address), or an address with too many (across usernames), is refused
+before the password is hashed, so a locked sign-in costs no CPU. Unknown usernames count
+exactly like known ones: the answer never tells whether an account exists. A success resets
+the username's count, never the address's (an attacker signing in to an account of their
+own must not wipe the failures they made on others).
+
+A refusal is noted on the request; the login forms show its message and `throttled_login`
+answers it with 429 (or 503 when Redis, the shared store, does not answer).
+"""
+
+from __future__ import annotations
+
+import functools
+import ipaddress
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import NoReturn
+
+from django.conf import settings
+from django.contrib.admin.forms import AdminAuthenticationForm
+from django.contrib.auth.backends import ModelBackend
+from django.contrib.auth.forms import AuthenticationForm
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.http import HttpRequest, HttpResponse
+from django.utils import timezone
+from redis import RedisError
+
+from apps.core.redis import redis_client
+from apps.core.throttle import Rule, Scope, throttle_check, throttle_fail, throttle_reset
+
+logger = logging.getLogger(__name__)
+
+LOGIN_USER = "login-user"
+LOGIN_ADDRESS = "login-address"
+
+
+def client_address(request: HttpRequest) -> str:
+    """REMOTE_ADDR; behind TRUSTED_PROXY_COUNT proxies, the entry of X-Forwarded-For that
+    the outermost trusted proxy appended (the n-th from the right: entries further left
+    are whatever the client sent). An IPv6 address counts as its /64, which one host
+    usually holds whole."""
+    address = request.META.get("REMOTE_ADDR") or ""
+    proxies = settings.TRUSTED_PROXY_COUNT
+    if proxies:
+        forwarded = [part.strip() for part in
+                     request.META.get("HTTP_X_FORWARDED_FOR", "").split(",") if part.strip()]
+        if forwarded:
+            address = forwarded[-min(proxies, len(forwarded))]
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return address[:100] or "unknown"
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            return str(ip.ipv4_mapped)
+        return str(ipaddress.ip_network(f"{ip}/64", strict=False))
+    return str(ip)
+
+
+def throttle_scope(kind: str, ident: str, *, limit: int) -> Scope:
+    """A scope under THROTTLE_WINDOW_SECONDS, in this installation's key namespace."""
+    return Scope(kind, ident, Rule(limit, settings.THROTTLE_WINDOW_SECONDS),
+                 namespace=settings.THROTTLE_KEY_PREFIX)
+
+
+def login_scopes(*, username: str, address: str | None) -> list[Scope]:
+    """The username's scope first; the address's when the attempt came over HTTP."""
+    scopes = [throttle_scope(LOGIN_USER, username, limit=settings.LOGIN_THROTTLE_PER_USERNAME)]
+    if address is not None:
+        scopes.append(
+            throttle_scope(LOGIN_ADDRESS, address, limit=settings.LOGIN_THROTTLE_PER_ADDRESS))
+    return scopes
+
+
+@dataclass(frozen=True, slots=True)
+class LoginRefusal:
+    message: str
+    status: int
+    retry_after: int | None = None
+
+
+class ThrottledModelBackend(ModelBackend):
+    """ModelBackend, refusing (PermissionDenied: no other backend is tried) while locked."""
+
+    def authenticate(self, request: HttpRequest | None, username: str | None = None,
+                     password: str | None = None, **kwargs):
+        if username is None or password is None:
+            return super().authenticate(request, username=username, password=password,
+                                        **kwargs)
+        now = timezone.now().timestamp()
+        scopes = login_scopes(username=username,
+                              address=client_address(request) if request is not None else None)
+        try:
+            lock = throttle_check(store=redis_client(), scopes=scopes, now=now)
+        except RedisError:
+            logger.exception("Redis is unavailable: sign-ins cannot be throttled")
+            _refuse(request, LoginRefusal(
+                "Sign-in is unavailable for a moment. Try again shortly.", status=503))
+        if lock is not None:
+            minutes = lock.minutes_left(now)
+            whom = "for this account" if lock.scope.kind == LOGIN_USER else "from your address"
+            _refuse(request, LoginRefusal(
+                f"Too many failed sign-ins {whom}. Try again in {minutes} "
+                f"minute{'s' if minutes != 1 else ''}.",
+                status=429, retry_after=lock.seconds_left(now)))
+        user = super().authenticate(request, username=username, password=password, **kwargs)
+        try:
+            if user is None:
+                throttle_fail(store=redis_client(), scopes=scopes, now=now)
+            else:
+                throttle_reset(store=redis_client(), scopes=scopes[:1])
+        except RedisError:
+            logger.exception("Redis is unavailable: a sign-in was not counted")
+        return user
+
+
+def _refuse(request: HttpRequest | None, refusal: LoginRefusal) -> NoReturn:
+    if request is not None:
+        request.login_refusal = refusal
+    raise PermissionDenied(refusal.message)
+
+
+class _ShowsRefusal:
+    """A login form that says why a throttled sign-in was refused, instead of "wrong
+    username or password"."""
+
+    def get_invalid_login_error(self) -> ValidationError:
+        refusal = getattr(self.request, "login_refusal", None)
+        if refusal is not None:
+            return ValidationError(refusal.message, code="throttled")
+        return super().get_invalid_login_error()
+
+
+class LoginForm(_ShowsRefusal, AuthenticationForm):
+    pass
+
+
+class AdminLoginForm(_ShowsRefusal, AdminAuthenticationForm):
+    pass
+
+
+def throttled_login(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """Wrap a login view: a refused sign-in answers with its status (429) and Retry-After."""
+
+    @functools.wraps(view)
+    def wrapper(request: HttpRequest, *args, **kwargs) -> HttpResponse:
+        response = view(request, *args, **kwargs)
+        refusal = getattr(request, "login_refusal", None)
+        if refusal is not None and response.status_code == 200:
+            response.status_code = refusal.status
+            if refusal.retry_after is not None:
+                response["Retry-After"] = str(refusal.retry_after)
+        return response
+
+    return wrapper
