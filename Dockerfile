@@ -1,5 +1,6 @@
 # One image for every role (web, worker, beat, flower, init); docker-compose.yml picks the
-# command. The project is installed in editable mode so that BASE_DIR stays /app, where
+# command; its proxy is the stock nginx image with deploy/nginx/paiweb.conf.template.
+# The project is installed in editable mode so that BASE_DIR stays /app, where
 # templates/, static/ and examples/ live.
 FROM python:3.12-slim
 
@@ -33,8 +34,8 @@ RUN mkdir -p paiweb apps \
 COPY --chown=paiweb:paiweb . .
 RUN pip install --no-deps -e . \
     && DEBUG=false SECRET_KEY=collectstatic-only python manage.py collectstatic --noinput -v 0 \
-    && mkdir -p /app/var \
-    && chown -R paiweb:paiweb /app/var /app/staticfiles
+    && mkdir -p /app/var /app/certs \
+    && chown -R paiweb:paiweb /app/var /app/staticfiles /app/certs
 
 USER paiweb
 EXPOSE 8000 5555

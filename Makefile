@@ -22,12 +22,13 @@ PYTEST_ARGS ?=
 PINNED_VENV ?= .venv-sdk-pinned
 PINNED_SDKS ?= alibabacloud_pai_dlc20201203==1.4.17 alibabacloud_aiworkspace20210204==3.0.1
 
-.PHONY: help demo test install install-test venv migrate cluster chromium bubblewrap lint \
+.PHONY: help demo test install install-test venv migrate cluster chromium bubblewrap nginx lint \
         test-api-pinned clean
 
 help:
 	@echo "make demo             set up .venv and the database, then run the whole console"
 	@echo "                      (web :8000, Flower :5555, worker, node agent, beat, embedded Redis)"
+	@echo "                      with DEBUG on unless DEBUG is set"
 	@echo "make test             install the test extras and run the whole test suite"
 	@echo "make test-api-pinned  run tests/api with the SDK versions the seed pins"
 	@echo "make lint             ruff"
@@ -83,6 +84,11 @@ install: venv $(VENV)/.installed
 install-test: venv $(VENV)/.installed-test
 
 # --- the demo ---------------------------------------------------------------------------
+# DEBUG is off unless asked for (paiweb/settings.py). Unless DEBUG is set, `manage.py demo`
+# turns it on itself (so it runs with the installation's generated SECRET_KEY; its banner says
+# so), and the demo's migrate and apply_cluster run with it too.
+migrate cluster: export DEBUG := $(or $(DEBUG),true)
+
 migrate: install
 	@$(PY) manage.py migrate --noinput
 
@@ -126,7 +132,20 @@ bubblewrap:
 	  exit 1; \
 	fi
 
-test: install-test chromium bubblewrap
+# The reverse proxy's tests (tests/integration/test_reverse_proxy.py) run the real nginx with
+# compose's config: installed like Chromium.
+nginx:
+	@if command -v nginx || [ -x /usr/sbin/nginx ]; then exit 0; fi >/dev/null 2>&1; \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  echo "Installing nginx for the reverse proxy tests (apt-get install nginx)"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx >/dev/null; \
+	else \
+	  echo "The reverse proxy tests need nginx:" >&2; \
+	  echo "    sudo apt-get update && sudo apt-get install -y nginx" >&2; \
+	  exit 1; \
+	fi
+
+test: install-test chromium bubblewrap nginx
 	@status=0; PAIWEB_CHROMIUM="$(CHROMIUM)" $(PY) -m pytest $(PYTEST_ARGS) || status=$$?; \
 	if [ $$status = 5 ]; then echo "pytest collected no tests: that counts as a failure" >&2; fi; \
 	exit $$status

@@ -63,6 +63,9 @@ class AgentProcess:
             "CELERY_TASK_ALWAYS_EAGER": "false",
             "PYTHONUNBUFFERED": "1",
             "AGENT_STOP_PODS_ON_EXIT": "true",
+            # DEBUG is off unless set: a test agent, also outside pytest (the benchmarks),
+            # runs as in development unless the caller says otherwise
+            "DEBUG": os.environ.get("DEBUG") or "true",
             **(env or {}),
         }
         self.argv = [sys.executable, "manage.py", "agent", "--nodes", nodes,

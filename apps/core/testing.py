@@ -47,7 +47,10 @@ class DemoProcess:
         self.env.update(PAIWEB_VAR_DIR=str(self.var), DJANGO_SETTINGS_MODULE="paiweb.settings",
                         PORT=str(self.port), FLOWER_PORT=str(self.flower),
                         EXECUTION_BACKEND=backend, PYTHONUNBUFFERED="1",
-                        SCHEDULER_REQUEUE_BACKOFF_SECONDS="0")
+                        SCHEDULER_REQUEUE_BACKOFF_SECONDS="0",
+                        # a development demo, also outside pytest (the fault runs): its
+                        # migrate and commands get the generated key as the demo does
+                        DEBUG="true")
         self.env.update(env or {})
         self.manage("migrate", "--noinput")
         if backend == "agent":

@@ -10,7 +10,9 @@ dies while starting up, the demo says which and stops the rest, exiting 1; once 
 console is up, a child that dies is started again alone,
 after a backoff (1 s, doubling to 30 s; reset once it has run a minute), and the demo says
 so. Its banner says that it runs with demo secrets (the per-installation
-generated key, the published passwords and AccessKeys of the demo cluster file).
+generated key, the published passwords and AccessKeys of the demo cluster file), with DEBUG
+on (settings.py turns it on for `manage.py demo` unless DEBUG is set; the children are told
+DEBUG=true), and Flower's login (FLOWER_BASIC_AUTH, else the demo admin's).
 
 Each child runs in its own session so that a Ctrl-C in the terminal reaches only this
 supervisor, which then stops the children in order (a worker's warm shutdown still needs
@@ -49,6 +51,9 @@ READY_TIMEOUT = 60.0  # how long to wait for the web server and Flower to accept
 MAX_UNIX_SOCKET_PATH = 100  # the kernel's limit is 107 bytes
 COLOURS = ("36", "33", "35", "32", "34", "31")  # ANSI cyan, yellow, magenta, green, blue, red
 DEMO_USERS = ("alice", "bob", "charlie", "admin")
+# Flower can revoke tasks and shows the broker's URL: never without a login, in the demo the
+# demo admin's unless FLOWER_BASIC_AUTH (user:password, Flower's own variable) says otherwise.
+DEMO_FLOWER_BASIC_AUTH = "admin:admin-demo-pw"
 
 
 @dataclass
@@ -376,6 +381,9 @@ class Command(BaseCommand):
             "REDIS_URL": redis_url,
             "FLOWER_URL": os.environ.get("FLOWER_URL") or flower_url,
             "EXECUTION_BACKEND": backend,
+            # Unset, DEBUG is on for the demo (settings.py): its children are told so.
+            "DEBUG": "true" if settings.DEBUG else "false",
+            "FLOWER_BASIC_AUTH": os.environ.get("FLOWER_BASIC_AUTH") or DEMO_FLOWER_BASIC_AUTH,
             "DJANGO_SETTINGS_MODULE": os.environ.get("DJANGO_SETTINGS_MODULE", "paiweb.settings"),
             "PYTHONUNBUFFERED": "1",
         }
@@ -469,12 +477,13 @@ class Command(BaseCommand):
             f"  console   {base}/",
             f"  admin     {base}/admin/",
             f"  health    {base}/health/",
-            f"  flower    {flower_url}/",
+            f"  flower    {flower_url}/  (login {_flower_login(supervisor.env)})",
             f"  redis     {_without_password(redis_url)}{embedded}",
             f"  database  {_without_password(settings.DATABASE_URL)}",
             "  pods      "
             + ("run as processes by the agent" if options["agent"] else "not run as processes")
             + f" (EXECUTION_BACKEND={supervisor.env['EXECUTION_BACKEND']})",
+            "  debug     " + _debug_line(),
             "  sandbox   " + _sandbox_line(supervisor.env.get("SANDBOX") or settings.SANDBOX),
             f"  logins    (from {options['cluster_file']}; SDK access keys are there too)",
         ]
@@ -484,6 +493,20 @@ class Command(BaseCommand):
         lines += ["Press Ctrl-C to stop everything.", ""]
         for line in lines:
             supervisor.say(line)
+
+
+def _flower_login(env: dict[str, str]) -> str:
+    """Flower's basic-auth login as `user / password` (the first, if several are given)."""
+    user, _, password = env["FLOWER_BASIC_AUTH"].split(",")[0].partition(":")
+    return f"{user} / {password}"
+
+
+def _debug_line() -> str:
+    if not settings.DEBUG:
+        return "DEBUG=false (from the environment)"
+    why = "from the environment" if os.environ.get("DEBUG", "").strip() else "the demo's default"
+    return (f"DEBUG=true ({why}): error pages show tracebacks and settings; "
+            "never run this in production")
 
 
 def _gunicorn_no_control_socket() -> list[str]:

@@ -1,0 +1,148 @@
+"""Production-safe defaults: DEBUG is off unless asked for, and the settings docker-compose.yml
+gives its services pass `manage.py check --deploy` without a warning. The compose file is
+read (and interpolated as compose does), so the test and the file cannot drift apart."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from apps.core.management.commands.demo import _debug_line
+from benchmarks.slow_clients import (
+    BASE_DIR,
+    compose_service,
+    compose_web_environment,
+    random_secret_key,
+)
+
+
+def manage(tmp_path: Path, *args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """`manage.py` with exactly `env` (and PATH): no PYTEST_VERSION, so no test defaults."""
+    environ = {"PATH": os.environ.get("PATH", ""), "PAIWEB_VAR_DIR": str(tmp_path), **env}
+    return subprocess.run([sys.executable, "manage.py", *args], cwd=BASE_DIR, env=environ,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_it_passes_check_deploy_with_the_environment_compose_gives_web(tmp_path):
+    env = compose_web_environment(random_secret_key())
+    assert env["DEBUG"] == "false"
+
+    result = manage(tmp_path, "check", "--deploy", "--fail-level", "WARNING", env=env)
+
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "System check identified no issues" in result.stdout
+    assert "WARNING" not in result.stderr
+
+
+@pytest.mark.parametrize("service", ["init", "worker", "agent", "beat", "flower"])
+def test_it_gives_every_app_service_the_same_settings_as_web(service):
+    web = compose_service("web", {"SECRET_KEY": "k", "FLOWER_BASIC_AUTH": "a:b"})
+    other = compose_service(service, {"SECRET_KEY": "k", "FLOWER_BASIC_AUTH": "a:b"})
+    assert web["environment"].items() <= other["environment"].items()
+
+
+def test_it_refuses_to_start_flower_without_a_login():
+    with pytest.raises(KeyError, match="FLOWER_BASIC_AUTH"):
+        compose_service("flower", {"SECRET_KEY": "k"})
+    flower = compose_service("flower", {"SECRET_KEY": "k", "FLOWER_BASIC_AUTH": "ops:pw"})
+    assert flower["environment"]["FLOWER_BASIC_AUTH"] == "ops:pw"
+    assert "ports" not in flower  # reached through the proxy only
+
+
+def test_it_publishes_only_the_proxy():
+    env = {"SECRET_KEY": "k", "FLOWER_BASIC_AUTH": "a:b"}
+    published = {name for name in ("postgres", "redis", "init", "web", "worker", "agent",
+                                   "beat", "flower", "proxy")
+                 if compose_service(name, env).get("ports")}
+    assert published == {"proxy"}
+    proxy = compose_service("proxy", env)
+    assert "web" in proxy["depends_on"]
+    template = proxy["volumes"][0].split(":")[0]
+    assert (BASE_DIR / template).resolve() == BASE_DIR / "deploy/nginx/paiweb.conf.template"
+
+
+def test_it_turns_debug_off_when_unset(tmp_path):
+    code = "from django.conf import settings; print(settings.DEBUG)"
+    result = manage(tmp_path, "shell", "-v", "0", "-c", code,
+                    env={"SECRET_KEY": random_secret_key()})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "False"
+
+
+def test_it_turns_debug_on_for_the_demo_when_unset(tmp_path):
+    """`manage.py demo` is development: unset, DEBUG is on there (so it needs no SECRET_KEY)."""
+    result = manage(tmp_path, "demo", "--help", env={})
+    assert result.returncode == 0, result.stderr
+
+
+def test_it_says_in_the_demo_banner_whether_debug_is_on(settings, monkeypatch):
+    monkeypatch.delenv("DEBUG", raising=False)
+    settings.DEBUG = True
+    assert _debug_line().startswith("DEBUG=true (the demo's default)")
+    monkeypatch.setenv("DEBUG", "true")
+    assert _debug_line().startswith("DEBUG=true (from the environment)")
+    settings.DEBUG = False
+    assert _debug_line() == "DEBUG=false (from the environment)"
+
+
+def test_it_refuses_to_start_without_a_secret_key_when_debug_is_unset(tmp_path):
+    result = manage(tmp_path, "check", env={})
+    assert result.returncode != 0
+    assert "SECRET_KEY is not set, and DEBUG is false" in result.stderr
+
+
+def test_it_shows_a_plain_404_when_debug_is_unset(tmp_path):
+    code = ("from django.test import Client; r = Client().get('/no-such-page/'); "
+            "print(r.status_code); print(r.content.decode())")
+    result = manage(tmp_path, "shell", "-v", "0", "-c", code,
+                    env={"SECRET_KEY": random_secret_key()})
+    assert result.returncode == 0, result.stderr
+    status, _, page = result.stdout.partition("\n")
+    assert status == "404"
+    for leak in ("URLconf", "paiweb.urls", "Traceback", "DEBUG = True", "api/v1/"):
+        assert leak not in page
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"SECURE_PROXY_SSL_HEADER": "X_FORWARDED_PROTO,https"}, "SECURE_PROXY_SSL_HEADER"),
+        ({"SECURE_PROXY_SSL_HEADER": "HTTP_X_FORWARDED_PROTO"}, "SECURE_PROXY_SSL_HEADER"),
+        ({"SECURE_HSTS_SECONDS": "a year"}, "SECURE_HSTS_SECONDS: expected a number"),
+        ({"SECURE_SSL_REDIRECT": "sure"}, "SECURE_SSL_REDIRECT: expected true or false"),
+        ({"SESSION_COOKIE_SECURE": "2"}, "SESSION_COOKIE_SECURE: expected true or false"),
+        ({"DEBUG": "maybe"}, "DEBUG: expected true or false"),
+    ],
+)
+def test_it_refuses_a_malformed_deployment_setting_at_start_up(tmp_path, env, message):
+    result = manage(tmp_path, "check", env={"SECRET_KEY": random_secret_key(), **env})
+    assert result.returncode != 0
+    assert message in result.stderr
+
+
+def test_it_trusts_the_proxy_header_it_is_given(tmp_path):
+    code = "from django.conf import settings; print(settings.SECURE_PROXY_SSL_HEADER)"
+    result = manage(tmp_path, "shell", "-v", "0", "-c", code,
+                    env={"SECRET_KEY": random_secret_key(),
+                         "SECURE_PROXY_SSL_HEADER": "HTTP_X_FORWARDED_PROTO,https"})
+    assert result.stdout.strip() == "('HTTP_X_FORWARDED_PROTO', 'https')", result.stderr
+
+
+def test_it_writes_a_self_signed_certificate_once(tmp_path):
+    from cryptography import x509
+    from django.core.management import call_command
+
+    call_command("selfsigned_cert", str(tmp_path / "certs"), "--name", "paiweb.example.com")
+    cert_path, key_path = tmp_path / "certs" / "cert.pem", tmp_path / "certs" / "key.pem"
+    cert = x509.load_pem_x509_certificate(cert_path.read_bytes())
+    names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert names.get_values_for_type(x509.DNSName) == ["paiweb.example.com"]
+    assert key_path.stat().st_mode & 0o777 == 0o600
+
+    before = cert_path.read_bytes()
+    call_command("selfsigned_cert", str(tmp_path / "certs"))  # a real one may be there now
+    assert cert_path.read_bytes() == before
