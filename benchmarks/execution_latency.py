@@ -32,6 +32,7 @@ sys.path.insert(0, str(ROOT))
 WORK = Path(tempfile.mkdtemp(prefix="pw-bench-"))
 os.environ.setdefault("DATABASE_URL", f"sqlite:///{WORK / 'bench.sqlite3'}")
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "paiweb.settings")
+os.environ.setdefault("DEBUG", "true")  # a development run: no SECRET_KEY needed
 os.environ["PAIWEB_VAR_DIR"] = str(WORK / "var")
 os.environ["EXECUTION_BACKEND"] = "agent"
 os.environ["CELERY_TASK_ALWAYS_EAGER"] = "false"

@@ -21,6 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "paiweb.settings")
+os.environ.setdefault("DEBUG", "true")  # a development run: no SECRET_KEY needed
 
 
 def main() -> int:

@@ -31,6 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "paiweb.settings")
+os.environ.setdefault("DEBUG", "true")  # a development run: no SECRET_KEY needed
 # Measure the market and billing, not the agents: no pod processes are started.
 os.environ["EXECUTION_BACKEND"] = "none"
 

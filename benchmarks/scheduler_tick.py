@@ -18,6 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "paiweb.settings")
+os.environ.setdefault("DEBUG", "true")  # a development run: no SECRET_KEY needed
 # Measure the scheduler, not the agents: placed pods count as running (no processes).
 os.environ["EXECUTION_BACKEND"] = "none"
 
