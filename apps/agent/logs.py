@@ -13,7 +13,7 @@ from pathlib import Path
 
 from apps.agent.models import PodProcess
 from apps.agent.supervisor import pod_paths
-from apps.jobs.models import Pod, PodStatus
+from apps.jobs.models import LIVE_POD_STATUSES, Pod
 
 FOLLOW_CHUNK_BYTES = 256 * 1024
 TAIL_BLOCK = 64 * 1024
@@ -30,7 +30,7 @@ def pod_log_finished(pod: Pod) -> bool:
     """True once nothing more will be written: the pod ended and its process is gone."""
     state = PodProcess.objects.filter(pod=pod).values_list("state", flat=True).first()
     if state is None:
-        return pod.status not in {PodStatus.PENDING, PodStatus.RUNNING}
+        return pod.status not in LIVE_POD_STATUSES
     return state in {PodProcess.State.EXITED, PodProcess.State.CANCELLED}
 
 

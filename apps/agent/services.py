@@ -26,6 +26,7 @@ from apps.cluster.models import Node
 from apps.core.models import Heartbeat
 from apps.core.services import heartbeat_record
 from apps.jobs.models import (
+    LIVE_POD_STATUSES,
     Checkpoint,
     ExecutionMode,
     Job,
@@ -38,11 +39,11 @@ from apps.jobs.models import (
     SuccessPolicy,
 )
 from apps.jobs.services import job_event, job_transition
+from apps.scheduler.services import pods_lost_gpu_seconds
 
 logger = logging.getLogger(__name__)
 
 PUBLIC_QUEUE = "public"
-LIVE = (PodStatus.PENDING, PodStatus.RUNNING)
 RUNNABLE_JOB_STATUSES = (JobStatus.ENV_PREPARING, JobStatus.RUNNING, JobStatus.RESTARTING)
 # A pod the kernel or the disk watchdog stopped at one of its limits (docs/execution.md).
 LIMIT_REASONS = ("OOMKilled", "TooManyProcesses", "DiskQuotaExceeded")
@@ -129,7 +130,7 @@ def _assign_gpus(pods: Sequence[Pod]) -> None:
             pod.gpu_ids = ",".join(str(i) for i in range(pod.role.gpu))
     for node_id, group in by_node.items():
         used: set[int] = set()
-        holders = (Pod.objects.filter(node_id=node_id, status__in=LIVE)
+        holders = (Pod.objects.filter(node_id=node_id, status__in=LIVE_POD_STATUSES)
                    .exclude(pk__in=[p.pk for p in group]).exclude(gpu_ids=""))
         for ids in holders.values_list("gpu_ids", flat=True):
             used |= _gpu_set(ids)
@@ -209,8 +210,8 @@ def pods_terminate(*, job: Job, pods: Iterable[Pod], now: datetime, reason: str)
 def _pods_end(*, job: Job, pods: Sequence[Pod], status: str, reason: str, message: str,
               now: datetime) -> None:
     """Give the still-live `pods` a final status and make their processes go away."""
-    live = [p for p in pods if p.status in LIVE]
-    Pod.objects.filter(pk__in=[p.pk for p in live], status__in=LIVE).update(
+    live = [p for p in pods if p.status in LIVE_POD_STATUSES]
+    Pod.objects.filter(pk__in=[p.pk for p in live], status__in=LIVE_POD_STATUSES).update(
         status=status, reason=reason, message=message[:2000], finished_at=now)
     pods_terminate(job=job, pods=live, now=now, reason=message)
 
@@ -311,7 +312,8 @@ def pod_report_exit(*, pod_id: str, exit_code: int | None, now: datetime, reason
     pod = Pod.objects.select_related("role", "node").get(pk=found[0])
     PodProcess.objects.filter(pod=pod).update(
         state=PodProcess.State.EXITED, exit_code=exit_code, exited_at=now)
-    if pod.status not in LIVE:  # Stopped or Preempted first: keep that, note the exit code
+    # Stopped or Preempted first: keep that, note the exit code
+    if pod.status not in LIVE_POD_STATUSES:
         if pod.exit_code is None and exit_code is not None:
             Pod.objects.filter(pk=pod.pk).update(exit_code=exit_code)
         return
@@ -383,20 +385,6 @@ def _nodes_ready(pods: Iterable[Pod]) -> bool:
     return all(p.node_id is None or p.node.status == Node.Status.READY for p in pods)
 
 
-def lost_gpu_seconds(*, job: Job, pods: Iterable[Pod], now: datetime) -> float:
-    """GPU-seconds the pods computed since the job's last checkpoint, or since they started
-    when that checkpoint is older (the attempt resumed from it). CPU-only pods count 0: the
-    unit is the scheduler's and the market's, GPU-seconds."""
-    lost = 0.0
-    for pod in pods:
-        if pod.started_at is None or not pod.role.gpu:
-            continue
-        since = max(pod.started_at, job.last_checkpoint_at or pod.started_at)
-        end = pod.finished_at or now
-        lost += pod.role.gpu * max((end - since).total_seconds(), 0.0)
-    return lost
-
-
 def _count_restart(*, job: Job, now: datetime, cause: str, message: str, lost: float) -> None:
     job.restart_times += 1
     job.attempt += 1
@@ -436,7 +424,7 @@ def _job_restart(*, job: Job, current: Sequence[Pod], now: datetime, cause: str,
                  message: str) -> None:
     """Sync: restart the whole job in place — every pod of the attempt is replaced on the
     same node (their room is the job's already); the old pods stay as history pods."""
-    lost = lost_gpu_seconds(job=job, pods=current, now=now)
+    lost = pods_lost_gpu_seconds(job=job, pods=current, now=now)
     _pods_end(job=job, pods=current, status=PodStatus.STOPPED, reason="JobRestarting",
               message=f"Stopped for an AIMaster restart: {message}", now=now)
     _count_restart(job=job, now=now, cause=cause, message=message, lost=lost)
@@ -446,12 +434,12 @@ def _job_restart(*, job: Job, current: Sequence[Pod], now: datetime, cause: str,
 def _pods_restart(*, job: Job, failed: Sequence[Pod], now: datetime, message: str) -> None:
     """Async: replace only the failed pods. The job still gets a new attempt number (so the
     failed pods become history pods); the pods that carry on are moved into it."""
-    lost = lost_gpu_seconds(job=job, pods=failed, now=now)
+    lost = pods_lost_gpu_seconds(job=job, pods=failed, now=now)
     old_attempt = job.attempt
     _count_restart(job=job, now=now, cause="PodFailed", message=message, lost=lost)
     Pod.objects.filter(job=job, attempt=old_attempt).exclude(
         pk__in=[p.pk for p in failed]
-    ).filter(status__in=[*LIVE, PodStatus.SUCCEEDED]).update(attempt=job.attempt)
+    ).filter(status__in=[*LIVE_POD_STATUSES, PodStatus.SUCCEEDED]).update(attempt=job.attempt)
     _replacements(job=job, pods=failed, now=now)
 
 
@@ -462,7 +450,7 @@ def _job_requeue(*, job: Job, current: Sequence[Pod], now: datetime, cause: str,
     requeued, spending no restart (`apps.scheduler.services.jobs_requeue_or_fail`)."""
     from apps.scheduler.services import job_requeue_or_fail
 
-    lost = lost_gpu_seconds(job=job, pods=current, now=now)
+    lost = pods_lost_gpu_seconds(job=job, pods=current, now=now)
     _pods_end(job=job, pods=current, status=PodStatus.STOPPED, reason=cause,
               message=f"Stopped: {message}", now=now)
     back = JobStatus.BIDDING if job.resource_source == ResourceSource.SPOT else JobStatus.QUEUING
@@ -474,7 +462,7 @@ def _job_requeue(*, job: Job, current: Sequence[Pod], now: datetime, cause: str,
 def _job_end(*, job: Job, status: str, now: datetime, reason_code: str, message: str,
              pod_reason: str = "") -> None:
     """The job Succeeded or Failed: stop whatever of it still runs, free its room."""
-    live = list(Pod.objects.filter(job=job, status__in=LIVE))
+    live = list(Pod.objects.filter(job=job, status__in=LIVE_POD_STATUSES))
     _pods_end(job=job, pods=live, status=PodStatus.STOPPED,
               reason=pod_reason or ("JobSucceeded" if status == JobStatus.SUCCEEDED
                                     else "JobFailed"),
@@ -611,7 +599,7 @@ def public_pods_lost(*, cutoff: datetime, now: datetime) -> list[str]:
     as of its last heartbeat), and their jobs are requeued as a platform interruption.
     Returns the silent agents' names."""
     agents = set(PodProcess.objects.filter(
-        pod__node__isnull=True, pod__status__in=LIVE,
+        pod__node__isnull=True, pod__status__in=LIVE_POD_STATUSES,
         state__in=[PodProcess.State.STARTING, PodProcess.State.RUNNING],
     ).values_list("agent", flat=True))
     beats = dict(Heartbeat.objects.filter(name__in=[_agent_beat(a) for a in agents])
@@ -621,7 +609,8 @@ def public_pods_lost(*, cutoff: datetime, now: datetime) -> list[str]:
     for agent in silent:
         message = (f"The agent {agent}, which ran this pod of the public pool, stopped "
                    f"reporting: no heartbeat for {settings.NODE_LOST_AFTER:g}s")
-        pods = Pod.objects.filter(node__isnull=True, status__in=LIVE, process__agent=agent)
+        pods = Pod.objects.filter(node__isnull=True, status__in=LIVE_POD_STATUSES,
+                                  process__agent=agent)
         for job_pk in sorted(set(pods.values_list("job_id", flat=True))):
             with transaction.atomic():
                 job = _lock_job(job_pk)
@@ -651,7 +640,7 @@ def node_fail_pods(*, node: Node, now: datetime) -> int:
         with transaction.atomic():
             job = _lock_job(job_pk)
             _pods_lost(job=job, pods=list(Pod.objects.filter(job=job, node=node,
-                                                             status__in=LIVE)),
+                                                             status__in=LIVE_POD_STATUSES)),
                        seen=node.last_heartbeat, message=message, now=now)
             job_event(job=job, kind="NodeLost", message=message, now=now)
             if job.status in RUNNABLE_JOB_STATUSES:
@@ -662,7 +651,7 @@ def node_fail_pods(*, node: Node, now: datetime) -> int:
 
 def _jobs_on(node: Node) -> list[int]:
     """The jobs with live pods on the node, in lock order."""
-    return sorted(set(Pod.objects.filter(node=node, status__in=LIVE)
+    return sorted(set(Pod.objects.filter(node=node, status__in=LIVE_POD_STATUSES)
                       .values_list("job_id", flat=True)))
 
 
@@ -678,7 +667,7 @@ def _pods_lost(*, job: Job, pods: Sequence[Pod], seen: datetime | None, message:
     that still runs is told to stop."""
     seen = min(seen or now, now)
     for pod in pods:
-        Pod.objects.filter(pk=pod.pk, status__in=LIVE).update(
+        Pod.objects.filter(pk=pod.pk, status__in=LIVE_POD_STATUSES).update(
             status=PodStatus.FAILED, reason="NodeLost", message=message[:2000],
             finished_at=max(seen, pod.started_at or seen))
     pods_terminate(job=job, pods=pods, now=now, reason=message)

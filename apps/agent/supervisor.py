@@ -38,6 +38,7 @@ from django.db import connection
 from django.utils import timezone
 
 from apps.agent import cgroups, housekeeping, netns, runner, services
+from apps.jobs.models import LIVE_POD_STATUSES
 
 logger = logging.getLogger(__name__)
 
@@ -682,7 +683,7 @@ def _check(entry: _Entry, watch: services.PodWatch | None, now: datetime) -> Non
     if time.monotonic() >= entry.next_disk_check:
         entry.next_disk_check = time.monotonic() + settings.POD_DISK_CHECK_SECONDS
         _check_disk(entry)
-    if watch is None or watch.status not in services.LIVE:
+    if watch is None or watch.status not in LIVE_POD_STATUSES:
         if process.stop_requested_at is None:
             process.request_stop(launch.grace)  # stopped, preempted or failed elsewhere
     elif watch.deadline is not None and now >= watch.deadline:

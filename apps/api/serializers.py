@@ -17,6 +17,7 @@ from typing import Any
 from apps.cluster.models import InstanceType, Quota
 from apps.jobs.models import Job, JobEvent, JobRole, Pod, ResourceSource, StatusTransition
 from apps.jobs.specs import spot_price_range_per_minute
+from apps.market import pricing
 from apps.workspaces.models import Workspace
 
 # Job.idle_mode ↔ DLC's Settings.OversoldType
@@ -319,7 +320,7 @@ def ecs_spec(
     low, high = spot_price_range_per_minute(itype)
     sold = itype.public_capacity > 0
     spot = sold and itype.spot_enabled
-    stock = itype.public_capacity - spot_in_use - payg_in_use
+    stock = pricing.spot_stock(itype.public_capacity, payg_in_use, spot_in_use)
     payment_types = (["PostPaid"] if sold else []) + (["Spot"] if spot else [])
     return compact(
         {

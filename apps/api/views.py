@@ -37,12 +37,12 @@ from apps.api.errors import (
 from apps.cluster.models import InstanceType, Quota
 from apps.core.errors import ApplicationError, ValidationFailed
 from apps.jobs.models import (
+    LIVE_POD_STATUSES,
     Job,
     JobEvent,
     JobRole,
     JobStatus,
     Pod,
-    PodStatus,
     ResourceSource,
     StatusTransition,
 )
@@ -407,7 +407,7 @@ def _public_instances_in_use(type_ids: list[int]) -> dict[int, dict[str, int]]:
     rows = (
         Pod.objects.filter(
             role__instance_type__in=type_ids,
-            status__in=[PodStatus.PENDING, PodStatus.RUNNING],
+            status__in=LIVE_POD_STATUSES,
             job__resource_source__in=[ResourceSource.PUBLIC, ResourceSource.SPOT],
         )
         .values("role__instance_type", "job__resource_source")

@@ -29,7 +29,7 @@ from django.db import connection, transaction
 from apps.billing.models import BillLine, PayType, PodMeter
 from apps.cluster.models import InstanceType
 from apps.core.db import Epoch, pks_update, rows_insert
-from apps.jobs.models import Pod, PodStatus, ResourceSource
+from apps.jobs.models import LIVE_POD_STATUSES, Pod, PodStatus, ResourceSource
 from apps.market import pricing
 
 log = logging.getLogger(__name__)
@@ -37,7 +37,6 @@ log = logging.getLogger(__name__)
 CHUNK = 2000
 MAX_MINUTES_PER_RUN = 1440  # per pod: a long outage is billed over several runs
 PAY_TYPES = {ResourceSource.SPOT: PayType.SPOT, ResourceSource.PUBLIC: PayType.POSTPAID}
-LIVE_POD_STATUSES = (PodStatus.PENDING, PodStatus.RUNNING)
 
 
 def pod_meters_open(*, pod_ids: Iterable[int], new: bool = False) -> None:

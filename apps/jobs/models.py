@@ -252,6 +252,10 @@ class PodStatus(models.TextChoices):
     STOPPED = "Stopped"
 
 
+# Pods that hold room (a node's, or the public pool's instances) until they end.
+LIVE_POD_STATUSES = (PodStatus.PENDING, PodStatus.RUNNING)
+
+
 class Pod(models.Model):
     """One pod of one attempt; pods of earlier attempts stay as history pods."""
 

@@ -39,6 +39,7 @@ from apps.jobs.models import (
     StatusTransition,
 )
 from apps.jobs.specs import spot_price_range_per_minute
+from apps.market import pricing
 from apps.workspaces.models import Membership
 from apps.workspaces.selectors import workspace_list, workspace_role
 
@@ -205,11 +206,17 @@ def job_roles(*, job: Job) -> list[RoleBid]:
 
 
 def role_bid_per_hour(role: JobRole) -> Decimal | None:
-    if role.spot_price_limit is not None:
-        return role.spot_price_limit * 60
-    if role.spot_discount_limit is not None and role.instance_type is not None:
-        return role.spot_discount_limit * role.instance_type.price_per_hour
-    return None
+    """The role's bid limit per instance-hour as the market judges it
+    (`pricing.bid_limit_per_hour`); None for a role without an instance type or a bid."""
+    if role.instance_type is None:
+        return None
+    try:
+        return pricing.bid_limit_per_hour(
+            role.instance_type.price_per_hour, discount=role.spot_discount_limit,
+            price_limit_per_minute=role.spot_price_limit,
+        )
+    except pricing.MarketError:
+        return None
 
 
 def job_live(*, job: Job) -> JobLive:
@@ -287,7 +294,7 @@ class PriceInfo:
 
     @property
     def low_per_hour(self) -> Decimal:
-        return self.low_per_minute * 60
+        return pricing.per_minute_to_hour(self.low_per_minute)  # the market's floor
 
     @property
     def high_per_hour(self) -> Decimal:
@@ -297,11 +304,15 @@ class PriceInfo:
     def discount_per_hour(self) -> Decimal | None:
         if self.discount is None:
             return None
-        return self.discount * self.instance_type.price_per_hour
+        return pricing.bid_limit_per_hour(self.instance_type.price_per_hour,
+                                          discount=self.discount, price_limit_per_minute=None)
 
     @property
     def price_limit_per_hour(self) -> Decimal | None:
-        return None if self.price_limit is None else self.price_limit * 60
+        if self.price_limit is None:
+            return None
+        return pricing.bid_limit_per_hour(self.instance_type.price_per_hour, discount=None,
+                                          price_limit_per_minute=self.price_limit)
 
     @property
     def price_limit_in_range(self) -> bool:

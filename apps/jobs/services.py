@@ -13,6 +13,7 @@ from apps.core.errors import ApplicationError
 from apps.jobs.execution import pods_stopping
 from apps.jobs.models import (
     FINISHED_STATUSES,
+    LIVE_POD_STATUSES,
     Checkpoint,
     Job,
     JobEvent,
@@ -321,7 +322,7 @@ def job_stop(*, job: Job, by, now: datetime | None = None) -> Job:
     if job.status == JobStatus.STOPPING:
         return job
     who = by.get_username() if by is not None else "system"
-    live = list(Pod.objects.filter(job=job, status__in=[PodStatus.PENDING, PodStatus.RUNNING]))
+    live = list(Pod.objects.filter(job=job, status__in=LIVE_POD_STATUSES))
     Pod.objects.filter(pk__in=[p.pk for p in live]).update(
         status=PodStatus.STOPPED, reason="JobStopped", message=f"Stopped by {who}", finished_at=now
     )

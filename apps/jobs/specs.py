@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
+from decimal import Decimal, InvalidOperation
 
 from apps.cluster.models import InstanceType, Quota, ResourceType
 from apps.core.errors import ValidationFailed
@@ -21,6 +21,7 @@ from apps.jobs.models import (
     ResourceSource,
     SuccessPolicy,
 )
+from apps.market import pricing
 
 SPOT_DISCOUNTS = tuple(Decimal(f"0.{n}") for n in range(1, 10))
 MAX_PODS_PER_ROLE = 1000
@@ -98,16 +99,14 @@ class ResolvedJob:
 def spot_price_range_per_minute(
     instance_type: InstanceType, *, floor_ratio: Decimal | None = None
 ) -> tuple[Decimal, Decimal]:
-    """The instance type's market price range in CNY per instance-minute: [floor, original].
-    The floor follows the market's configured ratio (the cluster file's [market] table)."""
+    """The SpotPriceLimits an instance type takes, CNY per instance-minute
+    (`pricing.price_limit_range`). The floor follows the market's configured ratio (the
+    cluster file's [market] table)."""
     if floor_ratio is None:
         from apps.market.selectors import market_params  # the market imports the jobs app
 
         floor_ratio = market_params().floor_ratio
-    original = instance_type.price_per_hour / 60
-    quantum = Decimal("0.000001")
-    low = (original * floor_ratio).quantize(quantum, rounding=ROUND_HALF_UP)
-    return low, original.quantize(quantum, rounding=ROUND_HALF_UP)
+    return pricing.price_limit_range(instance_type.price_per_hour, floor_ratio)
 
 
 def as_decimal(value) -> Decimal | None:

@@ -29,7 +29,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
+from decimal import ROUND_CEILING, ROUND_HALF_UP, Decimal, InvalidOperation
 from operator import itemgetter
 from typing import Literal, NamedTuple
 
@@ -70,10 +70,31 @@ def hour_to_per_minute(price_per_hour: Decimal) -> Decimal:
     return (_decimal(price_per_hour) / 60).quantize(MINUTE_QUANTUM, rounding=ROUND_HALF_UP)
 
 
+def spot_stock(capacity: int, payg_used: int, spot_used: int) -> int:
+    """A type's spot stock: the public instances neither pay-as-you-go nor spot holds. Never
+    negative, though usage may exceed capacity when a node leaves the public pool."""
+    return max(0, capacity - payg_used - spot_used)
+
+
 def price_floor(original_price: Decimal, floor_ratio: Decimal = DEFAULT_FLOOR_RATIO) -> Decimal:
-    """The lowest market price: `floor_ratio` of the original, on the grid (half up, as the
-    job form rounds the bottom of the SpotPriceLimit range)."""
+    """The lowest market price: `floor_ratio` of the original, on the grid (half up). The
+    lowest SpotPriceLimit, `price_limit_range`, bids exactly this."""
     return min(quantize_price(original_price * floor_ratio), original_price)
+
+
+def price_limit_range(
+    original_price: Decimal, floor_ratio: Decimal = DEFAULT_FLOOR_RATIO,
+) -> tuple[Decimal, Decimal]:
+    """The SpotPriceLimits a role may bid on an instance type, in the API's unit (CNY per
+    instance-minute, on the 0.000001 grid): from the lowest limit that bids the market's
+    floor to the original price. Both convert back (`per_minute_to_hour`) to exactly the
+    floor and the original; one quantum below the lowest would bid under the floor and
+    never start."""
+    floor = price_floor(original_price, floor_ratio)
+    # A per-hour price rounds (half up) to the floor from half a quantum below it.
+    lowest_hour = max(floor - PRICE_QUANTUM / 2, Decimal(0))
+    low = (lowest_hour / 60).quantize(MINUTE_QUANTUM, rounding=ROUND_CEILING)
+    return low, hour_to_per_minute(original_price)
 
 
 def bid_limit_per_hour(
@@ -135,7 +156,7 @@ class TypeMarket:
 
     @property
     def spot_stock(self) -> int:
-        return max(0, self.capacity - self.payg_used - self.spot_used)
+        return spot_stock(self.capacity, self.payg_used, self.spot_used)
 
     @property
     def demand(self) -> int:
@@ -399,10 +420,7 @@ def spot_headroom(
     book = _Book.open(markets, [r for r in running if r.running], prices=prices,
                       averages=averages)
     _reclaim_on_price(book)
-    headroom = {
-        t: max(0, m.capacity - book.payg_used[t] - book.spot_used[t])
-        for t, m in book.markets.items()
-    }
+    headroom = {t: book.stock(t) for t in book.markets}
     over = {t for t, m in book.markets.items()
             if book.payg_used[t] + book.spot_used[t] > m.capacity}
     for request in book.running.values():
@@ -459,8 +477,8 @@ class _Book:
         )
 
     def stock(self, instance_type: str) -> int:
-        used = self.payg_used[instance_type] + self.spot_used[instance_type]
-        return max(0, self.markets[instance_type].capacity - used)
+        return spot_stock(self.markets[instance_type].capacity, self.payg_used[instance_type],
+                          self.spot_used[instance_type])
 
     def held_to(self, instance_type: str) -> tuple[Decimal, str]:
         """What a running job's bid must cover to keep running, and its name."""
@@ -515,7 +533,7 @@ def _reclaim_on_price(book: _Book) -> list[Reclaim]:
             limit, name = book.held_to(t)
             if bid < limit:
                 code = "SpotPriceExceeded" if name == "market" else "SpotAveragePriceExceeded"
-                reason = f"bid {_yuan(bid)} < {name} {_yuan(limit)} for {t}"
+                reason = f"bid {yuan(bid)}/h < {name} {yuan(limit)}/h for {t}"
                 reclaims.append(Reclaim(request.job_id, code, reason, rebid=request.aimaster))
                 book.release(request)
                 break
@@ -605,7 +623,7 @@ def _pick_victims(
 
 
 def _shortage(book: _Book, victim: SpotRequest, reason: str, *types: str) -> Reclaim:
-    bids = ", ".join(_yuan(b) for t, _, b in victim.needs if t in types)
+    bids = ", ".join(f"{yuan(b)}/h" for t, _, b in victim.needs if t in types)
     book.release(victim)
     text = f"{reason}; lowest bids go first (this job bid {bids})"
     return Reclaim(victim.job_id, "SpotStockShortage", text, rebid=victim.aimaster)
@@ -672,7 +690,7 @@ def _spot_problems(
             problems.append(("UnknownInstanceType", f"no spot market for instance type {t}"))
         elif bid < q.asked:
             code = "BidBelowAveragePrice" if q.name == "system average" else "BidBelowMarketPrice"
-            problems.append((code, f"bid {_yuan(bid)} < {q.name} {_yuan(q.asked)} for {t}"))
+            problems.append((code, f"bid {yuan(bid)}/h < {q.name} {yuan(q.asked)}/h for {t}"))
     for t, n in counts.items():
         q = quote(t)
         if q is not None and n > q.free:
@@ -696,12 +714,13 @@ def _sum_counts(needs: Iterable[tuple[str, int]]) -> dict[str, int]:
 
 
 @functools.lru_cache(maxsize=65536)
-def _yuan(price: Decimal) -> str:
-    """¥0.29/h: up to four decimals, at least two."""
+def yuan(price: Decimal | None) -> str:
+    """A price as messages write it: ¥0.3 → "¥0.30", at most four decimals, at least two;
+    "—" for none."""
+    if price is None:
+        return "—"
     text = f"{price:.4f}".rstrip("0")
-    if len(text.partition(".")[2]) < 2:
-        text = f"{price:.2f}"
-    return f"¥{text}/h"
+    return f"¥{text}" if len(text.partition(".")[2]) >= 2 else f"¥{price:.2f}"
 
 
 # --- replay ------------------------------------------------------------------------------

@@ -21,11 +21,18 @@ from django.utils import timezone
 
 from apps.cluster.models import InstanceType, ResourceType
 from apps.core.db import Epoch
-from apps.jobs.models import Job, JobRole, JobStatus, Pod, PodStatus, ResourceSource
+from apps.jobs.models import (
+    LIVE_POD_STATUSES,
+    Job,
+    JobRole,
+    JobStatus,
+    Pod,
+    ResourceSource,
+)
+from apps.jobs.selectors import role_bid_per_hour
 from apps.market import pricing
 from apps.market.models import MarketParameters, MarketState, PricePoint
 
-LIVE_POD_STATUSES = (PodStatus.PENDING, PodStatus.RUNNING)
 MARKET_SOURCES = (ResourceSource.PUBLIC, ResourceSource.SPOT)
 CHART_WINDOWS = {"1h": timedelta(hours=1), "6h": timedelta(hours=6), "24h": timedelta(days=1),
                  "7d": timedelta(days=7)}
@@ -131,6 +138,7 @@ class MarketRow:
     instance_type: InstanceType
     price: Decimal | None  # None until the market has priced it
     floor: Decimal
+    price_limits: tuple[Decimal, Decimal]  # `pricing.price_limit_range`, CNY per minute
     usage: TypeUsage
     stepped_at: datetime | None = None
     system_average: Decimal | None = None  # Lingjun only
@@ -145,7 +153,7 @@ class MarketRow:
 
     @property
     def stock(self) -> int:
-        return max(0, self.capacity - self.usage.payg_used - self.usage.spot_used)
+        return pricing.spot_stock(self.capacity, self.usage.payg_used, self.usage.spot_used)
 
     @property
     def price_per_minute(self) -> Decimal | None:
@@ -153,11 +161,12 @@ class MarketRow:
 
     @property
     def floor_per_minute(self) -> Decimal:
-        return pricing.hour_to_per_minute(self.floor)
+        """The lowest SpotPriceLimit, the one that bids the floor."""
+        return self.price_limits[0]
 
     @property
     def original_per_minute(self) -> Decimal:
-        return pricing.hour_to_per_minute(self.original)
+        return self.price_limits[1]
 
     @property
     def saving(self) -> Decimal | None:
@@ -204,6 +213,7 @@ def _rows(types: list[InstanceType], *, now: datetime) -> list[MarketRow]:
             instance_type=t,
             price=state.price_per_hour if state else None,
             floor=pricing.price_floor(t.price_per_hour, params.floor_ratio),
+            price_limits=pricing.price_limit_range(t.price_per_hour, params.floor_ratio),
             usage=usage.get(t.pk, TypeUsage()),
             stepped_at=state.stepped_at if state else None,
             system_average=averages.get(t.pk),
@@ -392,19 +402,6 @@ class BidHistory:
     @property
     def empty(self) -> bool:
         return not self.bids
-
-
-def role_bid_per_hour(role: JobRole) -> Decimal | None:
-    """The role's bid limit per instance-hour (None for a role without a valid bid)."""
-    if role.instance_type is None:
-        return None
-    try:
-        return pricing.bid_limit_per_hour(
-            role.instance_type.price_per_hour, discount=role.spot_discount_limit,
-            price_limit_per_minute=role.spot_price_limit,
-        )
-    except pricing.MarketError:
-        return None
 
 
 def job_bid_history(*, job: Job, now: datetime | None = None) -> BidHistory:

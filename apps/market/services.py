@@ -53,6 +53,7 @@ from apps.core.errors import ApplicationError, ValidationFailed
 from apps.core.perf import gc_paused
 from apps.jobs.execution import pods_placed, pods_stopping
 from apps.jobs.models import (
+    LIVE_POD_STATUSES,
     Job,
     JobEvent,
     JobRole,
@@ -66,14 +67,13 @@ from apps.jobs.services import ALLOWED, jobs_status_write, resumed_events
 from apps.market import pricing
 from apps.market.models import MarketParameters, MarketState, PricePoint
 from apps.market.selectors import (
-    LIVE_POD_STATUSES,
     MARKET_SOURCES,
     RoleNeed,
     bidding_demand,
     held_reason,
     system_averages,
 )
-from apps.scheduler.services import Interruption, jobs_requeue_or_fail
+from apps.scheduler.services import Interruption, jobs_requeue_or_fail, pods_lost_gpu_seconds
 
 PRICE_POINT_MAX_GAP = timedelta(minutes=10)
 RECLAIMABLE_STATUSES = (JobStatus.ENV_PREPARING, JobStatus.RUNNING, JobStatus.RESTARTING)
@@ -247,10 +247,11 @@ def _live_pods(
     return payg_used, spot_used, running
 
 
-# A role's bid is its raw bid (original × SpotDiscountLimit, or SpotPriceLimit × 60) rounded
-# half up onto the 0.0001 grid, and asked prices lie on that grid, so the rounded bid is
-# below the asked price exactly when the raw bid is below it by more than half a quantum.
-# The extra 1e-9 absorbs SQLite's float arithmetic; raw bids have at most 8 decimals.
+# A role's bid (`pricing.bid_limit_per_hour`) is its raw bid (original × SpotDiscountLimit, or
+# SpotPriceLimit × 60) rounded half up onto the 0.0001 grid, and asked prices lie on that
+# grid, so the rounded bid is below the asked price exactly when the raw bid is below it by
+# more than half a quantum. The extra 1e-9 absorbs SQLite's float arithmetic; raw bids have
+# at most 8 decimals. tests/integration/test_market_bids.py holds the two readings together.
 _BELOW_MARGIN = pricing.PRICE_QUANTUM / 2 + Decimal("0.000000001")
 
 
@@ -487,18 +488,10 @@ def _apply_reclaims(reclaims: tuple[pricing.Reclaim, ...], *, now: datetime) -> 
     jobs_requeue_or_fail(
         interruptions=[
             Interruption(job, planned[job.pk].code, messages[job.pk],
-                         sum(_lost_gpu_seconds(pod, job, now) for pod in pods[job.pk]))
+                         pods_lost_gpu_seconds(job=job, pods=pods[job.pk], now=now))
             for job in jobs],
         now=now, requeue_status=JobStatus.BIDDING)
     return len(jobs)
-
-
-def _lost_gpu_seconds(pod: Pod, job: Job, now: datetime) -> float:
-    """GPU-seconds the pod computed since the job's last checkpoint (or its own start)."""
-    if pod.started_at is None:
-        return 0.0
-    since = max(pod.started_at, job.last_checkpoint_at or pod.started_at)
-    return pod.role.gpu * max((now - since).total_seconds(), 0.0)
 
 
 def _apply_starts(snapshot: MarketSnapshot, plan: pricing.MarketPlan) -> int:
@@ -575,21 +568,13 @@ def _bid_accepted(snapshot: MarketSnapshot, plan: pricing.MarketPlan, job_id: in
     if len(terms) == 1:
         role = roles[0]
         market = plan.prices.get(role.instance_type)
-        return f"Bid accepted at {_yuan(role.bid)}/h (market {_yuan(market)}/h)"
+        return f"Bid accepted at {pricing.yuan(role.bid)}/h (market {pricing.yuan(market)}/h)"
     parts = [
-        f"{r.role_type} {_yuan(r.bid)}/h (market {_yuan(plan.prices.get(r.instance_type))}/h "
-        f"for {r.instance_type})"
+        f"{r.role_type} {pricing.yuan(r.bid)}/h "
+        f"(market {pricing.yuan(plan.prices.get(r.instance_type))}/h for {r.instance_type})"
         for r in roles
     ]
     return "Bid accepted: " + "; ".join(parts)
-
-
-def _yuan(price: Decimal | None) -> str:
-    """¥0.3/h → "¥0.30": at most four decimals, at least two (as the pricing core writes)."""
-    if price is None:
-        return "—"
-    text = f"{price:.4f}".rstrip("0")
-    return f"¥{text}" if len(text.partition(".")[2]) >= 2 else f"¥{price:.2f}"
 
 
 def _record_waiting(waiting: dict[int, str], stored: dict[int, str]) -> None:

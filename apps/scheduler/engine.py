@@ -51,6 +51,8 @@ from dataclasses import dataclass
 from heapq import heapify, heappop, heappush
 from typing import Literal
 
+from apps.scheduler.lifecycle import lost_gpu_seconds
+
 IdleMode = Literal["off", "acceptable", "only_idle"]
 QueueStrategy = Literal["StrictFIFO", "BestEffortFIFO"]
 
@@ -133,8 +135,8 @@ class RunningJob:
     quota_id: int | None
     idle_mode: IdleMode
     priority: int
-    started_at: float
-    last_checkpoint_at: float | None
+    started_at: float  # this attempt's start: lost work and the minimum run count from it
+    last_checkpoint_at: float | None  # may be older, from the attempt it resumed from
     pods: tuple[RunningPod, ...]
     stopping: bool = False
 
@@ -731,9 +733,9 @@ class _Borrower:
 
     def __init__(self, job: RunningJob, *, now: float, min_run: float) -> None:
         self.job = job
-        since = job.last_checkpoint_at if job.last_checkpoint_at is not None else job.started_at
-        gpus = sum(p.resources.gpu for p in job.pods)
-        self.lost = max(0.0, gpus * (now - since))
+        self.lost = lost_gpu_seconds(gpus=sum(p.resources.gpu for p in job.pods),
+                                     started_at=job.started_at,
+                                     last_checkpoint_at=job.last_checkpoint_at, now=now)
         # least lost work, then lower priority, then newest first
         self.order = (self.lost, job.priority, -job.started_at, job.job_id)
         self.young = now - job.started_at < min_run

@@ -10,6 +10,7 @@ bulk: a tick over ten thousand queued jobs must stay well under the tick interva
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -22,6 +23,7 @@ from apps.core.perf import gc_paused
 from apps.jobs.execution import pods_placed, pods_stopping
 from apps.jobs.models import (
     ACTIVE_STATUSES,
+    LIVE_POD_STATUSES,
     Job,
     JobEvent,
     JobRestart,
@@ -36,9 +38,8 @@ from apps.jobs.services import (
     jobs_transition_bulk,
     resumed_events,
 )
-from apps.scheduler import engine
+from apps.scheduler import engine, lifecycle
 
-LIVE_POD_STATUSES = (PodStatus.PENDING, PodStatus.RUNNING)
 LIVE_PROCESS_STATES = ("queued", "starting", "running")
 DEDICATED = ResourcePool.Kind.DEDICATED
 
@@ -257,6 +258,20 @@ class Interruption:
     message: str
     lost_gpu_seconds: float
     platform: bool = False
+
+
+def pods_lost_gpu_seconds(*, job: Job, pods: Iterable[Pod], now: datetime) -> float:
+    """The work an interruption at `now` throws away (`lifecycle.lost_gpu_seconds`): each
+    pod's GPU-seconds since the job's last checkpoint or its own start, up to its end if it
+    has ended; a pod that never started lost nothing."""
+    checkpoint = _ts(job.last_checkpoint_at)
+    lost = 0.0
+    for pod in pods:
+        if pod.started_at is not None:
+            lost += lifecycle.lost_gpu_seconds(
+                gpus=pod.role.gpu, started_at=pod.started_at.timestamp(),
+                last_checkpoint_at=checkpoint, now=(pod.finished_at or now).timestamp())
+    return lost
 
 
 def aimaster_declines(job: Job) -> str | None:

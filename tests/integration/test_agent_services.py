@@ -203,6 +203,24 @@ def test_it_restarts_in_place_with_the_lost_work_since_the_checkpoint(personas, 
     assert second.status == PodStatus.STOPPED and second.reason == "JobRestarting"
 
 
+def test_it_counts_the_lost_work_of_a_resumed_attempt_from_its_own_start(personas, sent):
+    job = submit(personas, pods=2, gpu=2, aimaster=True)
+    first, _ = run_all(job)
+    start = timezone.now() - timedelta(seconds=1000)
+    Pod.objects.filter(job=job).update(started_at=start)
+    services.checkpoint_report(job_pk=job.pk, step=50, path="/ckpt/50",
+                               size_bytes=10, at=start + timedelta(seconds=60))
+    services.pod_report_exit(pod_id=first.pod_id, exit_code=1,
+                             now=start + timedelta(seconds=100))
+    again = start + timedelta(seconds=900)  # attempt 1 resumed from the checkpoint at 60 s
+    first, _ = run_all(job)
+    Pod.objects.filter(job=job, attempt=1).update(started_at=again)
+    services.pod_report_exit(pod_id=first.pod_id, exit_code=1,
+                             now=again + timedelta(seconds=30))
+    lost = list(job.restarts.order_by("number").values_list("lost_gpu_seconds", flat=True))
+    assert lost == [pytest.approx(2 * 2 * 40), pytest.approx(2 * 2 * 30)]  # not 2 × 2 × 870
+
+
 def test_it_requeues_instead_when_a_node_of_the_job_is_gone(personas, sent):
     job = submit(personas, pods=1, aimaster=True)
     [pod] = run_all(job)

@@ -4,6 +4,7 @@ from decimal import Decimal
 
 import pytest
 
+from apps.cluster.models import InstanceType
 from apps.core.errors import ApplicationError, ValidationFailed
 from apps.jobs.models import Job, JobStatus
 from apps.jobs.services import job_stop, job_submit
@@ -89,6 +90,20 @@ def test_it_rejects_a_price_limit_outside_the_range(personas):
     with pytest.raises(ValidationFailed) as caught:
         job_submit(workspace=personas["ws_a"], user=personas["alice"], spec=spot_spec(roles=[role]))
     assert "market price range" in caught.value.errors["roles[0].spot_price_limit"][0]
+
+
+def test_it_refuses_a_price_limit_that_bids_below_the_floor(personas):
+    # ¥0.5065/h: the floor is ¥0.0507/h; ¥0.000844/min would bid ¥0.0506/h and never start.
+    InstanceType.objects.filter(name="ecs.g7.xlarge").update(price_per_hour=Decimal("0.5065"))
+    role = RoleSpec(instance_type="ecs.g7.xlarge", spot_price_limit=Decimal("0.000844"))
+    with pytest.raises(ValidationFailed) as caught:
+        job_submit(workspace=personas["ws_a"], user=personas["alice"], spec=spot_spec(roles=[role]))
+    assert caught.value.errors["roles[0].spot_price_limit"] == [
+        "must lie in ecs.g7.xlarge's market price range ¥0.000845–¥0.008442 per minute"]
+    lowest = RoleSpec(instance_type="ecs.g7.xlarge", spot_price_limit=Decimal("0.000845"))
+    job = job_submit(workspace=personas["ws_a"], user=personas["alice"],
+                     spec=spot_spec(roles=[lowest]))
+    assert job.roles.get().spot_price_limit == Decimal("0.000845")
 
 
 def test_it_requires_a_vpc_for_lingjun_spot_and_only_discounts(personas):

@@ -16,7 +16,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from apps.agent.models import PodProcess
-from apps.agent.services import pod_report_running
+from apps.agent.services import checkpoint_report, pod_report_running
 from apps.billing.models import BillLine, PodMeter
 from apps.billing.services import billing_accrue
 from apps.cluster.models import InstanceType
@@ -293,6 +293,21 @@ def test_it_sends_a_reclaimed_job_with_aimaster_back_to_bidding_and_runs_it_agai
                      "BidAccepted", "Resumed"]
     assert [t.status for t in job.status_history.all()] == [
         "Creating", "Bidding", "EnvPreparing", "Running", "Bidding", "EnvPreparing", "Running"]
+
+
+def test_it_loses_only_the_resumed_attempts_work_on_a_second_reclaim(personas, replay):
+    """Reclaimed 30 s after a checkpoint, the job resumes from it; reclaimed again 2 minutes
+    into the new attempt, it loses those 2 minutes, not all the time since the checkpoint."""
+    gn7 = "ecs.gn7i-c8g1.2xlarge"  # 1 GPU
+    replay([(NOW, gn7, "3.00"), (at(1), gn7, "5.00"), (at(3), gn7, "3.00"),
+            (at(5), gn7, "9.00")])
+    job = submit(personas, itype=gn7, pods=2, discount="0.5", aimaster=True)  # ¥4.80/h
+    step(at(0))
+    checkpoint_report(job_pk=job.pk, step=1, path="/ckpt/1", size_bytes=1, at=at(0.5))
+    for minute in (1, 3, 5):
+        step(at(minute))
+    lost = list(job.restarts.order_by("number").values_list("lost_gpu_seconds", flat=True))
+    assert lost == [pytest.approx(2 * 30), pytest.approx(2 * 120)]  # not 2 × 270
 
 
 def test_it_fails_a_reclaimed_job_once_aimaster_restarts_are_spent(personas, replay):

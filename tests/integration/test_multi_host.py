@@ -32,11 +32,11 @@ from django.utils import timezone
 
 from apps.agent import netns
 from apps.agent.models import NodeAgent, PodProcess
-from apps.agent.services import LIVE, node_queue, nodes_mark_lost
+from apps.agent.services import node_queue, nodes_mark_lost
 from apps.agent.tasks import agents_ping
 from apps.agent.testing import AgentProcess
 from apps.cluster.models import Node
-from apps.jobs.models import Job, JobStatus, Pod, PodStatus
+from apps.jobs.models import LIVE_POD_STATUSES, Job, JobStatus, Pod, PodStatus
 from apps.scheduler.services import scheduler_tick
 from tests.integration.test_agent_pods import (  # noqa: F401 (fixtures)
     _purge_queues,
@@ -510,7 +510,7 @@ def _stale_pods_end(hosts, *, host: str, stale: list[str]) -> float:
 
 
 def _live_pods_on(host: str) -> list[str]:
-    return list(Pod.objects.filter(node__name=HOSTS[host][0], status__in=LIVE)
+    return list(Pod.objects.filter(node__name=HOSTS[host][0], status__in=LIVE_POD_STATUSES)
                 .values_list("pod_id", flat=True))
 
 

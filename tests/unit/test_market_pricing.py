@@ -25,9 +25,13 @@ from apps.market.pricing import (
     minute_charges,
     next_price,
     per_minute_to_hour,
+    price_floor,
     price_for_minute,
+    price_limit_range,
     replay_price_at,
+    spot_stock,
     system_average,
+    yuan,
 )
 
 NOW = 1_700_000_000.0
@@ -133,6 +137,29 @@ def test_it_rejects_both_or_neither_spot_limit(discount, limit):
     assert caught.value.code == "InvalidSpotSpec"
 
 
+def test_it_offers_the_price_limits_from_the_floor_to_the_original_per_minute():
+    assert price_limit_range(D("0.80")) == (D("0.001333"), D("0.013333"))
+    assert price_limit_range(D("0.80"), D("0.2")) == (D("0.002666"), D("0.013333"))
+
+
+def test_it_never_offers_a_lowest_price_limit_below_the_floor():
+    # 10% of ¥0.5065/h per minute is ¥0.000844166…: rounded half up, ¥0.000844/min is
+    # ¥0.0506/h, under the ¥0.0507/h floor, a bid that could never start.
+    low, _ = price_limit_range(D("0.5065"))
+    assert price_floor(D("0.5065")) == D("0.0507")
+    assert low == D("0.000845") and per_minute_to_hour(low) == D("0.0507")
+
+
+def test_it_offers_the_lowest_price_limit_that_bids_the_floor():
+    # ¥0.000835/min is ¥0.0501/h, the floor of ¥0.5013/h: it can start, so it is offered.
+    assert price_limit_range(D("0.5013"))[0] == D("0.000835")
+
+
+def test_it_offers_only_zero_when_the_floor_is_zero():
+    assert price_limit_range(D("0"), D("0.1")) == (D("0"), D("0"))
+    assert price_limit_range(D("0.80"), D("0"))[0] == D("0")
+
+
 # --- the type market --------------------------------------------------------------------
 
 
@@ -144,6 +171,11 @@ def test_it_never_reports_negative_stock():
     shrunk = market(capacity=3, payg_used=2, spot_used=4)
     assert shrunk.spot_stock == 0
     assert market(capacity=10, payg_used=2, spot_used=3).spot_stock == 5
+
+
+def test_it_counts_as_spot_stock_what_neither_payg_nor_spot_holds():
+    assert spot_stock(10, 2, 3) == 5
+    assert spot_stock(3, 2, 4) == 0  # a node left the public pool
 
 
 def test_it_counts_running_and_bidding_spot_as_demand():
@@ -565,3 +597,9 @@ def test_it_rounds_a_minute_charge_half_up_to_a_millionth():
 def test_it_counts_one_instance_in_the_singular():
     plan = step([market(capacity=1, payg_used=1)], [spot(1, "0.79", 1)])
     assert plan.waiting[0].reason == "stock: needs 1 instance of ecs.g7.xlarge, 0 free"
+
+
+def test_it_writes_prices_with_two_to_four_decimals():
+    assert [yuan(D(p)) for p in ("0.3", "0.2950", "0.1234", "12")] == [
+        "¥0.30", "¥0.295", "¥0.1234", "¥12.00"]
+    assert yuan(None) == "—"

@@ -20,8 +20,10 @@ from apps.market.pricing import (
     market_step,
     minute_charge,
     next_price,
+    per_minute_to_hour,
     price_floor,
     price_for_minute,
+    price_limit_range,
     spot_headroom,
     system_average,
     target_fraction,
@@ -31,6 +33,7 @@ NOW = 1_700_000_000.0
 TYPES = ("ecs.c7.large", "ecs.g7.xlarge", "ecs.gn7i.2xlarge", "ml.gu7xf.8xlarge")
 ORIGINALS = (D("0.05"), D("0.80"), D("2.5000"), D("12.3456"), D("40"))
 FAST = settings(max_examples=150, deadline=None)
+MINUTE = D("0.000001")  # the API's SpotPriceLimit grid, CNY per instance-minute
 
 
 @dataclass(frozen=True)
@@ -400,3 +403,17 @@ def test_it_bills_the_sum_of_per_minute_prices(history, start, seconds):
             in_force = [p for t, p in history if t <= minute * 60][-1]
             expected += (in_force / 60).quantize(D("0.000001"))
     assert billed == expected
+
+
+@given(st.integers(5_000, 2_000_000), st.integers(0, 999))
+def test_it_offers_price_limits_that_bid_exactly_the_market_range(ticks, permille):
+    """Over originals ¥0.5–¥200/h and any floor ratio the cluster file takes: the lowest
+    SpotPriceLimit offered bids the floor (one quantum less bids under it and could never
+    start), the highest bids the original."""
+    original, ratio = D(ticks) / 10_000, D(permille) / 1000
+    low, high = price_limit_range(original, ratio)
+    floor = price_floor(original, ratio)
+    assert low <= high and low == low.quantize(MINUTE) and high == high.quantize(MINUTE)
+    assert per_minute_to_hour(low) == floor
+    assert per_minute_to_hour(low - MINUTE) < floor
+    assert per_minute_to_hour(high) == original

@@ -225,6 +225,16 @@ def test_it_measures_lost_work_from_the_last_checkpoint():
     assert result.preemptions[0].lost_gpu_seconds == 800.0
 
 
+def test_it_measures_lost_work_from_the_attempt_start_after_an_old_checkpoint():
+    """Job 9 was requeued and resumed from its checkpoint of 600 s ago 100 s ago: it loses
+    100 s of 8 GPUs, less than job 10 (150 s since its checkpoint), so it goes first."""
+    run = [running(9, 2, (1, 8), started=NOW - 100, checkpoint=NOW - 600),
+           running(10, 2, (2, 8), started=NOW - 3600, checkpoint=NOW - 150)]
+    result = plan(snapshot(machines(1, 2), [TEAM_A, TEAM_B], run, [queued(1, 1, 8)]), now=NOW)
+    assert victims(result) == [9]
+    assert result.preemptions[0].lost_gpu_seconds == 8 * 100
+
+
 def test_it_preempts_the_borrower_that_loses_least_work():
     run = [running(9, 2, (1, 8), started=NOW - 3600),
            running(10, 2, (2, 8), started=NOW - 7200, checkpoint=NOW - 60)]
