@@ -830,6 +830,9 @@ class _Planner:
         if job.quota is None:
             self._wait(job, f"unknown quota {pending.quota_id}")
             return True
+        if not pending.pods:  # nothing to place is not "fits": it is never admitted
+            self._wait(job, "it has no pods to place")
+            return True
         if pending.not_before is not None and pending.not_before > self.now:
             left = pending.not_before - self.now
             self._wait(job, f"requeue backoff until {pending.not_before:.0f} ({left:.0f} s left)")

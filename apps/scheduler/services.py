@@ -137,7 +137,16 @@ def _running_jobs(*, live: bool) -> list[engine.RunningJob]:
 
 
 def _pending_jobs() -> tuple[tuple[engine.PendingJob, ...], dict]:
+    """The queuing quota jobs, then their roles. On PostgreSQL each statement sees what was
+    committed when it began, so a job may change status between the two reads: one read
+    without its roles is left for the next tick. (Read the other way round, a job that
+    became Queuing in between was read with no pods, "fitted" at once and was admitted with
+    none: EnvPreparing for ever.)"""
     queued = Job.objects.filter(status=JobStatus.QUEUING, resource_source=ResourceSource.QUOTA)
+    rows = list(queued.order_by("id").values_list(
+        "id", "display_name", "quota_id", "idle_mode", "priority", "submitted_at", "not_before",
+        "pending_reason", "queue_position", "queue_size",
+    ))
     requests: dict[int, list[engine.PodRequest]] = defaultdict(list)
     for job_id, role_type, count, cpu, memory, gpu in JobRole.objects.filter(
         job__in=queued
@@ -148,11 +157,10 @@ def _pending_jobs() -> tuple[tuple[engine.PendingJob, ...], dict]:
             for i in range(count)
         ]
     pending, shown = [], {}
-    for row in queued.order_by("id").values_list(
-        "id", "display_name", "quota_id", "idle_mode", "priority", "submitted_at", "not_before",
-        "pending_reason", "queue_position", "queue_size",
-    ):
+    for row in rows:
         pk, name, quota_id, idle_mode, priority, submitted, not_before, *previous = row
+        if not requests[pk]:  # read before its roles were: next tick
+            continue
         pending.append(engine.PendingJob(
             job_id=pk, name=name, quota_id=quota_id, idle_mode=idle_mode, priority=priority,
             submitted_at=submitted.timestamp(), pods=tuple(requests[pk]),

@@ -123,6 +123,16 @@ def test_it_counts_admissions_earlier_in_the_same_plan():
     assert waiting(result, 2).reason.startswith("no node has room")
 
 
+@pytest.mark.parametrize("idle", ["off", "acceptable", "only_idle"])
+def test_a_job_read_without_pods_is_never_admitted(idle):
+    # Nothing to place "fits" anywhere: admitted, it would wait in EnvPreparing for pods
+    # that never come (the live loader once read a job before its roles).
+    result = plan(snapshot(machines(1), [quota(1, "team-a", 16)],
+                           pending=[queued(1, 1, idle=idle), queued(2, 1, 1, idle=idle)]), now=NOW)
+    assert list(admitted(result)) == [2]
+    assert waiting(result, 1).reason == "it has no pods to place"
+
+
 # --- 2. regular jobs run on their quota's free min -----------------------------------------
 
 
