@@ -35,7 +35,7 @@ def pods_placed(*, jobs: Sequence[Job], now: datetime) -> None:
     )
     jobs_transition_bulk(
         jobs=list(jobs), status=JobStatus.RUNNING, now=now, reason_code="JobRunning",
-        reason_messages={job.pk: "All pods are running" for job in jobs},
+        reason_message="All pods are running",
     )
 
 

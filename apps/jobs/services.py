@@ -1,15 +1,19 @@
-"""Writes to jobs: submit, admit, stop, and the one transition helper everything uses."""
+"""Writes to jobs: submit, admit, stop, and `jobs_transition_bulk`, the one writer of a job's
+status (its table is `apps.jobs.transitions`)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from django.db import connection, transaction
 from django.db.models import ProtectedError
 from django.utils import timezone
 
-from apps.core.db import db_datetime
+from apps.core.db import db_datetime, rows_insert
 from apps.core.errors import ApplicationError
+from apps.jobs import transitions
 from apps.jobs.execution import pods_stopping
 from apps.jobs.models import (
     FINISHED_STATUSES,
@@ -26,81 +30,27 @@ from apps.jobs.models import (
 )
 from apps.jobs.specs import JobSpec, job_spec_resolve
 
-# Which statuses may follow which. A transition outside this map is a bug or a race and is
-# refused with an ApplicationError.
-ALLOWED = {
-    JobStatus.CREATING: {JobStatus.QUEUING, JobStatus.BIDDING, JobStatus.STOPPED, JobStatus.FAILED},
-    JobStatus.QUEUING: {
-        JobStatus.ENV_PREPARING,
-        JobStatus.RUNNING,
-        JobStatus.STOPPED,
-        JobStatus.FAILED,
-    },
-    JobStatus.BIDDING: {
-        JobStatus.ENV_PREPARING,
-        JobStatus.RUNNING,
-        JobStatus.STOPPED,
-        JobStatus.FAILED,
-    },
-    JobStatus.ENV_PREPARING: {
-        JobStatus.RUNNING,
-        JobStatus.STOPPING,
-        JobStatus.STOPPED,
-        JobStatus.FAILED,
-        JobStatus.QUEUING,
-        JobStatus.BIDDING,
-        JobStatus.RESTARTING,
-        JobStatus.SUCCEEDED,
-    },
-    JobStatus.RUNNING: {
-        JobStatus.SUCCEEDED,
-        JobStatus.FAILED,
-        JobStatus.STOPPING,
-        JobStatus.STOPPED,
-        JobStatus.QUEUING,
-        JobStatus.BIDDING,
-        JobStatus.RESTARTING,
-    },
-    JobStatus.RESTARTING: {
-        JobStatus.QUEUING,
-        JobStatus.BIDDING,
-        JobStatus.ENV_PREPARING,
-        JobStatus.RUNNING,
-        JobStatus.STOPPING,
-        JobStatus.STOPPED,
-        JobStatus.FAILED,
-    },
-    JobStatus.STOPPING: {JobStatus.STOPPED, JobStatus.FAILED, JobStatus.SUCCEEDED},
-}
+CHUNK = 2000  # ids per IN (...) list
+
+
+@dataclass(frozen=True)
+class Via:
+    """A status the jobs pass through on their way, at the same moment: its history entry
+    opens and closes at `now` (the market starts a spot job Bidding → EnvPreparing → Running
+    in one step). Codes and messages as in `jobs_transition_bulk`."""
+
+    status: str
+    reason_code: str = ""
+    reason_codes: Mapping[int, str] = field(default_factory=dict)
+    reason_messages: Mapping[int, str] = field(default_factory=dict)
 
 
 def job_transition(
     *, job: Job, status: str, now: datetime, reason_code: str = "", reason_message: str = ""
 ) -> None:
-    """Move `job` to `status`: close the open StatusHistory entry, open a new one, save."""
-    if status not in ALLOWED.get(job.status, set()):
-        raise ApplicationError(
-            "InvalidJobStatus", f"a {job.status} job cannot become {status}", status=409
-        )
-    StatusTransition.objects.filter(job=job, ended_at__isnull=True).update(ended_at=now)
-    StatusTransition.objects.create(
-        job=job,
-        status=status,
-        reason_code=reason_code,
-        reason_message=reason_message,
-        started_at=now,
-    )
-    job.status = status
-    job.reason_code = reason_code
-    job.reason_message = reason_message
-    job.status_changed_at = now
-    fields = ["status", "reason_code", "reason_message", "status_changed_at"]
-    if status in FINISHED_STATUSES:
-        job.finished_at = now
-        job.pending_reason = ""
-        job.queue_position = job.queue_size = None
-        fields += ["finished_at", "pending_reason", "queue_position", "queue_size"]
-    job.save(update_fields=fields)
+    """Move `job` to `status` (`jobs_transition_bulk` for one job)."""
+    jobs_transition_bulk(jobs=[job], status=status, now=now, reason_code=reason_code,
+                         reason_message=reason_message)
 
 
 def jobs_transition_bulk(
@@ -109,55 +59,72 @@ def jobs_transition_bulk(
     status: str,
     now: datetime,
     reason_code: str = "",
-    reason_messages: dict[int, str] | None = None,
-    reason_codes: dict[int, str] | None = None,
+    reason_message: str = "",
+    reason_messages: Mapping[int, str] | None = None,
+    reason_codes: Mapping[int, str] | None = None,
+    via: Via | None = None,
+    started: bool = False,
 ) -> None:
-    """`job_transition` for many jobs at once, in a fixed number of queries: a busy tick
-    moves hundreds of jobs and per-job writes would take seconds. `reason_messages` and
-    `reason_codes` map a job's pk to its own message and code (`reason_code` is the default
-    code). The jobs must be locked by the caller."""
+    """The one writer of jobs' statuses. Move `jobs` (locked by the caller) to `status` as
+    of `now`: close each one's open StatusHistory entry, open a new one (after `via`'s, if
+    given), and write the job row with `status_changed_at`. A finished status also sets
+    finished_at; `started` sets started_at where it is unset and clears the AIMaster
+    backoff; both clear the waiting fields (pending reason, queue position and size).
+
+    `reason_codes` and `reason_messages` map a job's pk to its own code and message;
+    `reason_code` and `reason_message` are the defaults. Raises ApplicationError
+    InvalidJobStatus (409), before writing anything, if the transition table refuses any
+    job's step: the callers lock and filter their jobs by status, so a refusal is a bug or a
+    race and their transaction must not go on.
+
+    A fixed number of queries however many jobs: the market starts thousands at once."""
     if not jobs:
         return
-    messages, codes = reason_messages or {}, reason_codes or {}
+    path = (via.status, status) if via else (status,)
+    for current in {job.status for job in jobs}:
+        try:
+            transitions.transition_check(current, *path)
+        except transitions.IllegalTransition as error:
+            raise ApplicationError("InvalidJobStatus", str(error), status=409) from None
+    codes, messages = reason_codes or {}, reason_messages or {}
+    history = []
     for job in jobs:
-        if status not in ALLOWED.get(job.status, set()):
-            raise ApplicationError(
-                "InvalidJobStatus", f"a {job.status} job cannot become {status}", status=409
-            )
+        if via:
+            history.append((job.pk, via.status, via.reason_codes.get(job.pk, via.reason_code),
+                            via.reason_messages.get(job.pk, ""), now, now))
+        history.append((job.pk, status, codes.get(job.pk, reason_code),
+                        messages.get(job.pk, reason_message), now, None))
     ids = [job.pk for job in jobs]
-    StatusTransition.objects.filter(job_id__in=ids, ended_at__isnull=True).update(ended_at=now)
-    StatusTransition.objects.bulk_create(
-        StatusTransition(
-            job_id=job.pk,
-            status=status,
-            reason_code=codes.get(job.pk, reason_code),
-            reason_message=messages.get(job.pk, ""),
-            started_at=now,
-        )
-        for job in jobs
-    )
-    finished = status in FINISHED_STATUSES
+    for start in range(0, len(ids), CHUNK):
+        StatusTransition.objects.filter(
+            job_id__in=ids[start : start + CHUNK], ended_at__isnull=True).update(ended_at=now)
+    rows_insert(StatusTransition, ["job_id", "status", "reason_code", "reason_message",
+                                   "started_at", "ended_at"], history)
+    finished = status in transitions.FINISHED
     for job in jobs:
         job.status, job.status_changed_at = status, now
         job.reason_code = codes.get(job.pk, reason_code)
-        job.reason_message = messages.get(job.pk, "")
+        job.reason_message = messages.get(job.pk, reason_message)
         if finished:
-            job.finished_at, job.pending_reason = now, ""
-            job.queue_position = job.queue_size = None
-    jobs_status_write(
+            job.finished_at = now
+        if started:
+            job.not_before = None
+            if vars(job).get("started_at", now) is None:  # a deferred field stays deferred
+                job.started_at = now
+        if finished or started:
+            job.pending_reason, job.queue_position, job.queue_size = "", None, None
+    _jobs_row_write(
         updates=[(job.pk, status, job.reason_code, job.reason_message) for job in jobs],
-        now=now, finished=finished)
+        now=now, finished=finished, started=started)
 
 
-def jobs_status_write(
-    *, updates: list[tuple[int, str, str, str]], now: datetime, finished: bool = False,
-    started: bool = False,
+def _jobs_row_write(
+    *, updates: list[tuple[int, str, str, str]], now: datetime, finished: bool, started: bool,
 ) -> None:
     """Write jobs' (pk, status, reason code, reason message) as of `now`: one UPDATE per
     status and reason that several jobs share, one batched statement (pipelined on
-    PostgreSQL) for the rest. `finished` also sets finished_at; `started` sets started_at
-    where it is unset and clears the AIMaster backoff; both clear the waiting fields. No
-    status history: the callers write it."""
+    PostgreSQL) for the rest. Only `jobs_transition_bulk` calls this: it has checked the
+    steps and written the history."""
     sets = ["status = %s", "reason_code = %s", "reason_message = %s", "status_changed_at = %s"]
     if finished:
         sets.append("finished_at = %(now)s")
@@ -175,8 +142,8 @@ def jobs_status_write(
         for (status, code, message), pks in groups.items():
             if len(pks) == 1:
                 continue  # below, with the other jobs alone with their reason
-            for start in range(0, len(pks), 2000):
-                chunk = pks[start : start + 2000]
+            for start in range(0, len(pks), CHUNK):
+                chunk = pks[start : start + CHUNK]
                 cursor.execute(f"{sql} WHERE id IN ({', '.join(['%s'] * len(chunk))})",
                                [status, code, message, when, *extra, *chunk])
         alone = [[*key, when, *extra, pks[0]] for key, pks in groups.items() if len(pks) == 1]

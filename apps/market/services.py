@@ -49,7 +49,7 @@ from django.db.models import (
 from apps.billing.services import pod_meters_open
 from apps.cluster.models import InstanceType, ResourceType
 from apps.core.db import Epoch, db_datetime, rows_insert
-from apps.core.errors import ApplicationError, ValidationFailed
+from apps.core.errors import ValidationFailed
 from apps.core.perf import gc_paused
 from apps.jobs.execution import pods_placed, pods_stopping
 from apps.jobs.models import (
@@ -61,9 +61,8 @@ from apps.jobs.models import (
     Pod,
     PodStatus,
     ResourceSource,
-    StatusTransition,
 )
-from apps.jobs.services import ALLOWED, jobs_status_write, resumed_events
+from apps.jobs.services import Via, jobs_transition_bulk, resumed_events
 from apps.market import pricing
 from apps.market.models import MarketParameters, MarketState, PricePoint
 from apps.market.selectors import (
@@ -501,8 +500,8 @@ def _apply_starts(snapshot: MarketSnapshot, plan: pricing.MarketPlan) -> int:
     With node agents (EXECUTION_BACKEND "agent") the pods are created Pending and handed to
     `pods_placed`; an agent starts each process, and the job becomes Running when all run
     (billing counts from then). With "none" the pods run at once and the job goes straight
-    on to Running: the same writes as `job_transition` twice, done for all jobs at once (a
-    busy tick starts thousands of jobs, and per-job writes would take seconds)."""
+    on to Running, passing through EnvPreparing (both in its history). A busy tick starts
+    thousands of jobs: `jobs_transition_bulk` writes them in a fixed number of queries."""
     now = snapshot.now
     at_once = settings.EXECUTION_BACKEND != "agent"
     expected = {"spot": JobStatus.BIDDING, "payg": JobStatus.QUEUING}
@@ -515,7 +514,6 @@ def _apply_starts(snapshot: MarketSnapshot, plan: pricing.MarketPlan) -> int:
     ]
     if not jobs:
         return 0
-    _check_transitions({j.status for j in jobs}, at_once=at_once)
     pod_ids = rows_insert(
         Pod, ["job_id", "role_id", "index", "attempt", "pod_id", "status", "started_at"],
         [(job.pk, role.role_id, i, job.attempt,
@@ -523,42 +521,26 @@ def _apply_starts(snapshot: MarketSnapshot, plan: pricing.MarketPlan) -> int:
           PodStatus.RUNNING if at_once else PodStatus.PENDING, now if at_once else None)
          for job in jobs for role in snapshot.needs[job.pk] for i in range(role.pod_count)])
     pod_meters_open(pod_ids=pod_ids, new=True)
-    history, events, updates = [], [], []
+    events, codes, whys = [], {}, {}
     for job in jobs:
         spot = kinds[job.pk] == "spot"
-        why = _bid_accepted(snapshot, plan, job.pk) if spot else "Started on the public pool"
-        code = "JobBidAccepted" if spot else "JobDequeued"
-        history.append((job.pk, JobStatus.ENV_PREPARING, code, why, now, now if at_once else None))
-        if at_once:
-            history.append((job.pk, JobStatus.RUNNING, "JobRunning", "All pods are running", now,
-                            None))
-            updates.append((job.pk, JobStatus.RUNNING, "JobRunning", "All pods are running"))
-        else:
-            updates.append((job.pk, JobStatus.ENV_PREPARING, code, why))
-        events.append((job.pk, "BidAccepted" if spot else "Started", why, now))
+        whys[job.pk] = _bid_accepted(snapshot, plan, job.pk) if spot \
+            else "Started on the public pool"
+        codes[job.pk] = "JobBidAccepted" if spot else "JobDequeued"
+        events.append((job.pk, "BidAccepted" if spot else "Started", whys[job.pk], now))
     events += [(e.job_id, e.kind, e.message, e.at) for e in resumed_events(jobs=jobs, now=now)]
-    for chunk in _chunks([j.pk for j in jobs]):
-        StatusTransition.objects.filter(job_id__in=chunk, ended_at__isnull=True).update(
-            ended_at=now)
-    jobs_status_write(updates=updates, now=now, started=True)
-    rows_insert(StatusTransition, ["job_id", "status", "reason_code", "reason_message",
-                                   "started_at", "ended_at"], history)
+    if at_once:
+        jobs_transition_bulk(
+            jobs=jobs, status=JobStatus.RUNNING, now=now, reason_code="JobRunning",
+            reason_message="All pods are running", started=True,
+            via=Via(JobStatus.ENV_PREPARING, reason_codes=codes, reason_messages=whys))
+    else:
+        jobs_transition_bulk(jobs=jobs, status=JobStatus.ENV_PREPARING, now=now,
+                             reason_codes=codes, reason_messages=whys, started=True)
     rows_insert(JobEvent, ["job_id", "kind", "message", "at"], events)
     if not at_once:
-        for job in jobs:
-            job.status = JobStatus.ENV_PREPARING
         pods_placed(jobs=jobs, now=now)
     return len(jobs)
-
-
-def _check_transitions(statuses: set[str], *, at_once: bool) -> None:
-    """Refuse the bulk writes if the transition map no longer allows them."""
-    steps = {(s, JobStatus.ENV_PREPARING) for s in statuses}
-    if at_once:
-        steps.add((JobStatus.ENV_PREPARING, JobStatus.RUNNING))
-    for status, target in steps:
-        if target not in ALLOWED[status]:
-            raise ApplicationError("InvalidJobStatus", f"a {status} job cannot become {target}")
 
 
 def _bid_accepted(snapshot: MarketSnapshot, plan: pricing.MarketPlan, job_id: int) -> str:
