@@ -31,15 +31,14 @@ from apps.jobs.models import (
     ExecutionMode,
     Job,
     JobRestart,
-    JobRole,
     JobStatus,
     Pod,
     PodStatus,
     ResourceSource,
-    SuccessPolicy,
 )
 from apps.jobs.services import job_event, job_transition
-from apps.scheduler.services import pods_lost_gpu_seconds
+from apps.scheduler import lifecycle
+from apps.scheduler.services import aimaster_budget, pods_lost_gpu_seconds
 
 logger = logging.getLogger(__name__)
 
@@ -47,11 +46,6 @@ PUBLIC_QUEUE = "public"
 RUNNABLE_JOB_STATUSES = (JobStatus.ENV_PREPARING, JobStatus.RUNNING, JobStatus.RESTARTING)
 # A pod the kernel or the disk watchdog stopped at one of its limits (docs/execution.md).
 LIMIT_REASONS = ("OOMKilled", "TooManyProcesses", "DiskQuotaExceeded")
-# A pod the platform took away (a node lost or drained, its agent restarted or stopped): the
-# job is requeued without spending AIMaster's budget, with or without AIMaster.
-PLATFORM_REASONS = ("NodeLost", "NodeDrained", "AgentRestarted", "AgentStopped")
-# Rank 0 is the Master (PyTorchJob) or Chief (TFJob); Workers follow; then the rest.
-ROLE_ORDER = ("Master", "Chief", "Launcher", "Head", "Worker", "PS", "Evaluator")
 
 
 def node_queue(node_name: str) -> str:
@@ -64,8 +58,7 @@ def pod_queue(pod: Pod) -> str:
 
 
 def _rank_key(pod: Pod) -> tuple[int, int]:
-    role = pod.role.role_type
-    return (ROLE_ORDER.index(role) if role in ROLE_ORDER else len(ROLE_ORDER), pod.index)
+    return lifecycle.rank_key(pod.role.role_type, pod.index)
 
 
 def _lock_job(job_pk: int) -> Job:
@@ -331,54 +324,42 @@ def pod_report_exit(*, pod_id: str, exit_code: int | None, now: datetime, reason
 
 
 def _job_after_pod_exit(*, job: Job, pod: Pod, now: datetime) -> None:
+    """The success policy, then AIMaster and the restart policy, decide (`lifecycle`)."""
     current = sorted(
         Pod.objects.filter(job=job, attempt=job.attempt).select_related("role", "node"),
         key=_rank_key,
     )
     if pod.status == PodStatus.SUCCEEDED:
-        if job.success_policy == SuccessPolicy.CHIEF_WORKER:
-            if current and current[0].pk == pod.pk:
-                _job_end(job=job, status=JobStatus.SUCCEEDED, now=now,
-                         reason_code="JobSucceeded",
-                         message=f"The chief pod {pod.pod_id} succeeded")
-        elif all(p.status == PodStatus.SUCCEEDED for p in current):
+        outcome = lifecycle.success_outcome(policy=job.success_policy, pods=[
+            lifecycle.PodState(role=p.role.role_type, index=p.index, status=p.status,
+                               name=p.pod_id) for p in current])
+        if isinstance(outcome, lifecycle.Succeeded):
             _job_end(job=job, status=JobStatus.SUCCEEDED, now=now, reason_code="JobSucceeded",
-                     message="All pods succeeded")
+                     message=outcome.message)
         return
     ended = f"code {pod.exit_code}" if pod.exit_code is not None else "no code"
     what = f"Pod {pod.pod_id} ({pod.role.role_type} {pod.index}) exited with {ended}"
-    if pod.reason in LIMIT_REASONS or pod.reason in PLATFORM_REASONS:
+    platform = pod.reason in lifecycle.PLATFORM_REASONS  # not the job's doing
+    if pod.reason in LIMIT_REASONS or platform:
         what += f": {pod.reason}, {pod.message}"
     elif pod.exit_code is None:
         what += f" ({pod.message})"
-    if pod.reason in PLATFORM_REASONS:  # not the job's doing: place it again, budget untouched
-        _job_requeue(job=job, current=current, now=now, cause=pod.reason, message=what,
-                     platform=True)
-    elif (why := _no_restart(job, pod)) is not None:
+    decision = lifecycle.after_pod_failure(
+        budget=aimaster_budget(job), platform=platform, restart_policy=pod.role.restart_policy,
+        exit_code=pod.exit_code, spot=job.resource_source == ResourceSource.SPOT,
+        async_mode=job.execution_mode == ExecutionMode.ASYNC,
+        pod_node_ready=_nodes_ready([pod]), nodes_ready=_nodes_ready(current))
+    if isinstance(decision, lifecycle.Fail):
         _job_end(job=job, status=JobStatus.FAILED, now=now, reason_code="PodFailed",
-                 message=f"{what} ({why})")
-    elif job.execution_mode == ExecutionMode.ASYNC and _nodes_ready([pod]):
+                 message=f"{what} ({decision.reason})")
+    elif isinstance(decision, lifecycle.RestartInPlace) and decision.pods_only:
         _pods_restart(job=job, failed=[pod], now=now, message=what)
-    elif _nodes_ready(current):
+    elif isinstance(decision, lifecycle.RestartInPlace):
         _job_restart(job=job, current=current, now=now, cause="PodFailed", message=what)
-    else:  # a node of the job went away: place the whole job again
-        _job_requeue(job=job, current=current, now=now, cause="PodFailed", message=what)
-
-
-def _no_restart(job: Job, pod: Pod) -> str | None:
-    """Why AIMaster will not restart after this pod failed, or None when it will."""
-    from apps.scheduler.services import aimaster_declines
-
-    if (why := aimaster_declines(job)) is not None:
-        return why
-    policy = pod.role.restart_policy
-    if policy == JobRole.RestartPolicy.NEVER:
-        return "restart policy Never"
-    if policy == JobRole.RestartPolicy.EXIT_CODE and pod.exit_code is not None and (
-        pod.exit_code < 128
-    ):
-        return f"exit code {pod.exit_code} is permanent under restart policy ExitCode"
-    return None
+    else:  # the platform took it, or a node of the job went away: place the whole job again
+        _job_requeue(job=job, current=current, now=now,
+                     cause=pod.reason if platform else "PodFailed", message=what,
+                     platform=platform)
 
 
 def _nodes_ready(pods: Iterable[Pod]) -> bool:
@@ -453,9 +434,8 @@ def _job_requeue(*, job: Job, current: Sequence[Pod], now: datetime, cause: str,
     lost = pods_lost_gpu_seconds(job=job, pods=current, now=now)
     _pods_end(job=job, pods=current, status=PodStatus.STOPPED, reason=cause,
               message=f"Stopped: {message}", now=now)
-    back = JobStatus.BIDDING if job.resource_source == ResourceSource.SPOT else JobStatus.QUEUING
     job_requeue_or_fail(job=job, now=now, cause=cause, message=message, lost_gpu_seconds=lost,
-                        requeue_status=back, platform=platform)
+                        platform=platform)
     _tick_soon()
 
 

@@ -314,8 +314,9 @@ class Start:
 
 @dataclass(frozen=True)
 class Reclaim:
-    """A running spot job loses all its instances. `rebid` is the job's AIMaster switch:
-    with it the job goes back to Bidding, without it it ends Failed."""
+    """A running spot job loses all its instances. `rebid` is the job's AIMaster switch, for
+    reading only: whether it goes back to Bidding or ends Failed is decided where it is
+    applied, with its restart budget (`apps.scheduler.lifecycle.after_interruption`)."""
 
     job_id: int
     code: Literal["SpotPriceExceeded", "SpotAveragePriceExceeded", "SpotStockShortage"]

@@ -2,10 +2,17 @@
 no Celery, no clock: times are seconds since the epoch, passed in.
 
 The engine (choosing victims), the market (reclaiming spot jobs) and the agent (restarts,
-lost nodes) all call these, so an interruption costs the same whoever causes it.
+lost nodes) all call these, so an interruption costs the same whoever causes it: the work
+it loses (`lost_gpu_seconds`), what AIMaster does about it (`after_interruption`,
+`after_pod_failure`, the one budget check `aimaster_declines`), and when a job has
+succeeded (`success_outcome`).
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Literal
 
 
 def lost_gpu_seconds(
@@ -18,3 +25,168 @@ def lost_gpu_seconds(
     `now`, or a pod that finished before its job's checkpoint, lose nothing)."""
     since = started_at if last_checkpoint_at is None else max(started_at, last_checkpoint_at)
     return max(0.0, gpus * (now - since))
+
+
+# --- success policy ------------------------------------------------------------------------
+
+SuccessPolicy = Literal["AllWorkers", "ChiefWorker"]
+# Rank 0 is the Master (PyTorchJob) or Chief (TFJob); Workers follow; then the rest. The
+# agent hands out RANK in this order, and the rank-0 pod is the chief of ChiefWorker.
+ROLE_ORDER = ("Master", "Chief", "Launcher", "Head", "Worker", "PS", "Evaluator")
+
+
+def rank_key(role: str, index: int) -> tuple[int, int]:
+    """Where a pod stands in its job's rank order (smallest first)."""
+    return (ROLE_ORDER.index(role) if role in ROLE_ORDER else len(ROLE_ORDER), index)
+
+
+@dataclass(frozen=True, slots=True)
+class PodState:
+    """One pod of the job's current attempt: its role, index in the role, status
+    (Pending, Running, Succeeded, Failed, …) and name (for messages)."""
+
+    role: str
+    index: int
+    status: str
+    name: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Succeeded:
+    """The job succeeded; `message` is its ReasonMessage."""
+
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Failed:
+    """A pod of the attempt failed: under every policy that ends the attempt, and AIMaster
+    decides what follows (`after_pod_failure`)."""
+
+    pod: PodState
+
+
+def success_outcome(*, policy: str, pods: Iterable[PodState]) -> Succeeded | Failed | None:
+    """What the attempt's pod states say about the job; None while it still runs.
+    ChiefWorker: Succeeded once the chief (the rank-0 pod) has; AllWorkers (and any other
+    policy): once every pod has. A failed pod fails the attempt whatever the policy. An
+    attempt without pods still runs."""
+    ranked = sorted(pods, key=lambda p: (rank_key(p.role, p.index), p.name, p.status))
+    failed = [p for p in ranked if p.status == "Failed"]
+    if failed:
+        return Failed(failed[0])
+    if not ranked:
+        return None
+    if policy == "ChiefWorker":
+        chief = ranked[0]
+        return Succeeded(f"The chief pod {chief.name} succeeded") \
+            if chief.status == "Succeeded" else None
+    if all(p.status == "Succeeded" for p in ranked):
+        return Succeeded("All pods succeeded")
+    return None
+
+
+# --- AIMaster ------------------------------------------------------------------------------
+
+RestartPolicy = Literal["Never", "OnFailure", "Always", "ExitCode"]
+# A pod the platform took away (a node lost or drained, its agent restarted or stopped): the
+# job is requeued without spending AIMaster's budget, with or without AIMaster.
+PLATFORM_REASONS = ("NodeLost", "NodeDrained", "AgentRestarted", "AgentStopped")
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    """A job's automatic fault tolerance: AIMaster on or off, and restarts spent of its max."""
+
+    aimaster: bool
+    max_restarts: int
+    restart_times: int
+
+
+def aimaster_declines(budget: Budget) -> str | None:
+    """Why AIMaster will not restart the job after an interruption of its own making (a pod
+    failed, a preemption, a reclaim), or None while restarts remain. The one budget check."""
+    if not budget.aimaster:
+        return "no automatic fault tolerance"
+    if budget.restart_times >= budget.max_restarts:
+        return f"restarts exhausted ({budget.restart_times}/{budget.max_restarts})"
+    return None
+
+
+def platform_note(budget: Budget) -> str:
+    """What a platform interruption's messages add, so nobody reads it as the job's fault
+    or looks for a spent restart."""
+    if budget.aimaster:
+        return (f"a platform interruption: AIMaster's budget {budget.restart_times}/"
+                f"{budget.max_restarts} is not used")
+    return "a platform interruption: requeued although AIMaster is off"
+
+
+@dataclass(frozen=True, slots=True)
+class Requeue:
+    """Place the whole job again: back to the spot market (Bidding) when `rebid`, else to
+    its queue. `counted`: it spends one restart and waits out the requeue backoff; a
+    platform interruption does neither."""
+
+    rebid: bool
+    counted: bool
+
+
+@dataclass(frozen=True, slots=True)
+class RestartInPlace:
+    """Replace the job's pods where they ran, spending one restart: only the failed pods
+    when `pods_only` (Async), else every pod of the attempt (Sync)."""
+
+    pods_only: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Fail:
+    """The job ends Failed; `reason` says why AIMaster does not restart it."""
+
+    reason: str
+
+
+def after_interruption(*, budget: Budget, platform: bool, spot: bool) -> Requeue | Fail:
+    """A job lost its pods (a preemption, a reclaim, a failed pod whose node is gone, or —
+    `platform` — a node lost or drained, an agent restarted). A platform interruption is
+    always requeued and never counted; the rest while AIMaster has restarts left. A spot
+    job goes back to bidding."""
+    if platform:
+        return Requeue(rebid=spot, counted=False)
+    if (why := aimaster_declines(budget)) is not None:
+        return Fail(why)
+    return Requeue(rebid=spot, counted=True)
+
+
+def restart_policy_declines(policy: str, exit_code: int | None) -> str | None:
+    """Why the role's restart policy forbids restarting its failed pod, or None. Under
+    ExitCode, codes below 128 are the program's own (permanent); 128+N is a signal, and a
+    vanished process (no code) may be retried."""
+    if policy == "Never":
+        return "restart policy Never"
+    if policy == "ExitCode" and exit_code is not None and exit_code < 128:
+        return f"exit code {exit_code} is permanent under restart policy ExitCode"
+    return None
+
+
+def after_pod_failure(
+    *, budget: Budget, platform: bool, restart_policy: str, exit_code: int | None,
+    spot: bool, async_mode: bool, pod_node_ready: bool, nodes_ready: bool,
+) -> Requeue | RestartInPlace | Fail:
+    """A pod of the job's current attempt failed. `platform`: the platform took it (its
+    reason is one of PLATFORM_REASONS). `pod_node_ready` / `nodes_ready`: the failed pod's
+    node, and every node of the attempt, can take pods again. In order: a platform failure
+    is requeued uncounted; AIMaster's budget, then the restart policy, may decline; Async
+    restarts the failed pod in place, Sync the whole job; when a node is gone the whole job
+    is placed again."""
+    if platform:
+        return after_interruption(budget=budget, platform=True, spot=spot)
+    why = aimaster_declines(budget) or restart_policy_declines(restart_policy, exit_code)
+    if why is not None:
+        return Fail(why)
+    if async_mode and pod_node_ready:
+        return RestartInPlace(pods_only=True)
+    if nodes_ready:
+        return RestartInPlace(pods_only=False)
+    return after_interruption(budget=budget, platform=False, spot=spot)

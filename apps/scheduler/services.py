@@ -282,29 +282,15 @@ def pods_lost_gpu_seconds(*, job: Job, pods: Iterable[Pod], now: datetime) -> fl
     return lost
 
 
-def aimaster_declines(job: Job) -> str | None:
-    """Why AIMaster will not restart the job after an interruption of its own making (a pod
-    failed, a preemption, a reclaim), or None while restarts remain. The one place the
-    budget is judged: the agent's in-place restarts ask it too."""
-    if not job.enable_aimaster:
-        return "no automatic fault tolerance"
-    if job.restart_times >= job.max_restarts:
-        return f"restarts exhausted ({job.restart_times}/{job.max_restarts})"
-    return None
-
-
-def platform_note(job: Job) -> str:
-    """What a platform interruption's messages add, so nobody reads it as the job's fault
-    or looks for a spent restart."""
-    if job.enable_aimaster:
-        return (f"a platform interruption: AIMaster's budget {job.restart_times}/"
-                f"{job.max_restarts} is not used")
-    return "a platform interruption: requeued although AIMaster is off"
+def aimaster_budget(job: Job) -> lifecycle.Budget:
+    """The job's AIMaster switch and restarts, for `lifecycle` to judge."""
+    return lifecycle.Budget(aimaster=job.enable_aimaster, max_restarts=job.max_restarts,
+                            restart_times=job.restart_times)
 
 
 def job_requeue_or_fail(
     *, job: Job, now: datetime, cause: str, message: str, lost_gpu_seconds: float,
-    requeue_status: str = JobStatus.QUEUING, platform: bool = False,
+    requeue_status: str | None = None, platform: bool = False,
 ) -> None:
     """AIMaster for one job (see `jobs_requeue_or_fail`)."""
     jobs_requeue_or_fail(
@@ -313,33 +299,46 @@ def job_requeue_or_fail(
 
 
 def jobs_requeue_or_fail(
-    *, interruptions: list[Interruption], now: datetime, requeue_status: str = JobStatus.QUEUING,
+    *, interruptions: list[Interruption], now: datetime, requeue_status: str | None = None,
 ) -> None:
-    """AIMaster: requeue each job (keeping its queue position, after a backoff) while
-    restarts remain; otherwise, or without fault tolerance, it ends Failed with its cause as
-    ReasonCode. A platform interruption is always requeued, at once (no backoff: the job
-    did nothing to thrash), without spending a restart; it is still recorded as a
-    JobRestart, not counted, with the work it lost. Each requeue starts a new attempt. A
-    fixed number of queries however many jobs; the caller locks them."""
-    requeued, failed = [], []
+    """AIMaster, as `lifecycle.after_interruption` decides: requeue each job (keeping its
+    queue position, after a backoff) while restarts remain; otherwise, or without fault
+    tolerance, it ends Failed with its cause as ReasonCode. A platform interruption is
+    always requeued, at once (no backoff: the job did nothing to thrash), without spending
+    a restart; it is still recorded as a JobRestart, not counted, with the work it lost.
+    A spot job goes back to Bidding, the rest to Queuing (`requeue_status`, when given,
+    says where instead). Each requeue starts a new attempt. A fixed number of queries
+    however many jobs; the caller locks them."""
+    requeued: list[tuple[Interruption, lifecycle.Requeue]] = []
+    failed: list[tuple[Interruption, lifecycle.Fail]] = []
     for i in interruptions:
-        (requeued if i.platform or aimaster_declines(i.job) is None else failed).append(i)
+        decision = lifecycle.after_interruption(
+            budget=aimaster_budget(i.job), platform=i.platform,
+            spot=i.job.resource_source == ResourceSource.SPOT)
+        if isinstance(decision, lifecycle.Fail):
+            failed.append((i, decision))
+        else:
+            requeued.append((i, decision))
     backoff = now + timedelta(seconds=settings.SCHEDULER_REQUEUE_BACKOFF_SECONDS)
-    where = "the spot market" if requeue_status == JobStatus.BIDDING else "the queue"
     events, restarts, messages = [], [], {}
-    for i in requeued:
+    back: dict[str, list[Interruption]] = defaultdict(list)
+    for i, decision in requeued:
         job = i.job
+        status = requeue_status or (JobStatus.BIDDING if decision.rebid else JobStatus.QUEUING)
+        back[status].append(i)
+        where = "the spot market" if status == JobStatus.BIDDING else "the queue"
         job.attempt += 1
-        if not i.platform:
+        if decision.counted:
             job.restart_times += 1
-        job.not_before = None if i.platform else backoff
+        job.not_before = backoff if decision.counted else None
         restarts.append(JobRestart(job=job, number=job.attempt, at=now, cause=i.cause,
                                    message=i.message, lost_gpu_seconds=i.lost_gpu_seconds,
-                                   counted=not i.platform))
+                                   counted=decision.counted))
         lost = f"lost {i.lost_gpu_seconds / 3600:.2f} GPU-hours"
-        if i.platform:
-            messages[job.pk] = f"Requeued: {i.message} ({platform_note(job)})"
-            told = f"{i.message} ({platform_note(job)}); back to {where}; {lost}"
+        if not decision.counted:
+            note = lifecycle.platform_note(aimaster_budget(job))
+            messages[job.pk] = f"Requeued: {i.message} ({note})"
+            told = f"{i.message} ({note}); back to {where}; {lost}"
         else:
             messages[job.pk] = f"Requeued by AIMaster ({job.restart_times}/" \
                 f"{job.max_restarts}): {i.message}"
@@ -352,16 +351,17 @@ def jobs_requeue_or_fail(
                 f"UPDATE {Job._meta.db_table} SET restart_times = %s, attempt = %s, "
                 "not_before = %s WHERE id = %s",
                 [(i.job.restart_times, i.job.attempt, db_datetime(i.job.not_before), i.job.pk)
-                 for i in requeued])
+                 for i, _ in requeued])
         JobRestart.objects.bulk_create(restarts)
-        jobs_transition_bulk(jobs=[i.job for i in requeued], status=requeue_status, now=now,
-                             reason_codes={i.job.pk: i.cause for i in requeued},
-                             reason_messages=messages)
-    for i in failed:
-        messages[i.job.pk] = f"{i.message} ({aimaster_declines(i.job)})"
+        for status, group in back.items():
+            jobs_transition_bulk(jobs=[i.job for i in group], status=status, now=now,
+                                 reason_codes={i.job.pk: i.cause for i in group},
+                                 reason_messages=messages)
+    for i, decision in failed:
+        messages[i.job.pk] = f"{i.message} ({decision.reason})"
         events.append(JobEvent(job=i.job, kind="Failed", message=messages[i.job.pk], at=now))
-    jobs_transition_bulk(jobs=[i.job for i in failed], status=JobStatus.FAILED, now=now,
-                         reason_codes={i.job.pk: i.cause for i in failed},
+    jobs_transition_bulk(jobs=[i.job for i, _ in failed], status=JobStatus.FAILED, now=now,
+                         reason_codes={i.job.pk: i.cause for i, _ in failed},
                          reason_messages=messages)
     JobEvent.objects.bulk_create(events)
 

@@ -149,6 +149,22 @@ def test_it_succeeds_a_chief_worker_job_when_the_chief_exits_0(personas, sent):
     assert sorted(c[1][0] for c in sent) == sorted(w.pod_id for w in workers)
 
 
+def test_chief_worker_waits_for_the_chief_not_the_workers(personas, sent):
+    job = submit(personas, success_policy="ChiefWorker", roles=[
+        RoleSpec(role_type="Worker", pod_count=2, cpu=4000, memory=16384, gpu=0),
+        RoleSpec(role_type="Master", pod_count=1, cpu=4000, memory=16384, gpu=0)])
+    pods = run_all(job)
+    master = next(p for p in pods if p.role.role_type == "Master")
+    for worker in (p for p in pods if p.role.role_type == "Worker"):
+        services.pod_report_exit(pod_id=worker.pod_id, exit_code=0, now=timezone.now())
+    job.refresh_from_db()
+    assert job.status == JobStatus.RUNNING  # every worker done, the chief still runs
+    services.pod_report_exit(pod_id=master.pod_id, exit_code=0, now=timezone.now())
+    job.refresh_from_db()
+    assert (job.status, job.reason_code, job.reason_message) == (
+        JobStatus.SUCCEEDED, "JobSucceeded", f"The chief pod {master.pod_id} succeeded")
+
+
 def test_all_workers_waits_for_every_pod(personas, sent):
     job = submit(personas, pods=2)
     first, second = run_all(job)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from django.db import transaction
 from django.urls import reverse
 from django.utils import timezone
 
@@ -19,7 +20,7 @@ from apps.billing.services import billing_accrue
 from apps.cluster.models import Node
 from apps.cluster.services import node_set_status
 from apps.jobs.models import Job, JobStatus, Pod, PodStatus
-from apps.scheduler.services import scheduler_tick
+from apps.scheduler.services import Interruption, jobs_requeue_or_fail, scheduler_tick
 from tests.integration import test_market_step as market
 from tests.integration.test_agent_services import run_all, sent, submit  # noqa: F401
 
@@ -284,6 +285,38 @@ def test_a_spot_job_its_agent_stopped_goes_back_to_bidding_at_once(personas, rep
     market.step(market.at(1, 5))
     job.refresh_from_db()
     assert job.status == JobStatus.RUNNING and job.attempt == 1  # no backoff to wait out
+
+
+def test_one_batch_sends_each_job_where_aimaster_decides(personas, replay, sent, settings):
+    """`jobs_requeue_or_fail` asks `lifecycle` per job: a spot job goes back to bidding, a
+    quota job to its queue, a job without AIMaster fails; only the platform's is free."""
+    settings.SCHEDULER_REQUEUE_BACKOFF_SECONDS = 600
+    replay([(market.NOW, market.G7, "0.30")])
+    spot = market.submit(personas, discount="0.9", name="spot")  # no AIMaster
+    market.step(market.at(0))
+    quota = submit(personas, pods=1, aimaster=True, name="quota")
+    plain = submit(personas, pods=1, name="plain")
+    run_all(quota)
+    run_all(plain)
+    now = timezone.now()
+    with transaction.atomic():
+        jobs = {j.display_name: j for j in Job.objects.select_for_update().filter(
+            pk__in=[spot.pk, quota.pk, plain.pk])}
+        jobs_requeue_or_fail(interruptions=[
+            Interruption(jobs["spot"], "NodeLost", "Node gone", 0.0, platform=True),
+            Interruption(jobs["quota"], "JobPreempted", "Preempted by q", 0.0),
+            Interruption(jobs["plain"], "JobPreempted", "Preempted by q", 0.0),
+        ], now=now)
+    for job in (spot, quota, plain):
+        job.refresh_from_db()
+    assert (spot.status, spot.restart_times, spot.not_before) == (JobStatus.BIDDING, 0, None)
+    assert "back to the spot market" in spot.events.get(kind="Requeued").message
+    assert (quota.status, quota.restart_times, quota.not_before) == (
+        JobStatus.QUEUING, 1, now + timedelta(seconds=600))
+    assert "back to the queue" in quota.events.get(kind="Requeued").message
+    assert (plain.status, plain.reason_code, plain.reason_message) == (
+        JobStatus.FAILED, "JobPreempted", "Preempted by q (no automatic fault tolerance)")
+    assert not plain.restarts.exists()
 
 
 # --- drain and cordon ------------------------------------------------------------------------

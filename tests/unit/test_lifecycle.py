@@ -2,10 +2,27 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from typing import get_args
+
 from hypothesis import given
 from hypothesis import strategies as st
 
-from apps.scheduler.lifecycle import lost_gpu_seconds
+from apps.scheduler import lifecycle
+from apps.scheduler.lifecycle import (
+    Budget,
+    Fail,
+    Failed,
+    PodState,
+    Requeue,
+    RestartInPlace,
+    Succeeded,
+    after_interruption,
+    after_pod_failure,
+    lost_gpu_seconds,
+    success_outcome,
+)
 
 # --- lost work ---------------------------------------------------------------------------
 
@@ -111,3 +128,312 @@ def test_interruptions_never_lose_more_than_the_job_ran_across_attempts(gpus, li
         assert lost <= gpus * (end - start)
         total_lost += lost
     assert total_lost <= gpus * sum(end - start for start, end, _ in life)
+
+
+# --- success policy ----------------------------------------------------------------------
+
+
+def pod(role: str, index: int, status: str) -> PodState:
+    return PodState(role=role, index=index, status=status, name=f"j-{role.lower()}-{index}-a1")
+
+
+def test_it_succeeds_all_workers_once_every_pod_has():
+    pods = [pod("Master", 0, "Succeeded"), pod("Worker", 0, "Succeeded"),
+            pod("Worker", 1, "Running")]
+    assert success_outcome(policy="AllWorkers", pods=pods) is None
+    done = [*pods[:2], pod("Worker", 1, "Succeeded")]
+    assert success_outcome(policy="AllWorkers", pods=done) == Succeeded("All pods succeeded")
+
+
+def test_it_succeeds_chief_worker_once_the_master_has():
+    pods = [pod("Worker", 0, "Running"), pod("Master", 0, "Succeeded"),
+            pod("Worker", 1, "Pending")]
+    assert success_outcome(policy="ChiefWorker", pods=pods) == Succeeded(
+        "The chief pod j-master-0-a1 succeeded")
+
+
+def test_it_waits_for_the_chief_whatever_the_workers_do():
+    pods = [pod("Chief", 0, "Running"), pod("Worker", 0, "Succeeded"),
+            pod("Worker", 1, "Succeeded")]
+    assert success_outcome(policy="ChiefWorker", pods=pods) is None
+
+
+def test_it_takes_worker_0_as_the_chief_of_a_job_of_workers():
+    pods = [pod("Worker", 1, "Succeeded"), pod("Worker", 0, "Running"), pod("PS", 0, "Running")]
+    assert success_outcome(policy="ChiefWorker", pods=pods) is None
+    pods = [pod("Worker", 1, "Running"), pod("Worker", 0, "Succeeded"), pod("PS", 0, "Running")]
+    assert success_outcome(policy="ChiefWorker", pods=pods) == Succeeded(
+        "The chief pod j-worker-0-a1 succeeded")
+
+
+def test_it_ranks_master_chief_launcher_head_worker_ps_evaluator_then_the_rest():
+    roles = ["Custom", "Evaluator", "PS", "Worker", "Head", "Launcher", "Chief", "Master"]
+    assert sorted(roles, key=lambda r: lifecycle.rank_key(r, 0)) == roles[::-1]
+    assert lifecycle.rank_key("Worker", 1) < lifecycle.rank_key("Worker", 2)
+
+
+def test_it_fails_the_attempt_when_the_chief_fails():
+    failed = pod("Master", 0, "Failed")
+    pods = [failed, pod("Worker", 0, "Running")]
+    assert success_outcome(policy="ChiefWorker", pods=pods) == Failed(failed)
+    assert success_outcome(policy="AllWorkers", pods=pods) == Failed(failed)
+
+
+def test_it_fails_the_attempt_when_a_worker_fails_under_either_policy():
+    failed = pod("Worker", 1, "Failed")
+    pods = [pod("Master", 0, "Running"), pod("Worker", 0, "Succeeded"), failed]
+    assert success_outcome(policy="ChiefWorker", pods=pods) == Failed(failed)
+    assert success_outcome(policy="AllWorkers", pods=pods) == Failed(failed)
+
+
+def test_it_keeps_an_attempt_without_pods_running():
+    assert success_outcome(policy="AllWorkers", pods=[]) is None
+    assert success_outcome(policy="ChiefWorker", pods=[]) is None
+
+
+# --- AIMaster: examples ------------------------------------------------------------------
+
+ON = Budget(aimaster=True, max_restarts=3, restart_times=0)
+OFF = Budget(aimaster=False, max_restarts=3, restart_times=0)
+SPENT = Budget(aimaster=True, max_restarts=3, restart_times=3)
+
+
+def pod_failed(budget: Budget = ON, *, platform: bool = False, policy: str = "OnFailure",
+               exit_code: int | None = 1, spot: bool = False, async_mode: bool = False,
+               pod_node_ready: bool = True, nodes_ready: bool = True):
+    return after_pod_failure(budget=budget, platform=platform, restart_policy=policy,
+                             exit_code=exit_code, spot=spot, async_mode=async_mode,
+                             pod_node_ready=pod_node_ready, nodes_ready=nodes_ready)
+
+
+def test_it_fails_a_failed_pod_without_aimaster():
+    assert pod_failed(OFF) == Fail("no automatic fault tolerance")
+
+
+def test_it_restarts_the_whole_job_in_place_under_sync():
+    assert pod_failed(ON) == RestartInPlace(pods_only=False)
+
+
+def test_it_restarts_only_the_failed_pod_under_async():
+    assert pod_failed(ON, async_mode=True) == RestartInPlace(pods_only=True)
+
+
+def test_it_places_the_whole_job_again_when_a_node_is_gone():
+    assert pod_failed(ON, async_mode=True, pod_node_ready=False, nodes_ready=False) == \
+        Requeue(rebid=False, counted=True)
+    assert pod_failed(ON, nodes_ready=False) == Requeue(rebid=False, counted=True)
+    assert pod_failed(ON, nodes_ready=False, spot=True) == Requeue(rebid=True, counted=True)
+
+
+def test_it_fails_a_failed_pod_whose_budget_is_spent():
+    assert pod_failed(SPENT) == Fail("restarts exhausted (3/3)")
+
+
+def test_it_judges_the_budget_before_the_restart_policy():
+    assert pod_failed(SPENT, policy="Never") == Fail("restarts exhausted (3/3)")
+    assert pod_failed(OFF, policy="Never") == Fail("no automatic fault tolerance")
+
+
+def test_it_never_restarts_under_restart_policy_never():
+    assert pod_failed(ON, policy="Never") == Fail("restart policy Never")
+
+
+def test_it_restarts_under_exit_code_only_after_a_signal_or_a_vanished_process():
+    assert pod_failed(ON, policy="ExitCode", exit_code=1) == Fail(
+        "exit code 1 is permanent under restart policy ExitCode")
+    assert pod_failed(ON, policy="ExitCode", exit_code=127) == Fail(
+        "exit code 127 is permanent under restart policy ExitCode")
+    assert pod_failed(ON, policy="ExitCode", exit_code=128) == RestartInPlace(pods_only=False)
+    assert pod_failed(ON, policy="ExitCode", exit_code=137) == RestartInPlace(pods_only=False)
+    assert pod_failed(ON, policy="ExitCode", exit_code=None) == RestartInPlace(pods_only=False)
+
+
+def test_it_restarts_under_on_failure_and_always():
+    assert pod_failed(ON, policy="OnFailure") == RestartInPlace(pods_only=False)
+    assert pod_failed(ON, policy="Always") == RestartInPlace(pods_only=False)
+
+
+def test_it_requeues_a_preempted_job_with_aimaster():
+    assert after_interruption(budget=ON, platform=False, spot=False) == Requeue(
+        rebid=False, counted=True)
+
+
+def test_it_fails_a_preempted_job_without_aimaster():
+    assert after_interruption(budget=OFF, platform=False, spot=False) == Fail(
+        "no automatic fault tolerance")
+
+
+def test_it_sends_a_reclaimed_spot_job_back_to_bidding():
+    assert after_interruption(budget=ON, platform=False, spot=True) == Requeue(
+        rebid=True, counted=True)
+    assert after_interruption(budget=OFF, platform=False, spot=True) == Fail(
+        "no automatic fault tolerance")
+
+
+def test_it_fails_an_interrupted_job_whose_budget_is_spent():
+    assert after_interruption(budget=SPENT, platform=False, spot=False) == Fail(
+        "restarts exhausted (3/3)")
+    assert after_interruption(budget=Budget(True, 0, 0), platform=False, spot=True) == Fail(
+        "restarts exhausted (0/0)")
+
+
+def test_it_requeues_a_platform_interruption_uncounted_whatever_aimaster_says():
+    for budget in (ON, OFF, SPENT):
+        assert after_interruption(budget=budget, platform=True, spot=False) == Requeue(
+            rebid=False, counted=False)
+        assert after_interruption(budget=budget, platform=True, spot=True) == Requeue(
+            rebid=True, counted=False)
+        assert pod_failed(budget, platform=True, policy="Never") == Requeue(
+            rebid=False, counted=False)
+
+
+def test_it_says_a_platform_interruption_spends_nothing():
+    assert lifecycle.platform_note(Budget(True, 3, 1)) == \
+        "a platform interruption: AIMaster's budget 1/3 is not used"
+    assert lifecycle.platform_note(OFF) == \
+        "a platform interruption: requeued although AIMaster is off"
+
+
+def test_its_names_are_the_models():
+    from apps.jobs.models import JobRole, PodStatus, SuccessPolicy
+
+    assert set(get_args(lifecycle.SuccessPolicy)) == set(SuccessPolicy.values)
+    assert set(get_args(lifecycle.RestartPolicy)) == set(JobRole.RestartPolicy.values)
+    assert set(JobRole.RoleType.values) <= set(lifecycle.ROLE_ORDER)
+    assert {"Succeeded", "Failed"} <= set(PodStatus.values)
+
+
+def test_it_imports_nothing_of_django_celery_or_the_apps():
+    code = ("import sys; import apps.scheduler.lifecycle; "
+            "assert not [m for m in sys.modules if m.split('.')[0] in ('django', 'celery')]; "
+            "assert not [m for m in sys.modules if m.startswith('apps.') "
+            "and m not in ('apps.scheduler', 'apps.scheduler.lifecycle')]")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# --- AIMaster and the success policy: properties -----------------------------------------
+
+budgets = st.builds(Budget, aimaster=st.booleans(), max_restarts=st.integers(0, 100),
+                    restart_times=st.integers(0, 100))
+restart_policies = st.sampled_from(get_args(lifecycle.RestartPolicy))
+exit_codes = st.none() | st.integers(0, 255)
+policies = st.sampled_from(get_args(lifecycle.SuccessPolicy))
+roles = st.sampled_from([*lifecycle.ROLE_ORDER, "Custom"])
+statuses = st.sampled_from(["Pending", "Running", "Succeeded", "Failed", "Preempted",
+                            "Stopped"])
+
+
+@given(budget=budgets, spot=st.booleans(), policy=restart_policies, code=exit_codes,
+       async_mode=st.booleans(), pod_ready=st.booleans(), ready=st.booleans())
+def test_a_platform_interruption_never_spends_the_budget_nor_fails_the_job(
+    budget, spot, policy, code, async_mode, pod_ready, ready,
+):
+    uncounted = Requeue(rebid=spot, counted=False)
+    assert after_interruption(budget=budget, platform=True, spot=spot) == uncounted
+    assert after_pod_failure(budget=budget, platform=True, restart_policy=policy,
+                             exit_code=code, spot=spot, async_mode=async_mode,
+                             pod_node_ready=pod_ready, nodes_ready=ready) == uncounted
+
+
+@st.composite
+def lives(draw) -> tuple[int, list[tuple[str, bool]]]:
+    """A budget and a run of interruptions: (which kind, a platform one?)."""
+    n = draw(st.integers(0, 8))
+    kinds = st.sampled_from(["preempted", "reclaimed", "pod failed", "pod failed, node gone"])
+    return n, draw(st.lists(st.tuples(kinds, st.booleans()), max_size=30))
+
+
+def _decide(kind: str, budget: Budget, platform: bool):
+    if kind in ("preempted", "reclaimed"):
+        return after_interruption(budget=budget, platform=platform, spot=kind == "reclaimed")
+    return after_pod_failure(budget=budget, platform=platform, restart_policy="OnFailure",
+                             exit_code=1, spot=False, async_mode=False, pod_node_ready=True,
+                             nodes_ready=kind == "pod failed")
+
+
+@given(life=lives())
+def test_a_budget_of_n_survives_exactly_n_counted_interruptions(life):
+    """Whatever the mix of kinds, and platform interruptions anywhere in between: the job
+    survives its first n counted interruptions and fails at the (n+1)-th, and only then."""
+    n, interruptions = life
+    budget, counted = Budget(aimaster=True, max_restarts=n, restart_times=0), 0
+    for kind, platform in interruptions:
+        decision = _decide(kind, budget, platform)
+        if platform:
+            assert decision == Requeue(rebid=kind == "reclaimed", counted=False)
+            continue
+        counted += 1
+        if counted == n + 1:
+            assert decision == Fail(f"restarts exhausted ({n}/{n})")
+            return
+        assert not isinstance(decision, Fail)
+        assert isinstance(decision, RestartInPlace) or decision.counted
+        budget = Budget(aimaster=True, max_restarts=n, restart_times=budget.restart_times + 1)
+    assert counted <= n
+
+
+@given(budget=budgets, platform=st.booleans(), spot=st.booleans())
+def test_an_interruption_fails_a_job_exactly_when_aimaster_declines(budget, platform, spot):
+    decision = after_interruption(budget=budget, platform=platform, spot=spot)
+    declined = lifecycle.aimaster_declines(budget)
+    assert isinstance(decision, Fail) == (not platform and declined is not None)
+    if isinstance(decision, Fail):
+        assert decision.reason == declined
+    else:
+        assert decision.rebid == spot and decision.counted == (not platform)
+
+
+@given(budget=budgets, policy=restart_policies, code=exit_codes, spot=st.booleans(),
+       async_mode=st.booleans(), pod_ready=st.booleans(), ready=st.booleans())
+def test_a_failed_pod_fails_the_job_only_when_aimaster_or_its_restart_policy_declines(
+    budget, policy, code, spot, async_mode, pod_ready, ready,
+):
+    decision = after_pod_failure(budget=budget, platform=False, restart_policy=policy,
+                                 exit_code=code, spot=spot, async_mode=async_mode,
+                                 pod_node_ready=pod_ready, nodes_ready=ready)
+    why = lifecycle.aimaster_declines(budget) or lifecycle.restart_policy_declines(policy, code)
+    assert (decision == Fail(why)) if why else not isinstance(decision, Fail)
+    if isinstance(decision, Requeue):
+        assert decision.counted and not ready and decision.rebid == spot
+
+
+def pod_states(min_size: int = 0, status=statuses):
+    """An attempt's pods: distinct (role, index) pairs with any statuses."""
+    return st.lists(st.tuples(roles, st.integers(0, 7)), unique=True, min_size=min_size,
+                    max_size=12).flatmap(lambda keys: st.tuples(*(
+                        st.builds(pod, st.just(r), st.just(i), status) for r, i in keys))
+                    ).map(list)
+
+
+@given(policy=policies, pods=pod_states(), data=st.data())
+def test_the_outcome_does_not_depend_on_the_order_of_the_pods(policy, pods, data):
+    shuffled = data.draw(st.permutations(pods))
+    assert success_outcome(policy=policy, pods=shuffled) == success_outcome(policy=policy,
+                                                                             pods=pods)
+
+
+@given(policy=policies, pods=pod_states(min_size=1, status=st.just("Succeeded")))
+def test_a_job_whose_every_pod_succeeded_succeeds_under_every_policy(policy, pods):
+    assert isinstance(success_outcome(policy=policy, pods=pods), Succeeded)
+
+
+@given(policy=policies, pods=pod_states(min_size=1))
+def test_a_failed_pod_fails_the_attempt_under_every_policy(policy, pods):
+    outcome = success_outcome(policy=policy, pods=pods)
+    failed = [p for p in pods if p.status == "Failed"]
+    assert isinstance(outcome, Failed) == bool(failed)
+    if failed:
+        assert outcome.pod in failed
+
+
+@given(pods=pod_states(min_size=1))
+def test_chief_worker_follows_the_rank_0_pod_and_all_workers_every_pod(pods):
+    if any(p.status == "Failed" for p in pods):
+        return
+    chief = min(pods, key=lambda p: lifecycle.rank_key(p.role, p.index))
+    chief_worker = success_outcome(policy="ChiefWorker", pods=pods)
+    assert chief_worker == (Succeeded(f"The chief pod {chief.name} succeeded")
+                            if chief.status == "Succeeded" else None)
+    all_workers = success_outcome(policy="AllWorkers", pods=pods)
+    assert all_workers == (Succeeded("All pods succeeded")
+                           if all(p.status == "Succeeded" for p in pods) else None)
