@@ -146,7 +146,8 @@ def _refuse_while_throttled(scopes: list[Scope], now: datetime) -> None:
     if lock is not None:
         code, reason = _THROTTLED[lock.scope.kind]
         retry_at = datetime.fromtimestamp(math.ceil(lock.until), UTC)
-        raise throttling(code, reason, retry_at=retry_at)
+        raise throttling(code, reason, retry_at=retry_at,
+                         retry_after=lock.seconds_left(now.timestamp()))
 
 
 def _count_failure(scopes: list[Scope], now: datetime) -> None:

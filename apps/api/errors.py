@@ -20,9 +20,21 @@ def new_request_id() -> str:
     return str(uuid.uuid4()).upper()
 
 
+class Throttled(ApplicationError):
+    """A 429 that says when to come back: `retry_after` seconds."""
+
+    def __init__(self, code: str, message: str, *, retry_after: int) -> None:
+        super().__init__(code, message, status=429)
+        self.retry_after = retry_after
+
+
 def error_response(error: ApplicationError, *, request_id: str) -> JsonResponse:
     body = {"RequestId": request_id, "Code": error.code, "Message": error.message}
-    return JsonResponse(body, status=error.status, headers={"x-acs-request-id": request_id})
+    headers = {"x-acs-request-id": request_id}
+    if isinstance(error, Throttled):  # the SDK reads x-acs-retry-after, in milliseconds
+        headers["Retry-After"] = str(error.retry_after)
+        headers["x-acs-retry-after"] = str(error.retry_after * 1000)
+    return JsonResponse(body, status=error.status, headers=headers)
 
 
 def invalid_parameter(name: str, message: str) -> ApplicationError:
@@ -41,13 +53,13 @@ def not_found(entity: str, ident: str) -> ApplicationError:
     )
 
 
-def throttling(code: str, reason: str, *, retry_at: datetime) -> ApplicationError:
+def throttling(code: str, reason: str, *, retry_at: datetime, retry_after: int) -> Throttled:
     """429 `Throttling` (the caller's address) or `Throttling.User` (the AccessKeyId)."""
-    return ApplicationError(
+    return Throttled(
         code,
         f"Request was denied due to {reason}. Retry after "
         f"{retry_at.astimezone(UTC):%Y-%m-%dT%H:%M:%SZ}.",
-        status=429,
+        retry_after=retry_after,
     )
 
 

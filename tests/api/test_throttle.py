@@ -121,6 +121,9 @@ def test_the_lock_expires_after_the_window(live_server, keys, monkeypatch):
     for _ in range(5):  # refused requests do not count, nor lengthen the lock
         response = send(bad)
         assert response.status_code == 429 and response.json()["Code"] == "Throttling.User"
+        # When to come back, as the SDK reads it (milliseconds) and in plain HTTP (seconds).
+        assert response.headers["Retry-After"] == "1"
+        assert response.headers["x-acs-retry-after"] == "1000"
     assert send(good).status_code == 429
     now[0] += timedelta(seconds=1)
     assert send(good).status_code == 200
