@@ -178,6 +178,9 @@ LOGGING = {
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
+    # Django's own console handler (DEBUG only) would print its records a second time on
+    # their way to the root: they go through the root's handler alone.
+    "loggers": {"django": {"handlers": [], "propagate": True}},
 }
 
 

@@ -146,3 +146,14 @@ def test_it_writes_a_self_signed_certificate_once(tmp_path):
     before = cert_path.read_bytes()
     call_command("selfsigned_cert", str(tmp_path / "certs"))  # a real one may be there now
     assert cert_path.read_bytes() == before
+
+
+@pytest.mark.parametrize("debug", ["true", "false"])
+def test_a_django_warning_is_logged_once(tmp_path, debug):
+    # With DEBUG on, Django's own console handler printed each django.* record, and the
+    # root's handler printed it again.
+    code = "import logging; logging.getLogger('django.request').warning('Forbidden: /x/')"
+    result = manage(tmp_path, "shell", "-c", code,
+                    env={"DEBUG": debug, "SECRET_KEY": random_secret_key()})
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.count("Forbidden: /x/") == 1, result.stderr
