@@ -114,6 +114,7 @@ def bid_limit_per_hour(
         )
     if discount is not None:
         return quantize_price(_decimal(original_price_hour) * _decimal(discount))
+    assert price_limit_per_minute is not None  # exactly one of the two is set
     return per_minute_to_hour(price_limit_per_minute)
 
 
@@ -312,6 +313,9 @@ class Start:
     kind: Literal["spot", "payg"]
 
 
+ReclaimCode = Literal["SpotPriceExceeded", "SpotAveragePriceExceeded", "SpotStockShortage"]
+
+
 @dataclass(frozen=True)
 class Reclaim:
     """A running spot job loses all its instances. `rebid` is the job's AIMaster switch, for
@@ -319,7 +323,7 @@ class Reclaim:
     applied, with its restart budget (`apps.scheduler.lifecycle.after_interruption`)."""
 
     job_id: int
-    code: Literal["SpotPriceExceeded", "SpotAveragePriceExceeded", "SpotStockShortage"]
+    code: ReclaimCode
     reason: str
     rebid: bool = False
 
@@ -533,7 +537,8 @@ def _reclaim_on_price(book: _Book) -> list[Reclaim]:
                 continue  # no market to judge it by: leave it running
             limit, name = book.held_to(t)
             if bid < limit:
-                code = "SpotPriceExceeded" if name == "market" else "SpotAveragePriceExceeded"
+                code: ReclaimCode = ("SpotPriceExceeded" if name == "market"
+                                     else "SpotAveragePriceExceeded")
                 reason = f"bid {yuan(bid)}/h < {name} {yuan(limit)}/h for {t}"
                 reclaims.append(Reclaim(request.job_id, code, reason, rebid=request.aimaster))
                 book.release(request)
@@ -575,6 +580,7 @@ def _start_payg(
         if problems:
             waiting.append(_waiting(request.job_id, problems))
             continue
+        assert victims is not None  # no victims for a shortfall is a problem, handled above
         for victim in victims:
             reason = f"stock short: pay-as-you-go job {request.job_id} needs instances of "
             reclaims.append(_shortage(book, victim, reason + ", ".join(shortfall), *shortfall))
