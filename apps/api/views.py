@@ -18,8 +18,8 @@ from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig, TooManyFieldsSent
-from django.db.models import Count, Exists, OuterRef, Prefetch, Q, QuerySet
-from django.http import HttpRequest, JsonResponse
+from django.db.models import Prefetch, Q, QuerySet
+from django.http import Http404, HttpRequest, JsonResponse
 from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 
@@ -37,7 +37,6 @@ from apps.api.errors import (
 from apps.cluster.models import InstanceType, Quota
 from apps.core.errors import ApplicationError, ValidationFailed
 from apps.jobs.models import (
-    LIVE_POD_STATUSES,
     Job,
     JobEvent,
     JobRole,
@@ -46,12 +45,18 @@ from apps.jobs.models import (
     ResourceSource,
     StatusTransition,
 )
-from apps.jobs.selectors import job_ensure_can_manage
+from apps.jobs.selectors import (
+    ALL_WORKSPACES,
+    JobFilters,
+    job_ensure_can_manage,
+    job_get_for_user,
+    job_list,
+)
 from apps.jobs.services import job_delete, job_priority_update, job_stop, job_submit
 from apps.jobs.specs import spot_price_range_per_minute
 from apps.market.models import MarketState
 from apps.market.pricing import hour_to_per_minute
-from apps.market.selectors import price_histories
+from apps.market.selectors import TypeUsage, market_usage, price_histories
 from apps.workspaces.models import AccessKey, Membership, Workspace
 from apps.workspaces.selectors import workspace_for_user, workspace_list
 
@@ -182,25 +187,16 @@ def _visible_workspaces(call: Call) -> QuerySet[Workspace]:
     return workspace_list(user=call.user)
 
 
-def _jobs(call: Call) -> QuerySet[Job]:
-    return Job.objects.filter(workspace__in=_visible_workspaces(call)).select_related(
-        "workspace", "quota", "user"
-    )
-
-
 def _roles() -> Prefetch:
     return Prefetch("roles", queryset=JobRole.objects.select_related("instance_type"))
 
 
 def _job(call: Call, job_id: str) -> Job:
     """The job, if it is in one of the caller's workspaces; 404 otherwise (never 403)."""
-    jobs = Job.objects.filter(job_id=job_id).select_related("workspace", "quota")
-    if not call.user.is_superuser:  # one join instead of workspace_list()'s subquery
-        jobs = jobs.filter(workspace__membership__user=call.user)
-    job = next(iter(jobs.order_by()[:1]), None)
-    if job is None:
-        raise not_found("Job", job_id)
-    return job
+    try:
+        return job_get_for_user(user=call.user, job_id=job_id)
+    except Http404:
+        raise not_found("Job", job_id) from None
 
 
 def create_job(call: Call) -> dict[str, Any]:
@@ -239,39 +235,10 @@ KNOWN_STATUSES = {*JobStatus.values, "SucceededReserving", "FailedReserving"}
 
 
 def list_jobs(call: Call) -> dict[str, Any]:
-    query = call.query
-    jobs = _jobs(call)
-    if workspace_id := query.get("WorkspaceId"):
-        jobs = jobs.filter(workspace=_workspace(call, workspace_id))
-    if statuses := [s.strip() for s in query.get("Status", "").split(",") if s.strip()]:
-        if unknown := [s for s in statuses if s not in KNOWN_STATUSES]:
-            raise invalid_parameter("Status", f"{unknown[0]!r} is not a job status")
-        jobs = jobs.filter(status__in=statuses)
-    if source := parsing.query_choice(query, "PaymentType", PAYMENT_TYPES):
-        jobs = jobs.filter(resource_source=source)
-    if oversold := query.get("OversoldInfo"):
-        jobs = _filter_oversold(jobs, oversold)
-    if name := query.get("ResourceQuotaName"):
-        jobs = jobs.filter(quota__name__icontains=name)
-    if resource_id := query.get("ResourceId"):
-        jobs = jobs.filter(quota__name=resource_id)
-    if display_name := query.get("DisplayName"):
-        jobs = jobs.filter(display_name__icontains=display_name)
-    if job_id := query.get("JobId"):
-        jobs = jobs.filter(job_id=job_id)
-    if job_type := query.get("JobType"):
-        jobs = jobs.filter(job_type=job_type)
-    if username := query.get("Username"):
-        jobs = jobs.filter(user__username=username)
-    if parsing.query_bool(query, "ShowOwn"):
-        jobs = jobs.filter(user=call.user)
-    start, end = parsing.query_time(query, "StartTime"), parsing.query_time(query, "EndTime")
-    if start is None and end is None:
-        start = call.now - DEFAULT_LIST_WINDOW
-    if start is not None:
-        jobs = jobs.filter(created_at__gte=start)
-    if end is not None:
-        jobs = jobs.filter(created_at__lte=end)
+    workspace = ALL_WORKSPACES
+    if workspace_id := call.query.get("WorkspaceId"):
+        workspace = _workspace(call, workspace_id)
+    jobs = job_list(user=call.user, workspace=workspace, filters=_job_filters(call))
     total = jobs.count()
     page = _page(call, jobs.order_by(*_order(call, JOB_SORT, default="GmtCreateTime")))
     items = [serializers.job_item(job, roles=list(job.roles.all()))
@@ -279,9 +246,45 @@ def list_jobs(call: Call) -> dict[str, Any]:
     return {"Jobs": items, "TotalCount": total}
 
 
-def _filter_oversold(jobs: QuerySet[Job], value: str) -> QuerySet[Job]:
-    """DLC's OversoldInfo: the idle mode, and for AcceptQuotaOverSold-true/-false whether the
-    job actually runs on idle resources now."""
+def _job_filters(call: Call) -> JobFilters:
+    """ListJobs' query as the job list's filters, checked in the order DLC names them."""
+    query = call.query
+    filters: JobFilters = {}
+    if statuses := [s.strip() for s in query.get("Status", "").split(",") if s.strip()]:
+        if unknown := [s for s in statuses if s not in KNOWN_STATUSES]:
+            raise invalid_parameter("Status", f"{unknown[0]!r} is not a job status")
+        filters["statuses"] = statuses
+    if source := parsing.query_choice(query, "PaymentType", PAYMENT_TYPES):
+        filters["resource_sources"] = [source]
+    if oversold := query.get("OversoldInfo"):
+        filters.update(_oversold_filters(oversold, filters.get("resource_sources")))
+    if name := query.get("ResourceQuotaName"):
+        filters["quota_contains"] = name
+    if resource_id := query.get("ResourceId"):
+        filters["quota"] = resource_id
+    if display_name := query.get("DisplayName"):
+        filters["display_name_contains"] = display_name
+    if job_id := query.get("JobId"):
+        filters["job_id"] = job_id
+    if job_type := query.get("JobType"):
+        filters["job_type"] = job_type
+    if username := query.get("Username"):
+        filters["username"] = username
+    if parsing.query_bool(query, "ShowOwn"):
+        filters["submitter"] = call.user
+    start, end = parsing.query_time(query, "StartTime"), parsing.query_time(query, "EndTime")
+    if start is None and end is None:
+        start = call.now - DEFAULT_LIST_WINDOW
+    if start is not None:
+        filters["created_from"] = start
+    if end is not None:
+        filters["created_until"] = end
+    return filters
+
+
+def _oversold_filters(value: str, sources: list[str] | None) -> JobFilters:
+    """DLC's OversoldInfo: quota jobs of the idle mode, and for AcceptQuotaOverSold-true/-false
+    whether the job actually runs on idle resources now. `sources` is PaymentType's, if any."""
     mode, _, used = value.partition("-")
     if mode not in serializers.IDLE_MODE or (used and mode != "AcceptQuotaOverSold") or (
         used and used.lower() not in ("true", "false")
@@ -291,13 +294,12 @@ def _filter_oversold(jobs: QuerySet[Job], value: str) -> QuerySet[Job]:
             "must be ForbiddenQuotaOverSold, ForceQuotaOverSold, AcceptQuotaOverSold, "
             "AcceptQuotaOverSold-true or AcceptQuotaOverSold-false",
         )
-    jobs = jobs.filter(resource_source=ResourceSource.QUOTA, idle_mode=serializers.IDLE_MODE[mode])
+    # Idle modes are for quota jobs: beside PaymentType PostPaid or Spot nothing matches.
+    quota_jobs = [ResourceSource.QUOTA] if sources in (None, [ResourceSource.QUOTA]) else []
+    filters: JobFilters = {"resource_sources": quota_jobs, "idle_mode": serializers.IDLE_MODE[mode]}
     if used:
-        borrowing = Pod.objects.filter(job=OuterRef("pk"), attempt=OuterRef("attempt"),
-                                       in_quota=False)
-        wanted = used.lower() == "true"
-        jobs = jobs.filter(Exists(borrowing)) if wanted else jobs.exclude(Exists(borrowing))
-    return jobs
+        filters["borrowing"] = used.lower() == "true"
+    return filters
 
 
 def update_job(call: Call, job_id: str) -> dict[str, Any]:
@@ -376,6 +378,7 @@ def get_pod_logs(call: Call, job_id: str, pod_id: str) -> dict[str, Any]:
 
 # --- instance types and the spot market -----------------------------------------------------
 
+NO_USAGE = TypeUsage()
 ECS_SORT = {"CPU": "cpu", "GPU": "gpu", "Memory": "memory", "GmtCreateTime": "pk"}
 
 
@@ -391,32 +394,15 @@ def list_ecs_specs(call: Call) -> dict[str, Any]:
         types = types.filter(resource_type=resource_type)
     total = types.count()
     page = list(_page(call, types.order_by(*_order(call, ECS_SORT, default="GmtCreateTime"))))
-    in_use = _public_instances_in_use([t.pk for t in page])
+    usage = market_usage()
     prices = MarketState.objects.in_bulk([t.pk for t in page])
     specs = [
-        serializers.ecs_spec(t, spot_in_use=in_use[t.pk][ResourceSource.SPOT],
-                             payg_in_use=in_use[t.pk][ResourceSource.PUBLIC],
+        serializers.ecs_spec(t, spot_in_use=usage.get(t.pk, NO_USAGE).spot_used,
+                             payg_in_use=usage.get(t.pk, NO_USAGE).payg_used,
                              market_price=getattr(prices.get(t.pk), "price_per_hour", None))
         for t in page
     ]
     return {"EcsSpecs": specs, "TotalCount": total}
-
-
-def _public_instances_in_use(type_ids: list[int]) -> dict[int, dict[str, int]]:
-    """Live pods of pay-as-you-go and spot jobs per instance type: what the public pool lends."""
-    rows = (
-        Pod.objects.filter(
-            role__instance_type__in=type_ids,
-            status__in=LIVE_POD_STATUSES,
-            job__resource_source__in=[ResourceSource.PUBLIC, ResourceSource.SPOT],
-        )
-        .values("role__instance_type", "job__resource_source")
-        .annotate(n=Count("pk"))
-    )
-    used: dict[int, dict[str, int]] = defaultdict(lambda: defaultdict(int))
-    for row in rows:
-        used[row["role__instance_type"]][row["job__resource_source"]] = row["n"]
-    return used
 
 
 def price_history(

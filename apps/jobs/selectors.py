@@ -3,14 +3,17 @@ the choices the create-job form offers in a workspace."""
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
+from datetime import datetime
 from decimal import Decimal
 from functools import cached_property
-from typing import TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from django.db.models import (
     Case,
     Count,
+    Exists,
     F,
     IntegerField,
     OuterRef,
@@ -40,25 +43,51 @@ from apps.jobs.models import (
 )
 from apps.jobs.specs import spot_price_range_per_minute
 from apps.market import pricing
-from apps.workspaces.models import Membership
+from apps.workspaces.models import Membership, Workspace
 from apps.workspaces.selectors import workspace_list, workspace_role
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import AbstractBaseUser
+
+# `job_list(workspace=ALL_WORKSPACES)`: the jobs of every workspace the user belongs to.
+ALL_WORKSPACES: Any = object()
 
 
 class JobFilters(TypedDict, total=False):
+    """The job list's filters; every one given must hold. The console's form sends the first
+    five, the API's ListJobs (apps/api/views.py: list_jobs) the rest and `quota`."""
+
     status: str
-    payment_type: str  # PrePaid | PostPaid
+    payment_type: str  # PrePaid (quota) | PostPaid (public or spot)
     quota: str  # quota name
     idle_mode: str
     q: str  # display name or job id
+    statuses: Collection[str]  # any of these
+    resource_sources: Collection[str]  # any of these ResourceSource values
+    borrowing: bool  # the current attempt has (True) or has no (False) pod outside its quota
+    quota_contains: str  # part of the quota's name, any case
+    display_name_contains: str
+    job_id: str
+    job_type: str
+    username: str  # the submitter's username
+    submitter: AbstractBaseUser  # the submitter
+    created_from: datetime  # created at or after
+    created_until: datetime  # created at or before
 
 
-def job_list(*, user, workspace, filters: JobFilters | None = None) -> QuerySet[Job]:
-    """Jobs of `workspace` (only if `user` belongs to it), newest first, with pod counts.
+def job_list(*, user, workspace: Workspace | None, filters: JobFilters | None = None
+             ) -> QuerySet[Job]:
+    """Jobs of `workspace` (none unless `user` belongs to it; none for None), or of every
+    workspace `user` belongs to for `ALL_WORKSPACES`; newest first, with pod counts.
 
     `pods_total` is what the roles ask for; `pods_running` counts running pods of the
     current attempt only, so history pods never inflate it.
     """
-    if workspace is None or not workspace_list(user=user).filter(pk=workspace.pk).exists():
+    if workspace is ALL_WORKSPACES:
+        jobs = Job.objects.filter(workspace__in=workspace_list(user=user))
+    elif workspace is not None and workspace_list(user=user).filter(pk=workspace.pk).exists():
+        jobs = Job.objects.filter(workspace=workspace)
+    else:
         return Job.objects.none()
     planned = (
         JobRole.objects.filter(job=OuterRef("pk"))
@@ -67,8 +96,7 @@ def job_list(*, user, workspace, filters: JobFilters | None = None) -> QuerySet[
         .values("total")
     )
     jobs = (
-        Job.objects.filter(workspace=workspace)
-        .select_related("quota", "user")
+        jobs.select_related("workspace", "quota", "user")
         .annotate(
             pods_total=Subquery(planned, output_field=IntegerField()),
             pods_running=Count(
@@ -94,6 +122,30 @@ def _filter_jobs(jobs: QuerySet[Job], filters: JobFilters) -> QuerySet[Job]:
         jobs = jobs.filter(idle_mode=idle_mode)
     if q := (filters.get("q") or "").strip():
         jobs = jobs.filter(Q(display_name__icontains=q) | Q(job_id__iexact=q))
+    if (statuses := filters.get("statuses")) is not None:
+        jobs = jobs.filter(status__in=list(statuses))
+    if (sources := filters.get("resource_sources")) is not None:
+        jobs = jobs.filter(resource_source__in=list(sources))
+    if (borrowing := filters.get("borrowing")) is not None:
+        outside = Exists(Pod.objects.filter(job=OuterRef("pk"), attempt=OuterRef("attempt"),
+                                            in_quota=False))
+        jobs = jobs.filter(outside) if borrowing else jobs.exclude(outside)
+    if name := filters.get("quota_contains"):
+        jobs = jobs.filter(quota__name__icontains=name)
+    if display_name := filters.get("display_name_contains"):
+        jobs = jobs.filter(display_name__icontains=display_name)
+    if job_id := filters.get("job_id"):
+        jobs = jobs.filter(job_id=job_id)
+    if job_type := filters.get("job_type"):
+        jobs = jobs.filter(job_type=job_type)
+    if username := filters.get("username"):
+        jobs = jobs.filter(user__username=username)
+    if (submitter := filters.get("submitter")) is not None:
+        jobs = jobs.filter(user=submitter)
+    if (start := filters.get("created_from")) is not None:
+        jobs = jobs.filter(created_at__gte=start)
+    if (end := filters.get("created_until")) is not None:
+        jobs = jobs.filter(created_at__lte=end)
     return jobs
 
 
