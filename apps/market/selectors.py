@@ -7,11 +7,10 @@ SpotPriceLimit unit).
 
 from __future__ import annotations
 
-import bisect
 from collections import defaultdict
 from collections.abc import Container, Iterable, Sequence
-from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import NamedTuple
 
@@ -31,12 +30,12 @@ from apps.jobs.models import (
 )
 from apps.jobs.selectors import role_bid_per_hour
 from apps.market import pricing
+from apps.market.charts import Chart, chart_build
 from apps.market.models import MarketParameters, MarketState, PricePoint
 
 MARKET_SOURCES = (ResourceSource.PUBLIC, ResourceSource.SPOT)
 CHART_WINDOWS = {"1h": timedelta(hours=1), "6h": timedelta(hours=6), "24h": timedelta(days=1),
                  "7d": timedelta(days=7)}
-MAX_CHART_POINTS = 1500
 AVERAGE_SAMPLES = 120
 
 History = list[pricing.PricePoint]  # [(epoch seconds, ¥/h)], sorted, a step function
@@ -230,59 +229,7 @@ def price_panel(*, name: str) -> MarketRow | None:
     return row if row.instance_type.spot_enabled else None
 
 
-# --- charts (inline SVG, upgraded to uPlot by static/js/market-chart.js) --------------------
-
-CHART_WIDTH, CHART_HEIGHT = 720, 240
-PAD_LEFT, PAD_RIGHT, PAD_TOP, PAD_BOTTOM = 64, 12, 12, 28
-LINE_STYLES = {  # css name → (colour, dash)
-    "price": ("#2563eb", ""),
-    "floor": ("#16a34a", "6 4"),
-    "original": ("#dc2626", "6 4"),
-    "average": ("#9333ea", "2 3"),
-    "bid": ("#ea580c", ""),
-}
-
-
-@dataclass(frozen=True)
-class ChartLine:
-    label: str
-    kind: str  # a LINE_STYLES key
-    points: str  # SVG polyline points
-    last: Decimal | None
-
-    @property
-    def colour(self) -> str:
-        return LINE_STYLES[self.kind][0]
-
-    @property
-    def dash(self) -> str:
-        return LINE_STYLES[self.kind][1]
-
-
-@dataclass(frozen=True)
-class Chart:
-    """A price chart: lines in SVG user space plus the same data for uPlot (`data`)."""
-
-    since: datetime
-    until: datetime
-    lines: list[ChartLine]
-    y_ticks: list[tuple[float, str]]
-    x_ticks: list[tuple[float, str]]
-    data: dict = field(default_factory=dict)
-    width: int = CHART_WIDTH
-    height: int = CHART_HEIGHT
-
-    @property
-    def plot_bottom(self) -> int:
-        return self.height - PAD_BOTTOM
-
-    @property
-    def plot_right(self) -> int:
-        return self.width - PAD_RIGHT
-
-    @property
-    def empty(self) -> bool:
-        return not any(line.points for line in self.lines)
+# --- charts (geometry in apps/market/charts.py) ----------------------------------------------
 
 
 def price_chart(*, row: MarketRow, window: str = "6h", now: datetime | None = None) -> Chart:
@@ -297,7 +244,7 @@ def price_chart(*, row: MarketRow, window: str = "6h", now: datetime | None = No
     series.append(("Original (pay-as-you-go)", "original", [(since.timestamp(), row.original)]))
     if row.is_lingjun and history:
         series.append(("System average", "average", _rolling_average(t, since, until)))
-    return _chart(series, since=since, until=until)
+    return chart_build(series, since=since, until=until)
 
 
 def _rolling_average(t: InstanceType, since: datetime, until: datetime) -> History:
@@ -312,70 +259,6 @@ def _rolling_average(t: InstanceType, since: datetime, until: datetime) -> Histo
         if history and history[0][0] <= at:
             points.append((at, pricing.system_average(history, now=at, window=window)))
     return points
-
-
-def _chart(series: list[tuple[str, str, History]], *, since: datetime, until: datetime) -> Chart:
-    start, end = since.timestamp(), until.timestamp()
-    clipped = [(label, kind, _clip(h, start, end)) for label, kind, h in series]
-    values = [p for _, _, h in clipped for _, p in h]
-    low, high = (min(values), max(values)) if values else (Decimal(0), Decimal(1))
-    margin = (high - low) * Decimal("0.08") or max(high * Decimal("0.1"), Decimal("0.01"))
-    low, high = max(low - margin, Decimal(0)), high + margin
-    plot_w = CHART_WIDTH - PAD_LEFT - PAD_RIGHT
-    plot_h = CHART_HEIGHT - PAD_TOP - PAD_BOTTOM
-
-    def x(at: float) -> float:
-        return PAD_LEFT + plot_w * (at - start) / ((end - start) or 1)
-
-    def y(price: Decimal) -> float:
-        return PAD_TOP + plot_h * float((high - price) / ((high - low) or 1))
-
-    lines = [
-        ChartLine(label, kind, _step_points(h, end, x, y), h[-1][1] if h else None)
-        for label, kind, h in clipped
-    ]
-    y_ticks = [(y(low + (high - low) * i / 4), f"¥{low + (high - low) * i / 4:.4f}")
-               for i in range(5)]
-    x_ticks = [(x(start + (end - start) * i / 4),
-                datetime.fromtimestamp(start + (end - start) * i / 4, UTC).strftime("%m-%d %H:%M"))
-               for i in range(5)]
-    return Chart(since=since, until=until, lines=lines, y_ticks=y_ticks, x_ticks=x_ticks,
-                 data=_uplot_data(clipped, end))
-
-
-def _clip(history: History, start: float, end: float) -> History:
-    """The part of a step function inside [start, end]; the price in force at `start` is
-    moved to `start`. Thinned by stride to at most MAX_CHART_POINTS points."""
-    index = max(bisect.bisect_right(history, start, key=lambda p: p[0]) - 1, 0)
-    points = [(max(at, start), price) for at, price in history[index:] if at <= end]
-    if len(points) > MAX_CHART_POINTS:
-        stride = -(-len(points) // MAX_CHART_POINTS)
-        points = points[::stride] + ([points[-1]] if (len(points) - 1) % stride else [])
-    return points
-
-
-def _step_points(history: History, end: float, x, y) -> str:
-    coords: list[str] = []
-    for i, (at, price) in enumerate(history):
-        until = history[i + 1][0] if i + 1 < len(history) else end
-        coords.append(f"{x(at):.1f},{y(price):.1f}")
-        coords.append(f"{x(until):.1f},{y(price):.1f}")
-    return " ".join(coords)
-
-
-def _uplot_data(series: list[tuple[str, str, History]], end: float) -> dict:
-    """Series on one shared time axis (uPlot's shape), each a step function."""
-    times = sorted({at for _, _, h in series for at, _ in h} | {end})
-    out = {"t": times, "series": []}
-    for label, kind, history in series:
-        keys = [at for at, _ in history]
-        values = []
-        for at in times:
-            index = bisect.bisect_right(keys, at) - 1
-            values.append(float(history[index][1]) if index >= 0 else None)
-        out["series"].append({"label": label, "kind": kind, "colour": LINE_STYLES[kind][0],
-                              "dash": LINE_STYLES[kind][1], "values": values})
-    return out
 
 
 # --- a job's bids against the market ----------------------------------------------------------
@@ -426,7 +309,7 @@ def job_bid_history(*, job: Job, now: datetime | None = None) -> BidHistory:
         for b in bids:
             if b.instance_type == name:
                 series.append((f"{b.role_type} bid", "bid", [(since.timestamp(), b.bid_per_hour)]))
-        charts[name] = _chart(series, since=since, until=until)
+        charts[name] = chart_build(series, since=since, until=until)
     return BidHistory(job=job, bids=bids, prices=prices, charts=charts)
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import random
+import subprocess
+import sys
 
 import pytest
 
@@ -506,3 +508,12 @@ def test_it_rejects_a_quota_tree_with_a_cycle():
 def test_it_rejects_duplicate_node_ids():
     with pytest.raises(SchedulerError):
         plan(snapshot(machines(1, 1), [TEAM_A]), now=NOW)
+
+
+def test_it_imports_nothing_of_django_celery_or_the_other_apps():
+    code = ("import sys; import apps.scheduler.engine; "
+            "assert not [m for m in sys.modules if m.split('.')[0] in ('django', 'celery')]; "
+            "assert not [m for m in sys.modules if m.startswith('apps.') "
+            "and not m.startswith('apps.scheduler.engine') "
+            "and m not in ('apps.scheduler', 'apps.scheduler.lifecycle')]")
+    subprocess.run([sys.executable, "-c", code], check=True)

@@ -14,7 +14,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from apps.scheduler import engine
 from apps.scheduler.engine import (
     Config,
     Node,
@@ -27,6 +26,7 @@ from apps.scheduler.engine import (
     RunningPod,
     Snapshot,
     plan,
+    reclaim,
 )
 
 NOW = 1_700_000_000.0
@@ -39,8 +39,8 @@ CHOOSERS = pytest.mark.parametrize("chooser", ["greedy first", "by node"])
 
 
 def planned(shot: Snapshot, chooser: str = "greedy first") -> Plan:
-    budget = (0, 0) if chooser == "by node" else engine._GREEDY_BUDGET
-    with mock.patch.object(engine, "_GREEDY_BUDGET", budget):
+    budget = (0, 0) if chooser == "by node" else reclaim._GREEDY_BUDGET
+    with mock.patch.object(reclaim, "_GREEDY_BUDGET", budget):
         return plan(shot, now=NOW, config=CONFIG)
 
 Vec = tuple[int, int, int]

@@ -1,0 +1,152 @@
+"""Price charts as geometry: step-function series in, SVG user-space lines and ticks out.
+
+Pure (no Django, no database): the selectors read the price history and call `chart_build`;
+`templates/market/_chart.html` draws the result as inline SVG, which works without
+JavaScript, and `static/js/market-chart.js` upgrades it to uPlot from `Chart.data`.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from decimal import Decimal
+
+Points = list[tuple[float, Decimal]]  # [(epoch seconds, ¥/h)], sorted, a step function
+Series = tuple[str, str, Points]  # (label, LINE_STYLES kind, points)
+
+CHART_WIDTH, CHART_HEIGHT = 720, 240
+PAD_LEFT, PAD_RIGHT, PAD_TOP, PAD_BOTTOM = 64, 12, 12, 28
+PLOT_WIDTH = CHART_WIDTH - PAD_LEFT - PAD_RIGHT
+PLOT_HEIGHT = CHART_HEIGHT - PAD_TOP - PAD_BOTTOM
+MAX_CHART_POINTS = 1500
+LINE_STYLES = {  # css name → (colour, dash)
+    "price": ("#2563eb", ""),
+    "floor": ("#16a34a", "6 4"),
+    "original": ("#dc2626", "6 4"),
+    "average": ("#9333ea", "2 3"),
+    "bid": ("#ea580c", ""),
+}
+
+
+@dataclass(frozen=True)
+class ChartLine:
+    label: str
+    kind: str  # a LINE_STYLES key
+    points: str  # SVG polyline points
+    last: Decimal | None
+
+    @property
+    def colour(self) -> str:
+        return LINE_STYLES[self.kind][0]
+
+    @property
+    def dash(self) -> str:
+        return LINE_STYLES[self.kind][1]
+
+
+@dataclass(frozen=True)
+class Chart:
+    """A price chart: lines in SVG user space plus the same data for uPlot (`data`)."""
+
+    since: datetime
+    until: datetime
+    lines: list[ChartLine]
+    y_ticks: list[tuple[float, str]]
+    x_ticks: list[tuple[float, str]]
+    data: dict = field(default_factory=dict)
+    width: int = CHART_WIDTH
+    height: int = CHART_HEIGHT
+
+    @property
+    def plot_bottom(self) -> int:
+        return self.height - PAD_BOTTOM
+
+    @property
+    def plot_right(self) -> int:
+        return self.width - PAD_RIGHT
+
+    @property
+    def empty(self) -> bool:
+        return not any(line.points for line in self.lines)
+
+
+@dataclass(frozen=True)
+class Scale:
+    """Data to SVG user space: time `start`–`end` left to right across the plot, price
+    `low`–`high` bottom to top (SVG's y grows downwards)."""
+
+    start: float
+    end: float
+    low: Decimal
+    high: Decimal
+
+    def x(self, at: float) -> float:
+        return PAD_LEFT + PLOT_WIDTH * (at - self.start) / ((self.end - self.start) or 1)
+
+    def y(self, price: Decimal) -> float:
+        return PAD_TOP + PLOT_HEIGHT * float((self.high - price) / ((self.high - self.low) or 1))
+
+
+def price_range(values: Sequence[Decimal]) -> tuple[Decimal, Decimal]:
+    """The prices the y axis spans: the values with an 8% margin each side (10% of the
+    price, at least ¥0.01, when they are all equal), never below zero; 0–1 with none."""
+    low, high = (min(values), max(values)) if values else (Decimal(0), Decimal(1))
+    margin = (high - low) * Decimal("0.08") or max(high * Decimal("0.1"), Decimal("0.01"))
+    return max(low - margin, Decimal(0)), high + margin
+
+
+def chart_build(series: Sequence[Series], *, since: datetime, until: datetime) -> Chart:
+    """The chart of step-function series over [since, until], each clipped to the window."""
+    start, end = since.timestamp(), until.timestamp()
+    clipped = [(label, kind, _clip(h, start, end)) for label, kind, h in series]
+    low, high = price_range([p for _, _, h in clipped for _, p in h])
+    scale = Scale(start, end, low, high)
+    lines = [
+        ChartLine(label, kind, _step_points(h, end, scale), h[-1][1] if h else None)
+        for label, kind, h in clipped
+    ]
+    y_ticks = [(scale.y(low + (high - low) * i / 4), f"¥{low + (high - low) * i / 4:.4f}")
+               for i in range(5)]
+    x_ticks = [(scale.x(start + (end - start) * i / 4),
+                datetime.fromtimestamp(start + (end - start) * i / 4, UTC).strftime("%m-%d %H:%M"))
+               for i in range(5)]
+    return Chart(since=since, until=until, lines=lines, y_ticks=y_ticks, x_ticks=x_ticks,
+                 data=_uplot_data(clipped, end))
+
+
+def _clip(history: Points, start: float, end: float) -> Points:
+    """The part of a step function inside [start, end]; the price in force at `start` is
+    moved to `start`. Thinned by stride to at most MAX_CHART_POINTS points."""
+    index = max(bisect.bisect_right(history, start, key=lambda p: p[0]) - 1, 0)
+    points = [(max(at, start), price) for at, price in history[index:] if at <= end]
+    if len(points) > MAX_CHART_POINTS:
+        stride = -(-len(points) // MAX_CHART_POINTS)
+        points = points[::stride] + ([points[-1]] if (len(points) - 1) % stride else [])
+    return points
+
+
+def _step_points(history: Points, end: float, scale: Scale) -> str:
+    """SVG polyline points of a step function: each price held until the next (or `end`)."""
+    coords: list[str] = []
+    for i, (at, price) in enumerate(history):
+        until = history[i + 1][0] if i + 1 < len(history) else end
+        coords.append(f"{scale.x(at):.1f},{scale.y(price):.1f}")
+        coords.append(f"{scale.x(until):.1f},{scale.y(price):.1f}")
+    return " ".join(coords)
+
+
+def _uplot_data(series: Sequence[Series], end: float) -> dict:
+    """Series on one shared time axis (uPlot's shape), each a step function."""
+    times = sorted({at for _, _, h in series for at, _ in h} | {end})
+    out: dict = {"t": times, "series": []}
+    for label, kind, history in series:
+        keys = [at for at, _ in history]
+        values = []
+        for at in times:
+            index = bisect.bisect_right(keys, at) - 1
+            values.append(float(history[index][1]) if index >= 0 else None)
+        out["series"].append({"label": label, "kind": kind, "colour": LINE_STYLES[kind][0],
+                              "dash": LINE_STYLES[kind][1], "values": values})
+    return out

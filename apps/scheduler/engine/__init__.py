@@ -1,0 +1,65 @@
+"""The scheduling core: plain frozen dataclasses in, a plan out. No Django, no Celery, no clock.
+
+One call, `plan(snapshot, now=..., config=...)`, decides for the queue of a dedicated pool
+which pending jobs start now (and on which nodes), which borrowers are preempted, and why
+every other job is still waiting. The live tick, the tests and the simulator all call it.
+
+Import from here; the modules are the engine's parts, each importing only those above it:
+
+- `vectors`: room as (gpu, cpu, memory) triples, and the words reasons are written in;
+- `model`: the values in and out (`Snapshot`, `Plan`, ...), `SchedulerError`, the quota tree;
+- `room`: room on a pool's nodes during a pass, gang placement by best fit;
+- `reclaim`: which borrowers an owner preempts (victim choice);
+- `plan`: the planner, the two passes over the queues (how a pass runs is told there);
+- `report`: quota use, free guarantee, borrowing and lending, for the quotas page.
+"""
+
+from __future__ import annotations
+
+from apps.scheduler.engine.model import (
+    ZERO,
+    Admission,
+    Config,
+    IdleMode,
+    Node,
+    PendingJob,
+    Placement,
+    Plan,
+    PodRequest,
+    Preemption,
+    QueueStrategy,
+    Quota,
+    Resources,
+    RunningJob,
+    RunningPod,
+    SchedulerError,
+    Snapshot,
+    Waiting,
+)
+from apps.scheduler.engine.plan import plan
+from apps.scheduler.engine.report import QuotaReport, quota_report, quota_usage
+
+__all__ = [
+    "ZERO",
+    "Admission",
+    "Config",
+    "IdleMode",
+    "Node",
+    "PendingJob",
+    "Placement",
+    "Plan",
+    "PodRequest",
+    "Preemption",
+    "QueueStrategy",
+    "Quota",
+    "QuotaReport",
+    "Resources",
+    "RunningJob",
+    "RunningPod",
+    "SchedulerError",
+    "Snapshot",
+    "Waiting",
+    "plan",
+    "quota_report",
+    "quota_usage",
+]

@@ -1,0 +1,253 @@
+"""Room on a pool's nodes during one planning pass, and gang placement on it.
+
+Room on a node is tracked twice: `now` (capacity minus running pods and this plan's
+admissions) and `fut` (the same, but counting pods of jobs already being stopped, and of the
+victims chosen in this plan, as gone, and room held for reclaiming owners as taken).
+Admissions must fit both; a reclaiming owner plans on `fut`.
+
+Placement is gang (all pods or none) and best fit: each pod, largest first, goes to the
+node that leaves the least free room, GPUs compared first, then CPU, memory, node id. When
+best fit fails on a small problem (≤ 6 pods, ≤ 8 nodes that could take a pod) an exact
+search runs before giving up, so a small gang that fits somehow is always found.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, insort
+from collections.abc import Sequence
+
+from apps.scheduler.engine.model import Node, vec
+from apps.scheduler.engine.vectors import Vec, fits, grow, low, sum_of
+
+_EXACT_PODS = 6
+_EXACT_NODES = 8
+_EXACT_BUDGET = 50_000
+
+
+class Pool:
+    """Room on one pool's schedulable nodes during one planning pass.
+
+    Admissions must fit `now` and `fut` (module docstring), so they look at
+    `eff = min(now, fut)`, indexed as one list per free-GPU count of (free cpu, free memory,
+    node id), kept sorted: best fit is then a bisect in at most a few lists rather than a
+    scan of every node. Within one pass room only shrinks (or is handed back by a rollback),
+    so a gang shape that failed once fails again: `failed` remembers those.
+    """
+
+    def __init__(self, pool_id: int, nodes: list[Node]) -> None:
+        self.id = pool_id
+        self.cap = {n.id: vec(n.capacity) for n in nodes}
+        self.now = {n: list(v) for n, v in self.cap.items()}
+        self.fut = {n: list(v) for n, v in self.cap.items()}
+        self.eff: dict[int, Vec] = {}
+        width = max((v[0] for v in self.cap.values()), default=0) + 1
+        self.buckets: list[list[tuple[int, int, int]]] = [[] for _ in range(max(width, 1))]
+        self.free = [0, 0, 0]  # sum of indexed eff
+        self.freeing: set[int] = set()  # nodes where fut exceeds now somewhere
+        self.failed: set[tuple[Vec, ...]] = set()
+        self.reclaim_failed: set[tuple[tuple[Vec, ...], bool]] = set()
+        self.version = dict.fromkeys(self.cap, 0)  # bumped whenever a node's room changes
+
+    def occupy(self, node_id: int, v: Vec, *, leaving: bool) -> None:
+        """A running pod, before `build`. A leaving pod holds `now` but not `fut`."""
+        now = self.now[node_id]
+        now[0], now[1], now[2] = now[0] - v[0], now[1] - v[1], now[2] - v[2]
+        if not leaving:
+            fut = self.fut[node_id]
+            fut[0], fut[1], fut[2] = fut[0] - v[0], fut[1] - v[1], fut[2] - v[2]
+
+    def build(self) -> None:
+        for n in self.cap:
+            now, fut = self.now[n], self.fut[n]
+            e = (min(now[0], fut[0]), min(now[1], fut[1]), min(now[2], fut[2]))
+            self.eff[n] = e
+            if not fits(fut, now):
+                self.freeing.add(n)
+            if e[0] >= 0 and e[1] >= 0 and e[2] >= 0:
+                self.buckets[e[0]].append((e[1], e[2], n))
+                grow(self.free, e)
+        for bucket in self.buckets:
+            bucket.sort()
+
+    def _update(self, n: int, *, grown_ok: bool = False) -> None:
+        self.version[n] += 1
+        now, fut = self.now[n], self.fut[n]
+        new = (min(now[0], fut[0]), min(now[1], fut[1]), min(now[2], fut[2]))
+        if fits(fut, now):
+            self.freeing.discard(n)
+        else:
+            self.freeing.add(n)
+        old = self.eff[n]
+        if new == old:
+            return
+        if old[0] >= 0 and old[1] >= 0 and old[2] >= 0:
+            bucket = self.buckets[old[0]]
+            del bucket[bisect_left(bucket, (old[1], old[2], n))]
+            grow(self.free, (-old[0], -old[1], -old[2]))
+        if new[0] >= 0 and new[1] >= 0 and new[2] >= 0:
+            insort(self.buckets[new[0]], (new[1], new[2], n))
+            grow(self.free, new)
+        self.eff[n] = new
+        if not grown_ok and not fits(new, old):
+            self.failed.clear()  # more room than before: old failures may now fit
+
+    def take(self, n: int, v: Vec) -> None:
+        """Admit a pod on the node."""
+        grow(self.now[n], (-v[0], -v[1], -v[2]))
+        grow(self.fut[n], (-v[0], -v[1], -v[2]))
+        self._update(n)
+
+    def give_back(self, n: int, v: Vec) -> None:
+        """Undo `take` (a gang that did not fit after all)."""
+        grow(self.now[n], v)
+        grow(self.fut[n], v)
+        self._update(n, grown_ok=True)
+
+    def reserve(self, n: int, v: Vec) -> None:
+        """Hold room that will be free once the victims are gone."""
+        grow(self.fut[n], (-v[0], -v[1], -v[2]))
+        self._update(n)
+
+    def release(self, n: int, v: Vec) -> None:
+        """A victim's pod: its room will be free."""
+        grow(self.fut[n], v)
+        self._update(n)
+
+    def best(self, pod: Vec) -> int | None:
+        """The node best fit leaves with the least room, or None."""
+        g, c, m = pod
+        buckets = self.buckets
+        for b in range(max(g, 0), len(buckets)):
+            bucket = buckets[b]
+            if not bucket:
+                continue
+            for j in range(bisect_left(bucket, (c, m)), len(bucket)):
+                entry = bucket[j]
+                if entry[1] >= m:
+                    return entry[2]
+        return None
+
+    def place(self, pods: Sequence[Vec]) -> list[int] | None:
+        """Place a whole gang and take its room, or take nothing and return None."""
+        if not pods:
+            return []
+        key = tuple(sorted(pods))
+        if key in self.failed:
+            return None
+        if not fits(sum_of(pods), self.free):
+            self.failed.add(key)
+            return None
+        nodes = [0] * len(pods)
+        done: list[int] = []
+        for i in _largest_first(pods):
+            n = self.best(pods[i])
+            if n is None:
+                break
+            self.take(n, pods[i])
+            nodes[i] = n
+            done.append(i)
+        else:
+            return nodes
+        for i in reversed(done):
+            self.give_back(nodes[i], pods[i])
+        exact = self._exact(pods)
+        if exact is None:
+            self.failed.add(key)
+            return None
+        for i, n in enumerate(exact):
+            self.take(n, pods[i])
+        return exact
+
+    def _exact(self, pods: Sequence[Vec]) -> list[int] | None:
+        if len(pods) > _EXACT_PODS:
+            return None
+        room = self.fitting(low(pods), limit=_EXACT_NODES)
+        return _search(pods, room) if room is not None else None
+
+    def fitting(self, lo: Vec, limit: int | None = None) -> dict[int, Vec] | None:
+        """Nodes whose eff room holds `lo`; None when there are more than `limit`."""
+        out: dict[int, Vec] = {}
+        for b in range(max(lo[0], 0), len(self.buckets)):
+            bucket = self.buckets[b]
+            for j in range(bisect_left(bucket, (lo[1], lo[2])), len(bucket)):
+                c, m, n = bucket[j]
+                if m >= lo[2]:
+                    out[n] = (b, c, m)
+                    if limit is not None and len(out) > limit:
+                        return None
+        return out
+
+    def future_room(self, lo: Vec) -> dict[int, Vec]:
+        """Nodes whose fut room holds `lo`, with that room: where a reclaimer can plan."""
+        room = {n: v for n, v in (self.fitting(lo) or {}).items() if n not in self.freeing}
+        for n in sorted(self.freeing):
+            fut = self.fut[n]
+            if fits(lo, fut):
+                room[n] = (fut[0], fut[1], fut[2])
+        return room
+
+    def max_free(self, i: int) -> int:
+        """The most GPUs (i=0) or CPU (i=1) free on one node."""
+        if i == 0:
+            return next((b for b in range(len(self.buckets) - 1, -1, -1) if self.buckets[b]), 0)
+        return max((bucket[-1][0] for bucket in self.buckets if bucket), default=0)
+
+
+def _largest_first(pods: Sequence[Vec]) -> list[int]:
+    return sorted(range(len(pods)), key=lambda i: (-pods[i][0], -pods[i][1], -pods[i][2], i))
+
+
+def place_on(pods: Sequence[Vec], room: dict[int, Vec]) -> list[int] | None:
+    """Best fit of a gang onto a room map (same rule as `Pool.place`), without indexes."""
+    free = {n: list(v) for n, v in room.items() if v[0] >= 0 and v[1] >= 0 and v[2] >= 0}
+    nodes = [0] * len(pods)
+    for i in _largest_first(pods):
+        g, c, m = pods[i]
+        best, best_key = None, None
+        for n, r in free.items():
+            if r[0] >= g and r[1] >= c and r[2] >= m:
+                key = (r[0], r[1], r[2], n)
+                if best_key is None or key < best_key:
+                    best, best_key = n, key
+        if best is None:
+            return _search(pods, room) if len(pods) <= _EXACT_PODS else None
+        r = free[best]
+        r[0], r[1], r[2] = r[0] - g, r[1] - c, r[2] - m
+        nodes[i] = best
+    return nodes
+
+
+def _search(pods: Sequence[Vec], room: dict[int, Vec]) -> list[int] | None:
+    """Exhaustive gang placement for small cases; None when none exists (or too big)."""
+    if not pods:
+        return []
+    lo = low(pods)
+    nodes = sorted((n for n, v in room.items() if fits(lo, v)), key=lambda n: (*room[n], n))
+    if len(pods) > _EXACT_PODS or len(nodes) > _EXACT_NODES:
+        return None
+    order = _largest_first(pods)
+    free = [list(room[n]) for n in nodes]
+    slot = [0] * len(pods)
+    budget = [_EXACT_BUDGET]
+
+    def fill(k: int) -> bool:
+        if k == len(order):
+            return True
+        i = order[k]
+        g, c, m = pods[i]
+        # Alike pods take nodes in non-decreasing order: each multiset is tried once.
+        start = slot[order[k - 1]] if k and pods[order[k - 1]] == pods[i] else 0
+        for j in range(start, len(nodes)):
+            r = free[j]
+            if r[0] >= g and r[1] >= c and r[2] >= m:
+                budget[0] -= 1
+                if budget[0] < 0:
+                    return False
+                r[0], r[1], r[2] = r[0] - g, r[1] - c, r[2] - m
+                slot[i] = j
+                if fill(k + 1):
+                    return True
+                r[0], r[1], r[2] = r[0] + g, r[1] + c, r[2] + m
+        return False
+
+    return [nodes[slot[i]] for i in range(len(pods))] if fill(0) else None
