@@ -44,9 +44,15 @@ CLUSTER_FILE = ROOT / "examples" / "demo-cluster.toml"
 SPOT_JOB = {
     "DisplayName": "bench-spot-job",
     "JobType": "PyTorchJob",
-    "JobSpecs": [{"Type": "Worker", "PodCount": 1, "EcsSpec": "ecs.g7.xlarge",
-                  "Image": "pytorch-training:1.12-cpu-py39-ubuntu20.04",
-                  "SpotSpec": {"SpotStrategy": "SpotWithPriceLimit", "SpotDiscountLimit": 0.4}}],
+    "JobSpecs": [
+        {
+            "Type": "Worker",
+            "PodCount": 1,
+            "EcsSpec": "ecs.g7.xlarge",
+            "Image": "pytorch-training:1.12-cpu-py39-ubuntu20.04",
+            "SpotSpec": {"SpotStrategy": "SpotWithPriceLimit", "SpotDiscountLimit": 0.4},
+        }
+    ],
     "UserVpc": {"VpcId": "vpc-bench", "SwitchId": "vsw-bench", "SecurityGroupId": "sg-bench"},
     "UserCommand": "echo 'Hello World' && sleep 30",
 }
@@ -55,9 +61,16 @@ SPOT_JOB = {
 # --- the client side ---------------------------------------------------------------------------
 
 
-def call(port: int, method: str, path: str, *, query=None, body: bytes = b"",
-         action: str = "Bench", connection: http.client.HTTPConnection | None = None,
-         ) -> tuple[int, bytes]:
+def call(
+    port: int,
+    method: str,
+    path: str,
+    *,
+    query=None,
+    body: bytes = b"",
+    action: str = "Bench",
+    connection: http.client.HTTPConnection | None = None,
+) -> tuple[int, bytes]:
     """One signed request, on `connection` if given (kept alive while the server allows,
     as the SDK's pooled session does) or on a fresh one."""
     query = query or {}
@@ -77,8 +90,12 @@ def call(port: int, method: str, path: str, *, query=None, body: bytes = b"",
     own = connection is None
     connection = connection or http.client.HTTPConnection(HOST, port, timeout=30)
     try:
-        connection.request(method, path + (f"?{urlencode(query)}" if query else ""),
-                           body=body or None, headers=headers)
+        connection.request(
+            method,
+            path + (f"?{urlencode(query)}" if query else ""),
+            body=body or None,
+            headers=headers,
+        )
         response = connection.getresponse()
         data = response.read()
         if response.will_close:
@@ -106,8 +123,18 @@ def _worker(args: tuple[int, str, str, bytes, float]) -> tuple[list[float], int,
     return latencies, errors, time.process_time() - cpu
 
 
-def run_scenario(name: str, *, port: int, method: str, path: str, body: bytes, clients: int,
-                 seconds: float, warmup: float, server_pids) -> dict:
+def run_scenario(
+    name: str,
+    *,
+    port: int,
+    method: str,
+    path: str,
+    body: bytes,
+    clients: int,
+    seconds: float,
+    warmup: float,
+    server_pids,
+) -> dict:
     with multiprocessing.get_context("fork").Pool(clients) as pool:
         # Unmeasured: every worker process and thread loads, connects and caches first.
         pool.map(_worker, [(port, method, path, body, time.time() + warmup)] * clients)
@@ -173,8 +200,10 @@ def _server_pids(gunicorn_pid: int, redis_pid: int | None, database: str) -> lis
 def _check_local(database_url: str) -> None:
     parts = urlsplit(database_url)
     if parts.scheme not in ("postgres", "postgresql") or parts.hostname not in (HOST, "localhost"):
-        sys.exit("DATABASE_URL must be a PostgreSQL database on 127.0.0.1, e.g. "
-                 "postgres://postgres@127.0.0.1:5432/paiweb_bench")
+        sys.exit(
+            "DATABASE_URL must be a PostgreSQL database on 127.0.0.1, e.g. "
+            "postgres://postgres@127.0.0.1:5432/paiweb_bench"
+        )
 
 
 def _create_database(database_url: str) -> None:
@@ -190,8 +219,13 @@ def _create_database(database_url: str) -> None:
 
 
 def _manage(env: dict, *args: str) -> None:
-    subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=env, check=True,
-                   stdout=subprocess.DEVNULL)
+    subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=ROOT,
+        env=env,
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
 
 
 def _wait_for(port: int, process: subprocess.Popen, timeout: float = 30) -> None:
@@ -213,9 +247,13 @@ def main() -> None:
     parser.add_argument("--warmup", type=float, default=3, help="unmeasured seconds first")
     parser.add_argument("--clients", type=int, default=4, help="client processes")
     parser.add_argument("--workers", type=int, default=2, help="gunicorn worker processes")
-    parser.add_argument("--threads", type=int, default=4,
-                        help="threads per worker (gthread, with keep-alive, as `make demo` "
-                             "runs it); 1 = sync workers, a connection per request")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=4,
+        help="threads per worker (gthread, with keep-alive, as `make demo` "
+        "runs it); 1 = sync workers, a connection per request",
+    )
     parser.add_argument("--port", type=int, default=8799)
     options = parser.parse_args()
 
@@ -247,10 +285,24 @@ def main() -> None:
         _manage(env, "apply_cluster", str(CLUSTER_FILE))
         redis_pid = redis_process.pid if redis_process else None
         gunicorn = subprocess.Popen(
-            [sys.executable, "-m", "gunicorn", "paiweb.wsgi:application",
-             "--bind", f"{HOST}:{options.port}", "--workers", str(options.workers),
-             "--threads", str(options.threads), "--log-level", "warning", "--error-logfile", "-"],
-            cwd=ROOT, env=env,
+            [
+                sys.executable,
+                "-m",
+                "gunicorn",
+                "paiweb.wsgi:application",
+                "--bind",
+                f"{HOST}:{options.port}",
+                "--workers",
+                str(options.workers),
+                "--threads",
+                str(options.threads),
+                "--log-level",
+                "warning",
+                "--error-logfile",
+                "-",
+            ],
+            cwd=ROOT,
+            env=env,
         )
         _wait_for(options.port, gunicorn)
         status, raw = call(options.port, "GET", "/api/v1/workspaces", action="ListWorkspaces")
@@ -262,29 +314,41 @@ def main() -> None:
         job_id = json.loads(raw)["JobId"]
 
         kind = "sync" if options.threads == 1 else f"gthread ×{options.threads}"
-        print(f"gunicorn: {options.workers} workers ({kind}) on {HOST}:{options.port}; "
-              f"{options.clients} client processes; {options.seconds:g} s per scenario after "
-              f"{options.warmup:g} s of warm-up; {os.cpu_count()} CPUs; load average "
-              f"{os.getloadavg()[0]:.2f} before")
+        print(
+            f"gunicorn: {options.workers} workers ({kind}) on {HOST}:{options.port}; "
+            f"{options.clients} client processes; {options.seconds:g} s per scenario after "
+            f"{options.warmup:g} s of warm-up; {os.cpu_count()} CPUs; load average "
+            f"{os.getloadavg()[0]:.2f} before"
+        )
         for name, method, path, body, goal in (
             ("GetJob", "GET", f"/api/v1/jobs/{job_id}", b"", 300),
             ("CreateJob", "POST", "/api/v1/jobs", create_body, 150),
         ):
             result = run_scenario(
-                name, port=options.port, method=method, path=path, body=body,
-                clients=options.clients, seconds=options.seconds, warmup=options.warmup,
+                name,
+                port=options.port,
+                method=method,
+                path=path,
+                body=body,
+                clients=options.clients,
+                seconds=options.seconds,
+                warmup=options.warmup,
                 server_pids=lambda: _server_pids(gunicorn.pid, redis_pid, database),
             )
             verdict = "meets" if result["rps"] >= goal and not result["errors"] else "MISSES"
-            print(f"{name:<10} {result['rps']:8.1f} req/s   p50 {result['p50_ms']:6.1f} ms   "
-                  f"p95 {result['p95_ms']:6.1f} ms   {result['requests']} requests, "
-                  f"{result['errors']} errors   ({verdict} the goal of {goal}/s; load average "
-                  f"{os.getloadavg()[0]:.2f})")
+            print(
+                f"{name:<10} {result['rps']:8.1f} req/s   p50 {result['p50_ms']:6.1f} ms   "
+                f"p95 {result['p95_ms']:6.1f} ms   {result['requests']} requests, "
+                f"{result['errors']} errors   ({verdict} the goal of {goal}/s; load average "
+                f"{os.getloadavg()[0]:.2f})"
+            )
             cpu = result["server_cpu_ms"] + result["client_cpu_ms"]
-            print(f"{'':<10} CPU per request {cpu:.2f} ms (server side: web, database, Redis "
-                  f"{result['server_cpu_ms']:.2f}; clients {result['client_cpu_ms']:.2f}): "
-                  f"about {os.cpu_count() * 1000 / cpu:.0f} req/s with all "
-                  f"{os.cpu_count()} CPUs to ourselves")
+            print(
+                f"{'':<10} CPU per request {cpu:.2f} ms (server side: web, database, Redis "
+                f"{result['server_cpu_ms']:.2f}; clients {result['client_cpu_ms']:.2f}): "
+                f"about {os.cpu_count() * 1000 / cpu:.0f} req/s with all "
+                f"{os.cpu_count()} CPUs to ourselves"
+            )
     finally:
         if gunicorn is not None:
             gunicorn.terminate()

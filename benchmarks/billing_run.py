@@ -52,42 +52,82 @@ def build(rng: random.Random, now: datetime) -> None:
     user = get_user_model().objects.create_user("bench", password="bench-password")
     workspaces = [Workspace.objects.create(name=f"bench-{i}") for i in range(5)]
     types = InstanceType.objects.bulk_create(
-        InstanceType(name=f"ecs.b{i:03d}.xlarge", resource_type="ECS", cpu=4000, memory=16384,
-                     price_per_hour=Decimal(rng.randint(5_000, 400_000)) / 10_000,
-                     public_capacity=1000)
+        InstanceType(
+            name=f"ecs.b{i:03d}.xlarge",
+            resource_type="ECS",
+            cpu=4000,
+            memory=16384,
+            price_per_hour=Decimal(rng.randint(5_000, 400_000)) / 10_000,
+            public_capacity=1000,
+        )
         for i in range(TYPES)
     )
     PricePoint.objects.bulk_create(
-        (PricePoint(instance_type=t, at=now - timedelta(seconds=10 * k),
-                    price_per_hour=(t.price_per_hour * Decimal(rng.randint(10, 100)) / 100)
-                    .quantize(Decimal("0.0001")))
-         for t in types for k in range(360)),
+        (
+            PricePoint(
+                instance_type=t,
+                at=now - timedelta(seconds=10 * k),
+                price_per_hour=(t.price_per_hour * Decimal(rng.randint(10, 100)) / 100).quantize(
+                    Decimal("0.0001")
+                ),
+            )
+            for t in types
+            for k in range(360)
+        ),
         batch_size=5000,
     )
     started = now - timedelta(minutes=30)
     jobs = Job.objects.bulk_create(
-        (Job(workspace=rng.choice(workspaces), user=user, display_name=f"job-{i}",
-             user_command="true", resource_source="spot" if rng.random() < 0.7 else "public",
-             status=JobStatus.RUNNING, submitted_at=started, status_changed_at=started,
-             started_at=started) for i in range(JOBS)),
+        (
+            Job(
+                workspace=rng.choice(workspaces),
+                user=user,
+                display_name=f"job-{i}",
+                user_command="true",
+                resource_source="spot" if rng.random() < 0.7 else "public",
+                status=JobStatus.RUNNING,
+                submitted_at=started,
+                status_changed_at=started,
+                started_at=started,
+            )
+            for i in range(JOBS)
+        ),
         batch_size=5000,
     )
     roles = JobRole.objects.bulk_create(
-        (JobRole(job=job, role_type="Worker", pod_count=PODS_PER_JOB,
-                 instance_type=rng.choice(types), cpu=4000, memory=16384,
-                 spot_discount_limit=Decimal("0.9") if job.resource_source == "spot" else None)
-         for job in jobs),
+        (
+            JobRole(
+                job=job,
+                role_type="Worker",
+                pod_count=PODS_PER_JOB,
+                instance_type=rng.choice(types),
+                cpu=4000,
+                memory=16384,
+                spot_discount_limit=Decimal("0.9") if job.resource_source == "spot" else None,
+            )
+            for job in jobs
+        ),
         batch_size=5000,
     )
     pods = Pod.objects.bulk_create(
-        (Pod(job=role.job, role=role, index=i, pod_id=f"{role.job.job_id}-worker-{i}-a0",
-             status=PodStatus.RUNNING, started_at=started)
-         for role in roles for i in range(PODS_PER_JOB)),
+        (
+            Pod(
+                job=role.job,
+                role=role,
+                index=i,
+                pod_id=f"{role.job.job_id}-worker-{i}-a0",
+                status=PodStatus.RUNNING,
+                started_at=started,
+            )
+            for role in roles
+            for i in range(PODS_PER_JOB)
+        ),
         batch_size=5000,
     )
     billed_until = int(now.timestamp()) // 60  # every minute before this one is billed
     PodMeter.objects.bulk_create(
-        (PodMeter(pod=pod, billed_until=billed_until) for pod in pods), batch_size=5000)
+        (PodMeter(pod=pod, billed_until=billed_until) for pod in pods), batch_size=5000
+    )
 
 
 def main() -> None:
@@ -105,8 +145,10 @@ def main() -> None:
         start = time.perf_counter()
         report = billing_accrue(now=now)
         elapsed = time.perf_counter() - start
-        print(f"{label:<30} {elapsed:6.3f} s   {report.pods:,} meters, {report.lines:,} lines, "
-              f"¥{report.amount}")
+        print(
+            f"{label:<30} {elapsed:6.3f} s   {report.pods:,} meters, {report.lines:,} lines, "
+            f"¥{report.amount}"
+        )
     print(f"bill lines in the database: {BillLine.objects.count():,}")
 
 

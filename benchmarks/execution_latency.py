@@ -67,8 +67,10 @@ from tests.factories import make_cluster, make_personas  # noqa: E402
 def percentiles(values: list[float]) -> str:
     values = sorted(values)
     p95 = values[min(len(values) - 1, round(0.95 * (len(values) - 1)))]
-    return (f"p50 {statistics.median(values):.2f}s  p95 {p95:.2f}s  "
-            f"min {values[0]:.2f}s  max {values[-1]:.2f}s  (n={len(values)})")
+    return (
+        f"p50 {statistics.median(values):.2f}s  p95 {p95:.2f}s  "
+        f"min {values[0]:.2f}s  max {values[-1]:.2f}s  (n={len(values)})"
+    )
 
 
 def wait(check, *, timeout: float, what: str) -> None:
@@ -91,13 +93,37 @@ def main() -> None:
     personas = make_personas(make_cluster())
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     main_worker = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "paiweb", "worker", "-Q", "celery", "-P",
-         "threads", "-c", "4", "-n", "bench-main@%h", "--without-gossip", "--without-mingle",
-         "-l", "warning"],
-        cwd=ROOT, env=env, stdout=(WORK / "main-worker.log").open("wb"),
-        stderr=subprocess.STDOUT, start_new_session=True)
-    agent = AgentProcess(database=dict(connection.settings_dict),
-                         redis_url=settings.REDIS_URL, log_path=WORK / "agent.log")
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "paiweb",
+            "worker",
+            "-Q",
+            "celery",
+            "-P",
+            "threads",
+            "-c",
+            "4",
+            "-n",
+            "bench-main@%h",
+            "--without-gossip",
+            "--without-mingle",
+            "-l",
+            "warning",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=(WORK / "main-worker.log").open("wb"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    agent = AgentProcess(
+        database=dict(connection.settings_dict),
+        redis_url=settings.REDIS_URL,
+        log_path=WORK / "agent.log",
+    )
     stop_ticks = threading.Event()
 
     def beat() -> None:  # beat's "scheduler-tick"
@@ -109,17 +135,25 @@ def main() -> None:
     try:
         agent.start()
         ticker.start()
-        print(f"agent up; sandbox: {isolation_status(settings.SANDBOX).mode}; tick every "
-              f"{args.tick:g}s; {args.jobs} jobs, {args.gap:g}s apart")
+        print(
+            f"agent up; sandbox: {isolation_status(settings.SANDBOX).mode}; tick every "
+            f"{args.tick:g}s; {args.jobs} jobs, {args.gap:g}s apart"
+        )
         jobs = []
         for i in range(args.jobs):
-            spec = JobSpec(display_name=f"bench-{i}", user_command="sleep 600", quota="team-a",
-                           roles=[RoleSpec(pod_count=1, cpu=1000, memory=1024, gpu=0)])
-            jobs.append(job_submit(workspace=personas["ws_a"], user=personas["alice"],
-                                   spec=spec))
+            spec = JobSpec(
+                display_name=f"bench-{i}",
+                user_command="sleep 600",
+                quota="team-a",
+                roles=[RoleSpec(pod_count=1, cpu=1000, memory=1024, gpu=0)],
+            )
+            jobs.append(job_submit(workspace=personas["ws_a"], user=personas["alice"], spec=spec))
             time.sleep(args.gap)
-        wait(lambda: Pod.objects.filter(job__in=jobs, status=PodStatus.RUNNING).count()
-             == len(jobs), timeout=60 + args.jobs * args.tick, what="every pod to run")
+        wait(
+            lambda: Pod.objects.filter(job__in=jobs, status=PodStatus.RUNNING).count() == len(jobs),
+            timeout=60 + args.jobs * args.tick,
+            what="every pod to run",
+        )
         starts, placed, launched = [], [], []
         for job in Job.objects.filter(pk__in=[j.pk for j in jobs]):
             process = PodProcess.objects.select_related("pod").get(pod__job=job)
@@ -132,8 +166,13 @@ def main() -> None:
             now = timezone.now()
             job_stop(job=job, by=None, now=now)
             stopped_at[job.pk] = now
-        wait(lambda: PodProcess.objects.filter(pod__job__in=jobs, state="exited").count()
-             == len(jobs), timeout=60, what="every process to end")
+        wait(
+            lambda: (
+                PodProcess.objects.filter(pod__job__in=jobs, state="exited").count() == len(jobs)
+            ),
+            timeout=60,
+            what="every process to end",
+        )
         stops = [
             (p.exited_at - stopped_at[p.pod.job_id]).total_seconds()
             for p in PodProcess.objects.select_related("pod").filter(pod__job__in=jobs)

@@ -38,10 +38,15 @@ def main() -> int:
     django.setup()
     from apps.core.faults import run
 
-    report = run(jobs=args.jobs, kills=args.kills, window=args.window, settle=args.settle,
-                 seed=args.seed, say=lambda line: print(line, flush=True),
-                 server=os.environ.get("PAIWEB_FAULTS_PG",
-                                       "postgresql://postgres@127.0.0.1:5432"))
+    report = run(
+        jobs=args.jobs,
+        kills=args.kills,
+        window=args.window,
+        settle=args.settle,
+        seed=args.seed,
+        say=lambda line: print(line, flush=True),
+        server=os.environ.get("PAIWEB_FAULTS_PG", "postgresql://postgres@127.0.0.1:5432"),
+    )
     print(report.figures())
     for problem in report.problems + report.platform_failed:
         print(f"  - {problem}")

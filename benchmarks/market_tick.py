@@ -63,7 +63,9 @@ def build(rng: random.Random, now) -> None:
     types = InstanceType.objects.bulk_create(
         InstanceType(
             name=f"ml.b{i:03d}.8xlarge" if i % 4 == 0 else f"ecs.b{i:03d}.xlarge",
-            resource_type="Lingjun" if i % 4 == 0 else "ECS", cpu=8000, memory=32768,
+            resource_type="Lingjun" if i % 4 == 0 else "ECS",
+            cpu=8000,
+            memory=32768,
             gpu=8 if i % 4 == 0 else 0,
             price_per_hour=Decimal(rng.randint(5_000, 400_000)) / 10_000,
             public_capacity=rng.randint(40, 160),
@@ -71,22 +73,43 @@ def build(rng: random.Random, now) -> None:
         for i in range(TYPES)
     )
     MarketState.objects.bulk_create(
-        MarketState(instance_type=t, price_per_hour=(t.price_per_hour * Decimal("0.3")).quantize(
-            Decimal("0.0001")), stepped_at=now - timedelta(seconds=10), recorded_at=now)
+        MarketState(
+            instance_type=t,
+            price_per_hour=(t.price_per_hour * Decimal("0.3")).quantize(Decimal("0.0001")),
+            stepped_at=now - timedelta(seconds=10),
+            recorded_at=now,
+        )
         for t in types
     )
     PricePoint.objects.bulk_create(
-        (PricePoint(instance_type=t, at=now - timedelta(seconds=10 * k),
-                    price_per_hour=(t.price_per_hour * Decimal(rng.randint(20, 40)) / 100)
-                    .quantize(Decimal("0.0001")))
-         for t in types if t.resource_type == "Lingjun" for k in range(1, 361)),
+        (
+            PricePoint(
+                instance_type=t,
+                at=now - timedelta(seconds=10 * k),
+                price_per_hour=(t.price_per_hour * Decimal(rng.randint(20, 40)) / 100).quantize(
+                    Decimal("0.0001")
+                ),
+            )
+            for t in types
+            if t.resource_type == "Lingjun"
+            for k in range(1, 361)
+        ),
         batch_size=5000,
     )
-    common = dict(workspace=ws, user=user, user_command="true", submitted_at=now,
-                  status_changed_at=now)
+    common = dict(
+        workspace=ws, user=user, user_command="true", submitted_at=now, status_changed_at=now
+    )
     jobs = Job.objects.bulk_create(
-        (Job(display_name=f"spot-{i}", resource_source="spot", status=JobStatus.BIDDING,
-             resource_type="ECS", **common) for i in range(JOBS)),
+        (
+            Job(
+                display_name=f"spot-{i}",
+                resource_source="spot",
+                status=JobStatus.BIDDING,
+                resource_type="ECS",
+                **common,
+            )
+            for i in range(JOBS)
+        ),
         batch_size=5000,
     )
     roles = []
@@ -97,22 +120,50 @@ def build(rng: random.Random, now) -> None:
         if t.resource_type == "ECS" and rng.random() < 0.3:
             discount = None
             price_limit = (t.price_per_hour * Decimal(rng.randint(10, 100)) / 6000).quantize(
-                Decimal("0.000001"))
-        roles.append(JobRole(
-            job=job, role_type="Worker", pod_count=rng.choice((1, 1, 1, 2, 4, 8)), instance_type=t,
-            cpu=8000, memory=32768, spot_strategy="SpotWithPriceLimit",
-            spot_discount_limit=discount, spot_price_limit=price_limit))
+                Decimal("0.000001")
+            )
+        roles.append(
+            JobRole(
+                job=job,
+                role_type="Worker",
+                pod_count=rng.choice((1, 1, 1, 2, 4, 8)),
+                instance_type=t,
+                cpu=8000,
+                memory=32768,
+                spot_strategy="SpotWithPriceLimit",
+                spot_discount_limit=discount,
+                spot_price_limit=price_limit,
+            )
+        )
     JobRole.objects.bulk_create(roles, batch_size=5000)
     payg = Job.objects.bulk_create(
-        Job(display_name=f"payg-{i}", resource_source="public", status=JobStatus.RUNNING,
-            **common) for i in range(PAYG_JOBS))
+        Job(display_name=f"payg-{i}", resource_source="public", status=JobStatus.RUNNING, **common)
+        for i in range(PAYG_JOBS)
+    )
     payg_roles = JobRole.objects.bulk_create(
-        JobRole(job=job, role_type="Worker", pod_count=rng.randint(1, 20),
-                instance_type=rng.choice(types), cpu=8000, memory=32768) for job in payg)
+        JobRole(
+            job=job,
+            role_type="Worker",
+            pod_count=rng.randint(1, 20),
+            instance_type=rng.choice(types),
+            cpu=8000,
+            memory=32768,
+        )
+        for job in payg
+    )
     Pod.objects.bulk_create(
-        (Pod(job=r.job, role=r, index=i, pod_id=f"{r.job.job_id}-worker-{i}-a0",
-             status=PodStatus.RUNNING, started_at=now) for r in payg_roles
-         for i in range(r.pod_count)),
+        (
+            Pod(
+                job=r.job,
+                role=r,
+                index=i,
+                pod_id=f"{r.job.job_id}-worker-{i}-a0",
+                status=PodStatus.RUNNING,
+                started_at=now,
+            )
+            for r in payg_roles
+            for i in range(r.pod_count)
+        ),
         batch_size=5000,
     )
 
@@ -128,14 +179,18 @@ def tick(label: str, now, rng: random.Random, *, keep: bool = True) -> float:
         report = market_apply(snapshot=snapshot, plan=plan)
         t3, c3 = time.perf_counter(), time.process_time()
         transaction.set_rollback(not keep)
-    print(f"{label}: snapshot {t1 - t0:6.3f} s  plan {t2 - t1:6.3f} s  apply {t3 - t2:6.3f} s"
-          f"  = {t3 - t0:6.3f} s   ({len(snapshot.spot):,} spot requests; started "
-          f"{report.started:,}, reclaimed {report.reclaimed:,}, waiting {report.waiting:,}, "
-          f"{report.prices} price points)")
+    print(
+        f"{label}: snapshot {t1 - t0:6.3f} s  plan {t2 - t1:6.3f} s  apply {t3 - t2:6.3f} s"
+        f"  = {t3 - t0:6.3f} s   ({len(snapshot.spot):,} spot requests; started "
+        f"{report.started:,}, reclaimed {report.reclaimed:,}, waiting {report.waiting:,}, "
+        f"{report.prices} price points)"
+    )
     # CPU time of this process (the database's work is not in it): meaningful when the
     # machine is shared and wall time is not.
-    print(f"{' ' * len(label)}  cpu: snapshot {c1 - c0:6.3f} s  plan {c2 - c1:6.3f} s  "
-          f"apply {c3 - c2:6.3f} s  = {c3 - c0:6.3f} s")
+    print(
+        f"{' ' * len(label)}  cpu: snapshot {c1 - c0:6.3f} s  plan {c2 - c1:6.3f} s  "
+        f"apply {c3 - c2:6.3f} s  = {c3 - c0:6.3f} s"
+    )
     return t3 - t0
 
 
@@ -148,8 +203,10 @@ def main() -> None:
     started = time.perf_counter()
     build(rng, now)
     analyze()
-    print(f"built {TYPES} types, {JOBS:,} bidding spot jobs, {PAYG_JOBS} running "
-          f"pay-as-you-go jobs in {time.perf_counter() - started:.1f} s")
+    print(
+        f"built {TYPES} types, {JOBS:,} bidding spot jobs, {PAYG_JOBS} running "
+        f"pay-as-you-go jobs in {time.perf_counter() - started:.1f} s"
+    )
     print(f"machine: a 10-million-step Python loop takes {python_reference():.2f} s")
     labels = ("tick 1 (starts)", "tick 2 (steady)", "tick 3 (steady)", "tick 4 (steady)")
     ticks = int(os.environ.get("MARKET_TICKS", "3"))
@@ -161,11 +218,18 @@ def main() -> None:
     if repeats:
         print(f"tick {ticks + 1}, {repeats} times from the same state (rolled back):")
         times = sorted(
-            tick(f"  run {r + 1}", now + timedelta(seconds=10 * ticks), random.Random(ticks),
-                 keep=False)
-            for r in range(repeats))
-        print(f"tick {ticks + 1}: best {times[0]:.3f} s, median {times[len(times) // 2]:.3f} s "
-              f"(goal ≤ 1 s)")
+            tick(
+                f"  run {r + 1}",
+                now + timedelta(seconds=10 * ticks),
+                random.Random(ticks),
+                keep=False,
+            )
+            for r in range(repeats)
+        )
+        print(
+            f"tick {ticks + 1}: best {times[0]:.3f} s, median {times[len(times) // 2]:.3f} s "
+            f"(goal ≤ 1 s)"
+        )
     print(f"machine: a 10-million-step Python loop takes {python_reference():.2f} s")
 
 

@@ -56,8 +56,9 @@ def pod_size(gpu: int) -> Resources:
 def cluster(pools: int) -> tuple[tuple[Node, ...], tuple[Quota, ...]]:
     """Nodes split evenly over the pools; 4 root quotas (over the pools) × 4 children.
     Roots guarantee 80% of their pool; children 25% of their root, a few over-committed."""
-    nodes = tuple(Node(id=i + 1, pool_id=1 + i % pools, capacity=node_capacity())
-                  for i in range(NODES))
+    nodes = tuple(
+        Node(id=i + 1, pool_id=1 + i % pools, capacity=node_capacity()) for i in range(NODES)
+    )
     roots_per_pool = 4 // pools
     pool_gpus = NODES // pools * 8
     root_gpus = pool_gpus * 8 // 10 // roots_per_pool
@@ -69,8 +70,9 @@ def cluster(pools: int) -> tuple[tuple[Node, ...], tuple[Quota, ...]]:
         for c in range(4):
             share = root_gpus // 4 + (root_gpus // 8 if c == 0 else 0)
             strategy = "BestEffortFIFO" if c % 2 else "StrictFIFO"
-            quotas.append(Quota(len(quotas) + 1, f"team-{r}{c}", root_id, pool, _min(share),
-                                strategy))
+            quotas.append(
+                Quota(len(quotas) + 1, f"team-{r}{c}", root_id, pool, _min(share), strategy)
+            )
     return nodes, tuple(quotas)
 
 
@@ -78,18 +80,32 @@ def _min(gpus: int) -> Resources:
     return Resources(cpu=gpus * 12_000, memory=gpus * 96 * 1024, gpu=gpus)
 
 
-def queue(rng: random.Random, quotas: tuple[Quota, ...], count: int, *, first_id: int = 1,
-          modes=("off", "off", "off", "acceptable", "only_idle")) -> tuple[PendingJob, ...]:
+def queue(
+    rng: random.Random,
+    quotas: tuple[Quota, ...],
+    count: int,
+    *,
+    first_id: int = 1,
+    modes=("off", "off", "off", "acceptable", "only_idle"),
+) -> tuple[PendingJob, ...]:
     jobs = []
     for jid in range(first_id, first_id + count):
         gpu = rng.choice(GPU_SIZES)
-        pods = tuple(PodRequest(f"worker-{i}", pod_size(gpu))
-                     for i in range(rng.choice(POD_COUNTS)))
+        pods = tuple(
+            PodRequest(f"worker-{i}", pod_size(gpu)) for i in range(rng.choice(POD_COUNTS))
+        )
         quota = rng.choice(quotas)
-        jobs.append(PendingJob(
-            job_id=jid, name=f"job-{jid}", quota_id=quota.id, idle_mode=rng.choice(modes),
-            priority=rng.choice((1, 1, 1, 3, 5, 9)), submitted_at=NOW - rng.uniform(0, 86_400),
-            pods=pods))
+        jobs.append(
+            PendingJob(
+                job_id=jid,
+                name=f"job-{jid}",
+                quota_id=quota.id,
+                idle_mode=rng.choice(modes),
+                priority=rng.choice((1, 1, 1, 3, 5, 9)),
+                submitted_at=NOW - rng.uniform(0, 86_400),
+                pods=pods,
+            )
+        )
     return tuple(jobs)
 
 
@@ -100,12 +116,16 @@ def after(shot: Snapshot, result: Plan) -> Snapshot:
     for admission in result.admissions:
         job = jobs.pop(admission.job_id)
         sizes = {p.key: p.resources for p in job.pods}
-        pods = tuple(RunningPod(admission.job_id * 100 + i, p.node_id, sizes[p.key], p.in_quota)
-                     for i, p in enumerate(admission.placements))
-        started.append(RunningJob(job.job_id, job.name, job.quota_id, job.idle_mode,
-                                  job.priority, NOW, None, pods))
-    return Snapshot(shot.nodes, shot.quotas, shot.running + tuple(started),
-                    tuple(jobs.values()))
+        pods = tuple(
+            RunningPod(admission.job_id * 100 + i, p.node_id, sizes[p.key], p.in_quota)
+            for i, p in enumerate(admission.placements)
+        )
+        started.append(
+            RunningJob(
+                job.job_id, job.name, job.quota_id, job.idle_mode, job.priority, NOW, None, pods
+            )
+        )
+    return Snapshot(shot.nodes, shot.quotas, shot.running + tuple(started), tuple(jobs.values()))
 
 
 def borrowers_everywhere(rng: random.Random, nodes, quotas) -> tuple[RunningJob, ...]:
@@ -126,17 +146,28 @@ def borrowers_everywhere(rng: random.Random, nodes, quotas) -> tuple[RunningJob,
                 if i == len(pool_nodes):
                     break
                 free[pool_nodes[i]] -= gpu
-                pods.append(RunningPod(len(jobs) * 100 + len(pods), pool_nodes[i],
-                                       pod_size(gpu), False))
+                pods.append(
+                    RunningPod(len(jobs) * 100 + len(pods), pool_nodes[i], pod_size(gpu), False)
+                )
             if pods:
                 jid = 1_000_000 + len(jobs)
-                quota = rng.choice([q for q in quotas if q.pool_id == nodes[pool_nodes[0] - 1]
-                                    .pool_id])
+                quota = rng.choice(
+                    [q for q in quotas if q.pool_id == nodes[pool_nodes[0] - 1].pool_id]
+                )
                 started = NOW - rng.uniform(120, 36_000)
-                checkpoint = started + rng.uniform(0, NOW - started) if rng.random() < .7 else None
-                jobs.append(RunningJob(jid, f"borrower-{jid}", quota.id,
-                                       rng.choice(("only_idle", "acceptable")),
-                                       rng.choice((1, 3, 5)), started, checkpoint, tuple(pods)))
+                checkpoint = started + rng.uniform(0, NOW - started) if rng.random() < 0.7 else None
+                jobs.append(
+                    RunningJob(
+                        jid,
+                        f"borrower-{jid}",
+                        quota.id,
+                        rng.choice(("only_idle", "acceptable")),
+                        rng.choice((1, 3, 5)),
+                        started,
+                        checkpoint,
+                        tuple(pods),
+                    )
+                )
     return tuple(jobs)
 
 
@@ -148,11 +179,22 @@ def scattered_borrowers(rng: random.Random, nodes, quotas) -> tuple[RunningJob, 
     while slots:
         jid = 2_000_000 + len(jobs)
         count = min(rng.choice((1, 2, 4, 8)), len(slots))
-        pods = tuple(RunningPod(jid * 100 + i, slots.pop(), pod_size(1), False)
-                     for i in range(count))
+        pods = tuple(
+            RunningPod(jid * 100 + i, slots.pop(), pod_size(1), False) for i in range(count)
+        )
         quota = rng.choice([q for q in quotas if q.pool_id == nodes[pods[0].node_id - 1].pool_id])
-        jobs.append(RunningJob(jid, f"borrower-{jid}", quota.id, "only_idle", 1,
-                               NOW - rng.uniform(120, 36_000), None, pods))
+        jobs.append(
+            RunningJob(
+                jid,
+                f"borrower-{jid}",
+                quota.id,
+                "only_idle",
+                1,
+                NOW - rng.uniform(120, 36_000),
+                None,
+                pods,
+            )
+        )
     return tuple(jobs)
 
 
@@ -169,10 +211,12 @@ def timed(shot: Snapshot, repeat: int) -> tuple[float, Plan]:
 def report(case: str, shot: Snapshot, seconds: float, result: Plan) -> None:
     admitted = len(result.admissions)
     rate = f"{admitted / seconds:,.0f} admissions/s" if admitted else "—"
-    print(f"  {case:<8} {len(shot.pending):>6,} pending {len(shot.running):>6,} running   "
-          f"plan {seconds:6.3f} s   admitted {admitted:>5,} ({rate})   "
-          f"preempted {len(result.preemptions):>4,}   waiting {len(result.waiting):>6,}   "
-          f"{len(shot.pending) / seconds:>8,.0f} jobs/s")
+    print(
+        f"  {case:<8} {len(shot.pending):>6,} pending {len(shot.running):>6,} running   "
+        f"plan {seconds:6.3f} s   admitted {admitted:>5,} ({rate})   "
+        f"preempted {len(result.preemptions):>4,}   waiting {len(result.waiting):>6,}   "
+        f"{len(shot.pending) / seconds:>8,.0f} jobs/s"
+    )
 
 
 def main() -> None:
@@ -197,8 +241,9 @@ def main() -> None:
         reclaim = Snapshot(nodes, quotas, running, owners)
         seconds, result = timed(reclaim, args.repeat)
         report("reclaim", reclaim, seconds, result)
-        mixed = Snapshot(nodes, quotas, running,
-                         owners + queue(rng, quotas, PENDING - 1_000, first_id=5_000))
+        mixed = Snapshot(
+            nodes, quotas, running, owners + queue(rng, quotas, PENDING - 1_000, first_id=5_000)
+        )
         seconds, result = timed(mixed, args.repeat)
         report("reclaim+", mixed, seconds, result)
         scatter = Snapshot(nodes, quotas, scattered_borrowers(rng, nodes, quotas), owners)

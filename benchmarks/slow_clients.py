@@ -57,7 +57,7 @@ def interpolate(value: str, env: dict[str, str]) -> str:
                     raise ValueError(f"unclosed ${{ in {value!r}")
                 depth += {"{": 1, "}": -1}.get(value[end], 0)
                 end += 1
-            out.append(_expand(value[i + 2:end - 1], env))
+            out.append(_expand(value[i + 2 : end - 1], env))
             i = end
         else:
             out.append(value[i])
@@ -66,8 +66,9 @@ def interpolate(value: str, env: dict[str, str]) -> str:
 
 
 def _expand(expression: str, env: dict[str, str]) -> str:
-    name, operator, rest = re.match(r"([A-Za-z_][A-Za-z0-9_]*)(:?[-?])?(.*)", expression,
-                                    re.S).groups()
+    name, operator, rest = re.match(
+        r"([A-Za-z_][A-Za-z0-9_]*)(:?[-?])?(.*)", expression, re.S
+    ).groups()
     value = env.get(name)
     missing = value is None or (operator is not None and operator.startswith(":") and not value)
     if operator is None:
@@ -85,8 +86,9 @@ def compose_service(name: str, env: dict[str, str]) -> dict:
     import yaml
 
     service = yaml.safe_load(COMPOSE_FILE.read_text(encoding="utf-8"))["services"][name]
-    environment = {k: interpolate(str(v), env)
-                   for k, v in (service.get("environment") or {}).items()}
+    environment = {
+        k: interpolate(str(v), env) for k, v in (service.get("environment") or {}).items()
+    }
     command = service.get("command") or []
     command = [interpolate(str(part), env) for part in command]
     return {**service, "environment": environment, "command": command}
@@ -142,8 +144,11 @@ class Servers:
 
     def web_env(self) -> dict[str, str]:
         env = compose_web_environment(random_secret_key())
-        env.update(PATH=os.environ.get("PATH", ""), PAIWEB_VAR_DIR=str(self.workdir / "var"),
-                   DATABASE_URL=f"sqlite:///{self.workdir / 'var' / 'paiweb.sqlite3'}")
+        env.update(
+            PATH=os.environ.get("PATH", ""),
+            PAIWEB_VAR_DIR=str(self.workdir / "var"),
+            DATABASE_URL=f"sqlite:///{self.workdir / 'var' / 'paiweb.sqlite3'}",
+        )
         if self.redis_url:
             env["REDIS_URL"] = self.redis_url
         return env  # no PYTEST_VERSION: DEBUG is whatever compose says
@@ -151,17 +156,27 @@ class Servers:
     def start_gunicorn(self, *, migrate: bool = False) -> subprocess.Popen:
         env = self.web_env()
         if migrate:  # /healthz needs no tables; logging in does
-            subprocess.run([sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"],
-                           cwd=BASE_DIR, env=env, check=True)
-        command = compose_service("web", {"SECRET_KEY": env["SECRET_KEY"],
-                                          "FLOWER_BASIC_AUTH": "x:y"})["command"]
+            subprocess.run(
+                [sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"],
+                cwd=BASE_DIR,
+                env=env,
+                check=True,
+            )
+        command = compose_service(
+            "web", {"SECRET_KEY": env["SECRET_KEY"], "FLOWER_BASIC_AUTH": "x:y"}
+        )["command"]
         assert command[0] == "gunicorn", command
         argv = [str(Path(sys.executable).parent / "gunicorn"), *command[1:]]
-        argv = [f"--bind=127.0.0.1:{self.web_port}" if a.startswith("--bind") else a
-                for a in argv]
+        argv = [f"--bind=127.0.0.1:{self.web_port}" if a.startswith("--bind") else a for a in argv]
         log = open(self.workdir / "gunicorn.log", "wb")  # noqa: SIM115 (closed with the process)
-        process = subprocess.Popen(argv, cwd=BASE_DIR, env=env, stdout=log,
-                                   stderr=subprocess.STDOUT, start_new_session=True)
+        process = subprocess.Popen(
+            argv,
+            cwd=BASE_DIR,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         self.processes.append(process)
         wait_for_port(self.web_port, process)
         return process
@@ -170,17 +185,30 @@ class Servers:
         """Flower as compose's flower service runs it (its command, its environment with
         FLOWER_BASIC_AUTH), on a local port."""
         env = self.web_env()
-        service = compose_service("flower", {"SECRET_KEY": env["SECRET_KEY"],
-                                             "FLOWER_BASIC_AUTH": basic_auth})
+        service = compose_service(
+            "flower", {"SECRET_KEY": env["SECRET_KEY"], "FLOWER_BASIC_AUTH": basic_auth}
+        )
         env["FLOWER_BASIC_AUTH"] = service["environment"]["FLOWER_BASIC_AUTH"]
         command = service["command"]
         assert command[0] == "celery", command
         argv = [str(Path(sys.executable).parent / "celery"), *command[1:]]
-        argv = [f"--port={self.flower_port}" if a.startswith("--port") else
-                "--address=127.0.0.1" if a.startswith("--address") else a for a in argv]
+        argv = [
+            f"--port={self.flower_port}"
+            if a.startswith("--port")
+            else "--address=127.0.0.1"
+            if a.startswith("--address")
+            else a
+            for a in argv
+        ]
         log = open(self.workdir / "flower.log", "wb")  # noqa: SIM115 (closed with the process)
-        process = subprocess.Popen(argv, cwd=BASE_DIR, env=env, stdout=log,
-                                   stderr=subprocess.STDOUT, start_new_session=True)
+        process = subprocess.Popen(
+            argv,
+            cwd=BASE_DIR,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         self.processes.append(process)
         wait_for_port(self.flower_port, process)
         return process
@@ -206,8 +234,9 @@ class Servers:
         from apps.core.management.commands.selfsigned_cert import selfsigned_cert
 
         self.tls_dir.mkdir(parents=True, exist_ok=True)
-        cert, key = selfsigned_cert(names=["127.0.0.1", "localhost"],
-                                    now=datetime.datetime.now(datetime.UTC))
+        cert, key = selfsigned_cert(
+            names=["127.0.0.1", "localhost"], now=datetime.datetime.now(datetime.UTC)
+        )
         (self.tls_dir / "cert.pem").write_bytes(cert)
         (self.tls_dir / "key.pem").write_bytes(key)
         (self.workdir / "paiweb.conf").write_text(self.nginx_conf(), encoding="utf-8")
@@ -257,7 +286,8 @@ http {{
 
 def find_nginx() -> str | None:
     return shutil.which("nginx") or next(
-        (p for p in ("/usr/sbin/nginx", "/usr/local/sbin/nginx") if os.access(p, os.X_OK)), None)
+        (p for p in ("/usr/sbin/nginx", "/usr/local/sbin/nginx") if os.access(p, os.X_OK)), None
+    )
 
 
 # --- the clients -------------------------------------------------------------------------
@@ -303,8 +333,12 @@ class SlowClient:
                 sock.sendall(f"GET /healthz HTTP/1.1\r\n{host}".encode())
                 trickle = b"X-Slow: " + b"a" * 100_000
             else:
-                sock.sendall((f"POST /api/v1/jobs HTTP/1.1\r\n{host}Content-Type: "
-                              "application/json\r\nContent-Length: 100000\r\n\r\n").encode())
+                sock.sendall(
+                    (
+                        f"POST /api/v1/jobs HTTP/1.1\r\n{host}Content-Type: "
+                        "application/json\r\nContent-Length: 100000\r\n\r\n"
+                    ).encode()
+                )
                 trickle = b"{" + b" " * 100_000
             sock.settimeout(self.interval)
             sent = 0
@@ -312,7 +346,7 @@ class SlowClient:
                 if stop.is_set():
                     return None
                 if self.stall_after is None or sent < self.stall_after:
-                    sock.sendall(trickle[sent:sent + 1])
+                    sock.sendall(trickle[sent : sent + 1])
                     sent += 1
                 try:
                     sock.recv(4096)  # an answer (a 408, a 400) or the end: cut either way
@@ -347,8 +381,9 @@ class Probes:
                 else:
                     self.failures.append(f"status {status}")
             except OSError as exc:
-                self.failures.append(f"{type(exc).__name__} after "
-                                     f"{time.monotonic() - started:.1f}s")
+                self.failures.append(
+                    f"{type(exc).__name__} after {time.monotonic() - started:.1f}s"
+                )
             self.elapsed.append(time.monotonic() - started)
             stop.wait(max(0.0, self.every - (time.monotonic() - started)))
 
@@ -356,11 +391,11 @@ class Probes:
         import http.client
 
         if self.tls is not None:
-            connection = http.client.HTTPSConnection("127.0.0.1", self.port,
-                                                     timeout=PROBE_TIMEOUT, context=self.tls)
+            connection = http.client.HTTPSConnection(
+                "127.0.0.1", self.port, timeout=PROBE_TIMEOUT, context=self.tls
+            )
         else:
-            connection = http.client.HTTPConnection("127.0.0.1", self.port,
-                                                    timeout=PROBE_TIMEOUT)
+            connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=PROBE_TIMEOUT)
         try:
             connection.request("GET", "/healthz")
             response = connection.getresponse()
@@ -375,21 +410,37 @@ class Probes:
         if not values:
             return "probes 0"
         p95 = values[min(len(values) - 1, int(round(0.95 * (len(values) - 1))))]
-        return (f"probes {len(values)}: p50 {statistics.median(values) * 1000:.0f} ms, "
-                f"p95 {p95 * 1000:.0f} ms, max {values[-1] * 1000:.0f} ms, "
-                f"failures {len(self.failures)}")
+        return (
+            f"probes {len(values)}: p50 {statistics.median(values) * 1000:.0f} ms, "
+            f"p95 {p95 * 1000:.0f} ms, max {values[-1] * 1000:.0f} ms, "
+            f"failures {len(self.failures)}"
+        )
 
 
-def attack(*, port: int, tls: ssl.SSLContext | None, clients: int, seconds: float,
-           reconnect: bool, stall_after: int | None = None,
-           wait_for_cuts: float = 0.0) -> tuple[Probes, list[SlowClient]]:
+def attack(
+    *,
+    port: int,
+    tls: ssl.SSLContext | None,
+    clients: int,
+    seconds: float,
+    reconnect: bool,
+    stall_after: int | None = None,
+    wait_for_cuts: float = 0.0,
+) -> tuple[Probes, list[SlowClient]]:
     """`clients` slow connections (half "head", half "body", which stall after `stall_after`
     bytes) and the probes for `seconds`; then the slow clients get `wait_for_cuts` more
     seconds to be cut before they are stopped."""
     stop_clients, stop_probes = threading.Event(), threading.Event()
-    slow = [SlowClient(port, "head" if i % 2 == 0 else "body", tls, reconnect=reconnect,
-                       stall_after=None if i % 2 == 0 else stall_after)
-            for i in range(clients)]
+    slow = [
+        SlowClient(
+            port,
+            "head" if i % 2 == 0 else "body",
+            tls,
+            reconnect=reconnect,
+            stall_after=None if i % 2 == 0 else stall_after,
+        )
+        for i in range(clients)
+    ]
     threads = [threading.Thread(target=c.run, args=(stop_clients,), daemon=True) for c in slow]
     for thread in threads:
         thread.start()
@@ -436,19 +487,33 @@ def main() -> None:
             servers.start_gunicorn()
             print(f"gunicorn as compose's web runs it, on 127.0.0.1:{servers.web_port}")
             if args.only != "nginx":
-                probes, slow = attack(port=servers.web_port, tls=None, clients=args.clients,
-                                      seconds=args.seconds, reconnect=True)
-                print(f"direct to gunicorn, {args.clients} slow clients, {args.seconds:g} s: "
-                      f"{probes.summary()}; {cut_summary(slow)}")
+                probes, slow = attack(
+                    port=servers.web_port,
+                    tls=None,
+                    clients=args.clients,
+                    seconds=args.seconds,
+                    reconnect=True,
+                )
+                print(
+                    f"direct to gunicorn, {args.clients} slow clients, {args.seconds:g} s: "
+                    f"{probes.summary()}; {cut_summary(slow)}"
+                )
             if args.only != "direct":
                 if nginx is None:
                     sys.exit("nginx is not installed: make nginx")
                 servers.start_nginx(nginx)
                 tls = servers.tls_context()
-                probes, slow = attack(port=servers.https_port, tls=tls, clients=args.clients,
-                                      seconds=args.seconds, reconnect=True)
-                print(f"through nginx (https), {args.clients} slow clients, {args.seconds:g} s: "
-                      f"{probes.summary()}; {cut_summary(slow)}")
+                probes, slow = attack(
+                    port=servers.https_port,
+                    tls=tls,
+                    clients=args.clients,
+                    seconds=args.seconds,
+                    reconnect=True,
+                )
+                print(
+                    f"through nginx (https), {args.clients} slow clients, {args.seconds:g} s: "
+                    f"{probes.summary()}; {cut_summary(slow)}"
+                )
         finally:
             servers.stop()
 

@@ -27,7 +27,8 @@ from paiweb.secret_key import env_secret  # noqa: E402
 # so) and a pytest run (pytest sets PYTEST_VERSION for its session and the demos, agents and
 # commands the tests start inherit it; pytest-django still runs each test with DEBUG False).
 _DEVELOPMENT = bool(os.environ.get("PYTEST_VERSION")) or (
-    Path(sys.argv[0]).name == "manage.py" and sys.argv[1:2] == ["demo"])
+    Path(sys.argv[0]).name == "manage.py" and sys.argv[1:2] == ["demo"]
+)
 DEBUG = env_bool("DEBUG", _DEVELOPMENT)
 # Outside DEBUG every process refuses to start without a real SECRET_KEY (unset, empty or the
 # old public default: ImproperlyConfigured). In DEBUG an unset one is this installation's
@@ -49,13 +50,15 @@ SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", False)
 # "HTTP_X_FORWARDED_PROTO,https": the header (as Django names it) and the value by which the
 # proxy says the client used https. Only behind a proxy that always sets it (or strips it).
 _proxy_ssl_header = env_list("SECURE_PROXY_SSL_HEADER", [])
-if _proxy_ssl_header and (len(_proxy_ssl_header) != 2
-                          or not _proxy_ssl_header[0].startswith("HTTP_")):
+if _proxy_ssl_header and (
+    len(_proxy_ssl_header) != 2 or not _proxy_ssl_header[0].startswith("HTTP_")
+):
     from django.core.exceptions import ImproperlyConfigured
 
     raise ImproperlyConfigured(
         "SECURE_PROXY_SSL_HEADER: expected HEADER,VALUE with the header as Django names it, "
-        f"e.g. HTTP_X_FORWARDED_PROTO,https; got {os.environ['SECURE_PROXY_SSL_HEADER']!r}")
+        f"e.g. HTTP_X_FORWARDED_PROTO,https; got {os.environ['SECURE_PROXY_SSL_HEADER']!r}"
+    )
 SECURE_PROXY_SSL_HEADER = tuple(_proxy_ssl_header) or None
 
 INSTALLED_APPS = [
@@ -243,7 +246,8 @@ if SANDBOX not in {"strict", "insecure"}:
 
     raise ImproperlyConfigured(
         f"SANDBOX: expected strict (isolate pods, the default) or insecure (run pods with "
-        f"what the host gives, unsafe), got {SANDBOX!r}")
+        f"what the host gives, unsafe), got {SANDBOX!r}"
+    )
 # Each job's pods run as uid/gid POD_UID_BASE + the job's number (never root); limits the
 # kernel enforces per pod: POD_PIDS_MAX processes and threads, /tmp and /dev/shm sizes, and
 # POD_DISK_QUOTA_MIB / POD_MAX_FILES for the job's files on a host (work dirs, checkpoints,
@@ -276,7 +280,6 @@ if POD_EGRESS and not POD_CIDR:
     from django.core.exceptions import ImproperlyConfigured
 
     raise ImproperlyConfigured("POD_EGRESS needs POD_CIDR (the pods' link to the host)")
-
 
 
 def _every(task: str, seconds: float) -> dict:

@@ -10,8 +10,11 @@ admin.site.login_form = AdminLoginForm
 
 urlpatterns = [
     path("", RedirectView.as_view(pattern_name="jobs:list", permanent=False)),
-    path("login/", throttled_login(auth_views.LoginView.as_view(authentication_form=LoginForm)),
-         name="login"),
+    path(
+        "login/",
+        throttled_login(auth_views.LoginView.as_view(authentication_form=LoginForm)),
+        name="login",
+    ),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/login/", throttled_login(admin.site.login)),  # before admin/: it wraps admin's
     path("admin/", admin.site.urls),

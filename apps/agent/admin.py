@@ -24,8 +24,19 @@ class NodeAgentAdmin(_ReadOnly):
 
 @admin.register(PodProcess)
 class PodProcessAdmin(_ReadOnly):
-    list_display = ("pod", "state", "queue", "rank", "world_size", "agent", "pid", "sandbox",
-                    "exit_code", "started_at", "exited_at")
+    list_display = (
+        "pod",
+        "state",
+        "queue",
+        "rank",
+        "world_size",
+        "agent",
+        "pid",
+        "sandbox",
+        "exit_code",
+        "started_at",
+        "exited_at",
+    )
     list_filter = ("state", "sandbox")
     search_fields = ("pod__pod_id", "agent")
     list_select_related = ("pod",)

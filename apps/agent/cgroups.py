@@ -134,8 +134,7 @@ def _write(path: Path, value: str) -> None:
     try:
         os.write(fd, value.encode())
     except OSError as exc:
-        raise CgroupError(exc.errno, f"cannot write {value!r} to {path}: {exc.strerror}") \
-            from exc
+        raise CgroupError(exc.errno, f"cannot write {value!r} to {path}: {exc.strerror}") from exc
     finally:
         os.close(fd)
 
@@ -196,8 +195,7 @@ def _split_name(name: str) -> list[str]:
     can neither leave the hierarchy ("..", "/abs") nor look like a kernel file."""
     parts = name.strip("/").split("/")
     if any(not _NAME_PART.fullmatch(p) for p in parts):
-        raise ValueError(f"bad cgroup name {name!r}: use [A-Za-z0-9_.:@-] parts "
-                         f"separated by /")
+        raise ValueError(f"bad cgroup name {name!r}: use [A-Za-z0-9_.:@-] parts separated by /")
     return parts
 
 
@@ -259,33 +257,50 @@ def _probe(root: Path) -> _Probe:
         available = set((_read(controllers_file) or "").split())
         missing = [c for c in _REQUIRED if c not in available]
         if missing:
-            return _Probe(2, {}, f"cgroup v2 at {root} lacks the {' and '.join(missing)} "
-                                 f"controller{'s' if len(missing) > 1 else ''} "
-                                 f"(cgroup.controllers: "
-                                 f"{' '.join(sorted(available)) or 'none'})")
+            return _Probe(
+                2,
+                {},
+                f"cgroup v2 at {root} lacks the {' and '.join(missing)} "
+                f"controller{'s' if len(missing) > 1 else ''} "
+                f"(cgroup.controllers: "
+                f"{' '.join(sorted(available)) or 'none'})",
+            )
         if not _writable(root) or not _writable(root / "cgroup.subtree_control"):
-            return _Probe(2, {}, f"cgroup v2 at {root} is not writable (read-only mount, "
-                                 f"or not root)")
+            return _Probe(
+                2, {}, f"cgroup v2 at {root} is not writable (read-only mount, or not root)"
+            )
         enabled = set((_read(root / "cgroup.subtree_control") or "").replace("+", "").split())
         procs = _procs(root / "cgroup.procs")
         if (root / "cgroup.type").exists() and not set(_REQUIRED) <= enabled and procs:
             # Not the real root (only it lacks cgroup.type) and it holds processes: the
             # kernel's "no internal processes" rule refuses to enable controllers for its
             # children, the usual state inside a container with its own cgroup namespace.
-            return _Probe(2, {}, f"cgroup v2 at {root} holds processes and has no "
-                                 f"memory/pids in cgroup.subtree_control; move them into "
-                                 f"a child group first")
+            return _Probe(
+                2,
+                {},
+                f"cgroup v2 at {root} holds processes and has no "
+                f"memory/pids in cgroup.subtree_control; move them into "
+                f"a child group first",
+            )
         hierarchies = {c: root for c in _V2_CONTROLLERS if c in available}
         return _Probe(2, hierarchies)
     found = _v1_hierarchies(root)
     missing = [c for c in _REQUIRED if c not in found]
     if missing:
-        return _Probe(1, {}, f"no cgroup v1 hierarchy for {' and '.join(missing)} under "
-                             f"{root}, and no cgroup v2 there either")
+        return _Probe(
+            1,
+            {},
+            f"no cgroup v1 hierarchy for {' and '.join(missing)} under "
+            f"{root}, and no cgroup v2 there either",
+        )
     unwritable = [c for c in _REQUIRED if not _writable(found[c])]
     if unwritable:
-        return _Probe(1, {}, f"cgroup v1 {' and '.join(unwritable)} under {root} not "
-                             f"writable (read-only mount, or not root)")
+        return _Probe(
+            1,
+            {},
+            f"cgroup v1 {' and '.join(unwritable)} under {root} not "
+            f"writable (read-only mount, or not root)",
+        )
     usable = {c: p for c, p in found.items() if c in _REQUIRED or _writable(p)}
     return _Probe(1, usable)
 
@@ -396,8 +411,9 @@ class CgroupHost:
                 except FileExistsError:
                     pass
                 except OSError as exc:
-                    raise CgroupError(exc.errno, f"cannot create {current}: "
-                                                 f"{exc.strerror}") from exc
+                    raise CgroupError(
+                        exc.errno, f"cannot create {current}: {exc.strerror}"
+                    ) from exc
                 if self.version == 2 and depth < len(parts) - 1:
                     self._enable_v2(current)
 
@@ -418,16 +434,19 @@ class CgroupHost:
         _write(directory / "pids.max", str(limits.pids) if limits.pids else "max")
         if self.has_cpu:
             quota = limits.cfs_quota_us()
-            _write(directory / "cpu.max",
-                   f"{quota if quota > 0 else 'max'} {CPU_PERIOD_US}")
+            _write(directory / "cpu.max", f"{quota if quota > 0 else 'max'} {CPU_PERIOD_US}")
             _write(directory / "cpu.weight", str(limits.cpu_weight()))
 
     def _limit_v1(self, group: PodCgroup, limits: Limits) -> None:
         memory = group._dir("memory")
         _set_v1_memory(memory, limits.memory_bytes)
         # Fresh counters for a reused group (only v1 lets them be reset).
-        for counter in ("memory.failcnt", "memory.max_usage_in_bytes",
-                        "memory.memsw.failcnt", "memory.memsw.max_usage_in_bytes"):
+        for counter in (
+            "memory.failcnt",
+            "memory.max_usage_in_bytes",
+            "memory.memsw.failcnt",
+            "memory.memsw.max_usage_in_bytes",
+        ):
             if (memory / counter).exists():
                 try:
                     _write(memory / counter, "0")
@@ -491,9 +510,11 @@ class PodCgroup:
         which keeps the pid and so the membership; everything it forks inherits it. If a
         write fails (the group is gone, or we are not root) it exits 125 with a message on
         stderr rather than run the pod unlimited."""
-        script = ('for f; do [ "$f" = -- ] && break; '
-                  'echo $$ > "$f" || { echo "cgroup-join: cannot join $f" >&2; exit 125; }; '
-                  'shift; done; shift; exec "$@"')
+        script = (
+            'for f; do [ "$f" = -- ] && break; '
+            'echo $$ > "$f" || { echo "cgroup-join: cannot join $f" >&2; exit 125; }; '
+            'shift; done; shift; exec "$@"'
+        )
         return ["/bin/sh", "-c", script, "cgroup-join", *map(str, self.procs_files), "--"]
 
     # -- what happened --
@@ -506,8 +527,10 @@ class PodCgroup:
             return {"oom_kill": memory.get("oom_kill", 0), "pids_max": pids.get("max", 0)}
         memory = self._dir("memory")
         oom = _keyed(memory / "memory.oom_control")
-        counters = {"pids_max": _keyed(self._dir("pids") / "pids.events").get("max", 0),
-                    "failcnt": _read_int(memory / "memory.failcnt") or 0}
+        counters = {
+            "pids_max": _keyed(self._dir("pids") / "pids.events").get("max", 0),
+            "failcnt": _read_int(memory / "memory.failcnt") or 0,
+        }
         if "oom_kill" in oom:
             counters["oom_kill"] = oom["oom_kill"]
         return counters
@@ -542,20 +565,24 @@ class PodCgroup:
         if self.host.version == 2:
             d = self.dirs[0]
             cpu = _keyed(d / "cpu.stat").get("usage_usec")
-            return {"memory_current": _read_int(d / "memory.current"),
-                    "memory_peak": _read_int(d / "memory.peak"),
-                    "pids_current": _read_int(d / "pids.current"),
-                    "pids_peak": _read_int(d / "pids.peak"),
-                    "cpu_usec": cpu}
+            return {
+                "memory_current": _read_int(d / "memory.current"),
+                "memory_peak": _read_int(d / "memory.peak"),
+                "pids_current": _read_int(d / "pids.current"),
+                "pids_peak": _read_int(d / "pids.peak"),
+                "cpu_usec": cpu,
+            }
         memory, pids = self._dir("memory"), self._dir("pids")
         cpu_ns = None
         if "cpuacct" in self.host.hierarchies:
             cpu_ns = _read_int(self._dir("cpuacct") / "cpuacct.usage")
-        return {"memory_current": _read_int(memory / "memory.usage_in_bytes"),
-                "memory_peak": _read_int(memory / "memory.max_usage_in_bytes"),
-                "pids_current": _read_int(pids / "pids.current"),
-                "pids_peak": _read_int(pids / "pids.peak"),
-                "cpu_usec": None if cpu_ns is None else cpu_ns // 1000}
+        return {
+            "memory_current": _read_int(memory / "memory.usage_in_bytes"),
+            "memory_peak": _read_int(memory / "memory.max_usage_in_bytes"),
+            "pids_current": _read_int(pids / "pids.current"),
+            "pids_peak": _read_int(pids / "pids.peak"),
+            "cpu_usec": None if cpu_ns is None else cpu_ns // 1000,
+        }
 
     def pids(self) -> list[int]:
         """The live processes of the group (the pids hierarchy's, or v2's, cgroup.procs,
@@ -611,8 +638,9 @@ class PodCgroup:
                     failures.append(why)
         # Parents last, deepest first; one attempt: EBUSY here means a sibling pod's group.
         own = set(self.dirs)
-        for d in sorted((p for p in self.created if p not in own),
-                        key=lambda p: len(p.parts), reverse=True):
+        for d in sorted(
+            (p for p in self.created if p not in own), key=lambda p: len(p.parts), reverse=True
+        ):
             _rmdir(d, attempts=1)
         if failures:
             raise CgroupError(errno.EBUSY, "; ".join(failures))
@@ -646,8 +674,9 @@ def sweep(host: CgroupHost, prefix: str, keep: set[str]) -> int:
     for base in host.directories():
         directory = base.joinpath(*parts)
         try:
-            children.update(p.name for p in directory.iterdir()
-                            if p.is_dir() and not p.is_symlink())
+            children.update(
+                p.name for p in directory.iterdir() if p.is_dir() and not p.is_symlink()
+            )
         except (FileNotFoundError, NotADirectoryError):
             continue
     removed = 0

@@ -317,8 +317,9 @@ def job_disk_report(*, job_pk: int, bytes: int, now: datetime) -> None:
     Job.objects.filter(pk=job_pk).update(disk_bytes=max(int(bytes), 0), disk_measured_at=now)
 
 
-def job_dirs_sweep(*, root: Path, now: datetime, retention: timedelta,
-                   keep_checkpoints: int) -> SweepResult:
+def job_dirs_sweep(
+    *, root: Path, now: datetime, retention: timedelta, keep_checkpoints: int
+) -> SweepResult:
     """One round over the job directories under `root` (see the module's docstring)."""
     from apps.agent.models import PodProcess
     from apps.jobs.models import FINISHED_STATUSES, Job
@@ -332,19 +333,30 @@ def job_dirs_sweep(*, root: Path, now: datetime, retention: timedelta,
         names = sorted(_job_dir_names(root_fd))
         rows = {}
         for i in range(0, len(names), _QUERY_CHUNK):
-            chunk = names[i:i + _QUERY_CHUNK]
+            chunk = names[i : i + _QUERY_CHUNK]
             for row in Job.objects.filter(job_id__in=chunk).values(
-                    "pk", "job_id", "status", "finished_at", "status_changed_at",
-                    "disk_measured_at", "work_swept_at"):
+                "pk",
+                "job_id",
+                "status",
+                "finished_at",
+                "status_changed_at",
+                "disk_measured_at",
+                "work_swept_at",
+            ):
                 rows[row["job_id"]] = row
         live = set()
         pks = [row["pk"] for row in rows.values()]
         for i in range(0, len(pks), _QUERY_CHUNK):
-            live.update(PodProcess.objects.filter(
-                pod__job_id__in=pks[i:i + _QUERY_CHUNK],
-                state__in=[PodProcess.State.QUEUED, PodProcess.State.STARTING,
-                           PodProcess.State.RUNNING],
-            ).values_list("pod__job_id", flat=True))
+            live.update(
+                PodProcess.objects.filter(
+                    pod__job_id__in=pks[i : i + _QUERY_CHUNK],
+                    state__in=[
+                        PodProcess.State.QUEUED,
+                        PodProcess.State.STARTING,
+                        PodProcess.State.RUNNING,
+                    ],
+                ).values_list("pod__job_id", flat=True)
+            )
         for name in names:
             row = rows.get(name)
             try:
@@ -365,7 +377,8 @@ def job_dirs_sweep(*, root: Path, now: datetime, retention: timedelta,
                     _sweep_job_dir(root_fd, name, row["pk"], keep_checkpoints)
                     _measure(root, name, row["pk"], now)
                     Job.objects.filter(pk=row["pk"], work_swept_at__isnull=True).update(
-                        work_swept_at=now)
+                        work_swept_at=now
+                    )
                     measured.append(name)
                     swept.append(name)
                     logger.info("housekeeping: swept the work dirs of job %s", name)
@@ -466,8 +479,12 @@ def _sweep_job_dir(root_fd: int, name: str, job_pk: int, keep_checkpoints: int) 
         if problems:
             raise OSError("; ".join(problems)[:2000])
         try:
-            marker = os.open(SWEPT_MARKER, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
-                             | os.O_CLOEXEC, 0o644, dir_fd=job_fd)
+            marker = os.open(
+                SWEPT_MARKER,
+                os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                0o644,
+                dir_fd=job_fd,
+            )
         except FileExistsError:
             return
         with os.fdopen(marker, "w") as out:
@@ -494,14 +511,21 @@ def _prune_checkpoints(job_fd: int, job_pk: int, keep: int) -> None:
         return
     try:
         kept: list[str] = []
-        for path in (Checkpoint.objects.filter(job_id=job_pk).order_by("-created_at", "-id")
-                     .values_list("path", flat=True).iterator()):
+        for path in (
+            Checkpoint.objects.filter(job_id=job_pk)
+            .order_by("-created_at", "-id")
+            .values_list("path", flat=True)
+            .iterator()
+        ):
             if len(kept) >= keep:
                 break
             file_name = Path(path).name
-            if (Path(path).parent.name != CHECKPOINTS or file_name in kept
-                    or file_name in ("", ".", "..", MANIFEST)
-                    or not _is_regular(ckpt_fd, file_name)):
+            if (
+                Path(path).parent.name != CHECKPOINTS
+                or file_name in kept
+                or file_name in ("", ".", "..", MANIFEST)
+                or not _is_regular(ckpt_fd, file_name)
+            ):
                 continue
             kept.append(file_name)
         keep_names = {*kept, MANIFEST}
@@ -538,7 +562,8 @@ def housekeeping_round() -> SweepResult | None:
     """One sweep of settings.POD_WORK_ROOT with the settings' retention; never raises."""
     try:
         return job_dirs_sweep(
-            root=Path(settings.POD_WORK_ROOT), now=timezone.now(),
+            root=Path(settings.POD_WORK_ROOT),
+            now=timezone.now(),
             retention=timedelta(hours=settings.POD_WORK_RETENTION_HOURS),
             keep_checkpoints=settings.POD_KEEP_CHECKPOINTS,
         )
@@ -549,8 +574,7 @@ def housekeeping_round() -> SweepResult | None:
         connection.close()  # this thread's own connection: never left open between rounds
 
 
-def start_housekeeping(*, interval: float,
-                       stop: threading.Event | None = None) -> threading.Thread:
+def start_housekeeping(*, interval: float, stop: threading.Event | None = None) -> threading.Thread:
     """A daemon thread running `housekeeping_round` now and every `interval` seconds (until
     `stop` is set). Started once per process: a second call returns the running thread."""
     global _thread

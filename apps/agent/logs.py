@@ -22,8 +22,9 @@ TAIL_BLOCK = 64 * 1024
 def pod_log_path(pod: Pod) -> Path:
     """Where the pod's log is (or will be)."""
     recorded = PodProcess.objects.filter(pod=pod).values_list("log_path", flat=True).first()
-    return Path(recorded) if recorded else pod_paths(job_id=pod.job.job_id,
-                                                     pod_id=pod.pod_id).log_path
+    return (
+        Path(recorded) if recorded else pod_paths(job_id=pod.job.job_id, pod_id=pod.pod_id).log_path
+    )
 
 
 def pod_log_finished(pod: Pod) -> bool:
@@ -64,8 +65,9 @@ class LogChunk:
     size: int  # the file's size when read
 
 
-def log_read(path: Path, offset: int, *, finished: bool,
-             limit: int = FOLLOW_CHUNK_BYTES) -> LogChunk:
+def log_read(
+    path: Path, offset: int, *, finished: bool, limit: int = FOLLOW_CHUNK_BYTES
+) -> LogChunk:
     """What the file holds past `offset` (at most `limit` bytes). While the pod still writes,
     only whole lines are returned, so a multi-byte character is never cut in two."""
     size = _size(path)

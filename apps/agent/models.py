@@ -37,8 +37,10 @@ class PodProcess(models.Model):
     exited_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
-        indexes = [models.Index(fields=["agent", "state"]),
-                   models.Index(fields=["state", "queue"])]  # an agent's reconcile
+        indexes = [
+            models.Index(fields=["agent", "state"]),
+            models.Index(fields=["state", "queue"]),
+        ]  # an agent's reconcile
 
     def __str__(self) -> str:
         return f"{self.pod_id} ({self.state})"
@@ -56,8 +58,9 @@ class NodeAgent(models.Model):
     hostname = models.CharField(max_length=255)
     address = models.CharField(max_length=255, help_text="where other hosts reach its pods")
     sandbox = models.CharField(max_length=255, blank=True)
-    pod_cidr = models.CharField(max_length=64, blank=True,
-                                help_text="the host's pod subnet (POD_CIDR), for multi-host jobs")
+    pod_cidr = models.CharField(
+        max_length=64, blank=True, help_text="the host's pod subnet (POD_CIDR), for multi-host jobs"
+    )
     last_seen = models.DateTimeField()
 
     class Meta:

@@ -53,8 +53,10 @@ def _ip(*args: str) -> None:
         raise NetnsError("iproute2 (ip) is not installed")
     done = subprocess.run([ip, *args], capture_output=True, timeout=15, stdin=subprocess.DEVNULL)
     if done.returncode != 0:
-        raise NetnsError(f"ip {' '.join(args)}: "
-                         f"{done.stderr.decode(errors='replace').strip() or done.returncode}")
+        raise NetnsError(
+            f"ip {' '.join(args)}: "
+            f"{done.stderr.decode(errors='replace').strip() or done.returncode}"
+        )
 
 
 def ensure(name: str) -> Path:
@@ -104,7 +106,7 @@ def names(prefix: str = PREFIX) -> list[str]:
 
 
 def probe() -> str:
-    """"" when this host can make namespaces for pods, else why not."""
+    """ "" when this host can make namespaces for pods, else why not."""
     name = f"{PREFIX}probe-{os.getpid()}"
     try:
         ensure(name)
@@ -126,8 +128,17 @@ def probe() -> str:
 GATEWAY = "169.254.1.1"
 TABLE = "paiweb"
 # Never reachable through egress: private, shared, link-local, loopback, multicast, reserved.
-NOT_PUBLIC = ("0.0.0.0/8", "10.0.0.0/8", "100.64.0.0/10", "127.0.0.0/8", "169.254.0.0/16",
-              "172.16.0.0/12", "192.168.0.0/16", "224.0.0.0/4", "240.0.0.0/4")
+NOT_PUBLIC = (
+    "0.0.0.0/8",
+    "10.0.0.0/8",
+    "100.64.0.0/10",
+    "127.0.0.0/8",
+    "169.254.0.0/16",
+    "172.16.0.0/12",
+    "192.168.0.0/16",
+    "224.0.0.0/4",
+    "240.0.0.0/4",
+)
 
 
 def job_address(cidr: str, job_pk: int) -> str:
@@ -148,8 +159,7 @@ def _nft(script: str) -> None:
     nft = shutil.which("nft")
     if nft is None:
         raise NetnsError("nftables (nft) is not installed")
-    done = subprocess.run([nft, "-f", "-"], input=script.encode(), capture_output=True,
-                          timeout=15)
+    done = subprocess.run([nft, "-f", "-"], input=script.encode(), capture_output=True, timeout=15)
     if done.returncode != 0:
         raise NetnsError(f"nft: {done.stderr.decode(errors='replace').strip()}")
 
@@ -187,8 +197,9 @@ table ip {TABLE}_nat {{
 """)
 
 
-def connect(name: str, *, job_pk: int, address: str, peers: Iterable[str],
-            egress: bool = False) -> None:
+def connect(
+    name: str, *, job_pk: int, address: str, peers: Iterable[str], egress: bool = False
+) -> None:
     """Link the job's namespace to this host and admit only `peers` (the job's addresses
     on the other hosts), and with `egress` public addresses too. Idempotent: a namespace
     linked already is left as it is."""
@@ -206,19 +217,25 @@ def connect(name: str, *, job_pk: int, address: str, peers: Iterable[str],
     allowed = sorted(set(peers) - {address})
     _forget_elements(ifname)  # a leftover of an earlier namespace of the job
     out, into = f"inet {TABLE} job{job_pk}_out", f"inet {TABLE} job{job_pk}_in"
-    rules = [f"add chain {out}", f"add chain {into}", f"flush chain {out}",
-             f"flush chain {into}"]
+    rules = [f"add chain {out}", f"add chain {into}", f"flush chain {out}", f"flush chain {into}"]
     if allowed:
         peers_set = "{ " + ", ".join(allowed) + " }"
-        rules += [f"add rule {out} ip saddr {address} ip daddr {peers_set} accept",
-                  f"add rule {into} ip saddr {peers_set} ip daddr {address} accept"]
+        rules += [
+            f"add rule {out} ip saddr {address} ip daddr {peers_set} accept",
+            f"add rule {into} ip saddr {peers_set} ip daddr {address} accept",
+        ]
     if egress:
         private = "{ " + ", ".join(NOT_PUBLIC) + " }"
-        rules += [f"add rule {out} ip saddr {address} ip daddr != {private} accept",
-                  f"add rule {into} ip daddr {address} ct state established,related accept"]
-    rules += [f"add rule {out} drop", f"add rule {into} drop",
-              f'add element inet {TABLE} pod_out {{ "{ifname}" : jump job{job_pk}_out }}',
-              f'add element inet {TABLE} pod_in {{ "{ifname}" : jump job{job_pk}_in }}']
+        rules += [
+            f"add rule {out} ip saddr {address} ip daddr != {private} accept",
+            f"add rule {into} ip daddr {address} ct state established,related accept",
+        ]
+    rules += [
+        f"add rule {out} drop",
+        f"add rule {into} drop",
+        f'add element inet {TABLE} pod_out {{ "{ifname}" : jump job{job_pk}_out }}',
+        f'add element inet {TABLE} pod_in {{ "{ifname}" : jump job{job_pk}_in }}',
+    ]
     _nft("\n".join(rules) + "\n")
 
 

@@ -59,12 +59,23 @@ SYSTEM_DIRS = ("/usr", "/etc", "/opt", "/sys")
 SYSTEM_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 # Covered inside /etc: password hashes and private keys, even though the pod's uid could not
 # read most of them anyway.
-ETC_SECRET_FILES = ("/etc/shadow", "/etc/shadow-", "/etc/gshadow", "/etc/gshadow-",
-                    "/etc/security/opasswd")
-ETC_SECRET_DIRS = ("/etc/ssl/private", "/etc/sudoers.d", "/etc/ssh", "/etc/postgresql",
-                   "/etc/redis", "/etc/rabbitmq", "/etc/paiweb")
-GPU_DEVICES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools",
-               "/dev/nvidia-modeset")
+ETC_SECRET_FILES = (
+    "/etc/shadow",
+    "/etc/shadow-",
+    "/etc/gshadow",
+    "/etc/gshadow-",
+    "/etc/security/opasswd",
+)
+ETC_SECRET_DIRS = (
+    "/etc/ssl/private",
+    "/etc/sudoers.d",
+    "/etc/ssh",
+    "/etc/postgresql",
+    "/etc/redis",
+    "/etc/rabbitmq",
+    "/etc/paiweb",
+)
+GPU_DEVICES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset")
 
 
 class SandboxUnavailable(RuntimeError):
@@ -97,14 +108,16 @@ class Isolation:
 
     @property
     def mode(self) -> str:
-        """"strict" when every protection applies, else "insecure" (what a pod's row says)."""
+        """ "strict" when every protection applies, else "insecure" (what a pod's row says)."""
         return "strict" if self.complete else "insecure"
 
     @property
     def detail(self) -> str:
         if self.complete:
-            return (f"isolated: bubblewrap ({self.bwrap}), own uid, no capabilities, seccomp, "
-                    f"a network namespace per job, cgroup v{self.cgroups} limits")
+            return (
+                f"isolated: bubblewrap ({self.bwrap}), own uid, no capabilities, seccomp, "
+                f"a network namespace per job, cgroup v{self.cgroups} limits"
+            )
         return "INSECURE: " + "; ".join(self.missing)
 
 
@@ -123,8 +136,22 @@ def _bwrap_probe() -> tuple[str | None, str]:
     path = shutil.which("bwrap")
     if path is None:
         return None, "bubblewrap is not installed (apt-get install bubblewrap)"
-    ok, why = _run_ok([path, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
-                       "--unshare-pid", "--die-with-parent", "--new-session", "true"])
+    ok, why = _run_ok(
+        [
+            path,
+            "--ro-bind",
+            "/",
+            "/",
+            "--dev",
+            "/dev",
+            "--proc",
+            "/proc",
+            "--unshare-pid",
+            "--die-with-parent",
+            "--new-session",
+            "true",
+        ]
+    )
     return (path, "") if ok else (None, f"{path} cannot create namespaces here: {why}")
 
 
@@ -151,8 +178,10 @@ def isolation_status(requested: str = "strict") -> Isolation:
         missing.append(why)
     root = os.geteuid() == 0
     if not root:
-        missing.append("the agent does not run as root, so pods cannot get a uid of their own "
-                       "(they would run as the agent's user)")
+        missing.append(
+            "the agent does not run as root, so pods cannot get a uid of their own "
+            "(they would run as the agent's user)"
+        )
     for tool in ("setpriv", "nsenter", "prlimit"):
         if shutil.which(tool) is None:
             missing.append(f"{tool} (util-linux) is not installed")
@@ -161,14 +190,21 @@ def isolation_status(requested: str = "strict") -> Isolation:
         missing.append(netns_why)
     host = cgroup_host()
     if host is None:
-        missing.append(f"no writable cgroup controllers for memory and pids "
-                       f"({cgroups.detect_reason()})")
+        missing.append(
+            f"no writable cgroup controllers for memory and pids ({cgroups.detect_reason()})"
+        )
     has_seccomp = seccomp.pod_filter() is not None
     if not has_seccomp:
         missing.append("no seccomp filter for this CPU architecture")
-    return Isolation(requested=requested, missing=tuple(missing), bwrap=bwrap, root=root,
-                     netns=not netns_why, cgroups=host.version if host else None,
-                     seccomp=has_seccomp)
+    return Isolation(
+        requested=requested,
+        missing=tuple(missing),
+        bwrap=bwrap,
+        root=root,
+        netns=not netns_why,
+        cgroups=host.version if host else None,
+        seccomp=has_seccomp,
+    )
 
 
 # --- what to run -------------------------------------------------------------------------
@@ -236,8 +272,16 @@ def _drop_argv(spec: PodSpec) -> list[str]:
     setpriv = shutil.which("setpriv")
     if not spec.uid or setpriv is None:
         return []
-    return [setpriv, f"--reuid={spec.uid}", f"--regid={spec.uid}", "--clear-groups",
-            "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--"]
+    return [
+        setpriv,
+        f"--reuid={spec.uid}",
+        f"--regid={spec.uid}",
+        "--clear-groups",
+        "--inh-caps=-all",
+        "--bounding-set=-all",
+        "--no-new-privs",
+        "--",
+    ]
 
 
 def _system_binds() -> list[str]:
@@ -264,8 +308,10 @@ def _identity_files(spec: PodSpec) -> dict[str, bytes]:
     own name — whoami, pip, getpass — work), no other account's details changed."""
     home = str(spec.work_dir)
     files = {}
-    for path, line in (("/etc/passwd", f"pod:x:{spec.uid}:{spec.uid}:pod:{home}:/bin/bash\n"),
-                       ("/etc/group", f"pod:x:{spec.uid}:\n")):
+    for path, line in (
+        ("/etc/passwd", f"pod:x:{spec.uid}:{spec.uid}:pod:{home}:/bin/bash\n"),
+        ("/etc/group", f"pod:x:{spec.uid}:\n"),
+    ):
         try:
             with open(path, "rb") as source:
                 base = source.read(1 << 20)
@@ -311,13 +357,43 @@ def bwrap_argv(spec: PodSpec, *, fds: Mapping[str, int]) -> list[str]:
     for path, fd in fds.items():
         if path.startswith("/"):
             argv += ["--perms", "0644", "--ro-bind-data", str(fd), path]
-    argv += ["--dev", "/dev", *_gpu_binds(spec), "--proc", "/proc",
-             "--perms", "1777", "--size", str(spec.tmp_mib * MIB), "--tmpfs", "/tmp",
-             "--perms", "1777", "--size", str(spec.shm_mib * MIB), "--tmpfs", "/dev/shm",
-             "--perms", "1777", "--size", str(64 * MIB), "--tmpfs", "/var/tmp",
-             "--dir", "/run", "--tmpfs", "/mnt",
-             "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
-             "--hostname", spec.name[:63], "--die-with-parent", "--new-session"]
+    argv += [
+        "--dev",
+        "/dev",
+        *_gpu_binds(spec),
+        "--proc",
+        "/proc",
+        "--perms",
+        "1777",
+        "--size",
+        str(spec.tmp_mib * MIB),
+        "--tmpfs",
+        "/tmp",
+        "--perms",
+        "1777",
+        "--size",
+        str(spec.shm_mib * MIB),
+        "--tmpfs",
+        "/dev/shm",
+        "--perms",
+        "1777",
+        "--size",
+        str(64 * MIB),
+        "--tmpfs",
+        "/var/tmp",
+        "--dir",
+        "/run",
+        "--tmpfs",
+        "/mnt",
+        "--unshare-pid",
+        "--unshare-ipc",
+        "--unshare-uts",
+        "--unshare-cgroup-try",
+        "--hostname",
+        spec.name[:63],
+        "--die-with-parent",
+        "--new-session",
+    ]
     if os.geteuid() != 0:
         # Unprivileged bwrap (SANDBOX=insecure only) maps the agent's uid into a user
         # namespace; without a netns of its own the pod shares the host's network.
@@ -385,8 +461,12 @@ def _cgroup_record(group: cgroups.PodCgroup | None) -> dict | None:
     if group is None:
         return None
     host = group.host
-    return {"version": host.version, "root": str(host.root), "name": group.name,
-            "hierarchies": {k: str(v) for k, v in host.hierarchies.items()}}
+    return {
+        "version": host.version,
+        "root": str(host.root),
+        "name": group.name,
+        "hierarchies": {k: str(v) for k, v in host.hierarchies.items()},
+    }
 
 
 def process_alive(pid: int | None, marker: str = "") -> bool:
@@ -422,8 +502,14 @@ class PodProcess:
     stopping writes the stop file (the shim escalates to SIGKILL on its own, agent or not),
     and the exit is read from exit.json: the code and the time the process ended."""
 
-    def __init__(self, state_dir: Path, *, spec: PodSpec | None = None,
-                 popen: subprocess.Popen | None = None, started: dict | None = None) -> None:
+    def __init__(
+        self,
+        state_dir: Path,
+        *,
+        spec: PodSpec | None = None,
+        popen: subprocess.Popen | None = None,
+        started: dict | None = None,
+    ) -> None:
         self.state_dir = state_dir
         self.spec = spec
         self.popen = popen  # only when this agent started the shim (it reaps it)
@@ -431,34 +517,52 @@ class PodProcess:
         self.pid: int = int(started.get("pid") or 0)
         self.shim_pid: int = int(started.get("shim") or (popen.pid if popen else 0))
         self.started_at: float = float(started.get("at") or time.time())
-        self.stop_requested_at: float | None = time.monotonic() \
-            if (state_dir / shim.STOP).exists() else None
+        self.stop_requested_at: float | None = (
+            time.monotonic() if (state_dir / shim.STOP).exists() else None
+        )
         self._exit: Exit | None = None
         self._log_path = Path(spec.log_path) if spec else None
 
     # -- starting and finding --
 
     @classmethod
-    def spawn(cls, spec: PodSpec, state_dir: Path, *, grace: float = 30.0,
-              timeout: float = 30.0) -> PodProcess:
+    def spawn(
+        cls, spec: PodSpec, state_dir: Path, *, grace: float = 30.0, timeout: float = 30.0
+    ) -> PodProcess:
         state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         for stale in (shim.STARTED, shim.STOP, shim.EXIT):
             (state_dir / stale).unlink(missing_ok=True)
         fds = _open_fds(spec)
         try:
-            shim.write_json(state_dir / shim.SPEC, {
-                "name": spec.name, "argv": command_argv(spec, fds=fds), "cwd": str(spec.work_dir),
-                "env": dict(spec.env), "log_path": str(spec.log_path),
-                "log_max_bytes": spec.log_max_bytes, "sandboxed": spec.sandboxed,
-                "description": describe(spec), "fds": sorted(fds.values()), "grace": grace,
-                "cgroup": _cgroup_record(spec.cgroup), "base_dir": str(_BASE_DIR),
-            })
+            shim.write_json(
+                state_dir / shim.SPEC,
+                {
+                    "name": spec.name,
+                    "argv": command_argv(spec, fds=fds),
+                    "cwd": str(spec.work_dir),
+                    "env": dict(spec.env),
+                    "log_path": str(spec.log_path),
+                    "log_max_bytes": spec.log_max_bytes,
+                    "sandboxed": spec.sandboxed,
+                    "description": describe(spec),
+                    "fds": sorted(fds.values()),
+                    "grace": grace,
+                    "cgroup": _cgroup_record(spec.cgroup),
+                    "base_dir": str(_BASE_DIR),
+                },
+            )
             with (state_dir / "shim.log").open("ab") as out:
                 popen = subprocess.Popen(
                     [sys.executable, "-I", str(Path(shim.__file__)), str(state_dir)],
-                    cwd=state_dir, env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
-                    stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                    start_new_session=True, close_fds=True, pass_fds=tuple(fds.values()))
+                    cwd=state_dir,
+                    env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                    close_fds=True,
+                    pass_fds=tuple(fds.values()),
+                )
         finally:
             for fd in fds.values():
                 os.close(fd)
@@ -466,11 +570,15 @@ class PodProcess:
         while time.monotonic() < deadline:
             if (started := shim.read_json(state_dir / shim.STARTED)) is not None:
                 return cls(state_dir, spec=spec, popen=popen, started=started)
-            if (ended := shim.read_json(state_dir / shim.EXIT)) is not None or \
-                    popen.poll() is not None:
+            if (
+                ended := shim.read_json(state_dir / shim.EXIT)
+            ) is not None or popen.poll() is not None:
                 popen.wait()
-                why = (ended or {}).get("error") or _tail(state_dir / "shim.log") or \
-                    f"the shim exited with code {popen.returncode}"
+                why = (
+                    (ended or {}).get("error")
+                    or _tail(state_dir / "shim.log")
+                    or f"the shim exited with code {popen.returncode}"
+                )
                 raise ShimError(why)
             time.sleep(0.01)
         popen.kill()
@@ -533,8 +641,10 @@ class PodProcess:
                 self._exit = Exit(code=None, at=time.time(), vanished=True)
         if ended is not None:
             code = ended.get("code")
-            self._exit = Exit(code=int(code) if isinstance(code, int) else None,
-                              at=float(ended.get("at") or time.time()))
+            self._exit = Exit(
+                code=int(code) if isinstance(code, int) else None,
+                at=float(ended.get("at") or time.time()),
+            )
         if self._exit is not None and self.popen is not None:
             self.popen.wait()  # reap our shim
         return self._exit
@@ -608,7 +718,8 @@ def describe(spec: PodSpec) -> str:
     if spec.isolation is None:
         return "bare process"
     memory = (f"{spec.memory_mib} MiB" if spec.memory_mib else "no limit") + (
-        " (cgroup)" if spec.cgroup else " (address space)" if spec.memory_mib else "")
+        " (cgroup)" if spec.cgroup else " (address space)" if spec.memory_mib else ""
+    )
     head = "isolated" if spec.strict else spec.isolation.detail
     return f"sandbox: {head}; uid {spec.uid or os.geteuid()}; memory {memory}"
 
@@ -639,8 +750,9 @@ def ensure_dir(path: Path, *, under: Path, uid: int = -1) -> None:
                 os.mkdir(part, 0o755, dir_fd=fd)
             except FileExistsError:
                 pass
-            child = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
-                            dir_fd=fd)
+            child = os.open(
+                part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd
+            )
             os.close(fd)
             fd = child
             if uid >= 0:
@@ -708,8 +820,9 @@ class ManifestReader:
         if end == 0:
             if len(data) >= MANIFEST_LINE_MAX:  # one endless line: skip what was read
                 self.offset += len(data)
-                self._problem(f"a line of {self.path.name} is longer than "
-                              f"{MANIFEST_LINE_MAX} bytes: skipped")
+                self._problem(
+                    f"a line of {self.path.name} is longer than {MANIFEST_LINE_MAX} bytes: skipped"
+                )
             return []
         self.offset += end
         entries = []
@@ -723,8 +836,9 @@ class ManifestReader:
         if not line.strip():
             return None
         if len(line) > MANIFEST_LINE_MAX:
-            self._problem(f"a line of {self.path.name} is longer than {MANIFEST_LINE_MAX} "
-                          "bytes: skipped")
+            self._problem(
+                f"a line of {self.path.name} is longer than {MANIFEST_LINE_MAX} bytes: skipped"
+            )
             return None
         try:
             raw = json.loads(line)
@@ -734,13 +848,20 @@ class ManifestReader:
             self._problem(f"a line of {self.path.name} is not a checkpoint record: skipped")
             return None
         path = Path(name)
-        if (not name or path.is_absolute() or ".." in path.parts or len(name) > 512
-                or "\x00" in name):
-            self._problem(f"checkpoint file {name[:80]!r} is not inside the checkpoint "
-                          "directory: skipped")
+        if (
+            not name
+            or path.is_absolute()
+            or ".." in path.parts
+            or len(name) > 512
+            or "\x00" in name
+        ):
+            self._problem(
+                f"checkpoint file {name[:80]!r} is not inside the checkpoint directory: skipped"
+            )
             return None
         if not (0 <= step < _MAX_INT) or not math.isfinite(at) or not 0 < at < 4102444800:
-            self._problem(f"a checkpoint record of {self.path.name} has an impossible step "
-                          "or time: skipped")
+            self._problem(
+                f"a checkpoint record of {self.path.name} has an impossible step or time: skipped"
+            )
             return None
         return {"step": step, "file": name, "bytes": min(max(size, 0), _MAX_INT), "time": at}

@@ -33,16 +33,30 @@ def backlog(*, now: datetime) -> list[Behind]:
     seconds). A few aggregate queries, whatever the size of the tables."""
     cutoff = now - timedelta(seconds=settings.HEALTH_BEHIND_SECONDS)
     found = []
-    for state, what in ((PodProcess.State.QUEUED, "Pod starts waiting for an agent"),
-                        (PodProcess.State.STARTING, "Pods claimed but not started")):
+    for state, what in (
+        (PodProcess.State.QUEUED, "Pod starts waiting for an agent"),
+        (PodProcess.State.STARTING, "Pods claimed but not started"),
+    ):
         stale = PodProcess.objects.filter(state=state, queued_at__lt=cutoff)
         summary = stale.aggregate(n=Count("pk"), oldest=Min("queued_at"))
-        queues = (stale.values("queue").annotate(n=Count("pk")).order_by("-n", "queue")[:5]
-                  if summary["n"] else [])
-        found.append(Behind(what=what, count=summary["n"], oldest=summary["oldest"],
-                            where=tuple(f"{q['queue']} ({q['n']})" for q in queues)))
+        queues = (
+            stale.values("queue").annotate(n=Count("pk")).order_by("-n", "queue")[:5]
+            if summary["n"]
+            else []
+        )
+        found.append(
+            Behind(
+                what=what,
+                count=summary["n"],
+                oldest=summary["oldest"],
+                where=tuple(f"{q['queue']} ({q['n']})" for q in queues),
+            )
+        )
     creating = Job.objects.filter(status=JobStatus.CREATING, submitted_at__lt=cutoff)
     summary = creating.aggregate(n=Count("pk"), oldest=Min("submitted_at"))
-    found.append(Behind(what="Jobs not yet admitted (Creating)", count=summary["n"],
-                        oldest=summary["oldest"]))
+    found.append(
+        Behind(
+            what="Jobs not yet admitted (Creating)", count=summary["n"], oldest=summary["oldest"]
+        )
+    )
     return found

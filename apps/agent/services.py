@@ -92,8 +92,15 @@ def pods_launch(*, job: Job, now: datetime) -> list[Pod]:
     master_addr, master_port = _master(current)
     ranks = {pod.pk: rank for rank, pod in enumerate(current)}
     PodProcess.objects.bulk_create(
-        PodProcess(pod=pod, queue=pod_queue(pod), rank=ranks[pod.pk], world_size=len(current),
-                   master_addr=master_addr, master_port=master_port, queued_at=now)
+        PodProcess(
+            pod=pod,
+            queue=pod_queue(pod),
+            rank=ranks[pod.pk],
+            world_size=len(current),
+            master_addr=master_addr,
+            master_port=master_port,
+            queued_at=now,
+        )
         for pod in pending
     )
     starts = [(pod.pod_id, pod_queue(pod)) for pod in pending]
@@ -123,16 +130,24 @@ def _assign_gpus(pods: Sequence[Pod]) -> None:
             pod.gpu_ids = ",".join(str(i) for i in range(pod.role.gpu))
     for node_id, group in by_node.items():
         used: set[int] = set()
-        holders = (Pod.objects.filter(node_id=node_id, status__in=LIVE_POD_STATUSES)
-                   .exclude(pk__in=[p.pk for p in group]).exclude(gpu_ids=""))
+        holders = (
+            Pod.objects.filter(node_id=node_id, status__in=LIVE_POD_STATUSES)
+            .exclude(pk__in=[p.pk for p in group])
+            .exclude(gpu_ids="")
+        )
         for ids in holders.values_list("gpu_ids", flat=True):
             used |= _gpu_set(ids)
         free = [i for i in range(group[0].node.gpu) if i not in used]
         for pod in group:
             if len(free) < pod.role.gpu:
-                logger.warning("node %s has %d free GPU indexes for pod %s, which needs %d",
-                               pod.node.name, len(free), pod.pod_id, pod.role.gpu)
-            taken, free = free[: pod.role.gpu], free[pod.role.gpu:]
+                logger.warning(
+                    "node %s has %d free GPU indexes for pod %s, which needs %d",
+                    pod.node.name,
+                    len(free),
+                    pod.pod_id,
+                    pod.role.gpu,
+                )
+            taken, free = free[: pod.role.gpu], free[pod.role.gpu :]
             pod.gpu_ids = ",".join(map(str, taken))
     Pod.objects.bulk_update(pods, ["gpu_ids"])
 
@@ -149,14 +164,18 @@ def _master(current: Sequence[Pod]) -> tuple[str, int]:
     """MASTER_ADDR and MASTER_PORT for the attempt: kept from pods already launched (an Async
     restart rejoins the same master); else 127.0.0.1 when one host serves every node, or the
     address of the agent serving the rank-0 pod's node."""
-    known = (PodProcess.objects.filter(pod__in=current, master_port__gt=0)
-             .values_list("master_addr", "master_port").first())
+    known = (
+        PodProcess.objects.filter(pod__in=current, master_port__gt=0)
+        .values_list("master_addr", "master_port")
+        .first()
+    )
     if known:
         return known
     node_ids = {p.node_id for p in current if p.node_id}
     agents = {a.node_id: a for a in NodeAgent.objects.filter(node_id__in=node_ids)}
-    hosts = {agents[n].address or agents[n].hostname if n in agents else f"node:{n}"
-             for n in node_ids}
+    hosts = {
+        agents[n].address or agents[n].hostname if n in agents else f"node:{n}" for n in node_ids
+    }
     address = "127.0.0.1"
     if len(hosts) > 1:
         master = current[0]
@@ -164,15 +183,13 @@ def _master(current: Sequence[Pod]) -> tuple[str, int]:
         if agent and agent.pod_cidr:  # the job's own address on the master's host
             address = netns.job_address(agent.pod_cidr, master.job_id)
         else:
-            address = agent.address if agent else (master.node.name if master.node_id
-                                                   else address)
+            address = agent.address if agent else (master.node.name if master.node_id else address)
     return address, _free_port()
 
 
 def pod_networks() -> list[tuple[str, str]]:
     """Each host's pod subnet and address (POD_CIDR of the agents that have one)."""
-    return sorted(set(NodeAgent.objects.exclude(pod_cidr="")
-                      .values_list("pod_cidr", "address")))
+    return sorted(set(NodeAgent.objects.exclude(pod_cidr="").values_list("pod_cidr", "address")))
 
 
 def pods_terminate(*, job: Job, pods: Iterable[Pod], now: datetime, reason: str) -> None:
@@ -181,7 +198,8 @@ def pods_terminate(*, job: Job, pods: Iterable[Pod], now: datetime, reason: str)
     the caller's: this only acts on processes."""
     pks = [p.pk for p in pods]
     PodProcess.objects.filter(pod__in=pks, state=PodProcess.State.QUEUED).update(
-        state=PodProcess.State.CANCELLED)
+        state=PodProcess.State.CANCELLED
+    )
     stops = list(
         PodProcess.objects.filter(
             pod__in=pks, state__in=[PodProcess.State.STARTING, PodProcess.State.RUNNING]
@@ -200,12 +218,14 @@ def pods_terminate(*, job: Job, pods: Iterable[Pod], now: datetime, reason: str)
     transaction.on_commit(enqueue)
 
 
-def _pods_end(*, job: Job, pods: Sequence[Pod], status: str, reason: str, message: str,
-              now: datetime) -> None:
+def _pods_end(
+    *, job: Job, pods: Sequence[Pod], status: str, reason: str, message: str, now: datetime
+) -> None:
     """Give the still-live `pods` a final status and make their processes go away."""
     live = [p for p in pods if p.status in LIVE_POD_STATUSES]
     Pod.objects.filter(pk__in=[p.pk for p in live], status__in=LIVE_POD_STATUSES).update(
-        status=status, reason=reason, message=message[:2000], finished_at=now)
+        status=status, reason=reason, message=message[:2000], finished_at=now
+    )
     pods_terminate(job=job, pods=live, now=now, reason=message)
 
 
@@ -241,8 +261,11 @@ class PodLaunch:
 def pod_claim(*, pod_id: str, agent: str, hostname: str, now: datetime) -> PodLaunch | None:
     """Claim a queued pod for this agent; None if it was claimed already, cancelled, or is no
     longer Pending (stopped or preempted before it started)."""
-    proc = (PodProcess.objects.select_related("pod__job", "pod__role", "pod__node")
-            .filter(pod__pod_id=pod_id).first())
+    proc = (
+        PodProcess.objects.select_related("pod__job", "pod__role", "pod__node")
+        .filter(pod__pod_id=pod_id)
+        .first()
+    )
     if proc is None or not PodProcess.objects.filter(
         pk=proc.pk, state=PodProcess.State.QUEUED
     ).update(state=PodProcess.State.STARTING, agent=agent, host=hostname):
@@ -257,19 +280,32 @@ def pod_claim(*, pod_id: str, agent: str, hostname: str, now: datetime) -> PodLa
 def _launch(proc: PodProcess) -> PodLaunch:
     pod, job = proc.pod, proc.pod.job
     return PodLaunch(
-        pod_pk=pod.pk, pod_id=pod.pod_id, job_pk=job.pk, job_id=job.job_id,
-        attempt=pod.attempt, role_type=pod.role.role_type, index=pod.index, rank=proc.rank,
-        world_size=proc.world_size, master_addr=proc.master_addr, master_port=proc.master_port,
-        node_name=pod.node.name if pod.node_id else "", gpu_ids=pod.gpu_ids,
-        memory_mib=pod.role.memory, cpu_millicores=pod.role.cpu, command=job.user_command,
+        pod_pk=pod.pk,
+        pod_id=pod.pod_id,
+        job_pk=job.pk,
+        job_id=job.job_id,
+        attempt=pod.attempt,
+        role_type=pod.role.role_type,
+        index=pod.index,
+        rank=proc.rank,
+        world_size=proc.world_size,
+        master_addr=proc.master_addr,
+        master_port=proc.master_port,
+        node_name=pod.node.name if pod.node_id else "",
+        gpu_ids=pod.gpu_ids,
+        memory_mib=pod.role.memory,
+        cpu_millicores=pod.role.cpu,
+        command=job.user_command,
         envs=dict(job.envs or {}),
-        data_sources=list(job.data_sources or []), grace=job.termination_grace_seconds,
+        data_sources=list(job.data_sources or []),
+        grace=job.termination_grace_seconds,
     )
 
 
 @transaction.atomic
-def pod_report_running(*, pod_id: str, pid: int, sandbox: str, work_dir: str, log_path: str,
-                       now: datetime) -> bool:
+def pod_report_running(
+    *, pod_id: str, pid: int, sandbox: str, work_dir: str, log_path: str, now: datetime
+) -> bool:
     """The agent started the pod's process: Pending → Running; the job Running once every
     pod of its attempt runs. False if the pod was stopped meanwhile."""
     pod = Pod.objects.select_related("node").filter(pod_id=pod_id).first()
@@ -277,25 +313,41 @@ def pod_report_running(*, pod_id: str, pid: int, sandbox: str, work_dir: str, lo
         return False
     job = _lock_job(pod.job_id)
     PodProcess.objects.filter(pod=pod).update(
-        state=PodProcess.State.RUNNING, pid=pid, sandbox=sandbox, work_dir=work_dir,
-        log_path=log_path, started_at=now)
+        state=PodProcess.State.RUNNING,
+        pid=pid,
+        sandbox=sandbox,
+        work_dir=work_dir,
+        log_path=log_path,
+        started_at=now,
+    )
     if not Pod.objects.filter(pk=pod.pk, status=PodStatus.PENDING).update(
         status=PodStatus.RUNNING, started_at=now
     ):
         return False
     where = pod.node.name if pod.node_id else "the public pool"
-    job_event(job=job, pod=pod, kind="PodStarted", now=now,
-              message=f"Started on {where} (pid {pid}, sandbox: {sandbox})")
+    job_event(
+        job=job,
+        pod=pod,
+        kind="PodStarted",
+        now=now,
+        message=f"Started on {where} (pid {pid}, sandbox: {sandbox})",
+    )
     waiting = Pod.objects.filter(job=job, attempt=job.attempt, status=PodStatus.PENDING)
     if job.status == JobStatus.ENV_PREPARING and not waiting.exists():
-        job_transition(job=job, status=JobStatus.RUNNING, now=now, reason_code="JobRunning",
-                       reason_message="All pods are running")
+        job_transition(
+            job=job,
+            status=JobStatus.RUNNING,
+            now=now,
+            reason_code="JobRunning",
+            reason_message="All pods are running",
+        )
     return True
 
 
 @transaction.atomic
-def pod_report_exit(*, pod_id: str, exit_code: int | None, now: datetime, reason: str = "",
-                    message: str = "") -> None:
+def pod_report_exit(
+    *, pod_id: str, exit_code: int | None, now: datetime, reason: str = "", message: str = ""
+) -> None:
     """The pod's process ended (exit_code None: it vanished). Running → Succeeded or Failed,
     then the job's success policy, restart policy and AIMaster decide what follows."""
     found = Pod.objects.filter(pod_id=pod_id).values_list("pk", "job_id").first()
@@ -304,7 +356,8 @@ def pod_report_exit(*, pod_id: str, exit_code: int | None, now: datetime, reason
     job = _lock_job(found[1])
     pod = Pod.objects.select_related("role", "node").get(pk=found[0])
     PodProcess.objects.filter(pod=pod).update(
-        state=PodProcess.State.EXITED, exit_code=exit_code, exited_at=now)
+        state=PodProcess.State.EXITED, exit_code=exit_code, exited_at=now
+    )
     # Stopped or Preempted first: keep that, note the exit code
     if pod.status not in LIVE_POD_STATUSES:
         if pod.exit_code is None and exit_code is not None:
@@ -317,8 +370,9 @@ def pod_report_exit(*, pod_id: str, exit_code: int | None, now: datetime, reason
     pod.reason = reason or ("Completed" if ok else "Error")
     pod.message = message or f"Exited with {code_text}"
     pod.save(update_fields=["status", "exit_code", "finished_at", "reason", "message"])
-    job_event(job=job, pod=pod, kind="PodSucceeded" if ok else "PodFailed", now=now,
-              message=pod.message)
+    job_event(
+        job=job, pod=pod, kind="PodSucceeded" if ok else "PodFailed", now=now, message=pod.message
+    )
     if job.status in RUNNABLE_JOB_STATUSES and pod.attempt == job.attempt:
         _job_after_pod_exit(job=job, pod=pod, now=now)
 
@@ -330,12 +384,23 @@ def _job_after_pod_exit(*, job: Job, pod: Pod, now: datetime) -> None:
         key=_rank_key,
     )
     if pod.status == PodStatus.SUCCEEDED:
-        outcome = lifecycle.success_outcome(policy=job.success_policy, pods=[
-            lifecycle.PodState(role=p.role.role_type, index=p.index, status=p.status,
-                               name=p.pod_id) for p in current])
+        outcome = lifecycle.success_outcome(
+            policy=job.success_policy,
+            pods=[
+                lifecycle.PodState(
+                    role=p.role.role_type, index=p.index, status=p.status, name=p.pod_id
+                )
+                for p in current
+            ],
+        )
         if isinstance(outcome, lifecycle.Succeeded):
-            _job_end(job=job, status=JobStatus.SUCCEEDED, now=now, reason_code="JobSucceeded",
-                     message=outcome.message)
+            _job_end(
+                job=job,
+                status=JobStatus.SUCCEEDED,
+                now=now,
+                reason_code="JobSucceeded",
+                message=outcome.message,
+            )
         return
     ended = f"code {pod.exit_code}" if pod.exit_code is not None else "no code"
     what = f"Pod {pod.pod_id} ({pod.role.role_type} {pod.index}) exited with {ended}"
@@ -345,21 +410,36 @@ def _job_after_pod_exit(*, job: Job, pod: Pod, now: datetime) -> None:
     elif pod.exit_code is None:
         what += f" ({pod.message})"
     decision = lifecycle.after_pod_failure(
-        budget=aimaster_budget(job), platform=platform, restart_policy=pod.role.restart_policy,
-        exit_code=pod.exit_code, spot=job.resource_source == ResourceSource.SPOT,
+        budget=aimaster_budget(job),
+        platform=platform,
+        restart_policy=pod.role.restart_policy,
+        exit_code=pod.exit_code,
+        spot=job.resource_source == ResourceSource.SPOT,
         async_mode=job.execution_mode == ExecutionMode.ASYNC,
-        pod_node_ready=_nodes_ready([pod]), nodes_ready=_nodes_ready(current))
+        pod_node_ready=_nodes_ready([pod]),
+        nodes_ready=_nodes_ready(current),
+    )
     if isinstance(decision, lifecycle.Fail):
-        _job_end(job=job, status=JobStatus.FAILED, now=now, reason_code="PodFailed",
-                 message=f"{what} ({decision.reason})")
+        _job_end(
+            job=job,
+            status=JobStatus.FAILED,
+            now=now,
+            reason_code="PodFailed",
+            message=f"{what} ({decision.reason})",
+        )
     elif isinstance(decision, lifecycle.RestartInPlace) and decision.pods_only:
         _pods_restart(job=job, failed=[pod], now=now, message=what)
     elif isinstance(decision, lifecycle.RestartInPlace):
         _job_restart(job=job, current=current, now=now, cause="PodFailed", message=what)
     else:  # the platform took it, or a node of the job went away: place the whole job again
-        _job_requeue(job=job, current=current, now=now,
-                     cause=pod.reason if platform else "PodFailed", message=what,
-                     platform=platform)
+        _job_requeue(
+            job=job,
+            current=current,
+            now=now,
+            cause=pod.reason if platform else "PodFailed",
+            message=what,
+            platform=platform,
+        )
 
 
 def _nodes_ready(pods: Iterable[Pod]) -> bool:
@@ -370,44 +450,75 @@ def _count_restart(*, job: Job, now: datetime, cause: str, message: str, lost: f
     job.restart_times += 1
     job.attempt += 1
     job.save(update_fields=["restart_times", "attempt"])
-    JobRestart.objects.create(job=job, number=job.attempt, at=now, cause=cause,
-                              message=message, lost_gpu_seconds=lost)
-    job_transition(job=job, status=JobStatus.RESTARTING, now=now, reason_code=cause,
-                   reason_message=f"Restarted by AIMaster ({job.restart_times}/"
-                                  f"{job.max_restarts}): {message}")
+    JobRestart.objects.create(
+        job=job, number=job.attempt, at=now, cause=cause, message=message, lost_gpu_seconds=lost
+    )
+    job_transition(
+        job=job,
+        status=JobStatus.RESTARTING,
+        now=now,
+        reason_code=cause,
+        reason_message=f"Restarted by AIMaster ({job.restart_times}/{job.max_restarts}): {message}",
+    )
 
 
 def _replacements(*, job: Job, pods: Iterable[Pod], now: datetime) -> None:
     """New Pending pods of the job's new attempt in the places of `pods`, then launch them."""
     new = [
-        Pod(job=job, role=p.role, index=p.index, attempt=job.attempt,
+        Pod(
+            job=job,
+            role=p.role,
+            index=p.index,
+            attempt=job.attempt,
             pod_id=f"{job.job_id}-{p.role.role_type.lower()}-{p.index}-a{job.attempt}",
-            node=p.node, in_quota=p.in_quota, status=PodStatus.PENDING)
+            node=p.node,
+            in_quota=p.in_quota,
+            status=PodStatus.PENDING,
+        )
         for p in pods
     ]
     Pod.objects.bulk_create(new)
     if job.resource_source != ResourceSource.QUOTA:
         from apps.billing.services import pod_meters_open
 
-        pod_meters_open(pod_ids=Pod.objects.filter(
-            job=job, attempt=job.attempt, status=PodStatus.PENDING).values_list("pk", flat=True))
-    job_transition(job=job, status=JobStatus.ENV_PREPARING, now=now, reason_code="JobRestarting",
-                   reason_message=f"Starting attempt {job.attempt}")
+        pod_meters_open(
+            pod_ids=Pod.objects.filter(
+                job=job, attempt=job.attempt, status=PodStatus.PENDING
+            ).values_list("pk", flat=True)
+        )
+    job_transition(
+        job=job,
+        status=JobStatus.ENV_PREPARING,
+        now=now,
+        reason_code="JobRestarting",
+        reason_message=f"Starting attempt {job.attempt}",
+    )
     latest = job.checkpoints.first()
     frm = f"checkpoint at step {latest.step}" if latest else "the start (no checkpoint yet)"
-    job_event(job=job, kind="Restarted", now=now,
-              message=f"AIMaster restart {job.restart_times}/{job.max_restarts}: "
-                      f"{len(new)} pod(s) restarted in place, resuming from {frm}")
+    job_event(
+        job=job,
+        kind="Restarted",
+        now=now,
+        message=f"AIMaster restart {job.restart_times}/{job.max_restarts}: "
+        f"{len(new)} pod(s) restarted in place, resuming from {frm}",
+    )
     pods_launch(job=job, now=now)
 
 
-def _job_restart(*, job: Job, current: Sequence[Pod], now: datetime, cause: str,
-                 message: str) -> None:
+def _job_restart(
+    *, job: Job, current: Sequence[Pod], now: datetime, cause: str, message: str
+) -> None:
     """Sync: restart the whole job in place — every pod of the attempt is replaced on the
     same node (their room is the job's already); the old pods stay as history pods."""
     lost = pods_lost_gpu_seconds(job=job, pods=current, now=now)
-    _pods_end(job=job, pods=current, status=PodStatus.STOPPED, reason="JobRestarting",
-              message=f"Stopped for an AIMaster restart: {message}", now=now)
+    _pods_end(
+        job=job,
+        pods=current,
+        status=PodStatus.STOPPED,
+        reason="JobRestarting",
+        message=f"Stopped for an AIMaster restart: {message}",
+        now=now,
+    )
     _count_restart(job=job, now=now, cause=cause, message=message, lost=lost)
     _replacements(job=job, pods=current, now=now)
 
@@ -418,37 +529,55 @@ def _pods_restart(*, job: Job, failed: Sequence[Pod], now: datetime, message: st
     lost = pods_lost_gpu_seconds(job=job, pods=failed, now=now)
     old_attempt = job.attempt
     _count_restart(job=job, now=now, cause="PodFailed", message=message, lost=lost)
-    Pod.objects.filter(job=job, attempt=old_attempt).exclude(
-        pk__in=[p.pk for p in failed]
-    ).filter(status__in=[*LIVE_POD_STATUSES, PodStatus.SUCCEEDED]).update(attempt=job.attempt)
+    Pod.objects.filter(job=job, attempt=old_attempt).exclude(pk__in=[p.pk for p in failed]).filter(
+        status__in=[*LIVE_POD_STATUSES, PodStatus.SUCCEEDED]
+    ).update(attempt=job.attempt)
     _replacements(job=job, pods=failed, now=now)
 
 
-def _job_requeue(*, job: Job, current: Sequence[Pod], now: datetime, cause: str,
-                 message: str, platform: bool = False) -> None:
+def _job_requeue(
+    *,
+    job: Job,
+    current: Sequence[Pod],
+    now: datetime,
+    cause: str,
+    message: str,
+    platform: bool = False,
+) -> None:
     """Stop what still runs of the attempt and send the whole job back to the queue (or the
     spot market: Bidding) through AIMaster, or fail it; a platform interruption is always
     requeued, spending no restart (`apps.scheduler.services.jobs_requeue_or_fail`)."""
     from apps.scheduler.services import job_requeue_or_fail
 
     lost = pods_lost_gpu_seconds(job=job, pods=current, now=now)
-    _pods_end(job=job, pods=current, status=PodStatus.STOPPED, reason=cause,
-              message=f"Stopped: {message}", now=now)
-    job_requeue_or_fail(job=job, now=now, cause=cause, message=message, lost_gpu_seconds=lost,
-                        platform=platform)
+    _pods_end(
+        job=job,
+        pods=current,
+        status=PodStatus.STOPPED,
+        reason=cause,
+        message=f"Stopped: {message}",
+        now=now,
+    )
+    job_requeue_or_fail(
+        job=job, now=now, cause=cause, message=message, lost_gpu_seconds=lost, platform=platform
+    )
     _tick_soon()
 
 
-def _job_end(*, job: Job, status: str, now: datetime, reason_code: str, message: str,
-             pod_reason: str = "") -> None:
+def _job_end(
+    *, job: Job, status: str, now: datetime, reason_code: str, message: str, pod_reason: str = ""
+) -> None:
     """The job Succeeded or Failed: stop whatever of it still runs, free its room."""
     live = list(Pod.objects.filter(job=job, status__in=LIVE_POD_STATUSES))
-    _pods_end(job=job, pods=live, status=PodStatus.STOPPED,
-              reason=pod_reason or ("JobSucceeded" if status == JobStatus.SUCCEEDED
-                                    else "JobFailed"),
-              message=f"Stopped: the job ended ({message})", now=now)
-    job_transition(job=job, status=status, now=now, reason_code=reason_code,
-                   reason_message=message)
+    _pods_end(
+        job=job,
+        pods=live,
+        status=PodStatus.STOPPED,
+        reason=pod_reason or ("JobSucceeded" if status == JobStatus.SUCCEEDED else "JobFailed"),
+        message=f"Stopped: the job ended ({message})",
+        now=now,
+    )
+    job_transition(job=job, status=status, now=now, reason_code=reason_code, reason_message=message)
     job_event(job=job, kind=str(status), message=message, now=now)
     _tick_soon()
 
@@ -461,14 +590,14 @@ def pod_event(*, pod_pk: int, kind: str, message: str, now: datetime) -> None:
         job_event(job=pod.job, pod=pod, kind=kind, message=message[:1000], now=now)
 
 
-def checkpoint_report(*, job_pk: int, step: int, path: str, size_bytes: int,
-                      at: datetime) -> bool:
+def checkpoint_report(*, job_pk: int, step: int, path: str, size_bytes: int, at: datetime) -> bool:
     """An EasyCkpt checkpoint was saved: record it and move Job.last_checkpoint_at. A repeated
     report of the same checkpoint changes nothing."""
     if Checkpoint.objects.filter(job_id=job_pk, step=step, path=path, created_at=at).exists():
         return False
-    Checkpoint.objects.create(job_id=job_pk, step=step, path=path, size_bytes=size_bytes,
-                              created_at=at)
+    Checkpoint.objects.create(
+        job_id=job_pk, step=step, path=path, size_bytes=size_bytes, created_at=at
+    )
     Job.objects.filter(pk=job_pk).filter(
         Q(last_checkpoint_at__isnull=True) | Q(last_checkpoint_at__lt=at)
     ).update(last_checkpoint_at=at)
@@ -487,33 +616,52 @@ def pods_watch(*, pod_pks: Iterable[int]) -> dict[int, PodWatch]:
     """What the agent re-checks every second for each of its running pods, in one query
     (a pod missing from the answer was deleted)."""
     rows = Pod.objects.filter(pk__in=list(pod_pks)).values_list(
-        "pk", "status", "job__started_at", "job__max_running_time_minutes")
-    return {pk: PodWatch(status=status, deadline=started + timedelta(minutes=minutes)
-                         if started and minutes else None)
-            for pk, status, started, minutes in rows}
+        "pk", "status", "job__started_at", "job__max_running_time_minutes"
+    )
+    return {
+        pk: PodWatch(
+            status=status,
+            deadline=started + timedelta(minutes=minutes) if started and minutes else None,
+        )
+        for pk, status, started, minutes in rows
+    }
 
 
 @transaction.atomic
 def job_timeout(*, job_pk: int, now: datetime) -> bool:
     """Fail a job that ran past its max running time (ReasonCode JobTimeout); its pods are
     stopped. False when it has not, or is no longer running."""
-    job = (Job.objects.select_for_update()
-           .filter(pk=job_pk, status__in=RUNNABLE_JOB_STATUSES,
-                   max_running_time_minutes__isnull=False, started_at__isnull=False).first())
+    job = (
+        Job.objects.select_for_update()
+        .filter(
+            pk=job_pk,
+            status__in=RUNNABLE_JOB_STATUSES,
+            max_running_time_minutes__isnull=False,
+            started_at__isnull=False,
+        )
+        .first()
+    )
     if job is None:
         return False
     limit = job.max_running_time_minutes
     if job.started_at + timedelta(minutes=limit) > now:
         return False
-    _job_end(job=job, status=JobStatus.FAILED, now=now, reason_code="JobTimeout",
-             message=f"Exceeded the max running time of {limit} min", pod_reason="JobTimeout")
+    _job_end(
+        job=job,
+        status=JobStatus.FAILED,
+        now=now,
+        reason_code="JobTimeout",
+        message=f"Exceeded the max running time of {limit} min",
+        pod_reason="JobTimeout",
+    )
     return True
 
 
 def jobs_timeout_sweep(*, now: datetime) -> int:
     """Fail every running job past its max running time. Idempotent."""
     candidates = Job.objects.filter(
-        status__in=RUNNABLE_JOB_STATUSES, max_running_time_minutes__isnull=False,
+        status__in=RUNNABLE_JOB_STATUSES,
+        max_running_time_minutes__isnull=False,
         started_at__isnull=False,
     ).values_list("pk", "started_at", "max_running_time_minutes")
     due = [pk for pk, started, m in candidates if started + timedelta(minutes=m) <= now]
@@ -523,8 +671,17 @@ def jobs_timeout_sweep(*, now: datetime) -> int:
 # --- agents and nodes ----------------------------------------------------------------------
 
 
-def agent_heartbeat(*, worker: str, hostname: str, address: str, nodes: Sequence[str],
-                    public: bool, sandbox: str, now: datetime, pod_cidr: str = "") -> int:
+def agent_heartbeat(
+    *,
+    worker: str,
+    hostname: str,
+    address: str,
+    nodes: Sequence[str],
+    public: bool,
+    sandbox: str,
+    now: datetime,
+    pod_cidr: str = "",
+) -> int:
     """An agent answered: its nodes are alive (a Lost one is Ready again). Returns how many
     nodes it serves."""
     served = list(Node.objects.filter(name__in=list(nodes)))
@@ -532,14 +689,26 @@ def agent_heartbeat(*, worker: str, hostname: str, address: str, nodes: Sequence
     for node in served:
         if node.status == Node.Status.LOST:
             Node.objects.filter(pk=node.pk, status=Node.Status.LOST).update(
-                status=Node.Status.READY)
+                status=Node.Status.READY
+            )
             logger.warning("node %s reports again (agent %s): Ready", node.name, worker)
-        NodeAgent.objects.update_or_create(node=node, defaults={
-            "worker": worker, "hostname": hostname, "address": address, "sandbox": sandbox,
-            "pod_cidr": pod_cidr, "last_seen": now})
+        NodeAgent.objects.update_or_create(
+            node=node,
+            defaults={
+                "worker": worker,
+                "hostname": hostname,
+                "address": address,
+                "sandbox": sandbox,
+                "pod_cidr": pod_cidr,
+                "last_seen": now,
+            },
+        )
     what = f"{len(served)} node(s)" + (" + public" if public else "")
-    heartbeat_record(name=_agent_beat(worker), now=now,
-                     detail=f"{hostname} ({address}): {what}; sandbox {sandbox}"[:200])
+    heartbeat_record(
+        name=_agent_beat(worker),
+        now=now,
+        detail=f"{hostname} ({address}): {what}; sandbox {sandbox}"[:200],
+    )
     return len(served)
 
 
@@ -565,8 +734,9 @@ def nodes_mark_lost(*, now: datetime) -> list[str]:
             if _jobs_on(node):
                 lost.append(node.name)
                 node_fail_pods(node=node, now=now)
-        elif Node.objects.filter(pk=node.pk, last_heartbeat__lt=cutoff,
-                                 status=Node.Status.READY).update(status=Node.Status.LOST):
+        elif Node.objects.filter(
+            pk=node.pk, last_heartbeat__lt=cutoff, status=Node.Status.READY
+        ).update(status=Node.Status.LOST):
             lost.append(node.name)
             node_fail_pods(node=node, now=now)
     public_pods_lost(cutoff=cutoff, now=now)
@@ -578,28 +748,49 @@ def public_pods_lost(*, cutoff: datetime, now: datetime) -> list[str]:
     Each agent running such pods that has not reported since `cutoff` loses them (NodeLost,
     as of its last heartbeat), and their jobs are requeued as a platform interruption.
     Returns the silent agents' names."""
-    agents = set(PodProcess.objects.filter(
-        pod__node__isnull=True, pod__status__in=LIVE_POD_STATUSES,
-        state__in=[PodProcess.State.STARTING, PodProcess.State.RUNNING],
-    ).values_list("agent", flat=True))
-    beats = dict(Heartbeat.objects.filter(name__in=[_agent_beat(a) for a in agents])
-                 .values_list("name", "last_seen"))
-    silent = sorted(a for a in agents if beats.get(_agent_beat(a)) and
-                    beats[_agent_beat(a)] < cutoff)
+    agents = set(
+        PodProcess.objects.filter(
+            pod__node__isnull=True,
+            pod__status__in=LIVE_POD_STATUSES,
+            state__in=[PodProcess.State.STARTING, PodProcess.State.RUNNING],
+        ).values_list("agent", flat=True)
+    )
+    beats = dict(
+        Heartbeat.objects.filter(name__in=[_agent_beat(a) for a in agents]).values_list(
+            "name", "last_seen"
+        )
+    )
+    silent = sorted(
+        a for a in agents if beats.get(_agent_beat(a)) and beats[_agent_beat(a)] < cutoff
+    )
     for agent in silent:
-        message = (f"The agent {agent}, which ran this pod of the public pool, stopped "
-                   f"reporting: no heartbeat for {settings.NODE_LOST_AFTER:g}s")
-        pods = Pod.objects.filter(node__isnull=True, status__in=LIVE_POD_STATUSES,
-                                  process__agent=agent)
+        message = (
+            f"The agent {agent}, which ran this pod of the public pool, stopped "
+            f"reporting: no heartbeat for {settings.NODE_LOST_AFTER:g}s"
+        )
+        pods = Pod.objects.filter(
+            node__isnull=True, status__in=LIVE_POD_STATUSES, process__agent=agent
+        )
         for job_pk in sorted(set(pods.values_list("job_id", flat=True))):
             with transaction.atomic():
                 job = _lock_job(job_pk)
-                _pods_lost(job=job, pods=list(pods.filter(job=job)),
-                           seen=beats[_agent_beat(agent)], message=message, now=now)
+                _pods_lost(
+                    job=job,
+                    pods=list(pods.filter(job=job)),
+                    seen=beats[_agent_beat(agent)],
+                    message=message,
+                    now=now,
+                )
                 job_event(job=job, kind="NodeLost", message=message, now=now)
                 if job.status in RUNNABLE_JOB_STATUSES:
-                    _job_requeue(job=job, current=_current_pods(job), now=now,
-                                 cause="NodeLost", message=message, platform=True)
+                    _job_requeue(
+                        job=job,
+                        current=_current_pods(job),
+                        now=now,
+                        cause="NodeLost",
+                        message=message,
+                        platform=True,
+                    )
     if silent:
         _tick_soon()
     return silent
@@ -619,28 +810,44 @@ def node_fail_pods(*, node: Node, now: datetime) -> int:
     for job_pk in job_pks:
         with transaction.atomic():
             job = _lock_job(job_pk)
-            _pods_lost(job=job, pods=list(Pod.objects.filter(job=job, node=node,
-                                                             status__in=LIVE_POD_STATUSES)),
-                       seen=node.last_heartbeat, message=message, now=now)
+            _pods_lost(
+                job=job,
+                pods=list(Pod.objects.filter(job=job, node=node, status__in=LIVE_POD_STATUSES)),
+                seen=node.last_heartbeat,
+                message=message,
+                now=now,
+            )
             job_event(job=job, kind="NodeLost", message=message, now=now)
             if job.status in RUNNABLE_JOB_STATUSES:
-                _job_requeue(job=job, current=_current_pods(job), now=now, cause="NodeLost",
-                             message=message, platform=True)
+                _job_requeue(
+                    job=job,
+                    current=_current_pods(job),
+                    now=now,
+                    cause="NodeLost",
+                    message=message,
+                    platform=True,
+                )
     return len(job_pks)
 
 
 def _jobs_on(node: Node) -> list[int]:
     """The jobs with live pods on the node, in lock order."""
-    return sorted(set(Pod.objects.filter(node=node, status__in=LIVE_POD_STATUSES)
-                      .values_list("job_id", flat=True)))
+    return sorted(
+        set(
+            Pod.objects.filter(node=node, status__in=LIVE_POD_STATUSES).values_list(
+                "job_id", flat=True
+            )
+        )
+    )
 
 
 def _current_pods(job: Job) -> list[Pod]:
     return list(Pod.objects.filter(job=job, attempt=job.attempt).select_related("role", "node"))
 
 
-def _pods_lost(*, job: Job, pods: Sequence[Pod], seen: datetime | None, message: str,
-               now: datetime) -> None:
+def _pods_lost(
+    *, job: Job, pods: Sequence[Pod], seen: datetime | None, message: str, now: datetime
+) -> None:
     """Fail the job's live `pods`, lost with their node or agent, as of `seen` (its last
     heartbeat: the last time anything knew their processes were alive), so their bills (cut
     at Pod.finished_at) and lost work stop there; never before a pod started. A process
@@ -648,8 +855,11 @@ def _pods_lost(*, job: Job, pods: Sequence[Pod], seen: datetime | None, message:
     seen = min(seen or now, now)
     for pod in pods:
         Pod.objects.filter(pk=pod.pk, status__in=LIVE_POD_STATUSES).update(
-            status=PodStatus.FAILED, reason="NodeLost", message=message[:2000],
-            finished_at=max(seen, pod.started_at or seen))
+            status=PodStatus.FAILED,
+            reason="NodeLost",
+            message=message[:2000],
+            finished_at=max(seen, pod.started_at or seen),
+        )
     pods_terminate(job=job, pods=pods, now=now, reason=message)
 
 
@@ -658,19 +868,26 @@ def node_drain(*, node: Node, now: datetime) -> int:
     with live pods on it — they are stopped (NodeDrained: SIGTERM, the job's grace period,
     SIGKILL, so code that checkpoints on SIGTERM saves first) and the job is requeued, a
     platform interruption. A Lost node stays Lost. Returns how many jobs were moved."""
-    Node.objects.filter(pk=node.pk, status=Node.Status.READY).update(
-        status=Node.Status.CORDONED)
+    Node.objects.filter(pk=node.pk, status=Node.Status.READY).update(status=Node.Status.CORDONED)
     job_pks = _jobs_on(node)
     for job_pk in job_pks:
         with transaction.atomic():
             job = _lock_job(job_pk)
             if job.status not in RUNNABLE_JOB_STATUSES:
                 continue  # stopping already, or ended meanwhile
-            message = (f"Moved off {node.name}: the node is being drained by an admin; its "
-                       f"pods get SIGTERM and {job.termination_grace_seconds}s to save a "
-                       "checkpoint before SIGKILL")
-            _job_requeue(job=job, current=_current_pods(job), now=now, cause="NodeDrained",
-                         message=message, platform=True)
+            message = (
+                f"Moved off {node.name}: the node is being drained by an admin; its "
+                f"pods get SIGTERM and {job.termination_grace_seconds}s to save a "
+                "checkpoint before SIGKILL"
+            )
+            _job_requeue(
+                job=job,
+                current=_current_pods(job),
+                now=now,
+                cause="NodeDrained",
+                message=message,
+                platform=True,
+            )
     return len(job_pks)
 
 
@@ -686,29 +903,46 @@ class AgentWork:
     claimed: dict[str, str]  # pod id → PodProcess state, for every live claim of the agent
 
 
-def agent_work(*, agent: str, queues: Sequence[str], queued_before: datetime,
-               limit: int = 200) -> AgentWork:
+def agent_work(
+    *, agent: str, queues: Sequence[str], queued_before: datetime, limit: int = 200
+) -> AgentWork:
     """Two indexed queries, whatever the number of pods."""
-    queued = tuple(PodProcess.objects.filter(
-        state=PodProcess.State.QUEUED, queue__in=list(queues), queued_at__lt=queued_before,
-    ).order_by("queued_at", "pk").values_list("pod__pod_id", flat=True)[:limit])
-    claimed = dict(PodProcess.objects.filter(
-        agent=agent, state__in=[PodProcess.State.STARTING, PodProcess.State.RUNNING],
-    ).values_list("pod__pod_id", "state"))
+    queued = tuple(
+        PodProcess.objects.filter(
+            state=PodProcess.State.QUEUED,
+            queue__in=list(queues),
+            queued_at__lt=queued_before,
+        )
+        .order_by("queued_at", "pk")
+        .values_list("pod__pod_id", flat=True)[:limit]
+    )
+    claimed = dict(
+        PodProcess.objects.filter(
+            agent=agent,
+            state__in=[PodProcess.State.STARTING, PodProcess.State.RUNNING],
+        ).values_list("pod__pod_id", "state")
+    )
     return AgentWork(queued=queued, claimed=claimed)
 
 
 def pod_launch(*, pod_id: str) -> PodLaunch | None:
     """How a pod was launched, for an agent re-adopting it after a restart; None when the
     pod no longer exists (its job was deleted)."""
-    proc = (PodProcess.objects.select_related("pod__job", "pod__role", "pod__node")
-            .filter(pod__pod_id=pod_id).first())
+    proc = (
+        PodProcess.objects.select_related("pod__job", "pod__role", "pod__node")
+        .filter(pod__pod_id=pod_id)
+        .first()
+    )
     return _launch(proc) if proc is not None else None
 
 
 def pod_unclaim(*, pod_id: str, agent: str) -> bool:
     """The agent claimed the pod but died before its process started: queue it again (the
     next reconcile starts it, or cancels it if it was stopped meanwhile)."""
-    return bool(PodProcess.objects.filter(
-        pod__pod_id=pod_id, agent=agent, state=PodProcess.State.STARTING,
-    ).update(state=PodProcess.State.QUEUED, agent="", host=""))
+    return bool(
+        PodProcess.objects.filter(
+            pod__pod_id=pod_id,
+            agent=agent,
+            state=PodProcess.State.STARTING,
+        ).update(state=PodProcess.State.QUEUED, agent="", host="")
+    )

@@ -66,7 +66,8 @@ class LogWriter:
                 if not self.dropped:
                     self.file.write(
                         f"\n[log truncated: output beyond POD_LOG_MAX_BYTES={self.max_bytes} "
-                        f"bytes is discarded]\n".encode())
+                        f"bytes is discarded]\n".encode()
+                    )
                 self.dropped += len(data) - room
 
     def note(self, message: str) -> None:
@@ -135,9 +136,15 @@ class Pod:
         self.log.note(f"starting pod {spec['name']} ({spec.get('description', '')})")
         try:
             self.popen = subprocess.Popen(
-                spec["argv"], cwd=spec["cwd"], env=dict(spec["env"]),
-                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                start_new_session=True, close_fds=True, pass_fds=tuple(spec.get("fds", ())),
+                spec["argv"],
+                cwd=spec["cwd"],
+                env=dict(spec["env"]),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                close_fds=True,
+                pass_fds=tuple(spec.get("fds", ())),
             )
         except OSError as exc:
             self.log.note(f"could not start: {exc}")
@@ -218,8 +225,11 @@ class Pod:
         self.kill_at = deadline if self.kill_at is None else min(self.kill_at, deadline)
 
     def tick(self) -> None:
-        if self.kill_at is not None and time.monotonic() >= self.kill_at \
-                and self.popen.poll() is None:
+        if (
+            self.kill_at is not None
+            and time.monotonic() >= self.kill_at
+            and self.popen.poll() is None
+        ):
             self.log.note("grace period over: SIGKILL")
             self.kill()
             self.kill_at = float("inf")
@@ -233,8 +243,11 @@ class Pod:
         sys.path.insert(0, self.spec["base_dir"])
         from apps.agent import cgroups
 
-        host = cgroups.CgroupHost(version=group["version"], root=Path(group["root"]),
-                                  hierarchies={k: Path(v) for k, v in group["hierarchies"].items()})
+        host = cgroups.CgroupHost(
+            version=group["version"],
+            root=Path(group["root"]),
+            hierarchies={k: Path(v) for k, v in group["hierarchies"].items()},
+        )
         host.group(group["name"]).kill_all()
 
     def finish(self) -> int:

@@ -112,9 +112,13 @@ def pod_paths(*, job_id: str, pod_id: str) -> PodPaths:
     """POD_WORK_ROOT/<job>/<pod> is the pod's work dir; checkpoints/ and data/ beside it are
     the job's (shared by its pods and attempts); logs/ is written by the agent only."""
     job_dir = Path(settings.POD_WORK_ROOT) / job_id
-    return PodPaths(job_dir=job_dir, work_dir=job_dir / pod_id,
-                    checkpoint_dir=job_dir / "checkpoints", data_dir=job_dir / "data",
-                    log_path=job_dir / "logs" / f"{pod_id}.log")
+    return PodPaths(
+        job_dir=job_dir,
+        work_dir=job_dir / pod_id,
+        checkpoint_dir=job_dir / "checkpoints",
+        data_dir=job_dir / "data",
+        log_path=job_dir / "logs" / f"{pod_id}.log",
+    )
 
 
 def _data_subdirs(data_sources: list) -> list[Path]:
@@ -123,8 +127,11 @@ def _data_subdirs(data_sources: list) -> list[Path]:
     for i, source in enumerate(data_sources):
         mount = str((source or {}).get("mount_path") or f"/mnt/data/source-{i}")
         path = Path(mount)
-        rel = path.relative_to(runner.DATA_MOUNT) if path.is_relative_to(runner.DATA_MOUNT) \
+        rel = (
+            path.relative_to(runner.DATA_MOUNT)
+            if path.is_relative_to(runner.DATA_MOUNT)
             else Path(path.name or f"source-{i}")
+        )
         if ".." not in rel.parts and str(rel) not in {"", "."}:
             found.append(rel)
     return found
@@ -142,21 +149,23 @@ def pod_env(launch: services.PodLaunch, paths: PodPaths, *, sandboxed: bool) -> 
     }
     env.update({str(k): str(v) for k, v in launch.envs.items()})
     user_pythonpath = env.get("PYTHONPATH", "")
-    env.update({
-        "JOB_ID": launch.job_id,
-        "POD_NAME": launch.pod_id,
-        "ROLE": launch.role_type,
-        "ROLE_INDEX": str(launch.index),
-        "RANK": str(launch.rank),
-        "WORLD_SIZE": str(launch.world_size),
-        "MASTER_ADDR": launch.master_addr,
-        "MASTER_PORT": str(launch.master_port),
-        "CUDA_VISIBLE_DEVICES": launch.gpu_ids,
-        "PAIWEB_ATTEMPT": str(launch.attempt),
-        "PAIWEB_CHECKPOINT_DIR": str(paths.checkpoint_dir),
-        "DATA_DIR": str(runner.DATA_MOUNT) if sandboxed else str(paths.data_dir),
-        "PYTHONPATH": ":".join(p for p in (str(EASYCKPT_DIR), user_pythonpath) if p),
-    })
+    env.update(
+        {
+            "JOB_ID": launch.job_id,
+            "POD_NAME": launch.pod_id,
+            "ROLE": launch.role_type,
+            "ROLE_INDEX": str(launch.index),
+            "RANK": str(launch.rank),
+            "WORLD_SIZE": str(launch.world_size),
+            "MASTER_ADDR": launch.master_addr,
+            "MASTER_PORT": str(launch.master_port),
+            "CUDA_VISIBLE_DEVICES": launch.gpu_ids,
+            "PAIWEB_ATTEMPT": str(launch.attempt),
+            "PAIWEB_CHECKPOINT_DIR": str(paths.checkpoint_dir),
+            "DATA_DIR": str(runner.DATA_MOUNT) if sandboxed else str(paths.data_dir),
+            "PYTHONPATH": ":".join(p for p in (str(EASYCKPT_DIR), user_pythonpath) if p),
+        }
+    )
     return env
 
 
@@ -200,8 +209,9 @@ def _cgroup_prefix() -> str:
     return f"paiweb/{_agent_slug()}-{installation}"
 
 
-def pod_spec(launch: services.PodLaunch, isolation: runner.Isolation, *,
-             cgroup=None, netns_name: str = "") -> runner.PodSpec:
+def pod_spec(
+    launch: services.PodLaunch, isolation: runner.Isolation, *, cgroup=None, netns_name: str = ""
+) -> runner.PodSpec:
     paths = pod_paths(job_id=launch.job_id, pod_id=launch.pod_id)
     uid = pod_uid(isolation, launch.job_pk)
     _prepare_dirs(launch, paths, uid)
@@ -254,8 +264,9 @@ def network_sync(networks: list[tuple[str, str]] | None = None) -> None:
                 _network["prepared"] = True
         if networks is None:
             networks = services.pod_networks()
-        netns.routes_sync([(cidr, via) for cidr, via in networks
-                           if cidr != settings.POD_CIDR and via])
+        netns.routes_sync(
+            [(cidr, via) for cidr, via in networks if cidr != settings.POD_CIDR and via]
+        )
     except Exception:
         logger.exception("could not set up routes between hosts' pod subnets")
 
@@ -266,14 +277,21 @@ def _netns_acquire(launch: services.PodLaunch) -> str:
     if settings.POD_CIDR:
         networks = services.pod_networks()
         network_sync(networks)
-        peers = [netns.job_address(cidr, launch.job_pk) for cidr, _ in networks
-                 if cidr != settings.POD_CIDR]
+        peers = [
+            netns.job_address(cidr, launch.job_pk)
+            for cidr, _ in networks
+            if cidr != settings.POD_CIDR
+        ]
     with _lock:
         netns.ensure(name)
         if settings.POD_CIDR:
-            netns.connect(name, job_pk=launch.job_pk,
-                          address=netns.job_address(settings.POD_CIDR, launch.job_pk),
-                          peers=peers, egress=settings.POD_EGRESS)
+            netns.connect(
+                name,
+                job_pk=launch.job_pk,
+                address=netns.job_address(settings.POD_CIDR, launch.job_pk),
+                peers=peers,
+                egress=settings.POD_EGRESS,
+            )
         _netns_users[name] = _netns_users.get(name, 0) + 1
     return name
 
@@ -304,8 +322,11 @@ def _cgroup_create(launch: services.PodLaunch) -> cgroups.PodCgroup | None:
     host = runner.cgroup_host()
     if host is None:
         return None
-    limits = cgroups.Limits(memory_bytes=launch.memory_mib * runner.MIB,
-                            pids=settings.POD_PIDS_MAX, cpu_millicores=launch.cpu_millicores)
+    limits = cgroups.Limits(
+        memory_bytes=launch.memory_mib * runner.MIB,
+        pids=settings.POD_PIDS_MAX,
+        cpu_millicores=launch.cpu_millicores,
+    )
     return host.create(f"{_cgroup_prefix()}/{launch.pod_id}", limits)
 
 
@@ -328,8 +349,11 @@ def sweep_leftovers() -> None:
     if host is not None:
         root = state_root()
         with _lock:  # the pods it runs, and any a shim may still run (not re-adopted yet)
-            pods = set(_running) | set(_starting) | (
-                {p.name for p in root.iterdir()} if root.is_dir() else set())
+            pods = (
+                set(_running)
+                | set(_starting)
+                | ({p.name for p in root.iterdir()} if root.is_dir() else set())
+            )
             keep = {f"{_cgroup_prefix()}/{pod_id}" for pod_id in pods}
         try:
             cgroups.sweep(host, _cgroup_prefix(), keep)
@@ -358,8 +382,9 @@ def pod_start(*, pod_id: str) -> bool:
             return False
         _starting[pod_id] = None
     try:
-        launch = services.pod_claim(pod_id=pod_id, agent=agent_name(),
-                                    hostname=socket.gethostname(), now=timezone.now())
+        launch = services.pod_claim(
+            pod_id=pod_id, agent=agent_name(), hostname=socket.gethostname(), now=timezone.now()
+        )
         if launch is None:
             return False
         _launch(launch)
@@ -372,8 +397,11 @@ def pod_start(*, pod_id: str) -> bool:
 def _launch(launch: services.PodLaunch) -> None:
     isolation = runner.isolation_status(settings.SANDBOX)
     if not isolation.can_run:
-        _report_now(launch.pod_id, reason="SandboxUnavailable",
-                    message=f"This host cannot isolate pods: {isolation.detail}")
+        _report_now(
+            launch.pod_id,
+            reason="SandboxUnavailable",
+            message=f"This host cannot isolate pods: {isolation.detail}",
+        )
         return
     netns_name, cgroup = "", None
     state_dir = state_root() / launch.pod_id
@@ -398,9 +426,13 @@ def _launch(launch: services.PodLaunch) -> None:
     _report_running(entry)
     if not isolation.complete:
         logger.warning("pod %s runs INSECURELY: %s", launch.pod_id, isolation.detail)
-        services.pod_event(pod_pk=launch.pod_pk, kind="InsecureSandbox", now=timezone.now(),
-                           message=f"This pod is not isolated from the host: "
-                                   f"{isolation.detail} (SANDBOX=insecure)")
+        services.pod_event(
+            pod_pk=launch.pod_pk,
+            kind="InsecureSandbox",
+            now=timezone.now(),
+            message=f"This pod is not isolated from the host: "
+            f"{isolation.detail} (SANDBOX=insecure)",
+        )
 
 
 def _entry(launch: services.PodLaunch, process: runner.PodProcess, **kwargs) -> _Entry:
@@ -414,9 +446,13 @@ def _report_running(entry: _Entry) -> None:
     process = entry.process
     try:
         services.pod_report_running(
-            pod_id=entry.launch.pod_id, pid=process.pid, sandbox=entry.sandbox,
-            work_dir=str(entry.paths.work_dir), log_path=str(entry.paths.log_path),
-            now=datetime.fromtimestamp(process.started_at, UTC))
+            pod_id=entry.launch.pod_id,
+            pid=process.pid,
+            sandbox=entry.sandbox,
+            work_dir=str(entry.paths.work_dir),
+            log_path=str(entry.paths.log_path),
+            now=datetime.fromtimestamp(process.started_at, UTC),
+        )
     except Exception:
         logger.exception("could not report pod %s running; trying again", entry.launch.pod_id)
         connection.close()
@@ -428,8 +464,9 @@ def _report_now(pod_id: str, *, reason: str, message: str) -> None:
     """A pod that never got a process: its exit, now. If the database refuses, its claim
     stays, and the next reconcile queues it again."""
     try:
-        services.pod_report_exit(pod_id=pod_id, exit_code=None, now=timezone.now(),
-                                 reason=reason, message=message)
+        services.pod_report_exit(
+            pod_id=pod_id, exit_code=None, now=timezone.now(), reason=reason, message=message
+        )
     except Exception:
         logger.exception("could not report pod %s (%s)", pod_id, reason)
         connection.close()
@@ -457,8 +494,10 @@ def reconcile_once(*, starts: bool = True) -> None:
     pods of an earlier agent of this name (or found on disk), then (with `starts`) start
     queued pods whose start message never came."""
     work = services.agent_work(
-        agent=agent_name(), queues=_agent["queues"],
-        queued_before=timezone.now() - timedelta(seconds=settings.AGENT_RECONCILE_SECONDS))
+        agent=agent_name(),
+        queues=_agent["queues"],
+        queued_before=timezone.now() - timedelta(seconds=settings.AGENT_RECONCILE_SECONDS),
+    )
     root = state_root()
     on_disk = {p.name for p in root.iterdir() if p.is_dir()} if root.is_dir() else set()
     with _lock:
@@ -485,9 +524,12 @@ def _adopt(pod_id: str, claim: str | None) -> None:
         if claim == "starting":
             services.pod_unclaim(pod_id=pod_id, agent=agent_name())
         elif claim == "running":
-            _report_now(pod_id, reason="AgentRestarted",
-                        message=f"The agent {agent_name()} restarted and found nothing of the "
-                                "pod's process (its state was lost)")
+            _report_now(
+                pod_id,
+                reason="AgentRestarted",
+                message=f"The agent {agent_name()} restarted and found nothing of the "
+                "pod's process (its state was lost)",
+            )
         return
     launch = services.pod_launch(pod_id=pod_id)
     if launch is None:  # the job was deleted meanwhile
@@ -503,18 +545,31 @@ def _adopt(pod_id: str, claim: str | None) -> None:
             _netns_users[netns_name] = _netns_users.get(netns_name, 0) + 1
     else:
         netns_name = ""
-    entry = _entry(launch, process, cgroup=group, netns_name=netns_name,
-                   sandbox=runner.isolation_status(settings.SANDBOX).mode,
-                   running_reported=claim == "running")
+    entry = _entry(
+        launch,
+        process,
+        cgroup=group,
+        netns_name=netns_name,
+        sandbox=runner.isolation_status(settings.SANDBOX).mode,
+        running_reported=claim == "running",
+    )
     with _lock:
         _running[pod_id] = entry
     if process.result() is None:
         process.note(f"re-adopted by agent {agent_name()}")
-        services.pod_event(pod_pk=launch.pod_pk, kind="PodReadopted", now=timezone.now(),
-                           message=f"Re-adopted by the agent {agent_name()} after its "
-                                   f"restart: the pod kept running (pid {process.pid})")
-    logger.warning("re-adopted pod %s (pid %s, %s)", pod_id, process.pid,
-                   "running" if process.result() is None else "ended meanwhile")
+        services.pod_event(
+            pod_pk=launch.pod_pk,
+            kind="PodReadopted",
+            now=timezone.now(),
+            message=f"Re-adopted by the agent {agent_name()} after its "
+            f"restart: the pod kept running (pid {process.pid})",
+        )
+    logger.warning(
+        "re-adopted pod %s (pid %s, %s)",
+        pod_id,
+        process.pid,
+        "running" if process.result() is None else "ended meanwhile",
+    )
 
 
 def _loop(every: float, step) -> None:
@@ -536,8 +591,10 @@ def start_loops() -> None:
     if _loops:
         return
     _loops_stop.clear()
-    for name, every, step in (("pod-watch", POLL_SECONDS, watch_once),
-                              ("reconcile", settings.AGENT_RECONCILE_SECONDS, reconcile_once)):
+    for name, every, step in (
+        ("pod-watch", POLL_SECONDS, watch_once),
+        ("reconcile", settings.AGENT_RECONCILE_SECONDS, reconcile_once),
+    ):
         thread = threading.Thread(target=_loop, args=(every, step), name=name, daemon=True)
         thread.start()
         _loops.append(thread)
@@ -560,8 +617,12 @@ def shutdown(*, grace_cap: float = 10.0) -> None:
         entries = list(_running.values())
     if not settings.AGENT_STOP_PODS_ON_EXIT:
         if entries:
-            logger.warning("agent %s stops; its %d pod(s) keep running under their shims and "
-                           "the next agent re-adopts them", agent_name(), len(entries))
+            logger.warning(
+                "agent %s stops; its %d pod(s) keep running under their shims and "
+                "the next agent re-adopts them",
+                agent_name(),
+                len(entries),
+            )
         return
     for entry in entries:
         entry.stopped_by_agent = True
@@ -621,9 +682,13 @@ def _finish(entry: _Entry) -> None:
         if not entry.running_reported:
             return
     try:
-        services.pod_report_exit(pod_id=launch.pod_id, exit_code=ended.code,
-                                 now=datetime.fromtimestamp(ended.at, UTC), reason=reason,
-                                 message=message)
+        services.pod_report_exit(
+            pod_id=launch.pod_id,
+            exit_code=ended.code,
+            now=datetime.fromtimestamp(ended.at, UTC),
+            reason=reason,
+            message=message,
+        )
     except Exception:
         logger.exception("could not report pod %s's exit; trying again", launch.pod_id)
         connection.close()
@@ -650,13 +715,16 @@ def _exit_reason(entry: _Entry, ended: runner.Exit) -> tuple[str, str]:
     the kernel or the disk watchdog stopped it at a limit, or the platform lost it."""
     code, quota = ended.code, settings.POD_DISK_QUOTA_MIB
     if ended.vanished:
-        return "AgentRestarted", ("The pod's supervisor process ended without an exit status "
-                                  "(the host restarted, or it was killed)")
+        return "AgentRestarted", (
+            "The pod's supervisor process ended without an exit status "
+            "(the host restarted, or it was killed)"
+        )
     if entry.over_quota:
         return "DiskQuotaExceeded", entry.over_quota
     if code == runner.SIGXFSZ_EXIT:
-        return "DiskQuotaExceeded", (f"A file grew past the disk quota of {quota} MiB "
-                                     f"(exit code {code})")
+        return "DiskQuotaExceeded", (
+            f"A file grew past the disk quota of {quota} MiB (exit code {code})"
+        )
     outcome = ""
     if entry.cgroup is not None and code != 0:
         try:
@@ -664,11 +732,14 @@ def _exit_reason(entry: _Entry, ended: runner.Exit) -> tuple[str, str]:
         except OSError:
             outcome = ""
     if outcome == "OOMKilled":
-        return "OOMKilled", (f"Killed for using more than its memory limit of "
-                             f"{entry.launch.memory_mib} MiB (exit code {code})")
+        return "OOMKilled", (
+            f"Killed for using more than its memory limit of "
+            f"{entry.launch.memory_mib} MiB (exit code {code})"
+        )
     if outcome == "TooManyProcesses":
-        return "TooManyProcesses", (f"Hit its limit of {settings.POD_PIDS_MAX} processes "
-                                    f"and threads (exit code {code})")
+        return "TooManyProcesses", (
+            f"Hit its limit of {settings.POD_PIDS_MAX} processes and threads (exit code {code})"
+        )
     if entry.stopped_by_agent:
         return "AgentStopped", f"Stopped with its agent {agent_name()} (exit code {code})"
     return "", ""
@@ -717,12 +788,16 @@ def _check_disk(entry: _Entry) -> None:
     if entry.over_quota:
         return
     if usage.bytes > quota:
-        entry.over_quota = (f"The job's files on this host use {usage.bytes / runner.MIB:,.0f} "
-                            f"MiB, more than the disk quota of "
-                            f"{settings.POD_DISK_QUOTA_MIB:,} MiB")
+        entry.over_quota = (
+            f"The job's files on this host use {usage.bytes / runner.MIB:,.0f} "
+            f"MiB, more than the disk quota of "
+            f"{settings.POD_DISK_QUOTA_MIB:,} MiB"
+        )
     elif not usage.complete or usage.files > max_files:
-        entry.over_quota = (f"The job created more than {max_files:,} files on this host (the "
-                            "disk quota's file limit)")
+        entry.over_quota = (
+            f"The job created more than {max_files:,} files on this host (the "
+            "disk quota's file limit)"
+        )
     if entry.over_quota:
         entry.process.note(f"disk quota exceeded: {entry.over_quota}")
         entry.process.request_stop(0)
@@ -734,10 +809,16 @@ def _report_checkpoints(entry: _Entry) -> None:
         return
     for found in manifest.new_entries():
         services.checkpoint_report(
-            job_pk=launch.job_pk, step=found["step"],
-            path=str(manifest.path.parent / found["file"]), size_bytes=found["bytes"],
+            job_pk=launch.job_pk,
+            step=found["step"],
+            path=str(manifest.path.parent / found["file"]),
+            size_bytes=found["bytes"],
             at=datetime.fromtimestamp(found["time"], tz=UTC),
         )
     while manifest.problems:
-        services.pod_event(pod_pk=launch.pod_pk, kind="CheckpointManifestInvalid",
-                           message=manifest.problems.pop(0), now=timezone.now())
+        services.pod_event(
+            pod_pk=launch.pod_pk,
+            kind="CheckpointManifestInvalid",
+            message=manifest.problems.pop(0),
+            now=timezone.now(),
+        )

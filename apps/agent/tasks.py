@@ -39,8 +39,9 @@ def pod_stop_task(pod_id: str, grace: float) -> None:
 def agent_heartbeat_task() -> None:
     if settings.EXECUTION_BACKEND != "agent":
         return
-    with singleton_lock("agent-heartbeat", timeout=max(30.0, settings.AGENT_HEARTBEAT_INTERVAL)) \
-            as acquired:
+    with singleton_lock(
+        "agent-heartbeat", timeout=max(30.0, settings.AGENT_HEARTBEAT_INTERVAL)
+    ) as acquired:
         if acquired:
             agents_ping(timeout=1.0)
 
@@ -55,10 +56,15 @@ def agents_ping(*, timeout: float) -> int:
         for worker, info in reply.items():
             if isinstance(info, dict) and (info.get("nodes") or info.get("public")):
                 served += services.agent_heartbeat(
-                    worker=worker, hostname=info.get("hostname", ""),
-                    address=info.get("address", ""), nodes=info.get("nodes", []),
-                    public=bool(info.get("public")), sandbox=info.get("sandbox", ""), now=now,
-                    pod_cidr=str(info.get("pod_cidr") or ""))
+                    worker=worker,
+                    hostname=info.get("hostname", ""),
+                    address=info.get("address", ""),
+                    nodes=info.get("nodes", []),
+                    public=bool(info.get("public")),
+                    sandbox=info.get("sandbox", ""),
+                    now=now,
+                    pod_cidr=str(info.get("pod_cidr") or ""),
+                )
     return served
 
 
@@ -66,8 +72,9 @@ def agents_ping(*, timeout: float) -> int:
 def nodes_watchdog_task() -> None:
     if settings.EXECUTION_BACKEND != "agent":
         return
-    with singleton_lock("nodes-watchdog", timeout=max(30.0, settings.AGENT_HEARTBEAT_INTERVAL)) \
-            as acquired:
+    with singleton_lock(
+        "nodes-watchdog", timeout=max(30.0, settings.AGENT_HEARTBEAT_INTERVAL)
+    ) as acquired:
         if acquired:
             now = timezone.now()
             services.nodes_mark_lost(now=now)
@@ -80,8 +87,9 @@ def nodes_watchdog_task() -> None:
 def _served(queues) -> tuple[list[str], bool]:
     names = [q.name for q in queues]
     prefix = services.node_queue("")
-    return [n.removeprefix(prefix) for n in names if n.startswith(prefix)], \
-        services.PUBLIC_QUEUE in names
+    return [
+        n.removeprefix(prefix) for n in names if n.startswith(prefix)
+    ], services.PUBLIC_QUEUE in names
 
 
 def agent_address() -> str:
@@ -95,10 +103,15 @@ def agent_address() -> str:
 
 
 def _info(nodes: list[str], public: bool) -> dict:
-    return {"nodes": nodes, "public": public, "hostname": socket.gethostname(),
-            "address": agent_address(), "sandbox": runner.isolation_status(settings.SANDBOX).mode,
-            "pod_cidr": settings.POD_CIDR,
-            "pods": len(supervisor.running_pods())}
+    return {
+        "nodes": nodes,
+        "public": public,
+        "hostname": socket.gethostname(),
+        "address": agent_address(),
+        "sandbox": runner.isolation_status(settings.SANDBOX).mode,
+        "pod_cidr": settings.POD_CIDR,
+        "pods": len(supervisor.running_pods()),
+    }
 
 
 @inspect_command()
@@ -123,23 +136,40 @@ def _agent_ready(sender=None, **kwargs) -> None:
         return
     supervisor.set_agent_name(sender.hostname, tuple(q.name for q in sender.task_consumer.queues))
     status = runner.isolation_status(settings.SANDBOX)
-    how = ("isolated" if status.complete else
-           f"INSECURELY ({status.detail})" if status.can_run else f"NOT AT ALL ({status.detail})")
-    logger.warning("agent %s serves %s%s; pods run %s", sender.hostname,
-                   ", ".join(nodes) or "no nodes", " and the public pool" if public else "", how)
+    how = (
+        "isolated"
+        if status.complete
+        else f"INSECURELY ({status.detail})"
+        if status.can_run
+        else f"NOT AT ALL ({status.detail})"
+    )
+    logger.warning(
+        "agent %s serves %s%s; pods run %s",
+        sender.hostname,
+        ", ".join(nodes) or "no nodes",
+        " and the public pool" if public else "",
+        how,
+    )
     try:
         supervisor.reconcile_once(starts=False)  # re-adopt first: the sweep spares them
     except Exception:
-        logger.exception("agent %s could not reconcile at its start (the loop tries again)",
-                         sender.hostname)
+        logger.exception(
+            "agent %s could not reconcile at its start (the loop tries again)", sender.hostname
+        )
     supervisor.sweep_leftovers()
     housekeeping.start_housekeeping(interval=settings.POD_HOUSEKEEPING_SECONDS)
     try:
         info = _info(nodes, public)
-        services.agent_heartbeat(worker=sender.hostname, hostname=info["hostname"],
-                                 address=info["address"], nodes=nodes, public=public,
-                                 sandbox=info["sandbox"], now=timezone.now(),
-                                 pod_cidr=info["pod_cidr"])
+        services.agent_heartbeat(
+            worker=sender.hostname,
+            hostname=info["hostname"],
+            address=info["address"],
+            nodes=nodes,
+            public=public,
+            sandbox=info["sandbox"],
+            now=timezone.now(),
+            pod_cidr=info["pod_cidr"],
+        )
     except Exception:
         logger.exception("agent %s could not report in", sender.hostname)
     finally:

@@ -42,10 +42,19 @@ def database_url(settings_dict: dict) -> str:
 class AgentProcess:
     """`with AgentProcess(database=..., redis_url=...) as agent:` — a running agent."""
 
-    def __init__(self, *, database: dict, redis_url: str, nodes: str = "all",
-                 pod_work_root: Path | None = None, env: dict[str, str] | None = None,
-                 log_path: Path | None = None, concurrency: int = 4,
-                 name: str | None = None, var_dir: Path | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        database: dict,
+        redis_url: str,
+        nodes: str = "all",
+        pod_work_root: Path | None = None,
+        env: dict[str, str] | None = None,
+        log_path: Path | None = None,
+        concurrency: int = 4,
+        name: str | None = None,
+        var_dir: Path | None = None,
+    ) -> None:
         # short: may hold sockets; shared by the agents of one name to play a restart
         self.var_dir = var_dir or Path(tempfile.mkdtemp(prefix="pw-agent-"))
         self.pod_work_root = pod_work_root or self.var_dir / "pods"
@@ -68,21 +77,36 @@ class AgentProcess:
             "DEBUG": os.environ.get("DEBUG") or "true",
             **(env or {}),
         }
-        self.argv = [sys.executable, "manage.py", "agent", "--nodes", nodes,
-                     "--name", f"{self.prefix}@%h", "--concurrency", str(concurrency)]
+        self.argv = [
+            sys.executable,
+            "manage.py",
+            "agent",
+            "--nodes",
+            nodes,
+            "--name",
+            f"{self.prefix}@%h",
+            "--concurrency",
+            str(concurrency),
+        ]
         self.process: subprocess.Popen | None = None
 
     def start(self, *, timeout: float = 30.0) -> AgentProcess:
         with self.log_path.open("wb") as out:
             self.process = subprocess.Popen(
-                self.argv, cwd=settings.BASE_DIR, env=self.env, stdin=subprocess.DEVNULL,
-                stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                self.argv,
+                cwd=settings.BASE_DIR,
+                env=self.env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
             )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise RuntimeError(f"the agent exited with code {self.process.returncode}:\n"
-                                   f"{self.log()}")
+                raise RuntimeError(
+                    f"the agent exited with code {self.process.returncode}:\n{self.log()}"
+                )
             if self.answers(timeout=0.5):
                 return self
         self.stop()

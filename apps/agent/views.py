@@ -21,11 +21,13 @@ DEFAULT_TAIL = 200
 MAX_TAIL = 10_000
 
 
-
 def _get_pod_for_user(request: HttpRequest, pod_id: str) -> Pod:
     """The pod, if the user belongs to its job's workspace; 404 otherwise (never 403)."""
-    pod = (Pod.objects.filter(pod_id=pod_id, job__workspace__in=workspace_list(user=request.user))
-           .select_related("job", "role", "node").first())
+    pod = (
+        Pod.objects.filter(pod_id=pod_id, job__workspace__in=workspace_list(user=request.user))
+        .select_related("job", "role", "node")
+        .first()
+    )
     if pod is None:
         raise Http404("No such pod")
     return pod
@@ -52,17 +54,28 @@ def pod_logs(request: HtmxHttpRequest, pod_id: str) -> HttpResponse:
         chunk = logs.log_read(path, offset, finished=finished)
         done = finished and chunk.offset >= chunk.size
         context = {"pod": pod, "chunk": chunk.text, "offset": chunk.offset, "finished": done}
-        response = render(request, "agent/pod_logs.html#log-follow", context,
-                          status=HTMX_STOP_POLLING if done else 200)
+        response = render(
+            request,
+            "agent/pod_logs.html#log-follow",
+            context,
+            status=HTMX_STOP_POLLING if done else 200,
+        )
     else:
         tail = _int(request.GET.get("tail"), DEFAULT_TAIL, low=1, high=MAX_TAIL)
         text, offset = logs.log_tail(path, tail)
         if request.GET.get("format") == "text":
             response = HttpResponse(text, content_type="text/plain; charset=utf-8")
         else:
-            context = {"pod": pod, "job": pod.job, "text": text, "tail": tail,
-                       "offset": offset, "finished": finished, "chunk": "",
-                       "has_log": logs.log_exists(path)}
+            context = {
+                "pod": pod,
+                "job": pod.job,
+                "text": text,
+                "tail": tail,
+                "offset": offset,
+                "finished": finished,
+                "chunk": "",
+                "has_log": logs.log_exists(path),
+            }
             response = render(request, "agent/pod_logs.html", context)
     patch_vary_headers(response, ["HX-Request", "HX-Target"])
     return response
@@ -75,5 +88,9 @@ def pod_logs_download(request: HttpRequest, pod_id: str) -> FileResponse:
     log = logs.log_open(logs.pod_log_path(pod))
     if log is None:
         raise Http404("This pod wrote no log")
-    return FileResponse(log, as_attachment=True, filename=f"{pod.pod_id}.log",
-                        content_type="text/plain; charset=utf-8")
+    return FileResponse(
+        log,
+        as_attachment=True,
+        filename=f"{pod.pod_id}.log",
+        content_type="text/plain; charset=utf-8",
+    )

@@ -40,8 +40,10 @@ _STATUS = {"InvalidAccessKeyId.NotFound": 404}
 BAD_SIGNATURE_CODES = frozenset({"InvalidAccessKeyId.NotFound", "SignatureDoesNotMatch"})
 API_KEY_ADDRESS, API_ADDRESS, API_KEY = "api-key-address", "api-address", "api-key"
 _THROTTLED = {
-    API_KEY_ADDRESS: ("Throttling.User", "too many requests with a bad signature for this "
-                                         "AccessKeyId from your address"),
+    API_KEY_ADDRESS: (
+        "Throttling.User",
+        "too many requests with a bad signature for this AccessKeyId from your address",
+    ),
     API_ADDRESS: ("Throttling", "too many requests with a bad signature from your address"),
     API_KEY: ("Throttling.User", "too many requests with a bad signature for this AccessKeyId"),
 }
@@ -99,10 +101,17 @@ def authenticate(request: HttpRequest, *, now: datetime) -> AccessKey:
 
 
 @sensitive_variables("secret")
-def _key_that_signed(request: HttpRequest, signed: signature.SignedRequest,
-                     auth: signature.Authorization) -> AccessKey:
-    key = next(iter(AccessKey.objects.select_related("user")
-                    .filter(key_id=auth.access_key_id).order_by()[:1]), None)
+def _key_that_signed(
+    request: HttpRequest, signed: signature.SignedRequest, auth: signature.Authorization
+) -> AccessKey:
+    key = next(
+        iter(
+            AccessKey.objects.select_related("user")
+            .filter(key_id=auth.access_key_id)
+            .order_by()[:1]
+        ),
+        None,
+    )
     if key is None:
         raise ApplicationError(
             "InvalidAccessKeyId.NotFound", "Specified access key is not found.", status=404
@@ -130,8 +139,9 @@ def _key_that_signed(request: HttpRequest, signed: signature.SignedRequest,
 def _throttle_scopes(key_id: str, address: str) -> list[Scope]:
     """(key, address) first and tight; the address; the key, looser (docs/api.md)."""
     return [
-        throttle_scope(API_KEY_ADDRESS, f"{key_id} {address}",
-                       limit=settings.API_THROTTLE_PER_KEY_ADDRESS),
+        throttle_scope(
+            API_KEY_ADDRESS, f"{key_id} {address}", limit=settings.API_THROTTLE_PER_KEY_ADDRESS
+        ),
         throttle_scope(API_ADDRESS, address, limit=settings.API_THROTTLE_PER_ADDRESS),
         throttle_scope(API_KEY, key_id, limit=settings.API_THROTTLE_PER_KEY),
     ]
@@ -146,8 +156,9 @@ def _refuse_while_throttled(scopes: list[Scope], now: datetime) -> None:
     if lock is not None:
         code, reason = _THROTTLED[lock.scope.kind]
         retry_at = datetime.fromtimestamp(math.ceil(lock.until), UTC)
-        raise throttling(code, reason, retry_at=retry_at,
-                         retry_after=lock.seconds_left(now.timestamp()))
+        raise throttling(
+            code, reason, retry_at=retry_at, retry_after=lock.seconds_left(now.timestamp())
+        )
 
 
 def _count_failure(scopes: list[Scope], now: datetime) -> None:

@@ -48,7 +48,8 @@ def missing_parameter(name: str) -> ApplicationError:
 def not_found(entity: str, ident: str) -> ApplicationError:
     """404 for what does not exist and for what belongs to a workspace the caller cannot see."""
     return ApplicationError(
-        f"EntityNotExist.{entity}", f"The {entity.lower()} {ident[:64]!r} does not exist.",
+        f"EntityNotExist.{entity}",
+        f"The {entity.lower()} {ident[:64]!r} does not exist.",
         status=404,
     )
 

@@ -37,8 +37,14 @@ MAX_TIME = datetime(9000, 1, 1, tzinfo=UTC)
 _INTEGER = re.compile(r"[+-]?[0-9]+")
 _QUANTITY = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*$")
 _MEMORY_UNITS_MIB = {
-    "": 1024, "gi": 1024, "g": 1000**3 / 2**20, "mi": 1, "m": 1000**2 / 2**20,
-    "ki": 1 / 1024, "k": 1000 / 2**20, "ti": 1024 * 1024,
+    "": 1024,
+    "gi": 1024,
+    "g": 1000**3 / 2**20,
+    "mi": 1,
+    "m": 1000**2 / 2**20,
+    "ki": 1 / 1024,
+    "k": 1000 / 2**20,
+    "ti": 1024 * 1024,
 }
 
 
@@ -170,8 +176,10 @@ def _check_tree(data: dict) -> None:
         path, value, depth = stack.pop()
         if isinstance(value, str):
             if _has_surrogate(value):
-                raise invalid_parameter(path or "body", "must be valid Unicode text (it holds "
-                                                        "a lone surrogate such as \\ud800)")
+                raise invalid_parameter(
+                    path or "body",
+                    "must be valid Unicode text (it holds a lone surrogate such as \\ud800)",
+                )
             continue
         if not isinstance(value, dict | list):
             continue
@@ -182,8 +190,9 @@ def _check_tree(data: dict) -> None:
             continue
         for key, item in value.items():
             if _has_surrogate(key):
-                raise invalid_parameter(path or "body", "a name is not valid Unicode text "
-                                                        "(it holds a lone surrogate)")
+                raise invalid_parameter(
+                    path or "body", "a name is not valid Unicode text (it holds a lone surrogate)"
+                )
             stack.append((f"{path}.{key}" if path else key, item, depth + 1))
 
 
@@ -209,8 +218,9 @@ def workspace_id_of(body: dict) -> str:
 
 def is_workspace_id(value: str) -> bool:
     """Numeric text (ASCII digits: int() would also read "١٢") that a bigint key holds."""
-    return value.isascii() and value.isdigit() and len(value) <= 19 \
-        and int(value) <= MAX_WORKSPACE_ID
+    return (
+        value.isascii() and value.isdigit() and len(value) <= 19 and int(value) <= MAX_WORKSPACE_ID
+    )
 
 
 def job_spec_from_create_job(body: dict) -> JobSpec:
@@ -244,8 +254,9 @@ def job_spec_from_create_job(body: dict) -> JobSpec:
 
     settings = p.mapping(body, "Settings", "Settings")
     idle_mode = _idle_mode(p, settings, role_oversold, quota=bool(quota))
-    aimaster = p.boolean(settings, "EnableErrorMonitoringInAIMaster",
-                         "Settings.EnableErrorMonitoringInAIMaster")
+    aimaster = p.boolean(
+        settings, "EnableErrorMonitoringInAIMaster", "Settings.EnableErrorMonitoringInAIMaster"
+    )
     mode, max_restarts = _error_monitoring_args(
         p, p.text(settings, "ErrorMonitoringArgs", "Settings.ErrorMonitoringArgs")
     )
@@ -262,8 +273,9 @@ def job_spec_from_create_job(body: dict) -> JobSpec:
         data_sources=_data_sources(p, body),
         code_source=_code_source(p, body),
         priority=p.integer(body, "Priority", "Priority", default=1),
-        max_running_time_minutes=p.integer(body, "JobMaxRunningTimeMinutes",
-                                           "JobMaxRunningTimeMinutes", maximum=MAX_MINUTES),
+        max_running_time_minutes=p.integer(
+            body, "JobMaxRunningTimeMinutes", "JobMaxRunningTimeMinutes", maximum=MAX_MINUTES
+        ),
         success_policy=p.text(body, "SuccessPolicy", "SuccessPolicy", default="AllWorkers"),
         resource_type=_resource_type(quota, roles),
         resource_source=source,
@@ -298,8 +310,9 @@ def _role(p: Problems, item: dict, path: str) -> tuple[RoleSpec, bool]:
         gpu=_gpu(p, config, f"{path}.ResourceConfig.GPU"),
         image=p.text(item, "Image", f"{path}.Image", max_length=512),
         restart_policy=p.text(item, "RestartPolicy", f"{path}.RestartPolicy", default="OnFailure"),
-        spot_discount_limit=p.number(spot_spec, "SpotDiscountLimit",
-                                     f"{path}.SpotSpec.SpotDiscountLimit"),
+        spot_discount_limit=p.number(
+            spot_spec, "SpotDiscountLimit", f"{path}.SpotSpec.SpotDiscountLimit"
+        ),
         spot_price_limit=p.number(spot_spec, "SpotPriceLimit", f"{path}.SpotSpec.SpotPriceLimit"),
     )
     return role, is_spot
@@ -310,11 +323,11 @@ def _quantity(p: Problems, config: dict, key: str, path: str) -> tuple[Decimal, 
     if value is None or value == "":
         return None
     if isinstance(value, bool) or not isinstance(value, int | float | str):
-        p.add(path, "must be a quantity such as \"4\" or \"16Gi\"")
+        p.add(path, 'must be a quantity such as "4" or "16Gi"')
         return None
     match = _QUANTITY.match(str(value))
     if match is None:
-        p.add(path, f"{value!r} is not a quantity such as \"4\" or \"16Gi\"")
+        p.add(path, f'{value!r} is not a quantity such as "4" or "16Gi"')
         return None
     return Decimal(match[1]), match[2].lower()
 
@@ -326,7 +339,7 @@ def _cpu(p: Problems, config: dict, path: str) -> int | None:
         return None
     amount, unit = parsed
     if unit not in ("", "m"):
-        p.add(path, "give cores (\"4\") or millicores (\"500m\")")
+        p.add(path, 'give cores ("4") or millicores ("500m")')
         return None
     millicores = int(amount if unit == "m" else amount * 1000)
     if millicores > MAX_CPU_MILLICORES:
@@ -336,13 +349,13 @@ def _cpu(p: Problems, config: dict, path: str) -> int | None:
 
 
 def _memory(p: Problems, config: dict, path: str) -> int | None:
-    """"16Gi", "512Mi", "16G" or a plain number of GiB → MiB."""
+    """ "16Gi", "512Mi", "16G" or a plain number of GiB → MiB."""
     parsed = _quantity(p, config, "Memory", path)
     if parsed is None:
         return None
     amount, unit = parsed
     if unit not in _MEMORY_UNITS_MIB:
-        p.add(path, "give a size such as \"16Gi\" or \"512Mi\"")
+        p.add(path, 'give a size such as "16Gi" or "512Mi"')
         return None
     mib = int(amount * Decimal(str(_MEMORY_UNITS_MIB[unit])))
     if mib > MAX_MEMORY_MIB:
@@ -439,7 +452,8 @@ def _data_sources(p: Problems, body: dict) -> list[dict]:
             continue
         ident = p.text(item, "DataSourceId", f"{path}.DataSourceId", max_length=MAX_NAME)
         uri = p.text(item, "Uri", f"{path}.Uri", max_length=MAX_PATH) or (
-            f"datasource://{ident}" if ident else "")
+            f"datasource://{ident}" if ident else ""
+        )
         mount = p.text(item, "MountPath", f"{path}.MountPath", max_length=MAX_PATH)
         source = {"uri": uri, "mount_path": mount}
         if ident:
@@ -451,8 +465,9 @@ def _data_sources(p: Problems, body: dict) -> list[dict]:
 def _code_source(p: Problems, body: dict) -> dict:
     item = p.mapping(body, "CodeSource", "CodeSource")
     fields = {
-        "code_source_id": p.text(item, "CodeSourceId", "CodeSource.CodeSourceId",
-                                 max_length=MAX_NAME),
+        "code_source_id": p.text(
+            item, "CodeSourceId", "CodeSource.CodeSourceId", max_length=MAX_NAME
+        ),
         "branch": p.text(item, "Branch", "CodeSource.Branch", max_length=MAX_NAME),
         "commit": p.text(item, "Commit", "CodeSource.Commit", max_length=MAX_NAME),
         "mount_path": p.text(item, "MountPath", "CodeSource.MountPath", max_length=MAX_PATH),
@@ -511,8 +526,9 @@ def query_time(query, name: str) -> datetime | None:
     try:
         moment = datetime.fromisoformat(raw.strip().replace(" ", "T"))
     except ValueError:
-        raise invalid_parameter(name, f"{raw[:64]!r} is not an ISO-8601 time such as "
-                                      "2026-11-29T10:00:00Z") from None
+        raise invalid_parameter(
+            name, f"{raw[:64]!r} is not an ISO-8601 time such as 2026-11-29T10:00:00Z"
+        ) from None
     out_of_range = invalid_parameter(
         name, f"must lie from {MIN_TIME:%Y-%m-%dT%H:%M:%SZ} to {MAX_TIME:%Y-%m-%dT%H:%M:%SZ}"
     )

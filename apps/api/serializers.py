@@ -312,7 +312,10 @@ def event_line(event: JobEvent) -> str:
 
 
 def ecs_spec(
-    itype: InstanceType, *, spot_in_use: int = 0, payg_in_use: int = 0,
+    itype: InstanceType,
+    *,
+    spot_in_use: int = 0,
+    payg_in_use: int = 0,
     market_price: Decimal | None = None,
 ) -> dict[str, Any]:
     """ListEcsSpecs' EcsSpec, plus the SpotPriceLimit range (CNY per instance-minute).
@@ -336,7 +339,8 @@ def ecs_spec(
             "SpotStockStatus": ("WithStock" if stock > 0 else "WithoutStock") if spot else None,
             # The market price as a fraction of the original (0.3: 70% cheaper).
             "NonProtectSpotDiscount": float(round(market_price / itype.price_per_hour, 4))
-            if spot and market_price is not None and itype.price_per_hour else None,
+            if spot and market_price is not None and itype.price_per_hour
+            else None,
             # paiweb additions (the SDK's EcsSpec has no price fields):
             "OriginalPricePerHour": float(itype.price_per_hour),
             "SpotPriceLimitRange": {"Min": float(low), "Max": float(high)} if spot else None,

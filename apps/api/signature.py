@@ -150,8 +150,7 @@ def sign(request: SignedRequest, *, access_key_id: str, secret: str) -> str:
     canonical = canonical_request(request, signed_headers=names)
     value = signature(secret, string_to_sign(canonical))
     return (
-        f"{ALGORITHM} Credential={access_key_id},SignedHeaders={';'.join(names)},"
-        f"Signature={value}"
+        f"{ALGORITHM} Credential={access_key_id},SignedHeaders={';'.join(names)},Signature={value}"
     )
 
 

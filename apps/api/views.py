@@ -121,11 +121,13 @@ def endpoint(**handlers: Handler):
             )
             return error_response(error, request_id=request_id)
         except Exception:
-            logger.exception("API request %s %s failed (RequestId %s)",
-                             request.method, request.path, request_id)
+            logger.exception(
+                "API request %s %s failed (RequestId %s)", request.method, request.path, request_id
+            )
             return error_response(INTERNAL_ERROR, request_id=request_id)
-        return JsonResponse({"RequestId": request_id, **body},
-                            headers={"x-acs-request-id": request_id})
+        return JsonResponse(
+            {"RequestId": request_id, **body}, headers={"x-acs-request-id": request_id}
+        )
 
     return view
 
@@ -241,8 +243,10 @@ def list_jobs(call: Call) -> dict[str, Any]:
     jobs = job_list(user=call.user, workspace=workspace, filters=_job_filters(call))
     total = jobs.count()
     page = _page(call, jobs.order_by(*_order(call, JOB_SORT, default="GmtCreateTime")))
-    items = [serializers.job_item(job, roles=list(job.roles.all()))
-             for job in page.prefetch_related(_roles())]
+    items = [
+        serializers.job_item(job, roles=list(job.roles.all()))
+        for job in page.prefetch_related(_roles())
+    ]
     return {"Jobs": items, "TotalCount": total}
 
 
@@ -286,8 +290,10 @@ def _oversold_filters(value: str, sources: list[str] | None) -> JobFilters:
     """DLC's OversoldInfo: quota jobs of the idle mode, and for AcceptQuotaOverSold-true/-false
     whether the job actually runs on idle resources now. `sources` is PaymentType's, if any."""
     mode, _, used = value.partition("-")
-    if mode not in serializers.IDLE_MODE or (used and mode != "AcceptQuotaOverSold") or (
-        used and used.lower() not in ("true", "false")
+    if (
+        mode not in serializers.IDLE_MODE
+        or (used and mode != "AcceptQuotaOverSold")
+        or (used and used.lower() not in ("true", "false"))
     ):
         raise invalid_parameter(
             "OversoldInfo",
@@ -372,8 +378,12 @@ def get_pod_logs(call: Call, job_id: str, pod_id: str) -> dict[str, Any]:
     pod.job = job
     lines = parsing.query_int(call.query, "MaxLines", default=2000, maximum=100_000)
     text, _ = log_tail(pod_log_path(pod), lines)
-    return {"JobId": job.job_id, "PodId": pod.pod_id, "PodUid": serializers.pod_uid(pod),
-            "Logs": text.splitlines()}
+    return {
+        "JobId": job.job_id,
+        "PodId": pod.pod_id,
+        "PodUid": serializers.pod_uid(pod),
+        "Logs": text.splitlines(),
+    }
 
 
 # --- instance types and the spot market -----------------------------------------------------
@@ -389,17 +399,21 @@ def list_ecs_specs(call: Call) -> dict[str, Any]:
         types = types.filter(gpu=0) if accelerator == "CPU" else types.filter(gpu__gt=0)
     if names := [n.strip() for n in query.get("InstanceTypes", "").split(",") if n.strip()]:
         types = types.filter(name__in=names)
-    if resource_type := parsing.query_choice(query, "ResourceType",
-                                             {"ECS": "ECS", "Lingjun": "Lingjun"}):
+    if resource_type := parsing.query_choice(
+        query, "ResourceType", {"ECS": "ECS", "Lingjun": "Lingjun"}
+    ):
         types = types.filter(resource_type=resource_type)
     total = types.count()
     page = list(_page(call, types.order_by(*_order(call, ECS_SORT, default="GmtCreateTime"))))
     usage = market_usage()
     prices = MarketState.objects.in_bulk([t.pk for t in page])
     specs = [
-        serializers.ecs_spec(t, spot_in_use=usage.get(t.pk, NO_USAGE).spot_used,
-                             payg_in_use=usage.get(t.pk, NO_USAGE).payg_used,
-                             market_price=getattr(prices.get(t.pk), "price_per_hour", None))
+        serializers.ecs_spec(
+            t,
+            spot_in_use=usage.get(t.pk, NO_USAGE).spot_used,
+            payg_in_use=usage.get(t.pk, NO_USAGE).payg_used,
+            market_price=getattr(prices.get(t.pk), "price_per_hour", None),
+        )
         for t in page
     ]
     return {"EcsSpecs": specs, "TotalCount": total}
@@ -431,39 +445,49 @@ def spot_prices(call: Call) -> dict[str, Any]:
     low, high = spot_price_range_per_minute(itype)
     points = price_history(itype, start=start, end=end)
     state = MarketState.objects.filter(instance_type=itype).first()
-    return serializers.compact({
-        "InstanceType": itype.name,
-        "ResourceType": itype.resource_type,
-        "Unit": "CNY/instance-minute",
-        "MinPrice": float(low),
-        "MaxPrice": float(high),
-        "Price": float(hour_to_per_minute(state.price_per_hour)) if state else None,
-        "StartTime": serializers.iso(start),
-        "EndTime": serializers.iso(end),
-        "Prices": [{"Time": serializers.iso(t), "Price": float(p)} for t, p in points],
-    })
+    return serializers.compact(
+        {
+            "InstanceType": itype.name,
+            "ResourceType": itype.resource_type,
+            "Unit": "CNY/instance-minute",
+            "MinPrice": float(low),
+            "MaxPrice": float(high),
+            "Price": float(hour_to_per_minute(state.price_per_hour)) if state else None,
+            "StartTime": serializers.iso(start),
+            "EndTime": serializers.iso(end),
+            "Prices": [{"Time": serializers.iso(t), "Price": float(p)} for t, p in points],
+        }
+    )
 
 
 # --- workspaces and quotas (AIWorkspace 2021-02-04) -------------------------------------------
 
-WORKSPACE_SORT = {"GmtCreateTime": "created_at", "GmtModifiedTime": "created_at",
-                  "WorkspaceName": "name"}
+WORKSPACE_SORT = {
+    "GmtCreateTime": "created_at",
+    "GmtModifiedTime": "created_at",
+    "WorkspaceName": "name",
+}
 
 
 def _workspace_items(call: Call, workspaces: list[Workspace]) -> list[dict[str, Any]]:
     admins: dict[int, list[str]] = defaultdict(list)
     owners: dict[int, str] = {}
-    memberships = Membership.objects.filter(
-        workspace__in=workspaces, role__in=[Membership.Role.OWNER, Membership.Role.ADMIN]
-    ).select_related("user").order_by("pk")
+    memberships = (
+        Membership.objects.filter(
+            workspace__in=workspaces, role__in=[Membership.Role.OWNER, Membership.Role.ADMIN]
+        )
+        .select_related("user")
+        .order_by("pk")
+    )
     for m in memberships:
         admins[m.workspace_id].append(m.user.get_username())
         if m.role == Membership.Role.OWNER:
             owners.setdefault(m.workspace_id, str(m.user_id))
     default = _visible_workspaces(call).values_list("pk", flat=True).first()
     return [
-        serializers.workspace_item(w, admins=admins[w.pk], is_default=w.pk == default,
-                                   creator=owners.get(w.pk))
+        serializers.workspace_item(
+            w, admins=admins[w.pk], is_default=w.pk == default, creator=owners.get(w.pk)
+        )
         for w in workspaces
     ]
 
@@ -475,14 +499,16 @@ def list_workspaces(call: Call) -> dict[str, Any]:
         workspaces = workspaces.filter(Q(name__icontains=name) | Q(display_name__icontains=name))
     if ids := [i.strip() for i in query.get("WorkspaceIds", "").split(",") if i.strip()]:
         if bad := [i for i in ids if not parsing.is_workspace_id(i)]:
-            raise invalid_parameter("WorkspaceIds", f"{bad[0][:64]!r} is not a workspace id "
-                                                    "(numeric text)")
+            raise invalid_parameter(
+                "WorkspaceIds", f"{bad[0][:64]!r} is not a workspace id (numeric text)"
+            )
         workspaces = workspaces.filter(pk__in=[int(i) for i in ids])
     if (status := query.get("Status")) and status.upper() != "ENABLED":
         workspaces = workspaces.none()
     total = workspaces.count()
-    ordered = workspaces.order_by(*_order(call, WORKSPACE_SORT, default="WorkspaceName",
-                                          ascending=True))
+    ordered = workspaces.order_by(
+        *_order(call, WORKSPACE_SORT, default="WorkspaceName", ascending=True)
+    )
     page = list(_page(call, ordered, default_size=20))
     return {"Workspaces": _workspace_items(call, page), "TotalCount": total}
 
@@ -492,11 +518,16 @@ def get_workspace(call: Call, workspace_id: str) -> dict[str, Any]:
     item = _workspace_items(call, [workspace])[0]
     owner = (
         Membership.objects.filter(workspace=workspace, role=Membership.Role.OWNER)
-        .select_related("user").order_by("pk").first()
+        .select_related("user")
+        .order_by("pk")
+        .first()
     )
     if owner is not None:
-        item["Owner"] = {"UserId": str(owner.user_id), "UserName": owner.user.get_username(),
-                         "DisplayName": owner.user.get_full_name() or owner.user.get_username()}
+        item["Owner"] = {
+            "UserId": str(owner.user_id),
+            "UserName": owner.user.get_username(),
+            "DisplayName": owner.user.get_full_name() or owner.user.get_username(),
+        }
     return item
 
 

@@ -18,8 +18,17 @@ class _ReadOnly(admin.ModelAdmin):
 
 @admin.register(BillLine)
 class BillLineAdmin(_ReadOnly):
-    list_display = ["day", "minute", "workspace", "job", "pod", "instance_type", "pay_type",
-                    "price_per_hour", "amount"]
+    list_display = [
+        "day",
+        "minute",
+        "workspace",
+        "job",
+        "pod",
+        "instance_type",
+        "pay_type",
+        "price_per_hour",
+        "amount",
+    ]
     list_filter = ["pay_type", "workspace", "day"]
     list_select_related = ["workspace", "job", "pod", "instance_type"]
     search_fields = ["job__job_id", "pod__pod_id"]

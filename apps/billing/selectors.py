@@ -28,8 +28,19 @@ MONEY = Decimal("0.000001")  # bill amounts are on this grid
 def _money(value) -> Decimal:
     """A summed amount back on the grid (SQLite sums decimals as floats)."""
     return ZERO.quantize(MONEY) if value is None else Decimal(value).quantize(MONEY)
-CSV_HEADER = ("day", "workspace", "job_id", "job_name", "pod", "instance_type",
-              f"tag:{PAY_TYPE_TAG}", "minutes", "amount")
+
+
+CSV_HEADER = (
+    "day",
+    "workspace",
+    "job_id",
+    "job_name",
+    "pod",
+    "instance_type",
+    f"tag:{PAY_TYPE_TAG}",
+    "minutes",
+    "amount",
+)
 
 
 def utc_today(now: datetime | None = None) -> date:
@@ -75,8 +86,9 @@ class JobUsage:
 def job_usage(*, job: Job, now: datetime | None = None) -> JobUsage:
     now = now or timezone.now()
     gpu_seconds = instance_seconds = 0.0
-    for started, finished, gpu in Pod.objects.filter(job=job, started_at__isnull=False) \
-            .values_list("started_at", "finished_at", "role__gpu"):
+    for started, finished, gpu in Pod.objects.filter(job=job, started_at__isnull=False).values_list(
+        "started_at", "finished_at", "role__gpu"
+    ):
         seconds = max(((finished or now) - started).total_seconds(), 0.0)
         instance_seconds += seconds
         gpu_seconds += seconds * gpu
@@ -125,9 +137,13 @@ def workspace_daily_bills(
         .order_by("-day")
     )
     return [
-        DailyBill(day=r["day"], spot=_money(r["spot"]), postpaid=_money(r["postpaid"]),
-                  minutes=r["minutes"],
-                  complete=day_is_complete(r["day"], now=now))
+        DailyBill(
+            day=r["day"],
+            spot=_money(r["spot"]),
+            postpaid=_money(r["postpaid"]),
+            minutes=r["minutes"],
+            complete=day_is_complete(r["day"], now=now),
+        )
         for r in rows
     ]
 
@@ -139,22 +155,30 @@ def job_daily_bills(*, user, workspace: Workspace | None, pay_type: str = "") ->
         _lines_for(user=user, workspace=workspace, pay_type=pay_type)
         .values("day", "job", "pay_type")
         .annotate(
-            job_id=F("job__job_id"), job_name=F("job__display_name"),
-            pods=Count("pod", distinct=True), minutes=Count("id"), amount=Sum("amount"),
+            job_id=F("job__job_id"),
+            job_name=F("job__display_name"),
+            pods=Count("pod", distinct=True),
+            minutes=Count("id"),
+            amount=Sum("amount"),
         )
         .order_by("-day", "job_name", "job")
     )
 
 
-def bill_export_rows(
-    *, user, workspace: Workspace | None, pay_type: str = ""
-) -> Iterator[tuple]:
+def bill_export_rows(*, user, workspace: Workspace | None, pay_type: str = "") -> Iterator[tuple]:
     """The CSV export: CSV_HEADER, then one row per (day, pod), oldest day first."""
     yield CSV_HEADER
     rows = (
         _lines_for(user=user, workspace=workspace, pay_type=pay_type)
-        .values_list("day", "workspace__name", "job__job_id", "job__display_name",
-                     "pod__pod_id", "instance_type__name", "pay_type")
+        .values_list(
+            "day",
+            "workspace__name",
+            "job__job_id",
+            "job__display_name",
+            "pod__pod_id",
+            "instance_type__name",
+            "pay_type",
+        )
         .annotate(minutes=Count("id"), amount=Sum("amount"))
         .order_by("day", "job__job_id", "pod__pod_id")
     )

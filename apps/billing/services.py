@@ -125,9 +125,9 @@ def billing_accrue(*, now: datetime) -> AccrueReport:
     _adopt_running_pods()
     meters = [
         _Meter(*row)
-        for row in PodMeter.objects.filter(closed=False).annotate(
-            started=Epoch("pod__started_at"), finished=Epoch("pod__finished_at")
-        ).values_list(
+        for row in PodMeter.objects.filter(closed=False)
+        .annotate(started=Epoch("pod__started_at"), finished=Epoch("pod__finished_at"))
+        .values_list(
             "pod_id",
             "billed_until",
             "pod__status",

@@ -31,7 +31,9 @@ def bill_index(request: HtmxHttpRequest) -> HttpResponse:
     context = {
         "days": selectors.workspace_daily_bills(**scope),
         "page": jobs.get_page(request.GET.get("page")),
-        "pay_type": pay_type, "pay_types": PayType.choices, "tag": PAY_TYPE_TAG,
+        "pay_type": pay_type,
+        "pay_types": PayType.choices,
+        "tag": PAY_TYPE_TAG,
         "today": selectors.utc_today(),
     }
     template = "billing/index.html"

@@ -25,8 +25,17 @@ def _gib(mib: int) -> str:
 
 @admin.register(InstanceType)
 class InstanceTypeAdmin(admin.ModelAdmin):
-    list_display = ("name", "resource_type", "vcpus_", "memory_gib_", "gpu", "gpu_model",
-                    "price_per_hour", "public_capacity", "spot_enabled")
+    list_display = (
+        "name",
+        "resource_type",
+        "vcpus_",
+        "memory_gib_",
+        "gpu",
+        "gpu_model",
+        "price_per_hour",
+        "public_capacity",
+        "spot_enabled",
+    )
     list_filter = ("resource_type", "spot_enabled", "gpu_model")
     search_fields = ("name", "gpu_model")
 
@@ -41,8 +50,16 @@ class InstanceTypeAdmin(admin.ModelAdmin):
 
 class NodeInline(admin.TabularInline):
     model = Node
-    fields = ("name", "instance_type", "cpu", "memory", "gpu", "gpu_model", "status",
-              "last_heartbeat")
+    fields = (
+        "name",
+        "instance_type",
+        "cpu",
+        "memory",
+        "gpu",
+        "gpu_model",
+        "status",
+        "last_heartbeat",
+    )
     readonly_fields = ("last_heartbeat",)
     autocomplete_fields = ("instance_type",)
     extra = 0
@@ -57,9 +74,14 @@ class ResourcePoolAdmin(admin.ModelAdmin):
     inlines = [NodeInline]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[ResourcePool]:
-        return super().get_queryset(request).annotate(
-            _nodes=Count("nodes", distinct=True), _gpus=Sum("nodes__gpu"),
-            _quotas=Count("quotas", distinct=True),
+        return (
+            super()
+            .get_queryset(request)
+            .annotate(
+                _nodes=Count("nodes", distinct=True),
+                _gpus=Sum("nodes__gpu"),
+                _quotas=Count("quotas", distinct=True),
+            )
         )
 
     @admin.display(description="nodes", ordering="_nodes")
@@ -77,8 +99,17 @@ class ResourcePoolAdmin(admin.ModelAdmin):
 
 @admin.register(Node)
 class NodeAdmin(admin.ModelAdmin):
-    list_display = ("name", "pool", "instance_type", "status", "gpu", "gpu_model", "vcpus",
-                    "memory_gib", "last_heartbeat")
+    list_display = (
+        "name",
+        "pool",
+        "instance_type",
+        "status",
+        "gpu",
+        "gpu_model",
+        "vcpus",
+        "memory_gib",
+        "last_heartbeat",
+    )
     list_filter = ("status", "pool", "gpu_model")
     list_select_related = ("pool", "instance_type")
     search_fields = ("name", "gpu_model", "instance_type__name")
@@ -103,8 +134,9 @@ class NodeAdmin(admin.ModelAdmin):
     def drain(self, request: HttpRequest, queryset: QuerySet[Node]) -> None:
         now = timezone.now()
         # All cordoned first, so a job on two of them is not placed back onto the second.
-        node_set_status(nodes=queryset.filter(status=Node.Status.READY),
-                        status=Node.Status.CORDONED)
+        node_set_status(
+            nodes=queryset.filter(status=Node.Status.READY), status=Node.Status.CORDONED
+        )
         moved = sum(node_drain(node=node, now=now) for node in queryset)
         self.message_user(
             request,
@@ -112,7 +144,8 @@ class NodeAdmin(admin.ModelAdmin):
             "get SIGTERM and the job's grace period to checkpoint; the jobs are requeued as a "
             "platform interruption, spending no AIMaster restart. Mark the nodes Ready to use "
             "them again.",
-            messages.SUCCESS)
+            messages.SUCCESS,
+        )
 
     @admin.action(description="Mark the selected nodes Ready")
     def uncordon(self, request: HttpRequest, queryset: QuerySet[Node]) -> None:
@@ -137,14 +170,18 @@ class QuotaForm(forms.ModelForm):
         # The edit, written as a one-quota cluster file and checked against the rest.
         declared = {
             "resource_type": data.get("resource_type", ""),
-            "min": {"cpu": (data.get("min_cpu") or 0) / 1000,
-                    "memory_gib": (data.get("min_memory") or 0) / 1024,
-                    "gpu": data.get("min_gpu") or 0},
+            "min": {
+                "cpu": (data.get("min_cpu") or 0) / 1000,
+                "memory_gib": (data.get("min_memory") or 0) / 1024,
+                "gpu": data.get("min_gpu") or 0,
+            },
         }
-        declared.update({"parent": parent.name, "pool": pool.name} if parent
-                        else {"pool": pool.name})
-        _, errors = cluster_file_check({"quotas": {name: declared}},
-                                       existing=replace(state, quotas=others))
+        declared.update(
+            {"parent": parent.name, "pool": pool.name} if parent else {"pool": pool.name}
+        )
+        _, errors = cluster_file_check(
+            {"quotas": {name: declared}}, existing=replace(state, quotas=others)
+        )
         prefix = path_of("quotas", name) + "."
         if errors:
             raise forms.ValidationError([e.removeprefix(prefix) for e in errors])
@@ -154,8 +191,17 @@ class QuotaForm(forms.ModelForm):
 @admin.register(Quota)
 class QuotaAdmin(admin.ModelAdmin):
     form = QuotaForm
-    list_display = ("name", "parent", "pool", "resource_type", "min_gpu", "min_cores",
-                    "min_memory_gib", "queue_strategy", "workspace_names")
+    list_display = (
+        "name",
+        "parent",
+        "pool",
+        "resource_type",
+        "min_gpu",
+        "min_cores",
+        "min_memory_gib",
+        "queue_strategy",
+        "workspace_names",
+    )
     list_filter = ("resource_type", "pool", "queue_strategy")
     list_select_related = ("parent", "pool")
     search_fields = ("name", "workspaces__name")
@@ -176,4 +222,3 @@ class QuotaAdmin(admin.ModelAdmin):
     @admin.display(description="workspaces")
     def workspace_names(self, obj: Quota) -> str:
         return ", ".join(w.name for w in obj.workspaces.all())
-

@@ -239,8 +239,13 @@ class _Table:
         return value
 
     def text(
-        self, key: str, *, default: str = "", required: bool = False,
-        choices: tuple[str, ...] = (), max_length: int = 200,
+        self,
+        key: str,
+        *,
+        default: str = "",
+        required: bool = False,
+        choices: tuple[str, ...] = (),
+        max_length: int = 200,
     ) -> str:
         value = self._get(key, required)
         if value is _MISSING:
@@ -320,8 +325,15 @@ class _Table:
         return number
 
     def bounded(
-        self, key: str, *, default: Decimal, low: int, high: int | None = None,
-        closed_low: bool = False, closed_high: bool = True, strings: bool = False,
+        self,
+        key: str,
+        *,
+        default: Decimal,
+        low: int,
+        high: int | None = None,
+        closed_low: bool = False,
+        closed_high: bool = True,
+        strings: bool = False,
         places: int | None = None,
     ) -> Decimal:
         """A number in the interval from `low` to `high` (open or closed at each end; no
@@ -339,8 +351,11 @@ class _Table:
             if high is None:
                 self.problems.add(self.at(key), f"must be {'≥' if closed_low else '>'} {low}")
             else:
-                self.problems.add(self.at(key), f"must be in {'[' if closed_low else '('}{low}, "
-                                                f"{high}{']' if closed_high else ')'}")
+                self.problems.add(
+                    self.at(key),
+                    f"must be in {'[' if closed_low else '('}{low}, "
+                    f"{high}{']' if closed_high else ')'}",
+                )
             return default
         if places is not None and number != round(number, places):
             self.problems.add(self.at(key), f"must have at most {places} decimal places")
@@ -427,12 +442,25 @@ def cluster_file_check(
     all_nodes = {**existing.nodes, **nodes}
     # Pools whose capacity this file changes: their roots are checked even if not redeclared
     # (but not when a node group of theirs has problems: the capacity is unknown then).
-    touched = declared["pools"] | {n.pool for n in nodes.values()} | {
-        existing.nodes[n].pool for n in nodes if n in existing.nodes}
-    quotas = _quotas(data, all_pools, declared["pools"], touched - incomplete, incomplete,
-                     all_nodes, all_workspaces, existing, problems)
-    _check_pools_keep_their_contents(pools, nodes, declared["quotas"], all_types, existing,
-                                     problems)
+    touched = (
+        declared["pools"]
+        | {n.pool for n in nodes.values()}
+        | {existing.nodes[n].pool for n in nodes if n in existing.nodes}
+    )
+    quotas = _quotas(
+        data,
+        all_pools,
+        declared["pools"],
+        touched - incomplete,
+        incomplete,
+        all_nodes,
+        all_workspaces,
+        existing,
+        problems,
+    )
+    _check_pools_keep_their_contents(
+        pools, nodes, declared["quotas"], all_types, existing, problems
+    )
     users = _users(data, all_workspaces, environ, problems)
     keys = _access_keys(data, existing.users | declared["users"], existing, environ, problems)
     market = _market(data, problems)
@@ -452,8 +480,16 @@ def cluster_file_check(
 
 
 def _instance_types(data: Mapping, problems: Problems) -> dict[str, InstanceTypeDecl]:
-    allowed = ("resource_type", "vcpus", "memory_gib", "gpu", "gpu_model", "price_per_hour",
-               "public_capacity", "spot_enabled")
+    allowed = (
+        "resource_type",
+        "vcpus",
+        "memory_gib",
+        "gpu",
+        "gpu_model",
+        "price_per_hour",
+        "public_capacity",
+        "spot_enabled",
+    )
     out = {}
     for name, path, body in _entries(data, "instance_types", problems):
         t = _Table(body, path, problems, allowed)
@@ -470,13 +506,16 @@ def _instance_types(data: Mapping, problems: Problems) -> dict[str, InstanceType
         capacity = t.whole("public_capacity")
         spot = t.flag("spot_enabled", default=True)
         if t.ok:
-            out[name] = InstanceTypeDecl(name, resource_type, cpu, memory, gpu, gpu_model,
-                                         price, capacity, spot)
+            out[name] = InstanceTypeDecl(
+                name, resource_type, cpu, memory, gpu, gpu_model, price, capacity, spot
+            )
     return out
 
 
 def _pools(
-    data: Mapping, types: Mapping[str, InstanceTypeDecl], declared_types: set[str],
+    data: Mapping,
+    types: Mapping[str, InstanceTypeDecl],
+    declared_types: set[str],
     problems: Problems,
 ) -> tuple[dict[str, PoolDecl], dict[str, NodeDecl], set[str]]:
     """The pools, their nodes, and the pools with a node group that has problems."""
@@ -499,11 +538,18 @@ def _pools(
         pools[name] = PoolDecl(name, kind, resource_type)
         for i, group in enumerate(groups):
             before = len(problems)
-            for node, node_path in _node_group(group, path_of("pools", name, "nodes", i),
-                                               pools[name], types, declared_types, problems):
+            for node, node_path in _node_group(
+                group,
+                path_of("pools", name, "nodes", i),
+                pools[name],
+                types,
+                declared_types,
+                problems,
+            ):
                 if node.name in where:
-                    problems.add(node_path, f"node {node.name!r} is already declared at "
-                                            f"{where[node.name]}")
+                    problems.add(
+                        node_path, f"node {node.name!r} is already declared at {where[node.name]}"
+                    )
                     continue
                 where[node.name] = node_path
                 nodes[node.name] = node
@@ -513,12 +559,25 @@ def _pools(
 
 
 def _node_group(
-    raw: Any, path: str, pool: PoolDecl, types: Mapping[str, InstanceTypeDecl],
-    declared_types: set[str], problems: Problems,
+    raw: Any,
+    path: str,
+    pool: PoolDecl,
+    types: Mapping[str, InstanceTypeDecl],
+    declared_types: set[str],
+    problems: Problems,
 ) -> list[tuple[NodeDecl, str]]:
     """One `[[pools.<p>.nodes]]` entry: a `name`, or `count` nodes named prefix + index."""
-    allowed = ("name", "prefix", "count", "start", "instance_type", "vcpus", "memory_gib",
-               "gpu", "gpu_model")
+    allowed = (
+        "name",
+        "prefix",
+        "count",
+        "start",
+        "instance_type",
+        "vcpus",
+        "memory_gib",
+        "gpu",
+        "gpu_model",
+    )
     t = _Table(raw, path, problems, allowed)
     single = t.text("name", max_length=128)
     prefix = t.text("prefix", max_length=120)
@@ -533,8 +592,9 @@ def _node_group(
     shape_keys = [k for k in ("vcpus", "memory_gib", "gpu", "gpu_model") if k in t.raw]
     shape: NodeDecl | None = None
     if type_name and shape_keys:
-        problems.add(path, f"give either instance_type or a shape ({', '.join(shape_keys)}), "
-                           "not both")
+        problems.add(
+            path, f"give either instance_type or a shape ({', '.join(shape_keys)}), not both"
+        )
     elif type_name:
         itype = types.get(type_name)
         if itype is None and type_name in declared_types:
@@ -542,11 +602,15 @@ def _node_group(
         elif itype is None:
             problems.add(t.at("instance_type"), f"unknown instance type {type_name!r}")
         elif itype.resource_type != pool.resource_type:
-            problems.add(t.at("instance_type"), f"{type_name} is {itype.resource_type}, but "
-                                                f"pool {pool.name!r} is {pool.resource_type}")
+            problems.add(
+                t.at("instance_type"),
+                f"{type_name} is {itype.resource_type}, but "
+                f"pool {pool.name!r} is {pool.resource_type}",
+            )
         else:
-            shape = NodeDecl("", pool.name, type_name, itype.cpu, itype.memory, itype.gpu,
-                             itype.gpu_model)
+            shape = NodeDecl(
+                "", pool.name, type_name, itype.cpu, itype.memory, itype.gpu, itype.gpu_model
+            )
     else:
         cpu = t.scaled("vcpus", factor=1000, unit="millicores", required=True, positive=True)
         memory = t.scaled("memory_gib", factor=1024, unit="MiB", required=True, positive=True)
@@ -562,18 +626,37 @@ def _node_group(
     out = []
     for node_name in names:
         if not NODE_NAME.match(node_name):
-            problems.add(t.at("name" if single else "prefix"), f"{node_name!r} is not a valid "
-                         "node name (letters, digits, '.', '-' and '_', ≤ 128)")
+            problems.add(
+                t.at("name" if single else "prefix"),
+                f"{node_name!r} is not a valid "
+                "node name (letters, digits, '.', '-' and '_', ≤ 128)",
+            )
             return []
         node_path = path if single else f"{path} (node {node_name})"
-        out.append((NodeDecl(node_name, pool.name, shape.instance_type, shape.cpu, shape.memory,
-                             shape.gpu, shape.gpu_model), node_path))
+        out.append(
+            (
+                NodeDecl(
+                    node_name,
+                    pool.name,
+                    shape.instance_type,
+                    shape.cpu,
+                    shape.memory,
+                    shape.gpu,
+                    shape.gpu_model,
+                ),
+                node_path,
+            )
+        )
     return out
 
 
 def _check_pools_keep_their_contents(
-    pools: Mapping[str, PoolDecl], nodes: Mapping[str, NodeDecl], quotas: set[str],
-    types: Mapping[str, InstanceTypeDecl], existing: ClusterState, problems: Problems,
+    pools: Mapping[str, PoolDecl],
+    nodes: Mapping[str, NodeDecl],
+    quotas: set[str],
+    types: Mapping[str, InstanceTypeDecl],
+    existing: ClusterState,
+    problems: Problems,
 ) -> None:
     """A pool the file changes must still suit the quotas and nodes it already holds."""
     for name, pool in pools.items():
@@ -583,18 +666,24 @@ def _check_pools_keep_their_contents(
         for q in existing.quotas.values():
             if q.pool == name and q.name not in quotas:
                 if q.resource_type != pool.resource_type:
-                    problems.add(path_of("pools", name, "resource_type"),
-                                 f"existing quota {q.name!r} is {q.resource_type}")
+                    problems.add(
+                        path_of("pools", name, "resource_type"),
+                        f"existing quota {q.name!r} is {q.resource_type}",
+                    )
                 if pool.kind != "dedicated":
-                    problems.add(path_of("pools", name, "kind"),
-                                 f"existing quota {q.name!r} needs a dedicated pool")
+                    problems.add(
+                        path_of("pools", name, "kind"),
+                        f"existing quota {q.name!r} needs a dedicated pool",
+                    )
         for node in existing.nodes.values():
             itype = types.get(node.instance_type or "")
             if node.name in nodes or node.pool != name:
                 continue
             if itype and itype.resource_type != pool.resource_type:
-                problems.add(path_of("pools", name, "resource_type"),
-                             f"existing node {node.name!r} is {itype.resource_type}")
+                problems.add(
+                    path_of("pools", name, "resource_type"),
+                    f"existing node {node.name!r} is {itype.resource_type}",
+                )
 
 
 def _workspaces(data: Mapping, problems: Problems) -> dict[str, WorkspaceDecl]:
@@ -623,14 +712,24 @@ class _RawQuota:
 
 
 def _quotas(
-    data: Mapping, pools: Mapping[str, PoolDecl], declared_pools: set[str],
-    touched_pools: set[str], unknown_capacity: set[str], nodes: Mapping[str, NodeDecl],
-    workspaces: frozenset[str] | set[str], existing: ClusterState, problems: Problems,
+    data: Mapping,
+    pools: Mapping[str, PoolDecl],
+    declared_pools: set[str],
+    touched_pools: set[str],
+    unknown_capacity: set[str],
+    nodes: Mapping[str, NodeDecl],
+    workspaces: frozenset[str] | set[str],
+    existing: ClusterState,
+    problems: Problems,
 ) -> list[QuotaDecl]:
     raw: dict[str, _RawQuota] = {}
     for name, path, body in _entries(data, "quotas", problems):
-        t = _Table(body, path, problems, ("parent", "pool", "resource_type", "min",
-                                          "queue_strategy", "workspaces"))
+        t = _Table(
+            body,
+            path,
+            problems,
+            ("parent", "pool", "resource_type", "min", "queue_strategy", "workspaces"),
+        )
         if not SLUG.match(name):
             problems.add(path, "a quota name holds only letters, digits, '-' and '_' (≤ 64)")
         parent = t.text("parent", max_length=64) or None
@@ -652,16 +751,23 @@ def _quotas(
         if parent == name:
             problems.add(t.at("parent"), "a quota cannot be its own parent")
             parent = None
-        raw[name] = _RawQuota(name, path, parent, pool, resource_type, minimum, strategy,
-                              tuple(names))
-    return _quota_tree(raw, pools, declared_pools, touched_pools, unknown_capacity, nodes,
-                       existing, problems)
+        raw[name] = _RawQuota(
+            name, path, parent, pool, resource_type, minimum, strategy, tuple(names)
+        )
+    return _quota_tree(
+        raw, pools, declared_pools, touched_pools, unknown_capacity, nodes, existing, problems
+    )
 
 
 def _quota_tree(
-    raw: dict[str, _RawQuota], pools: Mapping[str, PoolDecl], declared_pools: set[str],
-    touched_pools: set[str], unknown_capacity: set[str], nodes: Mapping[str, NodeDecl],
-    existing: ClusterState, problems: Problems,
+    raw: dict[str, _RawQuota],
+    pools: Mapping[str, PoolDecl],
+    declared_pools: set[str],
+    touched_pools: set[str],
+    unknown_capacity: set[str],
+    nodes: Mapping[str, NodeDecl],
+    existing: ClusterState,
+    problems: Problems,
 ) -> list[QuotaDecl]:
     """Resolve parents and pools, then check the tree the apply would leave."""
     parents = {name: q.parent for name, q in existing.quotas.items()}
@@ -680,13 +786,15 @@ def _quota_tree(
             chain.append(node)
             node = parents[node]
         if node is not None and node in chain:
-            cycle = chain[chain.index(node):]
+            cycle = chain[chain.index(node) :]
             broken.update(cycle)
             if frozenset(cycle) not in reported:
                 reported.add(frozenset(cycle))
                 shown = " → ".join([*cycle, node])
-                problems.add(f"{raw[min(c for c in cycle if c in raw)].path}.parent",
-                             f"the parents form a cycle: {shown}")
+                problems.add(
+                    f"{raw[min(c for c in cycle if c in raw)].path}.parent",
+                    f"the parents form a cycle: {shown}",
+                )
 
     def pool_of(name: str, seen: frozenset[str] = frozenset()) -> str | None:
         q = raw.get(name)
@@ -707,17 +815,24 @@ def _quota_tree(
         if pool is None:
             continue  # reported above: no pool, or an unknown or cyclic parent
         if pool.kind != "dedicated":
-            problems.add(f"{q.path}.{where}", f"pool {pool.name!r} is {pool.kind}; quotas "
-                                              "live in dedicated pools")
+            problems.add(
+                f"{q.path}.{where}",
+                f"pool {pool.name!r} is {pool.kind}; quotas live in dedicated pools",
+            )
         if q.resource_type is not None and q.resource_type != pool.resource_type:
-            problems.add(f"{q.path}.resource_type", f"{q.resource_type} differs from pool "
-                                                    f"{pool.name!r}, which is {pool.resource_type}")
+            problems.add(
+                f"{q.path}.resource_type",
+                f"{q.resource_type} differs from pool {pool.name!r}, which is {pool.resource_type}",
+            )
         parent_pool = pool_of(q.parent) if q.parent and name not in broken else None
         if q.pool is not None and parent_pool is not None and parent_pool != q.pool:
-            problems.add(f"{q.path}.pool", f"must be the parent's pool {parent_pool!r} "
-                                           "(leave it out to inherit it)")
-        resolved[name] = QuotaDecl(name, q.parent, pool.name, pool.resource_type, q.min,
-                                   q.queue_strategy, q.workspaces)
+            problems.add(
+                f"{q.path}.pool",
+                f"must be the parent's pool {parent_pool!r} (leave it out to inherit it)",
+            )
+        resolved[name] = QuotaDecl(
+            name, q.parent, pool.name, pool.resource_type, q.min, q.queue_strategy, q.workspaces
+        )
 
     tree = {**existing.quotas, **resolved}
     _check_children_fit(tree, raw, broken, problems)
@@ -726,7 +841,9 @@ def _quota_tree(
 
 
 def _check_children_fit(
-    tree: Mapping[str, QuotaDecl], raw: Mapping[str, _RawQuota], broken: set[str],
+    tree: Mapping[str, QuotaDecl],
+    raw: Mapping[str, _RawQuota],
+    broken: set[str],
     problems: Problems,
 ) -> None:
     """Per resource, the children's min together may not exceed their parent's min."""
@@ -743,24 +860,34 @@ def _check_children_fit(
             total = sum(k.min.get(resource) for k in kids)
             if total <= parent.min.get(resource):
                 continue
-            parts = ", ".join(f"{k.name} {resource_text(resource, k.min.get(resource))}"
-                              for k in kids)
+            parts = ", ".join(
+                f"{k.name} {resource_text(resource, k.min.get(resource))}" for k in kids
+            )
             if parent_name in raw:
-                problems.add(f"{raw[parent_name].path}.min.{key}",
-                             f"the children's min adds up to {resource_text(resource, total)} "
-                             f"({parts}), more than this quota's "
-                             f"{resource_text(resource, parent.min.get(resource))}")
+                problems.add(
+                    f"{raw[parent_name].path}.min.{key}",
+                    f"the children's min adds up to {resource_text(resource, total)} "
+                    f"({parts}), more than this quota's "
+                    f"{resource_text(resource, parent.min.get(resource))}",
+                )
             else:
-                problems.add(f"{raw[in_file[0]].path}.min.{key}",
-                             f"the children of {parent_name!r} need "
-                             f"{resource_text(resource, total)} ({parts}), more than its "
-                             f"{resource_text(resource, parent.min.get(resource))}")
+                problems.add(
+                    f"{raw[in_file[0]].path}.min.{key}",
+                    f"the children of {parent_name!r} need "
+                    f"{resource_text(resource, total)} ({parts}), more than its "
+                    f"{resource_text(resource, parent.min.get(resource))}",
+                )
 
 
 def _check_roots_fit(
-    tree: Mapping[str, QuotaDecl], raw: Mapping[str, _RawQuota], pools: Mapping[str, PoolDecl],
-    touched_pools: set[str], unknown_capacity: set[str], nodes: Mapping[str, NodeDecl],
-    broken: set[str], problems: Problems,
+    tree: Mapping[str, QuotaDecl],
+    raw: Mapping[str, _RawQuota],
+    pools: Mapping[str, PoolDecl],
+    touched_pools: set[str],
+    unknown_capacity: set[str],
+    nodes: Mapping[str, NodeDecl],
+    broken: set[str],
+    problems: Problems,
 ) -> None:
     """Per pool and resource, the root quotas' min together must fit the pool's nodes."""
     capacity: dict[str, Resources] = {}
@@ -782,12 +909,15 @@ def _check_roots_fit(
             total = sum(q.min.get(resource) for q in pool_roots)
             if total <= held.get(resource):
                 continue
-            parts = ", ".join(f"{q.name} {resource_text(resource, q.min.get(resource))}"
-                              for q in pool_roots)
-            problems.add(f"{path}.{key}" if in_file else path,
-                         f"the root quotas of pool {pool_name!r} guarantee "
-                         f"{resource_text(resource, total)} ({parts}), but its nodes hold "
-                         f"{resource_text(resource, held.get(resource))}")
+            parts = ", ".join(
+                f"{q.name} {resource_text(resource, q.min.get(resource))}" for q in pool_roots
+            )
+            problems.add(
+                f"{path}.{key}" if in_file else path,
+                f"the root quotas of pool {pool_name!r} guarantee "
+                f"{resource_text(resource, total)} ({parts}), but its nodes hold "
+                f"{resource_text(resource, held.get(resource))}",
+            )
 
 
 def _parents_first(quotas: Mapping[str, QuotaDecl]) -> list[str]:
@@ -807,7 +937,9 @@ def _parents_first(quotas: Mapping[str, QuotaDecl]) -> list[str]:
 
 
 def _users(
-    data: Mapping, workspaces: frozenset[str] | set[str], environ: Mapping[str, str],
+    data: Mapping,
+    workspaces: frozenset[str] | set[str],
+    environ: Mapping[str, str],
     problems: Problems,
 ) -> dict[str, UserDecl]:
     allowed = ("email", "password", "password_env", "is_staff", "is_superuser", "memberships")
@@ -822,8 +954,9 @@ def _users(
         password = _secret(t, "password", environ, required=False)
         if password is not None:
             for message in _password_problems(password, name):
-                problems.add(t.at("password_env" if "password_env" in t.raw else "password"),
-                             message)
+                problems.add(
+                    t.at("password_env" if "password_env" in t.raw else "password"), message
+                )
         superuser = t.flag("is_superuser", default=False)
         staff = t.flag("is_staff", default=superuser)
         memberships = []
@@ -875,8 +1008,11 @@ def _secret(t: _Table, key: str, environ: Mapping[str, str], *, required: bool) 
 
 
 def _access_keys(
-    data: Mapping, users: frozenset[str] | set[str], existing: ClusterState,
-    environ: Mapping[str, str], problems: Problems,
+    data: Mapping,
+    users: frozenset[str] | set[str],
+    existing: ClusterState,
+    environ: Mapping[str, str],
+    problems: Problems,
 ) -> dict[str, AccessKeyDecl]:
     allowed = ("user", "secret", "secret_env", "description", "enabled")
     out = {}
@@ -889,13 +1025,19 @@ def _access_keys(
             problems.add(t.at("user"), f"unknown user {user!r}")
         owner = existing.access_keys.get(key_id)
         if user and owner is not None and owner != user:
-            problems.add(t.at("user"), f"the key belongs to {owner!r}; a key never changes "
-                                       "owner (delete it in the admin first)")
+            problems.add(
+                t.at("user"),
+                f"the key belongs to {owner!r}; a key never changes "
+                "owner (delete it in the admin first)",
+            )
         secret = _secret(t, "secret", environ, required=True)
-        if secret is not None and (len(secret) < 16 or not secret.isprintable()
-                                   or any(c.isspace() for c in secret)):
-            problems.add(t.at("secret_env" if "secret_env" in t.raw else "secret"),
-                         "must be at least 16 printable characters without spaces")
+        if secret is not None and (
+            len(secret) < 16 or not secret.isprintable() or any(c.isspace() for c in secret)
+        ):
+            problems.add(
+                t.at("secret_env" if "secret_env" in t.raw else "secret"),
+                "must be at least 16 printable characters without spaces",
+            )
         description = t.text("description", max_length=200)
         enabled = t.flag("enabled", default=True)
         if t.ok and secret is not None:
@@ -911,17 +1053,32 @@ def _market(data: Mapping, problems: Problems) -> MarketDecl | None:
     allowed = ("floor_ratio", "smoothing", "volatility", "sensitivity", "average_window_minutes")
     t = _Table(data["market"], "market", problems, allowed)
     d = MARKET_DEFAULTS
-    floor = t.bounded("floor_ratio", default=d.floor_ratio, low=0, high=1, closed_high=False,
-                      strings=True, places=3)
+    floor = t.bounded(
+        "floor_ratio",
+        default=d.floor_ratio,
+        low=0,
+        high=1,
+        closed_high=False,
+        strings=True,
+        places=3,
+    )
     smoothing = t.bounded("smoothing", default=Decimal(str(d.smoothing)), low=0, high=1)
-    volatility = t.bounded("volatility", default=Decimal(str(d.volatility)), low=0, high=1,
-                           closed_low=True, closed_high=False)
+    volatility = t.bounded(
+        "volatility",
+        default=Decimal(str(d.volatility)),
+        low=0,
+        high=1,
+        closed_low=True,
+        closed_high=False,
+    )
     sensitivity = t.bounded("sensitivity", default=Decimal(str(d.sensitivity)), low=0)
-    seconds = 60 * t.bounded("average_window_minutes", low=0,
-                             default=Decimal(str(d.average_window_seconds)) / 60)
+    seconds = 60 * t.bounded(
+        "average_window_minutes", low=0, default=Decimal(str(d.average_window_seconds)) / 60
+    )
     if seconds < 1:  # the model's floor: a shorter window averages nothing
         problems.add(t.at("average_window_minutes"), "must be at least one second (1/60 minute)")
     if not t.ok:
         return None
-    return MarketDecl(floor, float(smoothing), float(volatility), float(sensitivity),
-                      float(seconds))
+    return MarketDecl(
+        floor, float(smoothing), float(volatility), float(sensitivity), float(seconds)
+    )

@@ -26,7 +26,9 @@ class InstanceType(models.Model):
     gpu = models.PositiveIntegerField(default=0)
     gpu_model = models.CharField(max_length=64, blank=True)
     price_per_hour = models.DecimalField(
-        max_digits=12, decimal_places=4, validators=[MinValueValidator(0)],
+        max_digits=12,
+        decimal_places=4,
+        validators=[MinValueValidator(0)],
         help_text="original (pay-as-you-go) price, CNY per instance-hour",
     )
     public_capacity = models.PositiveIntegerField(
@@ -116,9 +118,7 @@ class Quota(models.Model):
     queue_strategy = models.CharField(
         max_length=16, choices=Strategy.choices, default=Strategy.STRICT_FIFO
     )
-    workspaces = models.ManyToManyField(
-        "workspaces.Workspace", blank=True, related_name="quotas"
-    )
+    workspaces = models.ManyToManyField("workspaces.Workspace", blank=True, related_name="quotas")
 
     class Meta:
         ordering = ["name"]

@@ -24,20 +24,41 @@ from apps.workspaces.models import AccessKey, Workspace
 def cluster_state() -> ClusterState:
     """The database as plain declarations, for `cluster_file_check(existing=…)`."""
     types = {
-        t.name: InstanceTypeDecl(t.name, t.resource_type, t.cpu, t.memory, t.gpu, t.gpu_model,
-                                 t.price_per_hour, t.public_capacity, t.spot_enabled)
+        t.name: InstanceTypeDecl(
+            t.name,
+            t.resource_type,
+            t.cpu,
+            t.memory,
+            t.gpu,
+            t.gpu_model,
+            t.price_per_hour,
+            t.public_capacity,
+            t.spot_enabled,
+        )
         for t in InstanceType.objects.all()
     }
     pools = {p.name: PoolDecl(p.name, p.kind, p.resource_type) for p in ResourcePool.objects.all()}
     nodes = {
-        n.name: NodeDecl(n.name, n.pool.name, n.instance_type.name if n.instance_type else None,
-                         n.cpu, n.memory, n.gpu, n.gpu_model)
+        n.name: NodeDecl(
+            n.name,
+            n.pool.name,
+            n.instance_type.name if n.instance_type else None,
+            n.cpu,
+            n.memory,
+            n.gpu,
+            n.gpu_model,
+        )
         for n in Node.objects.select_related("pool", "instance_type")
     }
     quotas = {
-        q.name: QuotaDecl(q.name, q.parent.name if q.parent else None, q.pool.name,
-                          q.resource_type, Resources(q.min_cpu, q.min_memory, q.min_gpu),
-                          q.queue_strategy)
+        q.name: QuotaDecl(
+            q.name,
+            q.parent.name if q.parent else None,
+            q.pool.name,
+            q.resource_type,
+            Resources(q.min_cpu, q.min_memory, q.min_gpu),
+            q.queue_strategy,
+        )
         for q in Quota.objects.select_related("parent", "pool")
     }
     User = get_user_model()
@@ -138,14 +159,18 @@ def quota_usage_rows() -> dict[str, list[QuotaRow]]:
     quotas = list(Quota.objects.select_related("pool").prefetch_related("workspaces"))
     own_used: dict[int, Resources] = {}
     own_borrowed: dict[int, Resources] = {}
-    for row in (Pod.objects.filter(HOLDING, job__quota__isnull=False, in_quota__isnull=False)
-                .values("job__quota_id", "in_quota").annotate(**_SUMS)):
+    for row in (
+        Pod.objects.filter(HOLDING, job__quota__isnull=False, in_quota__isnull=False)
+        .values("job__quota_id", "in_quota")
+        .annotate(**_SUMS)
+    ):
         target = own_used if row["in_quota"] else own_borrowed
         target[row["job__quota_id"]] = _resources(row)
     pool_borrowed = {
         row["node__pool_id"]: _resources(row)
         for row in Pod.objects.filter(HOLDING, in_quota=False, node__isnull=False)
-        .values("node__pool_id").annotate(**_SUMS)
+        .values("node__pool_id")
+        .annotate(**_SUMS)
     }
 
     children: dict[int | None, list[Quota]] = {}
@@ -177,9 +202,14 @@ def quota_usage_rows() -> dict[str, list[QuotaRow]]:
             )
             for r in ("gpu", "cpu", "memory")
         }
-        rows.setdefault(q.resource_type, []).append(QuotaRow(
-            quota=q, depth=depth, workspaces=[w.name for w in q.workspaces.all()], **usage,
-        ))
+        rows.setdefault(q.resource_type, []).append(
+            QuotaRow(
+                quota=q,
+                depth=depth,
+                workspaces=[w.name for w in q.workspaces.all()],
+                **usage,
+            )
+        )
         for child in children.get(q.pk, []):
             emit(child, depth + 1)
 

@@ -47,8 +47,11 @@ def client_address(request: HttpRequest) -> str:
     address = request.META.get("REMOTE_ADDR") or ""
     proxies = settings.TRUSTED_PROXY_COUNT
     if proxies:
-        forwarded = [part.strip() for part in
-                     request.META.get("HTTP_X_FORWARDED_FOR", "").split(",") if part.strip()]
+        forwarded = [
+            part.strip()
+            for part in request.META.get("HTTP_X_FORWARDED_FOR", "").split(",")
+            if part.strip()
+        ]
         if forwarded:
             address = forwarded[-min(proxies, len(forwarded))]
     try:
@@ -64,8 +67,12 @@ def client_address(request: HttpRequest) -> str:
 
 def throttle_scope(kind: str, ident: str, *, limit: int) -> Scope:
     """A scope under THROTTLE_WINDOW_SECONDS, in this installation's key namespace."""
-    return Scope(kind, ident, Rule(limit, settings.THROTTLE_WINDOW_SECONDS),
-                 namespace=settings.THROTTLE_KEY_PREFIX)
+    return Scope(
+        kind,
+        ident,
+        Rule(limit, settings.THROTTLE_WINDOW_SECONDS),
+        namespace=settings.THROTTLE_KEY_PREFIX,
+    )
 
 
 def login_scopes(*, username: str, address: str | None) -> list[Scope]:
@@ -73,7 +80,8 @@ def login_scopes(*, username: str, address: str | None) -> list[Scope]:
     scopes = [throttle_scope(LOGIN_USER, username, limit=settings.LOGIN_THROTTLE_PER_USERNAME)]
     if address is not None:
         scopes.append(
-            throttle_scope(LOGIN_ADDRESS, address, limit=settings.LOGIN_THROTTLE_PER_ADDRESS))
+            throttle_scope(LOGIN_ADDRESS, address, limit=settings.LOGIN_THROTTLE_PER_ADDRESS)
+        )
     return scopes
 
 
@@ -87,27 +95,39 @@ class LoginRefusal:
 class ThrottledModelBackend(ModelBackend):
     """ModelBackend, refusing (PermissionDenied: no other backend is tried) while locked."""
 
-    def authenticate(self, request: HttpRequest | None, username: str | None = None,
-                     password: str | None = None, **kwargs):
+    def authenticate(
+        self,
+        request: HttpRequest | None,
+        username: str | None = None,
+        password: str | None = None,
+        **kwargs,
+    ):
         if username is None or password is None:
-            return super().authenticate(request, username=username, password=password,
-                                        **kwargs)
+            return super().authenticate(request, username=username, password=password, **kwargs)
         now = timezone.now().timestamp()
-        scopes = login_scopes(username=username,
-                              address=client_address(request) if request is not None else None)
+        scopes = login_scopes(
+            username=username, address=client_address(request) if request is not None else None
+        )
         try:
             lock = throttle_check(store=redis_client(), scopes=scopes, now=now)
         except RedisError:
             logger.exception("Redis is unavailable: sign-ins cannot be throttled")
-            _refuse(request, LoginRefusal(
-                "Sign-in is unavailable for a moment. Try again shortly.", status=503))
+            _refuse(
+                request,
+                LoginRefusal("Sign-in is unavailable for a moment. Try again shortly.", status=503),
+            )
         if lock is not None:
             minutes = lock.minutes_left(now)
             whom = "for this account" if lock.scope.kind == LOGIN_USER else "from your address"
-            _refuse(request, LoginRefusal(
-                f"Too many failed sign-ins {whom}. Try again in {minutes} "
-                f"minute{'s' if minutes != 1 else ''}.",
-                status=429, retry_after=lock.seconds_left(now)))
+            _refuse(
+                request,
+                LoginRefusal(
+                    f"Too many failed sign-ins {whom}. Try again in {minutes} "
+                    f"minute{'s' if minutes != 1 else ''}.",
+                    status=429,
+                    retry_after=lock.seconds_left(now),
+                ),
+            )
         user = super().authenticate(request, username=username, password=password, **kwargs)
         try:
             if user is None:

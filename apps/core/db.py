@@ -23,12 +23,12 @@ class Epoch(Func):
     output_field = FloatField()
 
     def as_postgresql(self, compiler, connection, **extra):
-        return self.as_sql(compiler, connection,
-                           template="EXTRACT(EPOCH FROM %(expressions)s)::float8", **extra)
+        return self.as_sql(
+            compiler, connection, template="EXTRACT(EPOCH FROM %(expressions)s)::float8", **extra
+        )
 
     def as_sqlite(self, compiler, connection, **extra):
-        return self.as_sql(compiler, connection, template="paiweb_epoch(%(expressions)s)",
-                           **extra)
+        return self.as_sql(compiler, connection, template="paiweb_epoch(%(expressions)s)", **extra)
 
 
 def _sqlite_epoch(text: str | None) -> float | None:
@@ -41,8 +41,7 @@ def _sqlite_epoch(text: str | None) -> float | None:
 def sqlite_functions(sender, connection, **kwargs) -> None:
     """`connection_created` receiver: the SQL functions paiweb's SQLite queries use."""
     if connection.vendor == "sqlite":
-        connection.connection.create_function("paiweb_epoch", 1, _sqlite_epoch,
-                                              deterministic=True)
+        connection.connection.create_function("paiweb_epoch", 1, _sqlite_epoch, deterministic=True)
 
 
 def db_datetime(value: datetime | None):
@@ -52,8 +51,9 @@ def db_datetime(value: datetime | None):
     return connection.ops.adapt_datetimefield_value(value)
 
 
-def rows_insert(model: type[Model], fields: Sequence[str], rows: Sequence[Sequence[Any]], *,
-                chunk: int = 5000) -> list[int]:
+def rows_insert(
+    model: type[Model], fields: Sequence[str], rows: Sequence[Sequence[Any]], *, chunk: int = 5000
+) -> list[int]:
     """Insert plain rows, each a tuple of values in `fields` order, and return the new
     primary keys in row order. Every other column takes its field's default (auto_now and
     auto_now_add: the time of the call).
@@ -76,8 +76,12 @@ def rows_insert(model: type[Model], fields: Sequence[str], rows: Sequence[Sequen
     by_attname = {f.attname: f for f in model._meta.concrete_fields}
     given = [by_attname[name] for name in fields]
     now = timezone.now()
-    constants = [now if getattr(f, "auto_now", False) or getattr(f, "auto_now_add", False)
-                 else f.get_db_prep_save(f.get_default(), connection) for f in rest]
+    constants = [
+        now
+        if getattr(f, "auto_now", False) or getattr(f, "auto_now_add", False)
+        else f.get_db_prep_save(f.get_default(), connection)
+        for f in rest
+    ]
 
     def db_type(f) -> str:
         return f.db_type(connection).split("(")[0]
@@ -85,11 +89,14 @@ def rows_insert(model: type[Model], fields: Sequence[str], rows: Sequence[Sequen
     columns = ", ".join(connection.ops.quote_name(f.column) for f in given + rest)
     arrays = ", ".join(f"%s::{db_type(f)}[]" for f in given)
     names = ", ".join(f"c{i}" for i in range(len(given)))
-    select = ", ".join([*(f"u.c{i}" for i in range(len(given))),
-                        *(f"%s::{db_type(f)}" for f in rest)])
-    sql = (f"INSERT INTO {connection.ops.quote_name(model._meta.db_table)} ({columns}) "
-           f"SELECT {select} FROM unnest({arrays}) WITH ORDINALITY AS u({names}, n) ORDER BY u.n "
-           f"RETURNING {connection.ops.quote_name(model._meta.pk.column)}")
+    select = ", ".join(
+        [*(f"u.c{i}" for i in range(len(given))), *(f"%s::{db_type(f)}" for f in rest)]
+    )
+    sql = (
+        f"INSERT INTO {connection.ops.quote_name(model._meta.db_table)} ({columns}) "
+        f"SELECT {select} FROM unnest({arrays}) WITH ORDINALITY AS u({names}, n) ORDER BY u.n "
+        f"RETURNING {connection.ops.quote_name(model._meta.pk.column)}"
+    )
     ids: list[int] = []
     with connection.cursor() as cursor:
         for start in range(0, len(rows), chunk):
@@ -112,9 +119,12 @@ def pks_update(model: type[Model], pks: Sequence[int], **values: Any) -> None:
     qn = connection.ops.quote_name
     fields = [model._meta.get_field(name) for name in values]
     sets = ", ".join(f"{qn(f.column)} = %s" for f in fields)
-    params = [f.get_db_prep_save(v, connection) for f, v in zip(fields, values.values(),
-                                                                  strict=True)]
+    params = [
+        f.get_db_prep_save(v, connection) for f, v in zip(fields, values.values(), strict=True)
+    ]
     with connection.cursor() as cursor:
         cursor.execute(
             f"UPDATE {qn(model._meta.db_table)} SET {sets} "
-            f"WHERE {qn(model._meta.pk.column)} = ANY(%s)", [*params, list(pks)])
+            f"WHERE {qn(model._meta.pk.column)} = ANY(%s)",
+            [*params, list(pks)],
+        )

@@ -39,10 +39,16 @@ from django.conf import settings
 
 from apps.agent.runner import process_alive
 
-PLATFORM_FAILURES = ("NodeLost", "NodeDrained", "AgentRestarted", "AgentStopped", "AgentError",
-                     "StartError", "SandboxUnavailable")
-BY_DESIGN = ("JobPreempted", "SpotPriceExceeded", "SpotAveragePriceExceeded",
-             "SpotStockShortage")
+PLATFORM_FAILURES = (
+    "NodeLost",
+    "NodeDrained",
+    "AgentRestarted",
+    "AgentStopped",
+    "AgentError",
+    "StartError",
+    "SandboxUnavailable",
+)
+BY_DESIGN = ("JobPreempted", "SpotPriceExceeded", "SpotAveragePriceExceeded", "SpotStockShortage")
 VICTIMS = ("worker", "beat", "agent", "web")
 KINDS = ("quota", "distributed", "borrower", "only-idle", "public", "spot", "cpu", "fails")
 TERMINAL = ("Succeeded", "Failed", "Stopped")
@@ -65,28 +71,40 @@ def submit_workload(count: int, seed: int) -> dict[str, str]:
 
     rng = random.Random(seed)
     users = get_user_model().objects
-    teams = {"team-a": (Workspace.objects.get(name="team-a"), users.get(username="alice")),
-             "team-b": (Workspace.objects.get(name="team-b"), users.get(username="charlie"))}
+    teams = {
+        "team-a": (Workspace.objects.get(name="team-a"), users.get(username="alice")),
+        "team-b": (Workspace.objects.get(name="team-b"), users.get(username="charlie")),
+    }
     made = {}
     for i in range(count):
         kind = KINDS[i % len(KINDS)]
         command = f"echo {kind} {i}; sleep {rng.randint(3, 20)}"
         team = "team-a" if i % 2 else "team-b"
         role = RoleSpec(pod_count=1, cpu=4000, memory=16384, gpu=1)
-        spec = JobSpec(display_name=f"{kind}-{i}", user_command=command, quota=team,
-                       enable_aimaster=rng.random() < 0.5, roles=[role])
+        spec = JobSpec(
+            display_name=f"{kind}-{i}",
+            user_command=command,
+            quota=team,
+            enable_aimaster=rng.random() < 0.5,
+            roles=[role],
+        )
         if kind == "distributed":
-            spec.roles = [RoleSpec(role_type="Master", cpu=4000, memory=16384, gpu=1),
-                          RoleSpec(role_type="Worker", pod_count=2, cpu=4000, memory=16384,
-                                   gpu=1)]
+            spec.roles = [
+                RoleSpec(role_type="Master", cpu=4000, memory=16384, gpu=1),
+                RoleSpec(role_type="Worker", pod_count=2, cpu=4000, memory=16384, gpu=1),
+            ]
         elif kind in ("borrower", "only-idle"):
             spec.idle_mode = "acceptable" if kind == "borrower" else "only_idle"
             spec.enable_aimaster = True
             role.gpu = 8 if kind == "borrower" else 4
         elif kind in ("public", "spot"):
             spec.quota, spec.resource_source, spec.resource_type = "", kind, "ECS"
-            spec.roles = [RoleSpec(instance_type="ecs.g7.xlarge", spot_discount_limit=Decimal(
-                "0.9") if kind == "spot" else None)]
+            spec.roles = [
+                RoleSpec(
+                    instance_type="ecs.g7.xlarge",
+                    spot_discount_limit=Decimal("0.9") if kind == "spot" else None,
+                )
+            ]
             spec.enable_aimaster = kind == "spot" or spec.enable_aimaster
         elif kind == "cpu":
             role.gpu = 0
@@ -106,20 +124,31 @@ def sample() -> dict:
     from apps.cluster.models import InstanceType, Node, Quota
     from apps.jobs.models import Pod
 
-    held = Pod.objects.filter(process__state__in=("queued", "starting", "running")) | \
-        Pod.objects.filter(status__in=("Pending", "Running"))
-    rows = held.distinct().values_list("node_id", "in_quota", "job__quota_id",
-                                       "role__instance_type_id", "role__cpu", "role__memory",
-                                       "role__gpu")
-    on_node, in_quota, public = defaultdict(lambda: [0, 0, 0]), defaultdict(lambda: [0, 0, 0]), \
-        defaultdict(int)
+    held = Pod.objects.filter(
+        process__state__in=("queued", "starting", "running")
+    ) | Pod.objects.filter(status__in=("Pending", "Running"))
+    rows = held.distinct().values_list(
+        "node_id",
+        "in_quota",
+        "job__quota_id",
+        "role__instance_type_id",
+        "role__cpu",
+        "role__memory",
+        "role__gpu",
+    )
+    on_node, in_quota, public = (
+        defaultdict(lambda: [0, 0, 0]),
+        defaultdict(lambda: [0, 0, 0]),
+        defaultdict(int),
+    )
     parents = dict(Quota.objects.values_list("id", "parent_id"))
     for node_id, quota_ok, quota_id, type_id, cpu, memory, gpu in rows:
         if node_id is None:
             public[type_id] += 1
             continue
-        for use in [on_node[node_id]] + ([] if not quota_ok else [in_quota[q] for q in
-                                                                   _chain(quota_id, parents)]):
+        for use in [on_node[node_id]] + (
+            [] if not quota_ok else [in_quota[q] for q in _chain(quota_id, parents)]
+        ):
             use[0], use[1], use[2] = use[0] + cpu, use[1] + memory, use[2] + gpu
     problems = []
     for node in Node.objects.filter(pk__in=list(on_node)):
@@ -130,11 +159,16 @@ def sample() -> dict:
             problems.append(f"quota {quota.name} in-quota use over its min: {in_quota[quota.pk]}")
     for kind in InstanceType.objects.filter(pk__in=list(public)):
         if public[kind.pk] > kind.public_capacity:
-            problems.append(f"{kind.name}: {public[kind.pk]} public instances of "
-                            f"{kind.public_capacity}")
-    stale = [pod_id for pod_id, pid in Pod.objects.filter(
-        status="Running", process__state="running").values_list("pod_id", "process__pid")
-        if not process_alive(pid)]
+            problems.append(
+                f"{kind.name}: {public[kind.pk]} public instances of {kind.public_capacity}"
+            )
+    stale = [
+        pod_id
+        for pod_id, pid in Pod.objects.filter(
+            status="Running", process__state="running"
+        ).values_list("pod_id", "process__pid")
+        if not process_alive(pid)
+    ]
     return {"t": time.time(), "problems": problems, "stale": stale}
 
 
@@ -172,12 +206,19 @@ def settled(kinds: dict[str, str]) -> dict:
     only if it still waits a few ticks later: see `run`)."""
     from apps.jobs.models import Job
 
-    rows = list(Job.objects.filter(job_id__in=list(kinds)).values_list(
-        "job_id", "status", "pending_reason"))
-    open_jobs = [(job_id, status, reason) for job_id, status, reason in rows
-                 if status not in TERMINAL and not (status in WAITING and reason)]
-    return {"open": len(open_jobs), "some": open_jobs[:5],
-            "statuses": sorted(f"{job_id}:{status}" for job_id, status, _ in rows)}
+    rows = list(
+        Job.objects.filter(job_id__in=list(kinds)).values_list("job_id", "status", "pending_reason")
+    )
+    open_jobs = [
+        (job_id, status, reason)
+        for job_id, status, reason in rows
+        if status not in TERMINAL and not (status in WAITING and reason)
+    ]
+    return {
+        "open": len(open_jobs),
+        "some": open_jobs[:5],
+        "statuses": sorted(f"{job_id}:{status}" for job_id, status, _ in rows),
+    }
 
 
 def final_check(kinds: dict[str, str]) -> dict:
@@ -194,32 +235,52 @@ def final_check(kinds: dict[str, str]) -> dict:
         if job.status not in TERMINAL and not (job.status in WAITING and job.pending_reason):
             problems.append(f"{job.job_id} ({kind}) is {job.status} with no reason")
         if job.status == "Failed":
-            own = kind == "fails" and job.reason_code == "PodFailed" and "code 3" in \
-                job.reason_message
+            own = (
+                kind == "fails"
+                and job.reason_code == "PodFailed"
+                and "code 3" in job.reason_message
+            )
             if job.reason_code in PLATFORM_FAILURES or not (own or job.reason_code in BY_DESIGN):
-                platform_failed.append(f"{job.job_id} ({kind}): {job.reason_code} "
-                                       f"{job.reason_message[:160]}")
+                platform_failed.append(
+                    f"{job.job_id} ({kind}): {job.reason_code} {job.reason_message[:160]}"
+                )
         elif kind == "fails" and job.status in TERMINAL:
             problems.append(f"{job.job_id} (fails) ended {job.status}, not Failed")
     billed: dict[int, set[int]] = {}
     for pod_pk, minute in BillLine.objects.filter(job__job_id__in=list(kinds)).values_list(
-            "pod_id", "minute"):
+        "pod_id", "minute"
+    ):
         billed.setdefault(pod_pk, set()).add(minute)
-    metered = Pod.objects.filter(job__job_id__in=list(kinds), meter__closed=True,
-                                 started_at__isnull=False, finished_at__isnull=False)
-    for pk, pod_id, started, finished in metered.values_list("pk", "pod_id", "started_at",
-                                                             "finished_at"):
-        ran = set(pricing.bill_minutes(started.timestamp(), finished.timestamp(),
-                                        already_billed_until=None))
+    metered = Pod.objects.filter(
+        job__job_id__in=list(kinds),
+        meter__closed=True,
+        started_at__isnull=False,
+        finished_at__isnull=False,
+    )
+    for pk, pod_id, started, finished in metered.values_list(
+        "pk", "pod_id", "started_at", "finished_at"
+    ):
+        ran = set(
+            pricing.bill_minutes(
+                started.timestamp(), finished.timestamp(), already_billed_until=None
+            )
+        )
         if billed.get(pk, set()) != ran:
-            problems.append(f"pod {pod_id}: billed minutes {sorted(billed.get(pk, ()))} but "
-                            f"it ran in {sorted(ran)}")
+            problems.append(
+                f"pod {pod_id}: billed minutes {sorted(billed.get(pk, ()))} but "
+                f"it ran in {sorted(ran)}"
+            )
     live = Pod.objects.filter(status__in=("Pending", "Running")).count()
-    orphans = _orphans(Path(settings.AGENT_STATE_DIR), Path(settings.POD_WORK_ROOT)) \
-        if live == 0 else []
+    orphans = (
+        _orphans(Path(settings.AGENT_STATE_DIR), Path(settings.POD_WORK_ROOT)) if live == 0 else []
+    )
     problems += [f"orphan process {o}" for o in orphans]
-    return {"problems": problems, "platform_failed": platform_failed, "statuses": statuses,
-            "metered_pods": metered.count()}
+    return {
+        "problems": problems,
+        "platform_failed": platform_failed,
+        "statuses": statuses,
+        "metered_pods": metered.count(),
+    }
 
 
 def _orphans(state_dir: Path, work_root: Path) -> list[str]:
@@ -263,16 +324,18 @@ class Report:
         p99 = recovery[min(len(recovery) - 1, round(0.99 * (len(recovery) - 1)))]
         kills = ", ".join(f"{name} ×{n}" for name, n in sorted(self.kills.items()))
         statuses = ", ".join(f"{k} {v}" for k, v in sorted(self.statuses.items()))
-        return "\n".join([
-            f"jobs: {self.jobs} ({statuses})",
-            f"kills: {sum(self.kills.values())} ({kills})",
-            f"invariant violations: {len(self.problems)}",
-            f"jobs failed by the platform: {len(self.platform_failed)}",
-            f"recovery after a kill: p50 {statistics.median(recovery):.1f} s, p99 {p99:.1f} s",
-            f"settled {self.settle_seconds:.0f} s after the last kill; longest Running without "
-            f"a process: {self.max_stale_seconds:.1f} s; {self.samples} samples; "
-            f"{self.metered_pods} billed pods checked",
-        ])
+        return "\n".join(
+            [
+                f"jobs: {self.jobs} ({statuses})",
+                f"kills: {sum(self.kills.values())} ({kills})",
+                f"invariant violations: {len(self.problems)}",
+                f"jobs failed by the platform: {len(self.platform_failed)}",
+                f"recovery after a kill: p50 {statistics.median(recovery):.1f} s, p99 {p99:.1f} s",
+                f"settled {self.settle_seconds:.0f} s after the last kill; longest Running without "
+                f"a process: {self.max_stale_seconds:.1f} s; {self.samples} samples; "
+                f"{self.metered_pods} billed pods checked",
+            ]
+        )
 
 
 def _create_database(server: str) -> str:
@@ -291,9 +354,16 @@ def _drop_database(server: str, name: str) -> None:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-def run(*, jobs: int = 120, kills: int = 12, window: float = 75.0, settle: float = 300.0,
-        seed: int = 1, server: str = "postgresql://postgres@127.0.0.1:5432",
-        say=print) -> Report:
+def run(
+    *,
+    jobs: int = 120,
+    kills: int = 12,
+    window: float = 75.0,
+    settle: float = 300.0,
+    seed: int = 1,
+    server: str = "postgresql://postgres@127.0.0.1:5432",
+    say=print,
+) -> Report:
     """One round: a demo on a fresh database, `jobs` jobs, `kills` SIGKILLs spread over
     `window` seconds (every victim at least once when kills ≥ 4), then up to `settle`
     seconds for every job to settle, then the checks. The database is dropped after."""
@@ -303,27 +373,41 @@ def run(*, jobs: int = 120, kills: int = 12, window: float = 75.0, settle: float
     name = _create_database(server)
     demo = None
     try:
-        demo = DemoProcess(backend="agent", env={
-            "DATABASE_URL": f"{server}/{name}", "AGENT_RECONCILE_SECONDS": "2",
-            "SCHEDULER_MIN_RUN_SECONDS": "0"})
+        demo = DemoProcess(
+            backend="agent",
+            env={
+                "DATABASE_URL": f"{server}/{name}",
+                "AGENT_RECONCILE_SECONDS": "2",
+                "SCHEDULER_MIN_RUN_SECONDS": "0",
+            },
+        )
         demo.wait_for(r"paiweb demo is running")
-        kinds = demo.python("import json; from apps.core.faults import submit_workload; "
-                            f"print(json.dumps(submit_workload({jobs}, {seed})))")
+        kinds = demo.python(
+            "import json; from apps.core.faults import submit_workload; "
+            f"print(json.dumps(submit_workload({jobs}, {seed})))"
+        )
         say(f"submitted {len(kinds)} jobs; killing for {window:.0f} s")
         samples, stop = demo.var / "samples.jsonl", demo.var / "samples.stop"
-        sampler = threading.Thread(target=demo.python, daemon=True, args=(
-            f"from apps.core.faults import sample_loop; sample_loop({str(samples)!r}, "
-            f"{str(stop)!r}); print('{{}}')",), kwargs={"timeout": None})
+        sampler = threading.Thread(
+            target=demo.python,
+            daemon=True,
+            args=(
+                f"from apps.core.faults import sample_loop; sample_loop({str(samples)!r}, "
+                f"{str(stop)!r}); print('{{}}')",
+            ),
+            kwargs={"timeout": None},
+        )
         sampler.start()
         down = _kill_at_random(demo, kills=kills, window=window, rng=rng, report=report)
         last_kill = time.time()
-        report.settle_seconds = _settle(demo, kinds, since=last_kill, timeout=settle,
-                                        report=report)
+        report.settle_seconds = _settle(demo, kinds, since=last_kill, timeout=settle, report=report)
         stop.touch()
         sampler.join(timeout=30)
         _read_samples(samples, down, report)
-        checked = demo.python("import json; from apps.core.faults import final_check; "
-                              f"print(json.dumps(final_check({json.dumps(kinds)})))")
+        checked = demo.python(
+            "import json; from apps.core.faults import final_check; "
+            f"print(json.dumps(final_check({json.dumps(kinds)})))"
+        )
         report.problems += checked["problems"]
         report.platform_failed = checked["platform_failed"]
         report.statuses = checked["statuses"]
@@ -337,32 +421,45 @@ def run(*, jobs: int = 120, kills: int = 12, window: float = 75.0, settle: float
     return report
 
 
-def _settle(demo, kinds: dict[str, str], *, since: float, timeout: float,
-            report: Report, steady: float = 12.0) -> float:
+def _settle(
+    demo,
+    kinds: dict[str, str],
+    *,
+    since: float,
+    timeout: float,
+    report: Report,
+    steady: float = 12.0,
+) -> float:
     """Wait until every job is terminal or waiting with a reason, and has stayed exactly so
     for `steady` seconds (several scheduler ticks: a job waiting only because beat was just
     killed is not settled); seconds from `since` until then."""
     deadline, calm_since, seen = since + timeout, None, None
     while True:
-        state = demo.python("import json; from apps.core.faults import settled; "
-                            f"print(json.dumps(settled({json.dumps(kinds)})))")
+        state = demo.python(
+            "import json; from apps.core.faults import settled; "
+            f"print(json.dumps(settled({json.dumps(kinds)})))"
+        )
         now = time.time()
         if state["open"] or state["statuses"] != seen:
             calm_since, seen = (None if state["open"] else now), state["statuses"]
         elif now - calm_since >= steady:
             return calm_since - since
         if now > deadline:
-            report.problems.append(f"{state['open']} jobs not settled {timeout:.0f} s after "
-                                   f"the last kill, e.g. {state['some']}")
+            report.problems.append(
+                f"{state['open']} jobs not settled {timeout:.0f} s after "
+                f"the last kill, e.g. {state['some']}"
+            )
             return now - since
         time.sleep(2)
 
 
-def _kill_at_random(demo, *, kills: int, window: float, rng: random.Random,
-                    report: Report) -> list[tuple[float, float]]:
+def _kill_at_random(
+    demo, *, kills: int, window: float, rng: random.Random, report: Report
+) -> list[tuple[float, float]]:
     """SIGKILL a child of the demo at random moments; returns when the agent was down."""
-    order = list(VICTIMS) * (kills // len(VICTIMS)) + [rng.choice(VICTIMS) for _ in
-                                                        range(kills % len(VICTIMS))]
+    order = list(VICTIMS) * (kills // len(VICTIMS)) + [
+        rng.choice(VICTIMS) for _ in range(kills % len(VICTIMS))
+    ]
     rng.shuffle(order)
     gaps = sorted(rng.uniform(0, window) for _ in order)
     began, down = time.time(), []
@@ -394,8 +491,9 @@ def _back(demo, victim: str, old_pid: int, *, after: int, timeout: float = 90.0)
         if pid and pid != old_pid and _works(demo, victim, after=after):
             return time.time()
         time.sleep(0.2)
-    raise AssertionError(f"{victim} did not come back within {timeout:.0f}s:\n"
-                         + "\n".join(demo.lines[-40:]))
+    raise AssertionError(
+        f"{victim} did not come back within {timeout:.0f}s:\n" + "\n".join(demo.lines[-40:])
+    )
 
 
 def _works(demo, victim: str, *, after: int) -> bool:
@@ -431,9 +529,11 @@ def _read_samples(path: Path, agent_down: list[tuple[float, float]], report: Rep
     for pod_id, since in first_seen.items():
         stale = last_seen[pod_id] - since
         report.max_stale_seconds = max(report.max_stale_seconds, stale)
-        excused = any(start - heartbeat <= last_seen[pod_id] and since <= end + heartbeat
-                      for start, end in agent_down)
+        excused = any(
+            start - heartbeat <= last_seen[pod_id] and since <= end + heartbeat
+            for start, end in agent_down
+        )
         if stale > heartbeat + 2 and not excused:
-            report.problems.append(f"pod {pod_id} showed Running with no process for "
-                                   f"{stale:.0f} s while its agent ran")
-
+            report.problems.append(
+                f"pod {pod_id} showed Running with no process for {stale:.0f} s while its agent ran"
+            )

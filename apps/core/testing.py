@@ -24,8 +24,16 @@ from django.conf import settings
 
 BASE_DIR = Path(settings.BASE_DIR)
 # What the caller's environment must not decide for the demo.
-OWN = ("SECRET_KEY", "ACCESS_KEY_ENCRYPTION_SECRET", "DEBUG", "PAIWEB_VAR_DIR", "DATABASE_URL",
-       "REDIS_URL", "EXECUTION_BACKEND", "CELERY_TASK_ALWAYS_EAGER")
+OWN = (
+    "SECRET_KEY",
+    "ACCESS_KEY_ENCRYPTION_SECRET",
+    "DEBUG",
+    "PAIWEB_VAR_DIR",
+    "DATABASE_URL",
+    "REDIS_URL",
+    "EXECUTION_BACKEND",
+    "CELERY_TASK_ALWAYS_EAGER",
+)
 
 
 def _free_port() -> int:
@@ -39,27 +47,38 @@ class DemoProcess:
     `env` on top of the caller's environment (DATABASE_URL, REDIS_URL… are the demo's
     own unless given there)."""
 
-    def __init__(self, *, var: Path | None = None, backend: str = "none",
-                 env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, *, var: Path | None = None, backend: str = "none", env: dict[str, str] | None = None
+    ) -> None:
         self.var = var or Path(tempfile.mkdtemp(prefix="pw-demo-", dir="/tmp"))
         self.port, self.flower = _free_port(), _free_port()
         self.env = {k: v for k, v in os.environ.items() if k not in OWN}
-        self.env.update(PAIWEB_VAR_DIR=str(self.var), DJANGO_SETTINGS_MODULE="paiweb.settings",
-                        PORT=str(self.port), FLOWER_PORT=str(self.flower),
-                        EXECUTION_BACKEND=backend, PYTHONUNBUFFERED="1",
-                        SCHEDULER_REQUEUE_BACKOFF_SECONDS="0",
-                        # a development demo, also outside pytest (the fault runs): its
-                        # migrate and commands get the generated key as the demo does
-                        DEBUG="true")
+        self.env.update(
+            PAIWEB_VAR_DIR=str(self.var),
+            DJANGO_SETTINGS_MODULE="paiweb.settings",
+            PORT=str(self.port),
+            FLOWER_PORT=str(self.flower),
+            EXECUTION_BACKEND=backend,
+            PYTHONUNBUFFERED="1",
+            SCHEDULER_REQUEUE_BACKOFF_SECONDS="0",
+            # a development demo, also outside pytest (the fault runs): its
+            # migrate and commands get the generated key as the demo does
+            DEBUG="true",
+        )
         self.env.update(env or {})
         self.manage("migrate", "--noinput")
         if backend == "agent":
             self.manage("apply_cluster", "examples/demo-cluster.toml")
         self.lines: list[str] = []
         self.process = subprocess.Popen(
-            [sys.executable, "manage.py", "demo"], cwd=BASE_DIR, env=self.env,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-            start_new_session=True)
+            [sys.executable, "manage.py", "demo"],
+            cwd=BASE_DIR,
+            env=self.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
         threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self) -> None:
@@ -73,12 +92,19 @@ class DemoProcess:
                 if found := re.search(pattern, line):
                     return found
             time.sleep(0.1)
-        raise AssertionError(f"no line matching {pattern!r} within {timeout:.0f}s:\n"
-                             + "\n".join(self.lines[-60:]))
+        raise AssertionError(
+            f"no line matching {pattern!r} within {timeout:.0f}s:\n" + "\n".join(self.lines[-60:])
+        )
 
     def manage(self, *argv: str, timeout: float | None = 120) -> str:
-        done = subprocess.run([sys.executable, "manage.py", *argv], cwd=BASE_DIR, env=self.env,
-                              capture_output=True, text=True, timeout=timeout)
+        done = subprocess.run(
+            [sys.executable, "manage.py", *argv],
+            cwd=BASE_DIR,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
         assert done.returncode == 0, done.stdout + done.stderr
         return done.stdout
 
@@ -89,8 +115,10 @@ class DemoProcess:
 
     def pids(self) -> dict[str, int]:
         """Each child's latest pid, from the demo's "started <name> (pid N)" lines."""
-        return {name: int(pid) for name, pid in
-                re.findall(r"started (\w+) \(pid (\d+)\)", "\n".join(self.lines))}
+        return {
+            name: int(pid)
+            for name, pid in re.findall(r"started (\w+) \(pid (\d+)\)", "\n".join(self.lines))
+        }
 
     def kill_shims(self) -> int:
         """SIGKILL the pod shims still running under this demo's agent (their pods die with

@@ -55,20 +55,25 @@ def health(request: HtmxHttpRequest) -> HttpResponse:
     if request.htmx:
         template += "#health-panel"
     context = {
-        "health": snapshot, "beat_age": beat_age, "counts": cluster_counts(), "now": now,
+        "health": snapshot,
+        "beat_age": beat_age,
+        "counts": cluster_counts(),
+        "now": now,
         "sandbox": isolation_status(settings.SANDBOX),
         "execution_backend": settings.EXECUTION_BACKEND,
         "node_agents": _seen(NodeAgent.objects.select_related("node"), now=now),
         # What the agents report decides whether pods are isolated; this host's own probe
         # only matters where no agent has reported (the web may run on another host).
-        "insecure_agents": sorted(set(NodeAgent.objects.exclude(sandbox="strict")
-                                      .values_list("worker", flat=True))),
+        "insecure_agents": sorted(
+            set(NodeAgent.objects.exclude(sandbox="strict").values_list("worker", flat=True))
+        ),
         "agents_known": NodeAgent.objects.exists(),
         "backlog": behind,
         "backlog_ok": all(b.ok for b in behind),
         "behind_seconds": settings.HEALTH_BEHIND_SECONDS,
-        "agent_beats": _seen(Heartbeat.objects.filter(name__startswith="agent:")
-                             .order_by("name"), now=now),
+        "agent_beats": _seen(
+            Heartbeat.objects.filter(name__startswith="agent:").order_by("name"), now=now
+        ),
     }
     response = render(request, template, context)
     patch_vary_headers(response, ["HX-Request"])

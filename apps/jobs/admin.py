@@ -35,14 +35,35 @@ class _ReadOnlyInline(admin.TabularInline):
 
 class JobRoleInline(_ReadOnlyInline):
     model = JobRole
-    fields = ("role_type", "pod_count", "instance_type", "cpu", "memory", "gpu",
-              "restart_policy", "spot_strategy", "spot_discount_limit", "spot_price_limit")
+    fields = (
+        "role_type",
+        "pod_count",
+        "instance_type",
+        "cpu",
+        "memory",
+        "gpu",
+        "restart_policy",
+        "spot_strategy",
+        "spot_discount_limit",
+        "spot_price_limit",
+    )
 
 
 class PodInline(_ReadOnlyInline):
     model = Pod
-    fields = ("pod_id", "role", "attempt", "status", "node", "in_quota", "gpu_ids", "reason",
-              "exit_code", "started_at", "finished_at")
+    fields = (
+        "pod_id",
+        "role",
+        "attempt",
+        "status",
+        "node",
+        "in_quota",
+        "gpu_ids",
+        "reason",
+        "exit_code",
+        "started_at",
+        "finished_at",
+    )
     show_change_link = True
 
     def get_queryset(self, request: HttpRequest):
@@ -74,34 +95,119 @@ class JobRestartInline(_ReadOnlyInline):
 
 
 STATE_FIELDS = (
-    "job_id", "status", "sub_status", "reason_code", "reason_message", "restart_times",
-    "attempt", "created_at", "submitted_at", "status_changed_at", "started_at", "finished_at",
-    "not_before", "last_checkpoint_at", "pending_reason", "queue_position", "queue_size",
+    "job_id",
+    "status",
+    "sub_status",
+    "reason_code",
+    "reason_message",
+    "restart_times",
+    "attempt",
+    "created_at",
+    "submitted_at",
+    "status_changed_at",
+    "started_at",
+    "finished_at",
+    "not_before",
+    "last_checkpoint_at",
+    "pending_reason",
+    "queue_position",
+    "queue_size",
 )
 
 
 @admin.register(Job)
 class JobAdmin(admin.ModelAdmin):
-    list_display = ("job_id", "display_name", "workspace", "user", "status", "resource_source",
-                    "resource_type", "quota", "idle_mode", "priority", "created_at")
-    list_filter = ("status", "resource_source", "resource_type", "job_type", "idle_mode",
-                   "enable_aimaster", "workspace", "quota")
+    list_display = (
+        "job_id",
+        "display_name",
+        "workspace",
+        "user",
+        "status",
+        "resource_source",
+        "resource_type",
+        "quota",
+        "idle_mode",
+        "priority",
+        "created_at",
+    )
+    list_filter = (
+        "status",
+        "resource_source",
+        "resource_type",
+        "job_type",
+        "idle_mode",
+        "enable_aimaster",
+        "workspace",
+        "quota",
+    )
     list_select_related = ("workspace", "user", "quota")
     search_fields = ("job_id", "display_name", "user__username", "workspace__name")
     date_hierarchy = "created_at"
     # Where a job runs is the scheduler's business once it exists: shown, not edited.
-    readonly_fields = (*STATE_FIELDS, "workspace", "user", "resource_type", "resource_source",
-                       "quota", "idle_mode")
-    inlines = [JobRoleInline, PodInline, StatusTransitionInline, JobEventInline,
-               CheckpointInline, JobRestartInline]
+    readonly_fields = (
+        *STATE_FIELDS,
+        "workspace",
+        "user",
+        "resource_type",
+        "resource_source",
+        "quota",
+        "idle_mode",
+    )
+    inlines = [
+        JobRoleInline,
+        PodInline,
+        StatusTransitionInline,
+        JobEventInline,
+        CheckpointInline,
+        JobRestartInline,
+    ]
     fieldsets = (
-        (None, {"fields": ("job_id", "display_name", "workspace", "user", "job_type", "image",
-                           "user_command", "envs", "data_sources", "code_source", "priority",
-                           "max_running_time_minutes", "success_policy")}),
-        ("Resources", {"fields": ("resource_type", "resource_source", "quota", "idle_mode",
-                                  "vpc_id", "vswitch_id", "security_group_id")}),
-        ("Fault tolerance", {"fields": ("enable_aimaster", "max_restarts", "execution_mode",
-                                        "enable_easyckpt", "termination_grace_seconds")}),
+        (
+            None,
+            {
+                "fields": (
+                    "job_id",
+                    "display_name",
+                    "workspace",
+                    "user",
+                    "job_type",
+                    "image",
+                    "user_command",
+                    "envs",
+                    "data_sources",
+                    "code_source",
+                    "priority",
+                    "max_running_time_minutes",
+                    "success_policy",
+                )
+            },
+        ),
+        (
+            "Resources",
+            {
+                "fields": (
+                    "resource_type",
+                    "resource_source",
+                    "quota",
+                    "idle_mode",
+                    "vpc_id",
+                    "vswitch_id",
+                    "security_group_id",
+                )
+            },
+        ),
+        (
+            "Fault tolerance",
+            {
+                "fields": (
+                    "enable_aimaster",
+                    "max_restarts",
+                    "execution_mode",
+                    "enable_easyckpt",
+                    "termination_grace_seconds",
+                )
+            },
+        ),
         ("State", {"fields": STATE_FIELDS[1:]}),
     )
 
@@ -121,8 +227,17 @@ class _ReadOnlyAdmin(admin.ModelAdmin):
 
 @admin.register(JobRole)
 class JobRoleAdmin(_ReadOnlyAdmin):
-    list_display = ("job", "role_type", "pod_count", "instance_type", "cpu", "memory", "gpu",
-                    "spot_discount_limit", "spot_price_limit")
+    list_display = (
+        "job",
+        "role_type",
+        "pod_count",
+        "instance_type",
+        "cpu",
+        "memory",
+        "gpu",
+        "spot_discount_limit",
+        "spot_price_limit",
+    )
     list_filter = ("role_type", "restart_policy")
     list_select_related = ("job", "instance_type")
     search_fields = ("job__job_id", "job__display_name", "instance_type__name")
@@ -130,8 +245,18 @@ class JobRoleAdmin(_ReadOnlyAdmin):
 
 @admin.register(Pod)
 class PodAdmin(_ReadOnlyAdmin):
-    list_display = ("pod_id", "job", "role", "attempt", "status", "node", "in_quota",
-                    "exit_code", "started_at", "finished_at")
+    list_display = (
+        "pod_id",
+        "job",
+        "role",
+        "attempt",
+        "status",
+        "node",
+        "in_quota",
+        "exit_code",
+        "started_at",
+        "finished_at",
+    )
     list_filter = ("status", "in_quota", "node__pool", "node")
     list_select_related = ("job", "role", "node")
     search_fields = ("pod_id", "job__job_id", "job__display_name", "node__name")

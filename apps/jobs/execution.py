@@ -34,7 +34,10 @@ def pods_placed(*, jobs: Sequence[Job], now: datetime) -> None:
         status=PodStatus.RUNNING, started_at=now
     )
     jobs_transition_bulk(
-        jobs=list(jobs), status=JobStatus.RUNNING, now=now, reason_code="JobRunning",
+        jobs=list(jobs),
+        status=JobStatus.RUNNING,
+        now=now,
+        reason_code="JobRunning",
         reason_message="All pods are running",
     )
 

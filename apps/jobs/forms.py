@@ -77,26 +77,37 @@ class JobForm(forms.Form):
         required=False, widget=forms.Textarea(attrs={"rows": 4, "spellcheck": "false"})
     )
     envs = forms.CharField(
-        label="Environment variables", required=False,
-        widget=forms.Textarea(attrs={"rows": 3, "spellcheck": "false",
-                                     "placeholder": "NCCL_DEBUG=INFO"}),
+        label="Environment variables",
+        required=False,
+        widget=forms.Textarea(
+            attrs={"rows": 3, "spellcheck": "false", "placeholder": "NCCL_DEBUG=INFO"}
+        ),
         help_text="KEY=VALUE, one per line.",
     )
     data_sources = forms.CharField(
         required=False,
-        widget=forms.Textarea(attrs={"rows": 2, "spellcheck": "false",
-                                     "placeholder": "oss://bucket/imagenet /mnt/data/imagenet"}),
+        widget=forms.Textarea(
+            attrs={
+                "rows": 2,
+                "spellcheck": "false",
+                "placeholder": "oss://bucket/imagenet /mnt/data/imagenet",
+            }
+        ),
         help_text="One per line: the source URI, a space, the mount path under /mnt/data/.",
     )
     code_source_uri = forms.CharField(label="Code source", max_length=512, required=False)
     code_source_branch = forms.CharField(label="Branch", max_length=128, required=False)
     priority = forms.IntegerField(
-        initial=1, required=False, widget=forms.NumberInput(attrs={"min": 1, "max": 9}),
+        initial=1,
+        required=False,
+        widget=forms.NumberInput(attrs={"min": 1, "max": 9}),
         help_text="1 to 9; 9 is the highest.",
     )
     max_running_time_minutes = forms.IntegerField(
-        label="Max running time (minutes)", required=False,
-        widget=forms.NumberInput(attrs={"min": 1}), help_text="Empty: no limit.",
+        label="Max running time (minutes)",
+        required=False,
+        widget=forms.NumberInput(attrs={"min": 1}),
+        help_text="Empty: no limit.",
     )
     success_policy = forms.ChoiceField(
         choices=_as_named(SuccessPolicy), initial=SuccessPolicy.ALL_WORKERS, required=False
@@ -107,13 +118,18 @@ class JobForm(forms.Form):
         choices=ResourceType.choices, widget=forms.RadioSelect, required=False
     )
     resource_source = forms.ChoiceField(
-        choices=ResourceSource.choices, widget=forms.RadioSelect, initial=ResourceSource.QUOTA,
+        choices=ResourceSource.choices,
+        widget=forms.RadioSelect,
+        initial=ResourceSource.QUOTA,
         required=False,
     )
     quota = forms.ChoiceField(required=False)
     idle_mode = forms.ChoiceField(
-        label="Idle resources", choices=IdleMode.choices, widget=forms.RadioSelect,
-        initial=IdleMode.OFF, required=False,
+        label="Idle resources",
+        choices=IdleMode.choices,
+        widget=forms.RadioSelect,
+        initial=IdleMode.OFF,
+        required=False,
     )
     vpc_id = forms.CharField(label="VPC id", max_length=64, required=False)
     vswitch_id = forms.CharField(label="vSwitch id", max_length=64, required=False)
@@ -127,7 +143,9 @@ class JobForm(forms.Form):
         initial=3, required=False, widget=forms.NumberInput(attrs={"min": 0, "max": 100})
     )
     execution_mode = forms.ChoiceField(
-        choices=ExecutionMode.choices, widget=forms.RadioSelect, initial=ExecutionMode.SYNC,
+        choices=ExecutionMode.choices,
+        widget=forms.RadioSelect,
+        initial=ExecutionMode.SYNC,
         required=False,
     )
     enable_easyckpt = forms.BooleanField(label="EasyCkpt checkpoints", required=False)
@@ -192,25 +210,32 @@ class RoleForm(forms.Form):
     role_type = forms.ChoiceField(label="Role", choices=_as_named(JobRole.RoleType), required=False)
     pod_count = forms.IntegerField(label="Pods", initial=1, required=False)
     instance_type = forms.ChoiceField(label="Instance type", required=False)
-    cpu_cores = forms.DecimalField(label="CPU cores", required=False, min_value=0,
-                                   decimal_places=3)
-    memory_gib = forms.DecimalField(label="Memory (GiB)", required=False, min_value=0,
-                                    decimal_places=3)
+    cpu_cores = forms.DecimalField(label="CPU cores", required=False, min_value=0, decimal_places=3)
+    memory_gib = forms.DecimalField(
+        label="Memory (GiB)", required=False, min_value=0, decimal_places=3
+    )
     gpus = forms.IntegerField(label="GPUs", required=False, min_value=0)
     restart_policy = forms.ChoiceField(
-        choices=_as_named(JobRole.RestartPolicy), initial=JobRole.RestartPolicy.ON_FAILURE,
+        choices=_as_named(JobRole.RestartPolicy),
+        initial=JobRole.RestartPolicy.ON_FAILURE,
         required=False,
     )
     spot_limit_type = forms.ChoiceField(
-        label="Bid limit", choices=LIMIT_TYPES, widget=forms.RadioSelect, initial="discount",
+        label="Bid limit",
+        choices=LIMIT_TYPES,
+        widget=forms.RadioSelect,
+        initial="discount",
         required=False,
     )
     spot_discount_limit = forms.DecimalField(
         label="SpotDiscountLimit", required=False, widget=forms.Select(choices=DISCOUNT_CHOICES)
     )
     spot_price_limit = forms.DecimalField(
-        label="SpotPriceLimit (¥ per instance-minute)", required=False, max_digits=12,
-        decimal_places=6, widget=forms.NumberInput(attrs={"step": "0.000001", "min": 0}),
+        label="SpotPriceLimit (¥ per instance-minute)",
+        required=False,
+        max_digits=12,
+        decimal_places=6,
+        widget=forms.NumberInput(attrs={"step": "0.000001", "min": 0}),
     )
 
     def __init__(self, *args, index: int, instance_types: list[InstanceType], **kwargs):
@@ -228,8 +253,10 @@ class RoleForm(forms.Form):
         self.fields["instance_type"].widget = OptionAttrsSelect(
             choices=choices,
             option_attrs={
-                t.name: {"data-resource-type": t.resource_type,
-                         "data-price-per-hour": str(t.price_per_hour)}
+                t.name: {
+                    "data-resource-type": t.resource_type,
+                    "data-price-per-hour": str(t.price_per_hour),
+                }
                 for t in instance_types
             },
         )
@@ -246,9 +273,11 @@ class RoleForm(forms.Form):
             return True
         if not self.is_bound:
             return False
-        return bool(self.fields["enabled"].widget.value_from_datadict(
-            self.data, self.files, self.add_prefix("enabled")
-        ))
+        return bool(
+            self.fields["enabled"].widget.value_from_datadict(
+                self.data, self.files, self.add_prefix("enabled")
+            )
+        )
 
     def to_spec(self, *, resource_source: str) -> RoleSpec:
         c = getattr(self, "cleaned_data", {})
@@ -279,15 +308,25 @@ class RoleForm(forms.Form):
         itype = self.instance_types.get(data.get("instance_type") or "")
         if itype is None:
             return None
-        return PriceInfo(itype, discount=data.get("spot_discount_limit"),
-                         price_limit=data.get("spot_price_limit"))
+        return PriceInfo(
+            itype,
+            discount=data.get("spot_discount_limit"),
+            price_limit=data.get("spot_price_limit"),
+        )
 
 
 class JobCreateForm:
     """The create-job page's input: a `JobForm` and `ROLE_ROWS` role rows, as one form."""
 
-    def __init__(self, data=None, *, workspace, resource_types: list[str], quotas: list[Quota],
-                 instance_types: list[InstanceType]):
+    def __init__(
+        self,
+        data=None,
+        *,
+        workspace,
+        resource_types: list[str],
+        quotas: list[Quota],
+        instance_types: list[InstanceType],
+    ):
         self.workspace = workspace
         self.job = JobForm(data, resource_types=resource_types, quotas=quotas)
         self.roles = [
@@ -303,7 +342,9 @@ class JobCreateForm:
     @property
     def has_errors(self) -> bool:
         return bool(
-            self.job.errors or self.role_errors or self.other_errors
+            self.job.errors
+            or self.role_errors
+            or self.other_errors
             or any(r.errors for r in self.enabled_roles)
         )
 
@@ -357,8 +398,9 @@ class JobCreateForm:
         enabled = self.enabled_roles
         for path, messages in errors.items():
             match = SPEC_PATH.match(path)
-            name, index, field = (match["name"], match["index"], match["field"]) if match else (
-                path, None, None)
+            name, index, field = (
+                (match["name"], match["index"], match["field"]) if match else (path, None, None)
+            )
             if name == "roles" and index is not None and int(index) < len(enabled):
                 field = ROLE_FIELD_NAMES.get(field, field)
                 _add_errors(enabled[int(index)], field, messages)
@@ -395,9 +437,13 @@ class JobFilterForm(forms.Form):
     q = forms.CharField(label="Name or id", required=False)
     status = forms.ChoiceField(required=False, choices=[("", "Any status")] + JobStatus.choices)
     payment_type = forms.ChoiceField(
-        label="Payment", required=False,
-        choices=[("", "Any payment"), ("PrePaid", "PrePaid (quota)"),
-                 ("PostPaid", "PostPaid (public, spot)")],
+        label="Payment",
+        required=False,
+        choices=[
+            ("", "Any payment"),
+            ("PrePaid", "PrePaid (quota)"),
+            ("PostPaid", "PostPaid (public, spot)"),
+        ],
     )
     quota = forms.ChoiceField(required=False)
     idle_mode = forms.ChoiceField(

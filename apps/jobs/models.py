@@ -352,7 +352,8 @@ class JobRestart(models.Model):
     message = models.TextField(blank=True)
     lost_gpu_seconds = models.FloatField(default=0)
     counted = models.BooleanField(
-        default=True, help_text="spent one of AIMaster's restarts (False: the platform's)")
+        default=True, help_text="spent one of AIMaster's restarts (False: the platform's)"
+    )
 
     class Meta:
         ordering = ["number"]

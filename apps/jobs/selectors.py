@@ -75,8 +75,9 @@ class JobFilters(TypedDict, total=False):
     created_until: datetime  # created at or before
 
 
-def job_list(*, user, workspace: Workspace | None, filters: JobFilters | None = None
-             ) -> QuerySet[Job]:
+def job_list(
+    *, user, workspace: Workspace | None, filters: JobFilters | None = None
+) -> QuerySet[Job]:
     """Jobs of `workspace` (none unless `user` belongs to it; none for None), or of every
     workspace `user` belongs to for `ALL_WORKSPACES`; newest first, with pod counts.
 
@@ -127,8 +128,9 @@ def _filter_jobs(jobs: QuerySet[Job], filters: JobFilters) -> QuerySet[Job]:
     if (sources := filters.get("resource_sources")) is not None:
         jobs = jobs.filter(resource_source__in=list(sources))
     if (borrowing := filters.get("borrowing")) is not None:
-        outside = Exists(Pod.objects.filter(job=OuterRef("pk"), attempt=OuterRef("attempt"),
-                                            in_quota=False))
+        outside = Exists(
+            Pod.objects.filter(job=OuterRef("pk"), attempt=OuterRef("attempt"), in_quota=False)
+        )
         jobs = jobs.filter(outside) if borrowing else jobs.exclude(outside)
     if name := filters.get("quota_contains"):
         jobs = jobs.filter(quota__name__icontains=name)
@@ -264,7 +266,8 @@ def role_bid_per_hour(role: JobRole) -> Decimal | None:
         return None
     try:
         return pricing.bid_limit_per_hour(
-            role.instance_type.price_per_hour, discount=role.spot_discount_limit,
+            role.instance_type.price_per_hour,
+            discount=role.spot_discount_limit,
             price_limit_per_minute=role.spot_price_limit,
         )
     except pricing.MarketError:
@@ -356,15 +359,19 @@ class PriceInfo:
     def discount_per_hour(self) -> Decimal | None:
         if self.discount is None:
             return None
-        return pricing.bid_limit_per_hour(self.instance_type.price_per_hour,
-                                          discount=self.discount, price_limit_per_minute=None)
+        return pricing.bid_limit_per_hour(
+            self.instance_type.price_per_hour, discount=self.discount, price_limit_per_minute=None
+        )
 
     @property
     def price_limit_per_hour(self) -> Decimal | None:
         if self.price_limit is None:
             return None
-        return pricing.bid_limit_per_hour(self.instance_type.price_per_hour, discount=None,
-                                          price_limit_per_minute=self.price_limit)
+        return pricing.bid_limit_per_hour(
+            self.instance_type.price_per_hour,
+            discount=None,
+            price_limit_per_minute=self.price_limit,
+        )
 
     @property
     def price_limit_in_range(self) -> bool:

@@ -49,8 +49,9 @@ def job_transition(
     *, job: Job, status: str, now: datetime, reason_code: str = "", reason_message: str = ""
 ) -> None:
     """Move `job` to `status` (`jobs_transition_bulk` for one job)."""
-    jobs_transition_bulk(jobs=[job], status=status, now=now, reason_code=reason_code,
-                         reason_message=reason_message)
+    jobs_transition_bulk(
+        jobs=[job], status=status, now=now, reason_code=reason_code, reason_message=reason_message
+    )
 
 
 def jobs_transition_bulk(
@@ -90,16 +91,36 @@ def jobs_transition_bulk(
     history = []
     for job in jobs:
         if via:
-            history.append((job.pk, via.status, via.reason_codes.get(job.pk, via.reason_code),
-                            via.reason_messages.get(job.pk, ""), now, now))
-        history.append((job.pk, status, codes.get(job.pk, reason_code),
-                        messages.get(job.pk, reason_message), now, None))
+            history.append(
+                (
+                    job.pk,
+                    via.status,
+                    via.reason_codes.get(job.pk, via.reason_code),
+                    via.reason_messages.get(job.pk, ""),
+                    now,
+                    now,
+                )
+            )
+        history.append(
+            (
+                job.pk,
+                status,
+                codes.get(job.pk, reason_code),
+                messages.get(job.pk, reason_message),
+                now,
+                None,
+            )
+        )
     ids = [job.pk for job in jobs]
     for start in range(0, len(ids), CHUNK):
         StatusTransition.objects.filter(
-            job_id__in=ids[start : start + CHUNK], ended_at__isnull=True).update(ended_at=now)
-    rows_insert(StatusTransition, ["job_id", "status", "reason_code", "reason_message",
-                                   "started_at", "ended_at"], history)
+            job_id__in=ids[start : start + CHUNK], ended_at__isnull=True
+        ).update(ended_at=now)
+    rows_insert(
+        StatusTransition,
+        ["job_id", "status", "reason_code", "reason_message", "started_at", "ended_at"],
+        history,
+    )
     finished = status in transitions.FINISHED
     for job in jobs:
         job.status, job.status_changed_at = status, now
@@ -115,11 +136,18 @@ def jobs_transition_bulk(
             job.pending_reason, job.queue_position, job.queue_size = "", None, None
     _jobs_row_write(
         updates=[(job.pk, status, job.reason_code, job.reason_message) for job in jobs],
-        now=now, finished=finished, started=started)
+        now=now,
+        finished=finished,
+        started=started,
+    )
 
 
 def _jobs_row_write(
-    *, updates: list[tuple[int, str, str, str]], now: datetime, finished: bool, started: bool,
+    *,
+    updates: list[tuple[int, str, str, str]],
+    now: datetime,
+    finished: bool,
+    started: bool,
 ) -> None:
     """Write jobs' (pk, status, reason code, reason message) as of `now`: one UPDATE per
     status and reason that several jobs share, one batched statement (pipelined on
@@ -144,8 +172,10 @@ def _jobs_row_write(
                 continue  # below, with the other jobs alone with their reason
             for start in range(0, len(pks), CHUNK):
                 chunk = pks[start : start + CHUNK]
-                cursor.execute(f"{sql} WHERE id IN ({', '.join(['%s'] * len(chunk))})",
-                               [status, code, message, when, *extra, *chunk])
+                cursor.execute(
+                    f"{sql} WHERE id IN ({', '.join(['%s'] * len(chunk))})",
+                    [status, code, message, when, *extra, *chunk],
+                )
         alone = [[*key, when, *extra, pks[0]] for key, pks in groups.items() if len(pks) == 1]
         if alone:
             cursor.executemany(f"{sql} WHERE id = %s", alone)

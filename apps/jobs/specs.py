@@ -148,20 +148,28 @@ def _check_fits(spec: JobSpec, quota: Quota, roles: list[ResolvedRole], errors: 
     nodes = list(quota.pool.nodes.values_list("cpu", "memory", "gpu"))
     largest = tuple(max((n[i] for n in nodes), default=0) for i in range(3))
     for i, role in enumerate(roles):
-        if any(need > room for need, room in zip((role.cpu, role.memory, role.gpu), largest,
-                                                 strict=True)):
+        if any(
+            need > room
+            for need, room in zip((role.cpu, role.memory, role.gpu), largest, strict=True)
+        ):
             needs = _amounts(role.cpu, role.memory, role.gpu)
-            errors.add(f"roles[{i}]", f"one pod needs {needs}, more than any node of pool "
-                                      f"{quota.pool.name} holds (the largest: "
-                                      f"{_amounts(*largest)})")
+            errors.add(
+                f"roles[{i}]",
+                f"one pod needs {needs}, more than any node of pool "
+                f"{quota.pool.name} holds (the largest: "
+                f"{_amounts(*largest)})",
+            )
     if errors:
         return
-    total = tuple(sum(getattr(r, k) * r.spec.pod_count for r in roles)
-                  for k in ("cpu", "memory", "gpu"))
+    total = tuple(
+        sum(getattr(r, k) * r.spec.pod_count for r in roles) for k in ("cpu", "memory", "gpu")
+    )
     if spec.idle_mode == IdleMode.OFF:
         room = (quota.min_cpu, quota.min_memory, quota.min_gpu)
-        what = (f"quota {quota.name} guarantees ({_amounts(*room)}): it could never start; "
-                "with idle resources (Acceptable) it may borrow")
+        what = (
+            f"quota {quota.name} guarantees ({_amounts(*room)}): it could never start; "
+            "with idle resources (Acceptable) it may borrow"
+        )
     else:
         room = tuple(sum(n[i] for n in nodes) for i in range(3))
         what = f"pool {quota.pool.name} holds ({_amounts(*room)}): it could never start"
@@ -220,13 +228,15 @@ def _check_envs(envs: dict, errors: _Errors) -> None:
         elif not isinstance(value, str):
             errors.add("envs", f"{name}: the value must be text")
         elif _utf8_size(value) > MAX_ENV_VALUE_BYTES:
-            errors.add("envs", f"{name}: the value must be at most "
-                               f"{MAX_ENV_VALUE_BYTES // 1024} KiB")
+            errors.add(
+                "envs", f"{name}: the value must be at most {MAX_ENV_VALUE_BYTES // 1024} KiB"
+            )
         else:
             total += _utf8_size(f"{name}={value}")
     if total > MAX_ENVS_TOTAL_BYTES:
-        errors.add("envs", f"all variables together must be at most "
-                           f"{MAX_ENVS_TOTAL_BYTES // 1024} KiB")
+        errors.add(
+            "envs", f"all variables together must be at most {MAX_ENVS_TOTAL_BYTES // 1024} KiB"
+        )
 
 
 def _check_source(spec: JobSpec, workspace, errors: _Errors) -> Quota | None:

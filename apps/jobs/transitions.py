@@ -26,17 +26,30 @@ FINISHED = frozenset({SUCCEEDED, FAILED, STOPPED})
 # A step outside this table is a bug or a race. Finished statuses have no entry: nothing
 # follows them. SanityChecking is accepted by the enum and never produced, so it is neither
 # a source nor a target.
-ALLOWED: Mapping[str, frozenset[str]] = MappingProxyType({
-    CREATING: frozenset({QUEUING, BIDDING, STOPPED, FAILED}),
-    QUEUING: frozenset({ENV_PREPARING, RUNNING, STOPPED, FAILED}),
-    BIDDING: frozenset({ENV_PREPARING, RUNNING, STOPPED, FAILED}),
-    ENV_PREPARING: frozenset({
-        RUNNING, STOPPING, STOPPED, FAILED, QUEUING, BIDDING, RESTARTING, SUCCEEDED,
-    }),
-    RUNNING: frozenset({SUCCEEDED, FAILED, STOPPING, STOPPED, QUEUING, BIDDING, RESTARTING}),
-    RESTARTING: frozenset({QUEUING, BIDDING, ENV_PREPARING, RUNNING, STOPPING, STOPPED, FAILED}),
-    STOPPING: frozenset({STOPPED, FAILED, SUCCEEDED}),
-})
+ALLOWED: Mapping[str, frozenset[str]] = MappingProxyType(
+    {
+        CREATING: frozenset({QUEUING, BIDDING, STOPPED, FAILED}),
+        QUEUING: frozenset({ENV_PREPARING, RUNNING, STOPPED, FAILED}),
+        BIDDING: frozenset({ENV_PREPARING, RUNNING, STOPPED, FAILED}),
+        ENV_PREPARING: frozenset(
+            {
+                RUNNING,
+                STOPPING,
+                STOPPED,
+                FAILED,
+                QUEUING,
+                BIDDING,
+                RESTARTING,
+                SUCCEEDED,
+            }
+        ),
+        RUNNING: frozenset({SUCCEEDED, FAILED, STOPPING, STOPPED, QUEUING, BIDDING, RESTARTING}),
+        RESTARTING: frozenset(
+            {QUEUING, BIDDING, ENV_PREPARING, RUNNING, STOPPING, STOPPED, FAILED}
+        ),
+        STOPPING: frozenset({STOPPED, FAILED, SUCCEEDED}),
+    }
+)
 
 
 class IllegalTransition(Exception):

@@ -121,8 +121,10 @@ def job_price_info(request: HtmxHttpRequest) -> HttpResponse:
 
 
 # The job page's own polls: the live story every few seconds, the spot chart per market step.
-DETAIL_PARTIALS = {"job-live": "jobs/detail.html#job-live",
-                   "spot-bids": "jobs/detail.html#spot-bids"}
+DETAIL_PARTIALS = {
+    "job-live": "jobs/detail.html#job-live",
+    "spot-bids": "jobs/detail.html#spot-bids",
+}
 
 
 def _bid_poll_seconds() -> int:
@@ -137,8 +139,11 @@ def job_detail(request: HtmxHttpRequest, job_id: str) -> HttpResponse:
     job = _get_job_for_user(request, job_id)
     _show_waiting_reasons([job])
     target = _htmx_target(request)
-    context = {"job": job, "bid_poll_seconds": _bid_poll_seconds(),
-               "retention_hours": settings.POD_WORK_RETENTION_HOURS}
+    context = {
+        "job": job,
+        "bid_poll_seconds": _bid_poll_seconds(),
+        "retention_hours": settings.POD_WORK_RETENTION_HOURS,
+    }
     if target != "spot-bids":
         context["live"] = selectors.job_live(job=job)
         if not job.is_finished:  # the Stop button

@@ -10,8 +10,15 @@ from apps.market.models import MarketParameters, MarketState, PricePoint
 
 @admin.register(MarketParameters)
 class MarketParametersAdmin(admin.ModelAdmin):
-    list_display = ["__str__", "floor_ratio", "smoothing", "volatility", "sensitivity",
-                    "average_window_seconds", "updated_at"]
+    list_display = [
+        "__str__",
+        "floor_ratio",
+        "smoothing",
+        "volatility",
+        "sensitivity",
+        "average_window_seconds",
+        "updated_at",
+    ]
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return not MarketParameters.objects.exists()  # a singleton

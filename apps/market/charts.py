@@ -107,13 +107,25 @@ def chart_build(series: Sequence[Series], *, since: datetime, until: datetime) -
         ChartLine(label, kind, _step_points(h, end, scale), h[-1][1] if h else None)
         for label, kind, h in clipped
     ]
-    y_ticks = [(scale.y(low + (high - low) * i / 4), f"¥{low + (high - low) * i / 4:.4f}")
-               for i in range(5)]
-    x_ticks = [(scale.x(start + (end - start) * i / 4),
-                datetime.fromtimestamp(start + (end - start) * i / 4, UTC).strftime("%m-%d %H:%M"))
-               for i in range(5)]
-    return Chart(since=since, until=until, lines=lines, y_ticks=y_ticks, x_ticks=x_ticks,
-                 data=_uplot_data(clipped, end))
+    y_ticks = [
+        (scale.y(low + (high - low) * i / 4), f"¥{low + (high - low) * i / 4:.4f}")
+        for i in range(5)
+    ]
+    x_ticks = [
+        (
+            scale.x(start + (end - start) * i / 4),
+            datetime.fromtimestamp(start + (end - start) * i / 4, UTC).strftime("%m-%d %H:%M"),
+        )
+        for i in range(5)
+    ]
+    return Chart(
+        since=since,
+        until=until,
+        lines=lines,
+        y_ticks=y_ticks,
+        x_ticks=x_ticks,
+        data=_uplot_data(clipped, end),
+    )
 
 
 def _clip(history: Points, start: float, end: float) -> Points:
@@ -147,6 +159,13 @@ def _uplot_data(series: Sequence[Series], end: float) -> dict:
         for at in times:
             index = bisect.bisect_right(keys, at) - 1
             values.append(float(history[index][1]) if index >= 0 else None)
-        out["series"].append({"label": label, "kind": kind, "colour": LINE_STYLES[kind][0],
-                              "dash": LINE_STYLES[kind][1], "values": values})
+        out["series"].append(
+            {
+                "label": label,
+                "kind": kind,
+                "colour": LINE_STYLES[kind][0],
+                "dash": LINE_STYLES[kind][1],
+                "values": values,
+            }
+        )
     return out

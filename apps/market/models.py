@@ -20,24 +20,30 @@ class MarketParameters(models.Model):
     through `market_params_set`. Defaults are `pricing.MarketParams()`."""
 
     floor_ratio = models.DecimalField(
-        max_digits=4, decimal_places=3, default=_DEFAULTS.floor_ratio,
+        max_digits=4,
+        decimal_places=3,
+        default=_DEFAULTS.floor_ratio,
         validators=[MinValueValidator(Decimal("0.001")), MaxValueValidator(Decimal(1))],
         help_text="floor = this share of the original price (0.1: up to 90% saving)",
     )
     smoothing = models.FloatField(
-        default=_DEFAULTS.smoothing, validators=[MinValueValidator(0), MaxValueValidator(1)],
+        default=_DEFAULTS.smoothing,
+        validators=[MinValueValidator(0), MaxValueValidator(1)],
         help_text="share of the gap to the demand target closed per tick",
     )
     volatility = models.FloatField(
-        default=_DEFAULTS.volatility, validators=[MinValueValidator(0), MaxValueValidator(1)],
+        default=_DEFAULTS.volatility,
+        validators=[MinValueValidator(0), MaxValueValidator(1)],
         help_text="seeded random part of each move, relative to the price",
     )
     sensitivity = models.FloatField(
-        default=_DEFAULTS.sensitivity, validators=[MinValueValidator(0)],
+        default=_DEFAULTS.sensitivity,
+        validators=[MinValueValidator(0)],
         help_text="how strongly demand against supply moves the target",
     )
     average_window_seconds = models.FloatField(
-        default=_DEFAULTS.average_window_seconds, validators=[MinValueValidator(1)],
+        default=_DEFAULTS.average_window_seconds,
+        validators=[MinValueValidator(1)],
         help_text="window of Lingjun's system average price",
     )
     updated_at = models.DateTimeField(auto_now=True)
@@ -58,8 +64,10 @@ class MarketParameters(models.Model):
 
     def to_params(self) -> pricing.MarketParams:
         return pricing.MarketParams(
-            floor_ratio=Decimal(self.floor_ratio), smoothing=self.smoothing,
-            volatility=self.volatility, sensitivity=self.sensitivity,
+            floor_ratio=Decimal(self.floor_ratio),
+            smoothing=self.smoothing,
+            volatility=self.volatility,
+            sensitivity=self.sensitivity,
             average_window_seconds=self.average_window_seconds,
         )
 
@@ -68,22 +76,32 @@ class MarketState(models.Model):
     """An instance type's market price now, and when the market last moved it."""
 
     instance_type = models.OneToOneField(
-        "cluster.InstanceType", on_delete=models.CASCADE, primary_key=True,
+        "cluster.InstanceType",
+        on_delete=models.CASCADE,
+        primary_key=True,
         related_name="market_state",
     )
     price_per_hour = models.DecimalField(max_digits=12, decimal_places=4)
     average_per_hour = models.DecimalField(
-        max_digits=12, decimal_places=4, null=True, blank=True,
+        max_digits=12,
+        decimal_places=4,
+        null=True,
+        blank=True,
         help_text="Lingjun: the system average price the tick held running jobs to",
     )
     asked_per_hour = models.DecimalField(
-        max_digits=12, decimal_places=4, null=True, blank=True,
+        max_digits=12,
+        decimal_places=4,
+        null=True,
+        blank=True,
         help_text="what a bid must cover to start: the price, or a higher system average",
     )
     free = models.PositiveIntegerField(
-        default=0, help_text="instances left for spot after the tick (spot stock)")
+        default=0, help_text="instances left for spot after the tick (spot stock)"
+    )
     headroom = models.PositiveIntegerField(
-        null=True, blank=True,
+        null=True,
+        blank=True,
         help_text="the most instances a bidding job could get in the tick; none: no bound",
     )
     stepped_at = models.DateTimeField(help_text="the market tick that set the price")

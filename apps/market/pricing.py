@@ -83,7 +83,8 @@ def price_floor(original_price: Decimal, floor_ratio: Decimal = DEFAULT_FLOOR_RA
 
 
 def price_limit_range(
-    original_price: Decimal, floor_ratio: Decimal = DEFAULT_FLOOR_RATIO,
+    original_price: Decimal,
+    floor_ratio: Decimal = DEFAULT_FLOOR_RATIO,
 ) -> tuple[Decimal, Decimal]:
     """The SpotPriceLimits a role may bid on an instance type, in the API's unit (CNY per
     instance-minute, on the 0.000001 grid): from the lowest limit that bids the market's
@@ -422,12 +423,12 @@ def spot_headroom(
     (None)."""
     if payg_waiting:
         return None
-    book = _Book.open(markets, [r for r in running if r.running], prices=prices,
-                      averages=averages)
+    book = _Book.open(markets, [r for r in running if r.running], prices=prices, averages=averages)
     _reclaim_on_price(book)
     headroom = {t: book.stock(t) for t in book.markets}
-    over = {t for t, m in book.markets.items()
-            if book.payg_used[t] + book.spot_used[t] > m.capacity}
+    over = {
+        t for t, m in book.markets.items() if book.payg_used[t] + book.spot_used[t] > m.capacity
+    }
     for request in book.running.values():
         if over & request.counts.keys():
             for t, n in request.counts.items():
@@ -482,8 +483,11 @@ class _Book:
         )
 
     def stock(self, instance_type: str) -> int:
-        return spot_stock(self.markets[instance_type].capacity, self.payg_used[instance_type],
-                          self.spot_used[instance_type])
+        return spot_stock(
+            self.markets[instance_type].capacity,
+            self.payg_used[instance_type],
+            self.spot_used[instance_type],
+        )
 
     def held_to(self, instance_type: str) -> tuple[Decimal, str]:
         """What a running job's bid must cover to keep running, and its name."""
@@ -493,8 +497,11 @@ class _Book:
 
     def asked(self, instance_type: str) -> tuple[Decimal, str]:
         """What a bidding job's bid must cover to start (`asked_price`)."""
-        return asked_price(self.markets[instance_type].resource_type,
-                           self.prices[instance_type], self.averages[instance_type])
+        return asked_price(
+            self.markets[instance_type].resource_type,
+            self.prices[instance_type],
+            self.averages[instance_type],
+        )
 
     def quote(self, instance_type: str) -> Quote | None:
         if instance_type not in self.markets:
@@ -537,8 +544,9 @@ def _reclaim_on_price(book: _Book) -> list[Reclaim]:
                 continue  # no market to judge it by: leave it running
             limit, name = book.held_to(t)
             if bid < limit:
-                code: ReclaimCode = ("SpotPriceExceeded" if name == "market"
-                                     else "SpotAveragePriceExceeded")
+                code: ReclaimCode = (
+                    "SpotPriceExceeded" if name == "market" else "SpotAveragePriceExceeded"
+                )
                 reason = f"bid {yuan(bid)}/h < {name} {yuan(limit)}/h for {t}"
                 reclaims.append(Reclaim(request.job_id, code, reason, rebid=request.aimaster))
                 book.release(request)
@@ -661,8 +669,9 @@ def _start_spot(book: _Book, bidding: Sequence[SpotRequest]) -> tuple[list[Start
 
 
 def _bid_share(book: _Book, request: SpotRequest) -> Decimal:
-    shares = [_share(b, book.markets[t].original_price) for t, _, b in request.needs
-              if t in book.markets]
+    shares = [
+        _share(b, book.markets[t].original_price) for t, _, b in request.needs if t in book.markets
+    ]
     return min(shares, default=Decimal(0))
 
 

@@ -34,8 +34,12 @@ from apps.market.charts import Chart, chart_build
 from apps.market.models import MarketParameters, MarketState, PricePoint
 
 MARKET_SOURCES = (ResourceSource.PUBLIC, ResourceSource.SPOT)
-CHART_WINDOWS = {"1h": timedelta(hours=1), "6h": timedelta(hours=6), "24h": timedelta(days=1),
-                 "7d": timedelta(days=7)}
+CHART_WINDOWS = {
+    "1h": timedelta(hours=1),
+    "6h": timedelta(hours=6),
+    "24h": timedelta(days=1),
+    "7d": timedelta(days=7),
+}
 AVERAGE_SAMPLES = 120
 
 History = list[pricing.PricePoint]  # [(epoch seconds, ¥/h)], sorted, a step function
@@ -56,12 +60,15 @@ def market_usage() -> dict[int, TypeUsage]:
     instances asked for by spot jobs in Bidding."""
     held: dict[int, dict[str, int]] = defaultdict(dict)
     live = Pod.objects.filter(
-        status__in=LIVE_POD_STATUSES, job__resource_source__in=MARKET_SOURCES,
+        status__in=LIVE_POD_STATUSES,
+        job__resource_source__in=MARKET_SOURCES,
         role__instance_type__isnull=False,
     )
-    for type_id, source, count in live.values_list(
-        "role__instance_type_id", "job__resource_source"
-    ).annotate(n=Count("id")).order_by():
+    for type_id, source, count in (
+        live.values_list("role__instance_type_id", "job__resource_source")
+        .annotate(n=Count("id"))
+        .order_by()
+    ):
         held[type_id][source] = count
     bidding = bidding_demand()
     return {
@@ -78,9 +85,13 @@ def bidding_demand() -> dict[int, int]:
     """Per instance type id: instances asked for by spot jobs in Bidding."""
     return dict(
         JobRole.objects.filter(
-            job__status=JobStatus.BIDDING, job__resource_source=ResourceSource.SPOT,
+            job__status=JobStatus.BIDDING,
+            job__resource_source=ResourceSource.SPOT,
             instance_type__isnull=False,
-        ).values_list("instance_type_id").annotate(n=Sum("pod_count")).order_by()
+        )
+        .values_list("instance_type_id")
+        .annotate(n=Sum("pod_count"))
+        .order_by()
     )
 
 
@@ -97,18 +108,24 @@ def price_histories(
         return {}
     # Times are read as epoch seconds (`Epoch`): the market tick reads thousands of points.
     before = PricePoint.objects.filter(instance_type=OuterRef("pk"), at__lte=since).order_by("-at")
-    firsts = InstanceType.objects.filter(pk__in=type_ids).annotate(
-        first_at=Epoch(Subquery(before.values("at")[:1])),
-        first_price=Subquery(before.values("price_per_hour")[:1]),
-    ).values_list("pk", "first_at", "first_price")
+    firsts = (
+        InstanceType.objects.filter(pk__in=type_ids)
+        .annotate(
+            first_at=Epoch(Subquery(before.values("at")[:1])),
+            first_price=Subquery(before.values("price_per_hour")[:1]),
+        )
+        .values_list("pk", "first_at", "first_price")
+    )
     histories: dict[int, History] = {}
     for type_id, at, price in firsts:
         if at is not None:
             histories[type_id] = [(at, price)]
-    rows = PricePoint.objects.filter(
-        instance_type_id__in=type_ids, at__gt=since, at__lte=until
-    ).order_by("instance_type_id", "at").annotate(seconds=Epoch("at")).values_list(
-        "instance_type_id", "seconds", "price_per_hour")
+    rows = (
+        PricePoint.objects.filter(instance_type_id__in=type_ids, at__gt=since, at__lte=until)
+        .order_by("instance_type_id", "at")
+        .annotate(seconds=Epoch("at"))
+        .values_list("instance_type_id", "seconds", "price_per_hour")
+    )
     for type_id, at, price in rows:
         histories.setdefault(type_id, []).append((at, price))
     return histories
@@ -208,15 +225,17 @@ def _rows(types: list[InstanceType], *, now: datetime) -> list[MarketRow]:
     rows = []
     for t in types:
         state = states.get(t.pk)
-        rows.append(MarketRow(
-            instance_type=t,
-            price=state.price_per_hour if state else None,
-            floor=pricing.price_floor(t.price_per_hour, params.floor_ratio),
-            price_limits=pricing.price_limit_range(t.price_per_hour, params.floor_ratio),
-            usage=usage.get(t.pk, TypeUsage()),
-            stepped_at=state.stepped_at if state else None,
-            system_average=averages.get(t.pk),
-        ))
+        rows.append(
+            MarketRow(
+                instance_type=t,
+                price=state.price_per_hour if state else None,
+                floor=pricing.price_floor(t.price_per_hour, params.floor_ratio),
+                price_limits=pricing.price_limit_range(t.price_per_hour, params.floor_ratio),
+                usage=usage.get(t.pk, TypeUsage()),
+                stepped_at=state.stepped_at if state else None,
+                system_average=averages.get(t.pk),
+            )
+        )
     return rows
 
 
@@ -326,8 +345,14 @@ class RoleNeed(NamedTuple):
     bid: Decimal | None  # per hour; None for pay-as-you-go or a bid that cannot be read
 
 
-def held_reason(*, spot: bool, not_before: datetime | None, roles: Sequence[RoleNeed],
-                not_spot: Container[str], now: datetime) -> str:
+def held_reason(
+    *,
+    spot: bool,
+    not_before: datetime | None,
+    roles: Sequence[RoleNeed],
+    not_spot: Container[str],
+    now: datetime,
+) -> str:
     """Why a waiting market job sits out the ticks ("" when it does not): an AIMaster
     backoff, a role without an instance type, a spot role without a readable bid, or a type
     no longer sold as spot (`not_spot`). The tick and the job pages both ask this."""
@@ -353,33 +378,60 @@ def waiting_reasons(*, jobs: Iterable[Job], now: datetime | None = None) -> dict
     nothing stands in its way, or its type has not been priced yet: it is judged on the
     next tick. Two queries, however many jobs."""
     now = now or timezone.now()
-    bidding = {job.pk: job for job in jobs
-               if job.status == JobStatus.BIDDING and job.resource_source == ResourceSource.SPOT}
+    bidding = {
+        job.pk: job
+        for job in jobs
+        if job.status == JobStatus.BIDDING and job.resource_source == ResourceSource.SPOT
+    }
     if not bidding:
         return {}
-    rows = JobRole.objects.filter(job_id__in=bidding).order_by("job_id", "id").values_list(
-        "job_id", "id", "role_type", "pod_count", "instance_type_id", "instance_type__name",
-        "instance_type__price_per_hour", "instance_type__spot_enabled", "spot_discount_limit",
-        "spot_price_limit")
+    rows = (
+        JobRole.objects.filter(job_id__in=bidding)
+        .order_by("job_id", "id")
+        .values_list(
+            "job_id",
+            "id",
+            "role_type",
+            "pod_count",
+            "instance_type_id",
+            "instance_type__name",
+            "instance_type__price_per_hour",
+            "instance_type__spot_enabled",
+            "spot_discount_limit",
+            "spot_price_limit",
+        )
+    )
     needs: dict[int, list[RoleNeed]] = defaultdict(list)
     not_spot: set[str] = set()
     type_ids: set[int] = set()
-    for (job_id, role_id, role_type, pods, type_id, name, original, spot_enabled, discount,
-         per_minute) in rows:
+    for (
+        job_id,
+        role_id,
+        role_type,
+        pods,
+        type_id,
+        name,
+        original,
+        spot_enabled,
+        discount,
+        per_minute,
+    ) in rows:
         bid = None
         if type_id is not None:
             type_ids.add(type_id)
             if not spot_enabled:
                 not_spot.add(name)
             try:
-                bid = pricing.bid_limit_per_hour(original, discount=discount,
-                                                 price_limit_per_minute=per_minute)
+                bid = pricing.bid_limit_per_hour(
+                    original, discount=discount, price_limit_per_minute=per_minute
+                )
             except pricing.MarketError:
                 pass
         needs[job_id].append(RoleNeed(role_id, role_type, pods, name or "", bid))
     quotes, unpriced = {}, set()
     for t in InstanceType.objects.filter(pk__in=type_ids, public_capacity__gt=0).select_related(
-            "market_state"):
+        "market_state"
+    ):
         state = getattr(t, "market_state", None)
         if state is None:
             unpriced.add(t.name)
@@ -388,10 +440,12 @@ def waiting_reasons(*, jobs: Iterable[Job], now: datetime | None = None) -> dict
     reasons = {}
     for job_id, job in bidding.items():
         roles = needs.get(job_id, [])
-        reason = held_reason(spot=True, not_before=job.not_before, roles=roles,
-                             not_spot=not_spot, now=now)
+        reason = held_reason(
+            spot=True, not_before=job.not_before, roles=roles, not_spot=not_spot, now=now
+        )
         if not reason and roles and not any(r.instance_type in unpriced for r in roles):
             reason, _ = pricing.spot_wait_reason(
-                [(r.instance_type, r.pod_count, r.bid) for r in roles], quotes)
+                [(r.instance_type, r.pod_count, r.bid) for r in roles], quotes
+            )
         reasons[job_id] = reason
     return reasons

@@ -157,11 +157,15 @@ def market_snapshot(*, now: datetime, rng: random.Random) -> MarketSnapshot:
     (`selectors.waiting_reasons`), so a tick neither reads nor writes these jobs."""
     params = MarketParameters.load().to_params()
     all_types = {
-        t.name: t for t in InstanceType.objects.only(
-            "id", "name", "resource_type", "price_per_hour", "public_capacity", "spot_enabled")
+        t.name: t
+        for t in InstanceType.objects.only(
+            "id", "name", "resource_type", "price_per_hour", "public_capacity", "spot_enabled"
+        )
     }
-    types = {name: TypeInfo(t.pk, name, t.price_per_hour, t.spot_enabled, t.resource_type)
-             for name, t in all_types.items()}
+    types = {
+        name: TypeInfo(t.pk, name, t.price_per_hour, t.spot_enabled, t.resource_type)
+        for name, t in all_types.items()
+    }
     names = {t.pk: t.name for t in all_types.values()}
     public = [t for t in all_types.values() if t.public_capacity > 0]
     states = MarketState.objects.in_bulk([t.pk for t in public])
@@ -173,23 +177,41 @@ def market_snapshot(*, now: datetime, rng: random.Random) -> MarketSnapshot:
     markets = []
     for t in public:
         state = states.get(t.pk)
-        markets.append(pricing.TypeMarket(
-            instance_type=t.name, resource_type=t.resource_type, original_price=t.price_per_hour,
-            capacity=t.public_capacity, payg_used=payg_used[t.pk], spot_used=spot_used[t.pk],
-            bidding_demand=demand.get(t.pk, 0),
-            price=state.price_per_hour if state else _opening_price(t, params, replay),
-        ))
+        markets.append(
+            pricing.TypeMarket(
+                instance_type=t.name,
+                resource_type=t.resource_type,
+                original_price=t.price_per_hour,
+                capacity=t.public_capacity,
+                payg_used=payg_used[t.pk],
+                spot_used=spot_used[t.pk],
+                bidding_demand=demand.get(t.pk, 0),
+                price=state.price_per_hour if state else _opening_price(t, params, replay),
+            )
+        )
     snapshot = MarketSnapshot(
-        now=now, params=params, markets=markets,
+        now=now,
+        params=params,
+        markets=markets,
         prices=pricing.market_prices(markets, params=params, rng=rng, replay=replay),
-        spot=running, payg=[],
-        averages={names[i]: a for i, a in averages.items()}, types=types, states=states,
+        spot=running,
+        payg=[],
+        averages={names[i]: a for i, a in averages.items()},
+        types=types,
+        states=states,
     )
-    queuing = _waiting_rows(JobRole.objects.filter(
-        job__status=JobStatus.QUEUING, job__resource_source=ResourceSource.PUBLIC))
+    queuing = _waiting_rows(
+        JobRole.objects.filter(
+            job__status=JobStatus.QUEUING, job__resource_source=ResourceSource.PUBLIC
+        )
+    )
     snapshot.headroom = pricing.spot_headroom(
-        markets, running, prices=snapshot.prices, averages=snapshot.averages,
-        payg_waiting=bool(queuing))
+        markets,
+        running,
+        prices=snapshot.prices,
+        averages=snapshot.averages,
+        payg_waiting=bool(queuing),
+    )
     snapshot.points = _publish_prices(snapshot)
     _add_waiting(snapshot, names, queuing)
     return snapshot
@@ -209,21 +231,45 @@ def _live_pods(
     """The live pods of market jobs, in one query grouped by job and role: instances held
     by pay-as-you-go and by spot per type id, and the running spot jobs with what each
     holds per role and its bids."""
-    rows = Pod.objects.filter(
-        status__in=LIVE_POD_STATUSES, job__resource_source__in=MARKET_SOURCES,
-        role__instance_type__isnull=False,
-    ).annotate(submitted=Epoch("job__submitted_at")).values_list(
-        "job_id", "role_id", "role__instance_type_id", "job__resource_source", "job__status",
-        "role__spot_discount_limit", "role__spot_price_limit", "submitted",
-        "job__enable_aimaster",
-    ).annotate(n=Count("id"), since=Epoch(Min("started_at"))).order_by("job_id", "role_id")
+    rows = (
+        Pod.objects.filter(
+            status__in=LIVE_POD_STATUSES,
+            job__resource_source__in=MARKET_SOURCES,
+            role__instance_type__isnull=False,
+        )
+        .annotate(submitted=Epoch("job__submitted_at"))
+        .values_list(
+            "job_id",
+            "role_id",
+            "role__instance_type_id",
+            "job__resource_source",
+            "job__status",
+            "role__spot_discount_limit",
+            "role__spot_price_limit",
+            "submitted",
+            "job__enable_aimaster",
+        )
+        .annotate(n=Count("id"), since=Epoch(Min("started_at")))
+        .order_by("job_id", "role_id")
+    )
     payg_used: Counter[int] = Counter()
     spot_used: Counter[int] = Counter()
     jobs: dict[int, tuple] = {}
     needs: dict[int, list[tuple[str, int, Decimal]]] = defaultdict(list)
     started: dict[int, float] = {}
-    for (job_id, _, type_id, source, status, discount, per_minute, submitted, aimaster, count,
-         since) in rows:
+    for (
+        job_id,
+        _,
+        type_id,
+        source,
+        status,
+        discount,
+        per_minute,
+        submitted,
+        aimaster,
+        count,
+        since,
+    ) in rows:
         if source == ResourceSource.PUBLIC:
             payg_used[type_id] += count
             continue
@@ -238,8 +284,12 @@ def _live_pods(
             started[job_id] = min(started.get(job_id, since), since)
     running = [
         pricing.SpotRequest(
-            job_id=job_id, needs=tuple(needs[job_id]), running=True, submitted_at=submitted,
-            aimaster=aimaster, started_at=started.get(job_id),
+            job_id=job_id,
+            needs=tuple(needs[job_id]),
+            running=True,
+            submitted_at=submitted,
+            aimaster=aimaster,
+            started_at=started.get(job_id),
         )
         for job_id, (submitted, aimaster) in jobs.items()
     ]
@@ -260,25 +310,43 @@ def _with_blocked(roles: QuerySet[JobRole]) -> QuerySet[JobRole]:
     null when it has no type, no readable bid or no published quote (its job is then read
     and judged in Python)."""
     raw_bid = Case(
-        When(spot_discount_limit__isnull=False,
-             then=F("instance_type__price_per_hour") * F("spot_discount_limit")),
+        When(
+            spot_discount_limit__isnull=False,
+            then=F("instance_type__price_per_hour") * F("spot_discount_limit"),
+        ),
         default=F("spot_price_limit") * Value(Decimal(60)),
         output_field=DecimalField(max_digits=24, decimal_places=10),
     )
     asked = F("instance_type__market_state__asked_per_hour") - Value(_BELOW_MARGIN)
-    return roles.annotate(raw_bid=raw_bid).annotate(blocked=ExpressionWrapper(
-        Q(raw_bid__lt=ExpressionWrapper(asked, output_field=DecimalField()))
-        | Q(pod_count__gt=F("instance_type__market_state__headroom")),
-        output_field=BooleanField()))
+    return roles.annotate(raw_bid=raw_bid).annotate(
+        blocked=ExpressionWrapper(
+            Q(raw_bid__lt=ExpressionWrapper(asked, output_field=DecimalField()))
+            | Q(pod_count__gt=F("instance_type__market_state__headroom")),
+            output_field=BooleanField(),
+        )
+    )
 
 
 def _waiting_rows(roles: QuerySet[JobRole]) -> list[tuple]:
     """What the tick needs of waiting jobs' roles, ordered by job and role."""
-    return list(roles.annotate(submitted=Epoch("job__submitted_at")).order_by(
-        "job_id", "id").values_list(
-        "job_id", "id", "role_type", "pod_count", "instance_type_id", "spot_discount_limit",
-        "spot_price_limit", "job__resource_source", "submitted", "job__enable_aimaster",
-        "job__pending_reason", "job__not_before"))
+    return list(
+        roles.annotate(submitted=Epoch("job__submitted_at"))
+        .order_by("job_id", "id")
+        .values_list(
+            "job_id",
+            "id",
+            "role_type",
+            "pod_count",
+            "instance_type_id",
+            "spot_discount_limit",
+            "spot_price_limit",
+            "job__resource_source",
+            "submitted",
+            "job__enable_aimaster",
+            "job__pending_reason",
+            "job__not_before",
+        )
+    )
 
 
 def _add_waiting(snapshot: MarketSnapshot, names: dict[int, str], queuing: list[tuple]) -> None:
@@ -288,46 +356,82 @@ def _add_waiting(snapshot: MarketSnapshot, names: dict[int, str], queuing: list[
     the engine (`held`). A bidding job is read when one of its roles is not blocked (nearly
     all jobs have one role; a job with another role blocked is read and waits, as the
     engine says)."""
-    ready = _with_blocked(JobRole.objects.filter(
-        job__status=JobStatus.BIDDING, job__resource_source=ResourceSource.SPOT,
-    )).filter(Q(blocked=False) | Q(blocked__isnull=True)).values("job_id")
+    ready = (
+        _with_blocked(
+            JobRole.objects.filter(
+                job__status=JobStatus.BIDDING,
+                job__resource_source=ResourceSource.SPOT,
+            )
+        )
+        .filter(Q(blocked=False) | Q(blocked__isnull=True))
+        .values("job_id")
+    )
     rows = _waiting_rows(JobRole.objects.filter(job_id__in=ready)) + queuing
     jobs: dict[int, tuple] = {}
     needs: dict[int, list[RoleNeed]] = defaultdict(list)
     originals = {t.name: t.original for t in snapshot.types.values()}
     not_spot = {t.name for t in snapshot.types.values() if not t.spot_enabled}
-    for (job_id, role_id, role_type, pods, type_id, discount, per_minute, source, submitted,
-         aimaster, reason, not_before) in rows:
+    for (
+        job_id,
+        role_id,
+        role_type,
+        pods,
+        type_id,
+        discount,
+        per_minute,
+        source,
+        submitted,
+        aimaster,
+        reason,
+        not_before,
+    ) in rows:
         jobs[job_id] = (source, submitted, aimaster, reason, not_before)
         name = names.get(type_id, "")
-        bid = _bid(originals[name], discount, per_minute) \
-            if name and source == ResourceSource.SPOT else None
+        bid = (
+            _bid(originals[name], discount, per_minute)
+            if name and source == ResourceSource.SPOT
+            else None
+        )
         needs[job_id].append(RoleNeed(role_id, role_type, pods, name, bid))
     for job_id, (source, submitted, aimaster, reason, not_before) in jobs.items():
         roles = needs[job_id]
         if source == ResourceSource.PUBLIC:
             snapshot.pending_reasons[job_id] = reason
-        if held := held_reason(spot=source == ResourceSource.SPOT, not_before=not_before,
-                               roles=roles, not_spot=not_spot, now=snapshot.now):
+        if held := held_reason(
+            spot=source == ResourceSource.SPOT,
+            not_before=not_before,
+            roles=roles,
+            not_spot=not_spot,
+            now=snapshot.now,
+        ):
             snapshot.held[job_id] = held
         elif source == ResourceSource.PUBLIC:
             snapshot.needs[job_id] = roles
-            snapshot.payg.append(pricing.PaygRequest(
-                job_id, tuple((r.instance_type, r.pod_count) for r in roles), False, submitted))
+            snapshot.payg.append(
+                pricing.PaygRequest(
+                    job_id, tuple((r.instance_type, r.pod_count) for r in roles), False, submitted
+                )
+            )
         else:
             snapshot.needs[job_id] = roles
-            snapshot.spot.append(pricing.SpotRequest(
-                job_id=job_id, needs=tuple((r.instance_type, r.pod_count, r.bid) for r in roles),
-                running=False, submitted_at=submitted, aimaster=aimaster,
-            ))
+            snapshot.spot.append(
+                pricing.SpotRequest(
+                    job_id=job_id,
+                    needs=tuple((r.instance_type, r.pod_count, r.bid) for r in roles),
+                    running=False,
+                    submitted_at=submitted,
+                    aimaster=aimaster,
+                )
+            )
 
 
 @functools.lru_cache(maxsize=65536)
 def _bid(original: Decimal, discount: Decimal | None, per_minute: Decimal | None) -> Decimal | None:
     """A role's bid limit per hour (bids are mostly a few discrete values: cached)."""
     try:
-        return pricing.bid_limit_per_hour(original, discount=discount,
-                                          price_limit_per_minute=per_minute)
+        return pricing.bid_limit_per_hour(
+            original, discount=discount, price_limit_per_minute=per_minute
+        )
     except pricing.MarketError:
         return None
 
@@ -366,8 +470,12 @@ class StepReport:
 @gc_paused()
 def market_plan(*, snapshot: MarketSnapshot) -> pricing.MarketPlan:
     return pricing.market_step(
-        snapshot.markets, snapshot.spot, snapshot.payg, params=snapshot.params,
-        now=snapshot.now.timestamp(), averages=snapshot.averages,
+        snapshot.markets,
+        snapshot.spot,
+        snapshot.payg,
+        params=snapshot.params,
+        now=snapshot.now.timestamp(),
+        averages=snapshot.averages,
         prices=snapshot.prices,  # drawn and published by market_snapshot
     )
 
@@ -394,10 +502,17 @@ def market_apply(*, snapshot: MarketSnapshot, plan: pricing.MarketPlan) -> StepR
     started = _apply_starts(snapshot, plan)
     _record_free(snapshot, plan.stock)
     waiting = {w.job_id: w.reason for w in plan.waiting} | snapshot.held
-    _record_waiting({job_id: reason for job_id, reason in waiting.items()
-                     if job_id in snapshot.pending_reasons}, snapshot.pending_reasons)
-    return StepReport(prices=snapshot.points, started=started, reclaimed=reclaimed,
-                      waiting=len(waiting))
+    _record_waiting(
+        {
+            job_id: reason
+            for job_id, reason in waiting.items()
+            if job_id in snapshot.pending_reasons
+        },
+        snapshot.pending_reasons,
+    )
+    return StepReport(
+        prices=snapshot.points, started=started, reclaimed=reclaimed, waiting=len(waiting)
+    )
 
 
 def _publish_prices(snapshot: MarketSnapshot) -> int:
@@ -407,8 +522,9 @@ def _publish_prices(snapshot: MarketSnapshot) -> int:
     new, changed, points = [], [], []
     for name, price in snapshot.prices.items():
         info = snapshot.types[name]
-        average = snapshot.averages.get(name) if info.resource_type == ResourceType.LINGJUN \
-            else None
+        average = (
+            snapshot.averages.get(name) if info.resource_type == ResourceType.LINGJUN else None
+        )
         asked, _ = pricing.asked_price(info.resource_type, price, average)
         state = snapshot.states.get(info.id)
         if state is None:
@@ -431,8 +547,18 @@ def _publish_prices(snapshot: MarketSnapshot) -> int:
                 f"UPDATE {MarketState._meta.db_table} SET price_per_hour = %s, "
                 "average_per_hour = %s, asked_per_hour = %s, headroom = %s, stepped_at = %s, "
                 "recorded_at = %s WHERE instance_type_id = %s",
-                [(s.price_per_hour, s.average_per_hour, s.asked_per_hour, s.headroom,
-                  db_datetime(s.stepped_at), db_datetime(s.recorded_at), s.pk) for s in changed],
+                [
+                    (
+                        s.price_per_hour,
+                        s.average_per_hour,
+                        s.asked_per_hour,
+                        s.headroom,
+                        db_datetime(s.stepped_at),
+                        db_datetime(s.recorded_at),
+                        s.pk,
+                    )
+                    for s in changed
+                ],
             )
     PricePoint.objects.bulk_create(points, ignore_conflicts=True)
     return len(points)
@@ -450,7 +576,8 @@ def _record_free(snapshot: MarketSnapshot, stock: dict[str, int]) -> None:
         with connection.cursor() as cursor:
             cursor.executemany(
                 f"UPDATE {MarketState._meta.db_table} SET free = %s WHERE instance_type_id = %s",
-                changed)
+                changed,
+            )
 
 
 def _apply_reclaims(reclaims: tuple[pricing.Reclaim, ...], *, now: datetime) -> int:
@@ -460,36 +587,61 @@ def _apply_reclaims(reclaims: tuple[pricing.Reclaim, ...], *, now: datetime) -> 
     many at once. A job that stopped meanwhile is left alone."""
     planned = {r.job_id: r for r in reclaims}
     jobs = [
-        job for ids in _chunks(list(planned))
+        job
+        for ids in _chunks(list(planned))
         for job in Job.objects.select_for_update().filter(
-            pk__in=ids, status__in=RECLAIMABLE_STATUSES, resource_source=ResourceSource.SPOT)
+            pk__in=ids, status__in=RECLAIMABLE_STATUSES, resource_source=ResourceSource.SPOT
+        )
     ]
     if not jobs:
         return 0
     pods: dict[int, list[Pod]] = defaultdict(list)
     for ids in _chunks([job.pk for job in jobs]):
-        for pod in Pod.objects.filter(job_id__in=ids, status__in=LIVE_POD_STATUSES) \
-                .select_related("role"):
+        for pod in Pod.objects.filter(job_id__in=ids, status__in=LIVE_POD_STATUSES).select_related(
+            "role"
+        ):
             pods[pod.job_id].append(pod)
     messages = {job.pk: f"Spot instances reclaimed: {planned[job.pk].reason}" for job in jobs}
     with connection.cursor() as cursor:
         cursor.executemany(
             f"UPDATE {Pod._meta.db_table} SET status = %s, reason = %s, message = %s, "
             "finished_at = %s WHERE job_id = %s AND status IN (%s, %s)",
-            [(PodStatus.PREEMPTED, planned[job.pk].code, messages[job.pk], db_datetime(now),
-              job.pk, *LIVE_POD_STATUSES) for job in jobs])
+            [
+                (
+                    PodStatus.PREEMPTED,
+                    planned[job.pk].code,
+                    messages[job.pk],
+                    db_datetime(now),
+                    job.pk,
+                    *LIVE_POD_STATUSES,
+                )
+                for job in jobs
+            ],
+        )
     for job in jobs:
         pods_stopping(job=job, pods=pods[job.pk], now=now, reason=messages[job.pk])
     JobEvent.objects.bulk_create(
-        JobEvent(job=job, kind="Reclaimed", at=now,
-                 message=f"{planned[job.pk].code}: {planned[job.pk].reason}")
-        for job in jobs)
+        JobEvent(
+            job=job,
+            kind="Reclaimed",
+            at=now,
+            message=f"{planned[job.pk].code}: {planned[job.pk].reason}",
+        )
+        for job in jobs
+    )
     jobs_requeue_or_fail(
         interruptions=[
-            Interruption(job, planned[job.pk].code, messages[job.pk],
-                         pods_lost_gpu_seconds(job=job, pods=pods[job.pk], now=now))
-            for job in jobs],
-        now=now, requeue_status=JobStatus.BIDDING)
+            Interruption(
+                job,
+                planned[job.pk].code,
+                messages[job.pk],
+                pods_lost_gpu_seconds(job=job, pods=pods[job.pk], now=now),
+            )
+            for job in jobs
+        ],
+        now=now,
+        requeue_status=JobStatus.BIDDING,
+    )
     return len(jobs)
 
 
@@ -507,36 +659,62 @@ def _apply_starts(snapshot: MarketSnapshot, plan: pricing.MarketPlan) -> int:
     expected = {"spot": JobStatus.BIDDING, "payg": JobStatus.QUEUING}
     kinds = {s.job_id: s.kind for s in plan.starts}
     jobs = [
-        job for ids in _chunks(list(kinds))
-        for job in Job.objects.select_for_update().filter(pk__in=ids).only(
-            "id", "job_id", "attempt", "status", "started_at")
+        job
+        for ids in _chunks(list(kinds))
+        for job in Job.objects.select_for_update()
+        .filter(pk__in=ids)
+        .only("id", "job_id", "attempt", "status", "started_at")
         if job.status == expected[kinds[job.pk]]
     ]
     if not jobs:
         return 0
     pod_ids = rows_insert(
-        Pod, ["job_id", "role_id", "index", "attempt", "pod_id", "status", "started_at"],
-        [(job.pk, role.role_id, i, job.attempt,
-          f"{job.job_id}-{role.role_type.lower()}-{i}-a{job.attempt}",
-          PodStatus.RUNNING if at_once else PodStatus.PENDING, now if at_once else None)
-         for job in jobs for role in snapshot.needs[job.pk] for i in range(role.pod_count)])
+        Pod,
+        ["job_id", "role_id", "index", "attempt", "pod_id", "status", "started_at"],
+        [
+            (
+                job.pk,
+                role.role_id,
+                i,
+                job.attempt,
+                f"{job.job_id}-{role.role_type.lower()}-{i}-a{job.attempt}",
+                PodStatus.RUNNING if at_once else PodStatus.PENDING,
+                now if at_once else None,
+            )
+            for job in jobs
+            for role in snapshot.needs[job.pk]
+            for i in range(role.pod_count)
+        ],
+    )
     pod_meters_open(pod_ids=pod_ids, new=True)
     events, codes, whys = [], {}, {}
     for job in jobs:
         spot = kinds[job.pk] == "spot"
-        whys[job.pk] = _bid_accepted(snapshot, plan, job.pk) if spot \
-            else "Started on the public pool"
+        whys[job.pk] = (
+            _bid_accepted(snapshot, plan, job.pk) if spot else "Started on the public pool"
+        )
         codes[job.pk] = "JobBidAccepted" if spot else "JobDequeued"
         events.append((job.pk, "BidAccepted" if spot else "Started", whys[job.pk], now))
     events += [(e.job_id, e.kind, e.message, e.at) for e in resumed_events(jobs=jobs, now=now)]
     if at_once:
         jobs_transition_bulk(
-            jobs=jobs, status=JobStatus.RUNNING, now=now, reason_code="JobRunning",
-            reason_message="All pods are running", started=True,
-            via=Via(JobStatus.ENV_PREPARING, reason_codes=codes, reason_messages=whys))
+            jobs=jobs,
+            status=JobStatus.RUNNING,
+            now=now,
+            reason_code="JobRunning",
+            reason_message="All pods are running",
+            started=True,
+            via=Via(JobStatus.ENV_PREPARING, reason_codes=codes, reason_messages=whys),
+        )
     else:
-        jobs_transition_bulk(jobs=jobs, status=JobStatus.ENV_PREPARING, now=now,
-                             reason_codes=codes, reason_messages=whys, started=True)
+        jobs_transition_bulk(
+            jobs=jobs,
+            status=JobStatus.ENV_PREPARING,
+            now=now,
+            reason_codes=codes,
+            reason_messages=whys,
+            started=True,
+        )
     rows_insert(JobEvent, ["job_id", "kind", "message", "at"], events)
     if not at_once:
         pods_placed(jobs=jobs, now=now)
@@ -544,7 +722,7 @@ def _apply_starts(snapshot: MarketSnapshot, plan: pricing.MarketPlan) -> int:
 
 
 def _bid_accepted(snapshot: MarketSnapshot, plan: pricing.MarketPlan, job_id: int) -> str:
-    """"Bid accepted at ¥0.64/h (market ¥0.30/h)"; per role when roles bid differently."""
+    """ "Bid accepted at ¥0.64/h (market ¥0.30/h)"; per role when roles bid differently."""
     roles = snapshot.needs[job_id]
     terms = {(r.bid, r.instance_type) for r in roles}
     if len(terms) == 1:
@@ -569,8 +747,7 @@ def _record_waiting(waiting: dict[int, str], stored: dict[int, str]) -> None:
             by_reason[reason[:256]].append(job_id)
     for reason, ids in by_reason.items():
         for chunk in _chunks(ids):
-            Job.objects.filter(pk__in=chunk, status=JobStatus.QUEUING).update(
-                pending_reason=reason)
+            Job.objects.filter(pk__in=chunk, status=JobStatus.QUEUING).update(pending_reason=reason)
 
 
 def _chunks(ids: list[int]) -> Iterator[list[int]]:

@@ -49,8 +49,11 @@ def market_detail(request: HtmxHttpRequest, name: str) -> HttpResponse:
     if window not in selectors.CHART_WINDOWS:
         window = "1h"
     context = {
-        "row": row, "chart": selectors.price_chart(row=row, window=window), "window": window,
-        "windows": list(selectors.CHART_WINDOWS), "poll_seconds": _poll_seconds(),
+        "row": row,
+        "chart": selectors.price_chart(row=row, window=window),
+        "window": window,
+        "windows": list(selectors.CHART_WINDOWS),
+        "poll_seconds": _poll_seconds(),
     }
     template = "market/detail.html"
     if _htmx_target(request) == "price-chart":

@@ -16,7 +16,11 @@ from typing import Literal
 
 
 def lost_gpu_seconds(
-    *, gpus: float, started_at: float, last_checkpoint_at: float | None, now: float,
+    *,
+    gpus: float,
+    started_at: float,
+    last_checkpoint_at: float | None,
+    now: float,
 ) -> float:
     """GPU-seconds of work an interruption at `now` throws away: computed since the job's
     last checkpoint, or since `started_at` (when this attempt, or this pod, started) if
@@ -79,8 +83,11 @@ def success_outcome(*, policy: str, pods: Iterable[PodState]) -> Succeeded | Fai
         return None
     if policy == "ChiefWorker":
         chief = ranked[0]
-        return Succeeded(f"The chief pod {chief.name} succeeded") \
-            if chief.status == "Succeeded" else None
+        return (
+            Succeeded(f"The chief pod {chief.name} succeeded")
+            if chief.status == "Succeeded"
+            else None
+        )
     if all(p.status == "Succeeded" for p in ranked):
         return Succeeded("All pods succeeded")
     return None
@@ -117,8 +124,10 @@ def platform_note(budget: Budget) -> str:
     """What a platform interruption's messages add, so nobody reads it as the job's fault
     or looks for a spent restart."""
     if budget.aimaster:
-        return (f"a platform interruption: AIMaster's budget {budget.restart_times}/"
-                f"{budget.max_restarts} is not used")
+        return (
+            f"a platform interruption: AIMaster's budget {budget.restart_times}/"
+            f"{budget.max_restarts} is not used"
+        )
     return "a platform interruption: requeued although AIMaster is off"
 
 
@@ -171,8 +180,15 @@ def restart_policy_declines(policy: str, exit_code: int | None) -> str | None:
 
 
 def after_pod_failure(
-    *, budget: Budget, platform: bool, restart_policy: str, exit_code: int | None,
-    spot: bool, async_mode: bool, pod_node_ready: bool, nodes_ready: bool,
+    *,
+    budget: Budget,
+    platform: bool,
+    restart_policy: str,
+    exit_code: int | None,
+    spot: bool,
+    async_mode: bool,
+    pod_node_ready: bool,
+    nodes_ready: bool,
 ) -> Requeue | RestartInPlace | Fail:
     """A pod of the job's current attempt failed. `platform`: the platform took it (its
     reason is one of PLATFORM_REASONS). `pod_node_ready` / `nodes_ready`: the failed pod's

@@ -71,26 +71,47 @@ def scheduler_snapshot() -> engine.Snapshot:
 def _load() -> _Loaded:
     pending, shown = _pending_jobs()
     if not pending:  # nobody to place or reclaim for: the rest need not be read
-        return _Loaded(snapshot=engine.Snapshot(nodes=(), quotas=(), running=(), pending=()),
-                       shown={})
+        return _Loaded(
+            snapshot=engine.Snapshot(nodes=(), quotas=(), running=(), pending=()), shown={}
+        )
     nodes = tuple(
-        engine.Node(id=pk, pool_id=pool_id, capacity=engine.Resources(cpu, memory, gpu),
-                    schedulable=status == Node.Status.READY)
-        for pk, pool_id, cpu, memory, gpu, status in Node.objects.filter(
-            pool__kind=DEDICATED).order_by("id").values_list(
-            "id", "pool_id", "cpu", "memory", "gpu", "status")
+        engine.Node(
+            id=pk,
+            pool_id=pool_id,
+            capacity=engine.Resources(cpu, memory, gpu),
+            schedulable=status == Node.Status.READY,
+        )
+        for pk, pool_id, cpu, memory, gpu, status in Node.objects.filter(pool__kind=DEDICATED)
+        .order_by("id")
+        .values_list("id", "pool_id", "cpu", "memory", "gpu", "status")
     )
     quotas = tuple(
-        engine.Quota(id=pk, name=name, parent_id=parent_id, pool_id=pool_id,
-                     min=engine.Resources(cpu, memory, gpu), strategy=strategy)
+        engine.Quota(
+            id=pk,
+            name=name,
+            parent_id=parent_id,
+            pool_id=pool_id,
+            min=engine.Resources(cpu, memory, gpu),
+            strategy=strategy,
+        )
         for pk, name, parent_id, pool_id, cpu, memory, gpu, strategy in Quota.objects.order_by(
-            "id").values_list("id", "name", "parent_id", "pool_id", "min_cpu", "min_memory",
-                              "min_gpu", "queue_strategy")
+            "id"
+        ).values_list(
+            "id",
+            "name",
+            "parent_id",
+            "pool_id",
+            "min_cpu",
+            "min_memory",
+            "min_gpu",
+            "queue_strategy",
+        )
     )
     running = _running_jobs(live=True) + _running_jobs(live=False)
     return _Loaded(
-        snapshot=engine.Snapshot(nodes=nodes, quotas=quotas, running=tuple(running),
-                                 pending=pending),
+        snapshot=engine.Snapshot(
+            nodes=nodes, quotas=quotas, running=tuple(running), pending=pending
+        ),
         shown=shown,
     )
 
@@ -108,29 +129,58 @@ def _running_jobs(*, live: bool) -> list[engine.RunningJob]:
         # A Lost node's processes are gone as far as anyone knows (a dead host never
         # reports their exits): their room is not held. If the node comes back they count
         # again until its agent has stopped them.
-        pods = pods.filter(process__state__in=LIVE_PROCESS_STATES).exclude(
-            status__in=LIVE_POD_STATUSES).exclude(node__status=Node.Status.LOST)
+        pods = (
+            pods.filter(process__state__in=LIVE_PROCESS_STATES)
+            .exclude(status__in=LIVE_POD_STATUSES)
+            .exclude(node__status=Node.Status.LOST)
+        )
     by_job: dict[int, list[engine.RunningPod]] = defaultdict(list)
     first_start: dict[int, datetime] = {}
     for pk, job_id, node_id, in_quota, started, cpu, memory, gpu in pods.values_list(
-        "id", "job_id", "node_id", "in_quota", "started_at", "role__cpu", "role__memory",
+        "id",
+        "job_id",
+        "node_id",
+        "in_quota",
+        "started_at",
+        "role__cpu",
+        "role__memory",
         "role__gpu",
     ):
-        by_job[job_id].append(engine.RunningPod(
-            pod_id=pk, node_id=node_id, resources=engine.Resources(cpu, memory, gpu),
-            in_quota=bool(in_quota)))
+        by_job[job_id].append(
+            engine.RunningPod(
+                pod_id=pk,
+                node_id=node_id,
+                resources=engine.Resources(cpu, memory, gpu),
+                in_quota=bool(in_quota),
+            )
+        )
         if started and (job_id not in first_start or started < first_start[job_id]):
             first_start[job_id] = started
-    jobs = Job.objects.filter(id__in=list(by_job)).order_by("id").values_list(
-        "id", "display_name", "quota_id", "idle_mode", "priority", "status_changed_at",
-        "last_checkpoint_at")
+    jobs = (
+        Job.objects.filter(id__in=list(by_job))
+        .order_by("id")
+        .values_list(
+            "id",
+            "display_name",
+            "quota_id",
+            "idle_mode",
+            "priority",
+            "status_changed_at",
+            "last_checkpoint_at",
+        )
+    )
     return [
         engine.RunningJob(
-            job_id=pk if live else -pk, name=name if live else f"{name} (stopping)",
-            quota_id=quota_id, idle_mode=idle_mode, priority=priority,
+            job_id=pk if live else -pk,
+            name=name if live else f"{name} (stopping)",
+            quota_id=quota_id,
+            idle_mode=idle_mode,
+            priority=priority,
             # Lost work counts from this attempt's start, not the job's first start.
             started_at=(first_start.get(pk) or changed).timestamp(),
-            last_checkpoint_at=_ts(checkpoint), pods=tuple(by_job[pk]), stopping=not live,
+            last_checkpoint_at=_ts(checkpoint),
+            pods=tuple(by_job[pk]),
+            stopping=not live,
         )
         for pk, name, quota_id, idle_mode, priority, changed, checkpoint in jobs
     ]
@@ -143,14 +193,26 @@ def _pending_jobs() -> tuple[tuple[engine.PendingJob, ...], dict]:
     became Queuing in between was read with no pods, "fitted" at once and was admitted with
     none: EnvPreparing for ever.)"""
     queued = Job.objects.filter(status=JobStatus.QUEUING, resource_source=ResourceSource.QUOTA)
-    rows = list(queued.order_by("id").values_list(
-        "id", "display_name", "quota_id", "idle_mode", "priority", "submitted_at", "not_before",
-        "pending_reason", "queue_position", "queue_size",
-    ))
+    rows = list(
+        queued.order_by("id").values_list(
+            "id",
+            "display_name",
+            "quota_id",
+            "idle_mode",
+            "priority",
+            "submitted_at",
+            "not_before",
+            "pending_reason",
+            "queue_position",
+            "queue_size",
+        )
+    )
     requests: dict[int, list[engine.PodRequest]] = defaultdict(list)
-    for job_id, role_type, count, cpu, memory, gpu in JobRole.objects.filter(
-        job__in=queued
-    ).order_by("id").values_list("job_id", "role_type", "pod_count", "cpu", "memory", "gpu"):
+    for job_id, role_type, count, cpu, memory, gpu in (
+        JobRole.objects.filter(job__in=queued)
+        .order_by("id")
+        .values_list("job_id", "role_type", "pod_count", "cpu", "memory", "gpu")
+    ):
         resources = engine.Resources(cpu, memory, gpu)
         requests[job_id] += [
             engine.PodRequest(key=f"{role_type.lower()}-{i}", resources=resources)
@@ -161,10 +223,18 @@ def _pending_jobs() -> tuple[tuple[engine.PendingJob, ...], dict]:
         pk, name, quota_id, idle_mode, priority, submitted, not_before, *previous = row
         if not requests[pk]:  # read before its roles were: next tick
             continue
-        pending.append(engine.PendingJob(
-            job_id=pk, name=name, quota_id=quota_id, idle_mode=idle_mode, priority=priority,
-            submitted_at=submitted.timestamp(), pods=tuple(requests[pk]),
-            not_before=_ts(not_before)))
+        pending.append(
+            engine.PendingJob(
+                job_id=pk,
+                name=name,
+                quota_id=quota_id,
+                idle_mode=idle_mode,
+                priority=priority,
+                submitted_at=submitted.timestamp(),
+                pods=tuple(requests[pk]),
+                not_before=_ts(not_before),
+            )
+        )
         shown[pk] = tuple(previous)
     return tuple(pending), shown
 
@@ -192,8 +262,12 @@ def _apply_admissions(admissions: tuple[engine.Admission, ...], *, now: datetime
     if not admissions:
         return 0
     planned = {a.job_id: a for a in admissions}
-    jobs = list(Job.objects.select_for_update(of=("self",)).filter(
-        pk__in=list(planned), status=JobStatus.QUEUING).select_related("quota").order_by("id"))
+    jobs = list(
+        Job.objects.select_for_update(of=("self",))
+        .filter(pk__in=list(planned), status=JobStatus.QUEUING)
+        .select_related("quota")
+        .order_by("id")
+    )
     if not jobs:
         return 0
     roles: dict[int, dict[str, JobRole]] = defaultdict(dict)
@@ -204,21 +278,33 @@ def _apply_admissions(admissions: tuple[engine.Admission, ...], *, now: datetime
     for job in jobs:
         for placement in planned[job.pk].placements:
             role_key, _, index = placement.key.rpartition("-")
-            pods.append(Pod(
-                job=job, role=roles[job.pk][role_key], index=int(index), attempt=job.attempt,
-                pod_id=f"{job.job_id}-{placement.key}-a{job.attempt}",
-                node=nodes[placement.node_id], in_quota=placement.in_quota,
-                status=PodStatus.PENDING,
-            ))
+            pods.append(
+                Pod(
+                    job=job,
+                    role=roles[job.pk][role_key],
+                    index=int(index),
+                    attempt=job.attempt,
+                    pod_id=f"{job.job_id}-{placement.key}-a{job.attempt}",
+                    node=nodes[placement.node_id],
+                    in_quota=placement.in_quota,
+                    status=PodStatus.PENDING,
+                )
+            )
     Pod.objects.bulk_create(pods)
     pks = [job.pk for job in jobs]
     Job.objects.filter(pk__in=pks).update(
-        pending_reason="", queue_position=None, queue_size=None, not_before=None)
+        pending_reason="", queue_position=None, queue_size=None, not_before=None
+    )
     Job.objects.filter(pk__in=pks, started_at__isnull=True).update(started_at=now)
     dequeued = {job.pk: f"Dequeued from quota {job.quota.name}" for job in jobs}
     JobEvent.objects.bulk_create(_admission_events(jobs, planned, nodes, dequeued, now))
-    jobs_transition_bulk(jobs=jobs, status=JobStatus.ENV_PREPARING, now=now,
-                         reason_code="JobDequeued", reason_messages=dequeued)
+    jobs_transition_bulk(
+        jobs=jobs,
+        status=JobStatus.ENV_PREPARING,
+        now=now,
+        reason_code="JobDequeued",
+        reason_messages=dequeued,
+    )
     pods_placed(jobs=jobs, now=now)
     return len(jobs)
 
@@ -239,18 +325,26 @@ def _admission_events(jobs, planned, nodes, dequeued, now) -> list[JobEvent]:
 
 
 def _apply_preemption(preemption: engine.Preemption, *, now: datetime) -> bool:
-    job = Job.objects.select_for_update().filter(
-        pk=preemption.job_id, status__in=ACTIVE_STATUSES
-    ).first()
+    job = (
+        Job.objects.select_for_update()
+        .filter(pk=preemption.job_id, status__in=ACTIVE_STATUSES)
+        .first()
+    )
     if job is None:
         return False
     pods = list(Pod.objects.filter(job=job, attempt=job.attempt, status__in=LIVE_POD_STATUSES))
     Pod.objects.filter(pk__in=[p.pk for p in pods]).update(
-        status=PodStatus.PREEMPTED, reason="Preempted", message=preemption.reason, finished_at=now)
+        status=PodStatus.PREEMPTED, reason="Preempted", message=preemption.reason, finished_at=now
+    )
     pods_stopping(job=job, pods=pods, now=now, reason=preemption.reason)
     job_event(job=job, kind="Preempted", message=preemption.reason, now=now)
-    job_requeue_or_fail(job=job, now=now, cause="JobPreempted", message=preemption.reason,
-                        lost_gpu_seconds=preemption.lost_gpu_seconds)
+    job_requeue_or_fail(
+        job=job,
+        now=now,
+        cause="JobPreempted",
+        message=preemption.reason,
+        lost_gpu_seconds=preemption.lost_gpu_seconds,
+    )
     return True
 
 
@@ -277,29 +371,44 @@ def pods_lost_gpu_seconds(*, job: Job, pods: Iterable[Pod], now: datetime) -> fl
     for pod in pods:
         if pod.started_at is not None:
             lost += lifecycle.lost_gpu_seconds(
-                gpus=pod.role.gpu, started_at=pod.started_at.timestamp(),
-                last_checkpoint_at=checkpoint, now=(pod.finished_at or now).timestamp())
+                gpus=pod.role.gpu,
+                started_at=pod.started_at.timestamp(),
+                last_checkpoint_at=checkpoint,
+                now=(pod.finished_at or now).timestamp(),
+            )
     return lost
 
 
 def aimaster_budget(job: Job) -> lifecycle.Budget:
     """The job's AIMaster switch and restarts, for `lifecycle` to judge."""
-    return lifecycle.Budget(aimaster=job.enable_aimaster, max_restarts=job.max_restarts,
-                            restart_times=job.restart_times)
+    return lifecycle.Budget(
+        aimaster=job.enable_aimaster, max_restarts=job.max_restarts, restart_times=job.restart_times
+    )
 
 
 def job_requeue_or_fail(
-    *, job: Job, now: datetime, cause: str, message: str, lost_gpu_seconds: float,
-    requeue_status: str | None = None, platform: bool = False,
+    *,
+    job: Job,
+    now: datetime,
+    cause: str,
+    message: str,
+    lost_gpu_seconds: float,
+    requeue_status: str | None = None,
+    platform: bool = False,
 ) -> None:
     """AIMaster for one job (see `jobs_requeue_or_fail`)."""
     jobs_requeue_or_fail(
         interruptions=[Interruption(job, cause, message, lost_gpu_seconds, platform)],
-        now=now, requeue_status=requeue_status)
+        now=now,
+        requeue_status=requeue_status,
+    )
 
 
 def jobs_requeue_or_fail(
-    *, interruptions: list[Interruption], now: datetime, requeue_status: str | None = None,
+    *,
+    interruptions: list[Interruption],
+    now: datetime,
+    requeue_status: str | None = None,
 ) -> None:
     """AIMaster, as `lifecycle.after_interruption` decides: requeue each job (keeping its
     queue position, after a backoff) while restarts remain; otherwise, or without fault
@@ -313,8 +422,10 @@ def jobs_requeue_or_fail(
     failed: list[tuple[Interruption, lifecycle.Fail]] = []
     for i in interruptions:
         decision = lifecycle.after_interruption(
-            budget=aimaster_budget(i.job), platform=i.platform,
-            spot=i.job.resource_source == ResourceSource.SPOT)
+            budget=aimaster_budget(i.job),
+            platform=i.platform,
+            spot=i.job.resource_source == ResourceSource.SPOT,
+        )
         if isinstance(decision, lifecycle.Fail):
             failed.append((i, decision))
         else:
@@ -331,38 +442,59 @@ def jobs_requeue_or_fail(
         if decision.counted:
             job.restart_times += 1
         job.not_before = backoff if decision.counted else None
-        restarts.append(JobRestart(job=job, number=job.attempt, at=now, cause=i.cause,
-                                   message=i.message, lost_gpu_seconds=i.lost_gpu_seconds,
-                                   counted=decision.counted))
+        restarts.append(
+            JobRestart(
+                job=job,
+                number=job.attempt,
+                at=now,
+                cause=i.cause,
+                message=i.message,
+                lost_gpu_seconds=i.lost_gpu_seconds,
+                counted=decision.counted,
+            )
+        )
         lost = f"lost {i.lost_gpu_seconds / 3600:.2f} GPU-hours"
         if not decision.counted:
             note = lifecycle.platform_note(aimaster_budget(job))
             messages[job.pk] = f"Requeued: {i.message} ({note})"
             told = f"{i.message} ({note}); back to {where}; {lost}"
         else:
-            messages[job.pk] = f"Requeued by AIMaster ({job.restart_times}/" \
-                f"{job.max_restarts}): {i.message}"
-            told = f"AIMaster restart {job.restart_times}/{job.max_restarts}: back to " \
-                f"{where}; {lost}"
+            messages[job.pk] = (
+                f"Requeued by AIMaster ({job.restart_times}/{job.max_restarts}): {i.message}"
+            )
+            told = (
+                f"AIMaster restart {job.restart_times}/{job.max_restarts}: back to {where}; {lost}"
+            )
         events.append(JobEvent(job=job, kind="Requeued", at=now, message=told))
     if requeued:
         with connection.cursor() as cursor:
             cursor.executemany(
                 f"UPDATE {Job._meta.db_table} SET restart_times = %s, attempt = %s, "
                 "not_before = %s WHERE id = %s",
-                [(i.job.restart_times, i.job.attempt, db_datetime(i.job.not_before), i.job.pk)
-                 for i, _ in requeued])
+                [
+                    (i.job.restart_times, i.job.attempt, db_datetime(i.job.not_before), i.job.pk)
+                    for i, _ in requeued
+                ],
+            )
         JobRestart.objects.bulk_create(restarts)
         for status, group in back.items():
-            jobs_transition_bulk(jobs=[i.job for i in group], status=status, now=now,
-                                 reason_codes={i.job.pk: i.cause for i in group},
-                                 reason_messages=messages)
+            jobs_transition_bulk(
+                jobs=[i.job for i in group],
+                status=status,
+                now=now,
+                reason_codes={i.job.pk: i.cause for i in group},
+                reason_messages=messages,
+            )
     for i, decision in failed:
         messages[i.job.pk] = f"{i.message} ({decision.reason})"
         events.append(JobEvent(job=i.job, kind="Failed", message=messages[i.job.pk], at=now))
-    jobs_transition_bulk(jobs=[i.job for i, _ in failed], status=JobStatus.FAILED, now=now,
-                         reason_codes={i.job.pk: i.cause for i, _ in failed},
-                         reason_messages=messages)
+    jobs_transition_bulk(
+        jobs=[i.job for i, _ in failed],
+        status=JobStatus.FAILED,
+        now=now,
+        reason_codes={i.job.pk: i.cause for i, _ in failed},
+        reason_messages=messages,
+    )
     JobEvent.objects.bulk_create(events)
 
 

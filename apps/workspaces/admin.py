@@ -24,9 +24,12 @@ class WorkspaceAdmin(admin.ModelAdmin):
     inlines = [MembershipInline]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Workspace]:
-        return (super().get_queryset(request)
-                .annotate(_members=Count("membership", distinct=True))
-                .prefetch_related("quotas"))
+        return (
+            super()
+            .get_queryset(request)
+            .annotate(_members=Count("membership", distinct=True))
+            .prefetch_related("quotas")
+        )
 
     @admin.display(description="members", ordering="_members")
     def member_count(self, obj) -> int:
@@ -42,8 +45,7 @@ class MembershipAdmin(admin.ModelAdmin):
     list_display = ("user", "workspace", "role")
     list_filter = ("role", "workspace")
     list_select_related = ("user", "workspace")
-    search_fields = ("user__username", "user__email", "workspace__name",
-                     "workspace__display_name")
+    search_fields = ("user__username", "user__email", "workspace__name", "workspace__display_name")
     autocomplete_fields = ("user", "workspace")
 
 

@@ -25,5 +25,8 @@ def workspace_role(*, user, workspace_id: int) -> str | None:
     """The user's Membership role in the workspace (owner, admin, member); None outside it."""
     if not user.is_authenticated:
         return None
-    return (Membership.objects.filter(user=user, workspace_id=workspace_id)
-            .values_list("role", flat=True).first())
+    return (
+        Membership.objects.filter(user=user, workspace_id=workspace_id)
+        .values_list("role", flat=True)
+        .first()
+    )

@@ -7,8 +7,7 @@ urlpatterns = [
     path("switch/", views.workspace_switch, name="switch"),
     path("access-keys/", views.access_key_list, name="access-keys"),
     path("access-keys/new/", views.access_key_create, name="access-key-create"),
-    path("access-keys/<str:key_id>/disable/", views.access_key_disable,
-         name="access-key-disable"),
+    path("access-keys/<str:key_id>/disable/", views.access_key_disable, name="access-key-disable"),
     path("access-keys/<str:key_id>/enable/", views.access_key_enable, name="access-key-enable"),
     path("access-keys/<str:key_id>/delete/", views.access_key_delete, name="access-key-delete"),
 ]

@@ -37,8 +37,9 @@ def workspace_switch(request: HttpRequest) -> HttpResponse:
 
 
 class AccessKeyForm(forms.Form):
-    description = forms.CharField(max_length=200, required=False,
-                                  help_text="What the key is for, e.g. \"training notebook\".")
+    description = forms.CharField(
+        max_length=200, required=False, help_text='What the key is for, e.g. "training notebook".'
+    )
 
 
 def _access_key_for_user(request: HttpRequest, key_id: str) -> AccessKey:
@@ -48,8 +49,13 @@ def _access_key_for_user(request: HttpRequest, key_id: str) -> AccessKey:
 
 @sensitive_variables("new_secret", "context")
 def _access_keys_page(
-    request: HttpRequest, *, form: AccessKeyForm | None = None, new_key: AccessKey | None = None,
-    new_secret: str = "", error: str = "", status: int = 200,
+    request: HttpRequest,
+    *,
+    form: AccessKeyForm | None = None,
+    new_key: AccessKey | None = None,
+    new_secret: str = "",
+    error: str = "",
+    status: int = 200,
 ) -> HttpResponse:
     template = "workspaces/access_keys.html"
     if getattr(request, "htmx", False) and not new_secret:

@@ -32,15 +32,23 @@ def endpoint(live_server) -> str:
 
 @pytest.fixture
 def keys(personas) -> dict[str, tuple[str, str]]:
-    for name, (key_id, secret) in (("alice", ALICE_KEY), ("bob", BOB_KEY),
-                                   ("charlie", CHARLIE_KEY)):
+    for name, (key_id, secret) in (
+        ("alice", ALICE_KEY),
+        ("bob", BOB_KEY),
+        ("charlie", CHARLIE_KEY),
+    ):
         make_access_key(personas[name], key_id=key_id, secret=secret)
     return {"alice": ALICE_KEY, "bob": BOB_KEY, "charlie": CHARLIE_KEY}
 
 
 def config(endpoint: str, key: tuple[str, str]) -> Config:
-    return Config(access_key_id=key[0], access_key_secret=key[1], endpoint=endpoint,
-                  protocol="http", region_id="cn-hangzhou")
+    return Config(
+        access_key_id=key[0],
+        access_key_secret=key[1],
+        endpoint=endpoint,
+        protocol="http",
+        region_id="cn-hangzhou",
+    )
 
 
 @pytest.fixture
@@ -82,8 +90,16 @@ class RawClient:
         self.base_url = base_url
         self.key_id, self.secret = key
 
-    def headers(self, method: str, path: str, *, query=None, body: bytes = b"",
-                date: datetime | None = None, nonce: str | None = None) -> dict[str, str]:
+    def headers(
+        self,
+        method: str,
+        path: str,
+        *,
+        query=None,
+        body: bytes = b"",
+        date: datetime | None = None,
+        nonce: str | None = None,
+    ) -> dict[str, str]:
         headers = {
             "host": urlsplit(self.base_url).netloc,
             "x-acs-version": "2020-12-03",
@@ -96,15 +112,24 @@ class RawClient:
         if body:
             headers["content-type"] = "application/json; charset=utf-8"
         request = signature.SignedRequest(method, path, query or {}, headers, body)
-        headers["Authorization"] = signature.sign(request, access_key_id=self.key_id,
-                                                  secret=self.secret)
+        headers["Authorization"] = signature.sign(
+            request, access_key_id=self.key_id, secret=self.secret
+        )
         return headers
 
-    def send(self, method: str, path: str, *, query=None, body: bytes = b"",
-             headers: dict[str, str] | None = None) -> requests.Response:
+    def send(
+        self,
+        method: str,
+        path: str,
+        *,
+        query=None,
+        body: bytes = b"",
+        headers: dict[str, str] | None = None,
+    ) -> requests.Response:
         url = self.base_url + path + (f"?{urlencode(query)}" if query else "")
-        headers = headers if headers is not None else self.headers(method, path, query=query,
-                                                                   body=body)
+        headers = (
+            headers if headers is not None else self.headers(method, path, query=query, body=body)
+        )
         return requests.request(method, url, data=body or None, headers=headers, timeout=30)
 
 
@@ -120,8 +145,14 @@ def quota_job_body(workspace_id: str, **overrides) -> dict:
         "DisplayName": "train-resnet",
         "JobType": "PyTorchJob",
         "ResourceId": "team-a",
-        "JobSpecs": [{"Type": "Worker", "PodCount": 2, "Image": "pytorch:2.3",
-                      "ResourceConfig": {"CPU": "8", "Memory": "32Gi", "GPU": "2"}}],
+        "JobSpecs": [
+            {
+                "Type": "Worker",
+                "PodCount": 2,
+                "Image": "pytorch:2.3",
+                "ResourceConfig": {"CPU": "8", "Memory": "32Gi", "GPU": "2"},
+            }
+        ],
         "UserCommand": "python train.py",
     }
     return {**body, **overrides}
@@ -132,10 +163,16 @@ def spot_job_body(workspace_id: str, spot_spec: dict | None = None, **overrides)
         "WorkspaceId": workspace_id,
         "DisplayName": "sample-spot-job",
         "JobType": "PyTorchJob",
-        "JobSpecs": [{"Type": "Worker", "PodCount": 1, "Image": "pytorch:2.3",
-                      "EcsSpec": "ecs.g7.xlarge",
-                      "SpotSpec": spot_spec or {"SpotStrategy": "SpotWithPriceLimit",
-                                                "SpotDiscountLimit": 0.4}}],
+        "JobSpecs": [
+            {
+                "Type": "Worker",
+                "PodCount": 1,
+                "Image": "pytorch:2.3",
+                "EcsSpec": "ecs.g7.xlarge",
+                "SpotSpec": spot_spec
+                or {"SpotStrategy": "SpotWithPriceLimit", "SpotDiscountLimit": 0.4},
+            }
+        ],
         "UserCommand": "echo hi",
     }
     return {**body, **overrides}

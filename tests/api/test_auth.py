@@ -68,19 +68,32 @@ def test_a_key_of_a_deactivated_user_is_refused(dlc, personas):
 @pytest.mark.parametrize(
     ("change", "code"),
     [
-        (lambda h: {**h, "Authorization": h["Authorization"][:-4] + "0000"},
-         "SignatureDoesNotMatch"),
+        (
+            lambda h: {**h, "Authorization": h["Authorization"][:-4] + "0000"},
+            "SignatureDoesNotMatch",
+        ),
         (lambda h: {**h, "x-acs-action": "DeleteJob"}, "SignatureDoesNotMatch"),
         (lambda h: {**h, "x-acs-content-sha256": "0" * 64}, "SignatureDoesNotMatch"),
         (lambda h: {k: v for k, v in h.items() if k != "Authorization"}, "IncompleteSignature"),
         (lambda h: {**h, "Authorization": "Bearer token"}, "IncompleteSignature"),
-        (lambda h: {**h, "Authorization": h["Authorization"].replace("ACS3-HMAC-SHA256",
-                                                                     "ACS3-HMAC-SM3")},
-         "InvalidSignatureMethod"),
+        (
+            lambda h: {
+                **h,
+                "Authorization": h["Authorization"].replace("ACS3-HMAC-SHA256", "ACS3-HMAC-SM3"),
+            },
+            "InvalidSignatureMethod",
+        ),
         (lambda h: {**h, "x-acs-date": "yesterday"}, "InvalidTimeStamp.Format"),
     ],
-    ids=["signature", "signed-header", "payload-hash", "no-authorization", "bearer",
-         "algorithm", "date-format"],
+    ids=[
+        "signature",
+        "signed-header",
+        "payload-hash",
+        "no-authorization",
+        "bearer",
+        "algorithm",
+        "date-format",
+    ],
 )
 def test_it_refuses_a_tampered_request(raw, change, code):
     headers = change(raw.headers("GET", "/api/v1/jobs", query={"ShowOwn": "true"}))
@@ -95,13 +108,13 @@ def test_it_refuses_a_changed_query_or_body(raw, ws_a):
     assert response.json()["Code"] == "SignatureDoesNotMatch"
     body = b'{"WorkspaceId": "%s"}' % ws_a.encode()
     headers = raw.headers("POST", "/api/v1/jobs", body=body)
-    response = raw.send("POST", "/api/v1/jobs", body=body.replace(b"}", b', "x": 1}'),
-                        headers=headers)
+    response = raw.send(
+        "POST", "/api/v1/jobs", body=body.replace(b"}", b', "x": 1}'), headers=headers
+    )
     assert response.json()["Code"] == "SignatureDoesNotMatch"
 
 
-@pytest.mark.parametrize("skew", [timedelta(minutes=16), -timedelta(minutes=16),
-                                  timedelta(days=1)])
+@pytest.mark.parametrize("skew", [timedelta(minutes=16), -timedelta(minutes=16), timedelta(days=1)])
 def test_it_refuses_a_timestamp_outside_15_minutes(raw, skew):
     date = datetime.now(UTC) + skew
     headers = raw.headers("GET", "/api/v1/jobs", date=date)
@@ -137,10 +150,18 @@ def test_a_nonce_is_per_key(raw, live_server, keys):
 
     nonce = uuid.uuid4().hex
     bob = RawClient(live_server.url, keys["bob"])
-    assert raw.send("GET", "/api/v1/jobs", headers=raw.headers("GET", "/api/v1/jobs",
-                                                                nonce=nonce)).status_code == 200
-    assert bob.send("GET", "/api/v1/jobs", headers=bob.headers("GET", "/api/v1/jobs",
-                                                                nonce=nonce)).status_code == 200
+    assert (
+        raw.send(
+            "GET", "/api/v1/jobs", headers=raw.headers("GET", "/api/v1/jobs", nonce=nonce)
+        ).status_code
+        == 200
+    )
+    assert (
+        bob.send(
+            "GET", "/api/v1/jobs", headers=bob.headers("GET", "/api/v1/jobs", nonce=nonce)
+        ).status_code
+        == 200
+    )
 
 
 def test_requests_without_a_signature_never_reach_the_handlers(raw):

@@ -24,7 +24,12 @@ def test_list_ecs_specs_reports_the_instance_types(dlc):
     specs = {s.instance_type: s for s in body.ecs_specs}
     g7 = specs["ecs.g7.xlarge"]
     assert (g7.cpu, g7.memory, g7.gpu, g7.accelerator_type, g7.resource_type) == (
-        4, 16, 0, "CPU", "ECS")
+        4,
+        16,
+        0,
+        "CPU",
+        "ECS",
+    )
     assert g7.is_available and g7.payment_types == ["PostPaid", "Spot"]
     assert g7.spot_stock_status == "WithStock"
     gpu = specs["ecs.gn7i-c8g1.2xlarge"]
@@ -33,14 +38,17 @@ def test_list_ecs_specs_reports_the_instance_types(dlc):
 
 def test_list_ecs_specs_filters_and_pages(dlc):
     def names(**params):
-        return [s.instance_type for s in dlc.list_ecs_specs(ListEcsSpecsRequest(**params))
-                .body.ecs_specs]
+        return [
+            s.instance_type
+            for s in dlc.list_ecs_specs(ListEcsSpecsRequest(**params)).body.ecs_specs
+        ]
 
     assert names(accelerator_type="GPU", resource_type="ECS") == ["ecs.gn7i-c8g1.2xlarge"]
     assert names(resource_type="Lingjun") == ["ml.gu8xf.8xlarge-gu108"]
     assert names(instance_types="ecs.g7.xlarge,ecs.nope") == ["ecs.g7.xlarge"]
     assert names(sort_by="CPU", order="asc", page_size=1, page_number=2) == [
-        "ecs.gn7i-c8g1.2xlarge"]
+        "ecs.gn7i-c8g1.2xlarge"
+    ]
 
 
 def test_list_ecs_specs_carries_the_spot_price_limit_range(raw):
@@ -53,12 +61,17 @@ def test_list_ecs_specs_carries_the_spot_price_limit_range(raw):
 
 
 def test_spot_prices_report_the_range_before_the_market_prices_anything(raw):
-    body = raw.send("GET", "/api/v1/spot/prices",
-                    query={"InstanceType": "ecs.g7.xlarge",
-                           "StartTime": "2026-11-28T00:00:00Z"}).json()
+    body = raw.send(
+        "GET",
+        "/api/v1/spot/prices",
+        query={"InstanceType": "ecs.g7.xlarge", "StartTime": "2026-11-28T00:00:00Z"},
+    ).json()
     assert body["InstanceType"] == "ecs.g7.xlarge"
     assert (body["Unit"], body["MinPrice"], body["MaxPrice"]) == (
-        "CNY/instance-minute", 0.001333, 0.013333)
+        "CNY/instance-minute",
+        0.001333,
+        0.013333,
+    )
     assert body["StartTime"] == "2026-11-28T00:00:00Z"
     assert body["Prices"] == [] and "Price" not in body
 
@@ -67,13 +80,23 @@ def test_spot_prices_report_the_market_history_per_minute(raw, cluster):
     g7 = cluster["g7"]
     start = datetime(2026, 11, 29, 8, 0, tzinfo=UTC)
     for minutes, per_hour in ((-30, "0.3000"), (10, "0.4800"), (20, "0.6000"), (90, "0.7200")):
-        PricePoint.objects.create(instance_type=g7, at=start + timedelta(minutes=minutes),
-                                  price_per_hour=Decimal(per_hour))
-    MarketState.objects.create(instance_type=g7, price_per_hour=Decimal("0.7200"),
-                               stepped_at=start, recorded_at=start)
-    body = raw.send("GET", "/api/v1/spot/prices", query={
-        "InstanceType": "ecs.g7.xlarge", "StartTime": "2026-11-29T08:00:00Z",
-        "EndTime": "2026-11-29T09:00:00Z"}).json()
+        PricePoint.objects.create(
+            instance_type=g7,
+            at=start + timedelta(minutes=minutes),
+            price_per_hour=Decimal(per_hour),
+        )
+    MarketState.objects.create(
+        instance_type=g7, price_per_hour=Decimal("0.7200"), stepped_at=start, recorded_at=start
+    )
+    body = raw.send(
+        "GET",
+        "/api/v1/spot/prices",
+        query={
+            "InstanceType": "ecs.g7.xlarge",
+            "StartTime": "2026-11-29T08:00:00Z",
+            "EndTime": "2026-11-29T09:00:00Z",
+        },
+    ).json()
     assert body["Prices"] == [
         {"Time": "2026-11-29T07:30:00Z", "Price": 0.005},  # in force at StartTime
         {"Time": "2026-11-29T08:10:00Z", "Price": 0.008},
@@ -89,7 +112,10 @@ def test_list_workspaces_shows_only_the_callers(aiworkspace, personas):
     assert body.total_count == 1
     [ws] = body.workspaces
     assert (ws.workspace_id, ws.workspace_name, ws.status) == (
-        personas["ws_a"].workspace_id, "team-a", "ENABLED")
+        personas["ws_a"].workspace_id,
+        "team-a",
+        "ENABLED",
+    )
     assert ws.admin_names == ["alice"] and ws.is_default is True
     assert ws.gmt_create_time.endswith("Z")
 
@@ -97,8 +123,11 @@ def test_list_workspaces_shows_only_the_callers(aiworkspace, personas):
 def test_get_workspace(aiworkspace, personas):
     ws_id = personas["ws_a"].workspace_id
     body = aiworkspace.get_workspace(ws_id, GetWorkspaceRequest()).body
-    assert (body.workspace_id, body.workspace_name, body.display_name) == (ws_id, "team-a",
-                                                                            "Team A")
+    assert (body.workspace_id, body.workspace_name, body.display_name) == (
+        ws_id,
+        "team-a",
+        "Team A",
+    )
     assert (body.owner.user_name, body.owner.user_id) == ("alice", str(personas["alice"].pk))
     with pytest.raises(Exception) as caught:
         aiworkspace.get_workspace("not-a-number", GetWorkspaceRequest())
@@ -111,5 +140,6 @@ def test_list_quotas_shows_the_quotas_of_the_callers_workspaces(aiworkspace):
     team_a = body.quotas[1]
     assert (team_a.id, team_a.quota_type) == ("team-a", "ECS")
     assert {s.name: s.value for s in team_a.specs} == {"CPU": "192", "Memory": "1536", "GPU": "8"}
-    assert [q.name for q in aiworkspace.list_quotas(ListQuotasRequest(name="team-a"))
-            .body.quotas] == ["team-a"]
+    assert [
+        q.name for q in aiworkspace.list_quotas(ListQuotasRequest(name="team-a")).body.quotas
+    ] == ["team-a"]

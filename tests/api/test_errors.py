@@ -30,51 +30,106 @@ def _role(**fields):
 @pytest.mark.parametrize(
     ("make_body", "names"),
     [
-        (lambda ws: _spot(ws, SpotDiscountLimit=0.4, SpotPriceLimit=0.011),
-         ["JobSpecs[0].SpotSpec.SpotPriceLimit", "set only one of"]),
-        (lambda ws: _spot(ws, SpotDiscountLimit=0.45),
-         ["JobSpecs[0].SpotSpec.SpotDiscountLimit", "0.1, 0.2"]),
+        (
+            lambda ws: _spot(ws, SpotDiscountLimit=0.4, SpotPriceLimit=0.011),
+            ["JobSpecs[0].SpotSpec.SpotPriceLimit", "set only one of"],
+        ),
+        (
+            lambda ws: _spot(ws, SpotDiscountLimit=0.45),
+            ["JobSpecs[0].SpotSpec.SpotDiscountLimit", "0.1, 0.2"],
+        ),
         (lambda ws: _spot(ws, SpotDiscountLimit=1.0), ["JobSpecs[0].SpotSpec.SpotDiscountLimit"]),
-        (lambda ws: _spot(ws, SpotPriceLimit=0.02),
-         ["JobSpecs[0].SpotSpec.SpotPriceLimit", "market price range"]),
+        (
+            lambda ws: _spot(ws, SpotPriceLimit=0.02),
+            ["JobSpecs[0].SpotSpec.SpotPriceLimit", "market price range"],
+        ),
         (lambda ws: _spot(ws, SpotPriceLimit=0.0001), ["JobSpecs[0].SpotSpec.SpotPriceLimit"]),
-        (lambda ws: _spot(ws),
-         ["JobSpecs[0].SpotSpec.SpotDiscountLimit", "set a SpotDiscountLimit"]),
-        (lambda ws: _spot(ws, SpotStrategy="SpotAsPriceGo", SpotDiscountLimit=0.4),
-         ["JobSpecs[0].SpotSpec.SpotStrategy"]),
-        (lambda ws: spot_job_body(ws, JobSpecs=_role(EcsSpec="ecs.nope.xlarge",
-                                                     SpotSpec={"SpotDiscountLimit": 0.4})),
-         ["JobSpecs[0].EcsSpec", "unknown instance type"]),
-        (lambda ws: spot_job_body(ws, JobSpecs=_role(PodCount=0,
-                                                     SpotSpec={"SpotDiscountLimit": 0.4})),
-         ["JobSpecs[0].PodCount"]),
-        (lambda ws: spot_job_body(ws, JobSpecs=_role(
-            EcsSpec="ml.gu8xf.8xlarge-gu108", SpotSpec={"SpotDiscountLimit": 0.5})),
-         ["UserVpc.VpcId", "UserVpc.SwitchId", "UserVpc.SecurityGroupId", "Lingjun"]),
-        (lambda ws: spot_job_body(ws, JobSpecs=_role(
-            EcsSpec="ml.gu8xf.8xlarge-gu108", SpotSpec={"SpotPriceLimit": 2}),
-            UserVpc={"VpcId": "v", "SwitchId": "s", "SecurityGroupId": "g"}),
-         ["JobSpecs[0].SpotSpec.SpotPriceLimit", "only a SpotDiscountLimit"]),
+        (
+            lambda ws: _spot(ws),
+            ["JobSpecs[0].SpotSpec.SpotDiscountLimit", "set a SpotDiscountLimit"],
+        ),
+        (
+            lambda ws: _spot(ws, SpotStrategy="SpotAsPriceGo", SpotDiscountLimit=0.4),
+            ["JobSpecs[0].SpotSpec.SpotStrategy"],
+        ),
+        (
+            lambda ws: spot_job_body(
+                ws, JobSpecs=_role(EcsSpec="ecs.nope.xlarge", SpotSpec={"SpotDiscountLimit": 0.4})
+            ),
+            ["JobSpecs[0].EcsSpec", "unknown instance type"],
+        ),
+        (
+            lambda ws: spot_job_body(
+                ws, JobSpecs=_role(PodCount=0, SpotSpec={"SpotDiscountLimit": 0.4})
+            ),
+            ["JobSpecs[0].PodCount"],
+        ),
+        (
+            lambda ws: spot_job_body(
+                ws,
+                JobSpecs=_role(
+                    EcsSpec="ml.gu8xf.8xlarge-gu108", SpotSpec={"SpotDiscountLimit": 0.5}
+                ),
+            ),
+            ["UserVpc.VpcId", "UserVpc.SwitchId", "UserVpc.SecurityGroupId", "Lingjun"],
+        ),
+        (
+            lambda ws: spot_job_body(
+                ws,
+                JobSpecs=_role(EcsSpec="ml.gu8xf.8xlarge-gu108", SpotSpec={"SpotPriceLimit": 2}),
+                UserVpc={"VpcId": "v", "SwitchId": "s", "SecurityGroupId": "g"},
+            ),
+            ["JobSpecs[0].SpotSpec.SpotPriceLimit", "only a SpotDiscountLimit"],
+        ),
         (lambda ws: quota_job_body(ws, ResourceId="team-b"), ["ResourceId", "team-b"]),
         (lambda ws: quota_job_body(ws, ResourceId="no-such-quota"), ["ResourceId"]),
-        (lambda ws: quota_job_body(ws, DisplayName="", UserCommand="", Priority=10),
-         ["DisplayName", "UserCommand", "Priority"]),
+        (
+            lambda ws: quota_job_body(ws, DisplayName="", UserCommand="", Priority=10),
+            ["DisplayName", "UserCommand", "Priority"],
+        ),
         (lambda ws: quota_job_body(ws, JobType="SparkJob"), ["JobType"]),
-        (lambda ws: quota_job_body(ws, Settings={"OversoldType": "Sometimes"}),
-         ["Settings.OversoldType"]),
-        (lambda ws: spot_job_body(ws, Settings={"OversoldType": "AcceptQuotaOverSold"}),
-         ["Settings.OversoldType", "only to jobs on a resource quota"]),
-        (lambda ws: quota_job_body(
-            ws, Settings={"ErrorMonitoringArgs": "--max-num-of-job-restart=x"}),
-         ["Settings.ErrorMonitoringArgs"]),
+        (
+            lambda ws: quota_job_body(ws, Settings={"OversoldType": "Sometimes"}),
+            ["Settings.OversoldType"],
+        ),
+        (
+            lambda ws: spot_job_body(ws, Settings={"OversoldType": "AcceptQuotaOverSold"}),
+            ["Settings.OversoldType", "only to jobs on a resource quota"],
+        ),
+        (
+            lambda ws: quota_job_body(
+                ws, Settings={"ErrorMonitoringArgs": "--max-num-of-job-restart=x"}
+            ),
+            ["Settings.ErrorMonitoringArgs"],
+        ),
         (lambda ws: quota_job_body(ws, JobSpecs=[]), ["JobSpecs"]),
-        (lambda ws: quota_job_body(ws, DataSources=[{"Uri": "oss://b/", "MountPath": "/etc"}]),
-         ["DataSources[0].MountPath"]),
+        (
+            lambda ws: quota_job_body(ws, DataSources=[{"Uri": "oss://b/", "MountPath": "/etc"}]),
+            ["DataSources[0].MountPath"],
+        ),
     ],
-    ids=["both-limits", "discount-off-list", "discount-1", "price-above", "price-below",
-         "no-limit", "strategy", "unknown-ecs-spec", "pod-count-0", "lingjun-spot-vpc",
-         "lingjun-price", "other-quota", "unknown-quota", "basics", "job-type", "oversold",
-         "oversold-without-quota", "aimaster-args", "no-job-specs", "mount-path"],
+    ids=[
+        "both-limits",
+        "discount-off-list",
+        "discount-1",
+        "price-above",
+        "price-below",
+        "no-limit",
+        "strategy",
+        "unknown-ecs-spec",
+        "pod-count-0",
+        "lingjun-spot-vpc",
+        "lingjun-price",
+        "other-quota",
+        "unknown-quota",
+        "basics",
+        "job-type",
+        "oversold",
+        "oversold-without-quota",
+        "aimaster-args",
+        "no-job-specs",
+        "mount-path",
+    ],
 )
 def test_it_refuses_a_bad_create_job_naming_the_dlc_parameter(create_job, ws_a, make_body, names):
     code, status, message = _create_error(create_job, make_body(ws_a))
@@ -162,9 +217,10 @@ def test_it_refuses_bad_query_parameters(raw, path, query):
     assert response.json()["Code"] in ("InvalidParameter", "MissingParameter")
 
 
-@pytest.mark.parametrize(("method", "path"), [("GET", "/api/v1/nothing"),
-                                              ("PATCH", "/api/v1/jobs"),
-                                              ("GET", "/api/v1/jobs/x/stop")])
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [("GET", "/api/v1/nothing"), ("PATCH", "/api/v1/jobs"), ("GET", "/api/v1/jobs/x/stop")],
+)
 def test_an_unknown_call_is_a_json_404(raw, method, path):
     response = raw.send(method, path)
     assert response.status_code == 404
@@ -223,16 +279,22 @@ def test_it_refuses_a_lone_surrogate(raw, ws_a, fragment, name):
 @pytest.mark.parametrize(
     ("path", "query", "text"),
     [
-        ("/api/v1/jobs", {"PageNumber": "999999999999999999"},
-         "PageNumber: must be from 1 to 1000000"),
+        (
+            "/api/v1/jobs",
+            {"PageNumber": "999999999999999999"},
+            "PageNumber: must be from 1 to 1000000",
+        ),
         ("/api/v1/jobs", {"PageNumber": "9" * 5000}, "PageNumber: must be from 1 to 1000000"),
         ("/api/v1/jobs", {"PageNumber": "-1"}, "PageNumber: must be from 1"),
         ("/api/v1/jobs", {"PageSize": "١٠"}, "PageSize: must be an integer"),  # Arabic-Indic 10
         ("/api/v1/jobs", {"PageSize": "1_0"}, "PageSize: must be an integer"),
         ("/api/v1/workspaces", {"PageNumber": "²"}, "PageNumber: must be an integer"),
         ("/api/v1/workspaces", {"WorkspaceIds": "²"}, "WorkspaceIds: '²' is not a workspace id"),
-        ("/api/v1/workspaces", {"WorkspaceIds": "1,99999999999999999999"},
-         "WorkspaceIds: '99999999999999999999' is not a workspace id"),
+        (
+            "/api/v1/workspaces",
+            {"WorkspaceIds": "1,99999999999999999999"},
+            "WorkspaceIds: '99999999999999999999' is not a workspace id",
+        ),
         ("/api/v1/ecsspecs", {"PageNumber": "1e3"}, "PageNumber: must be an integer"),
     ],
 )
@@ -248,13 +310,20 @@ def test_a_workspace_id_no_workspace_has_is_not_found(raw, ws_a, workspace_id, c
     assert _refusal(listed, 404, "EntityNotExist.Workspace")
     body = quota_job_body(ws_a, WorkspaceId=workspace_id)
     assert _refusal(_post_job(raw, body), 404, "EntityNotExist.Workspace")
-    assert _refusal(_post_job(raw, {**body, "WorkspaceId": 10**30}), 404,
-                    "EntityNotExist.Workspace")
+    assert _refusal(
+        _post_job(raw, {**body, "WorkspaceId": 10**30}), 404, "EntityNotExist.Workspace"
+    )
     assert Job.objects.count() == 0
 
 
-EXTREME_TIMES = ["0001-01-01T00:00:00Z", "0001-01-01T00:00:00+01:00", "1969-12-31T23:59:59Z",
-                 "9999-12-31T23:59:59Z", "9999-12-31T23:59:59-01:00", "9000-01-01T00:00:01Z"]
+EXTREME_TIMES = [
+    "0001-01-01T00:00:00Z",
+    "0001-01-01T00:00:00+01:00",
+    "1969-12-31T23:59:59Z",
+    "9999-12-31T23:59:59Z",
+    "9999-12-31T23:59:59-01:00",
+    "9000-01-01T00:00:01Z",
+]
 
 
 @pytest.mark.parametrize("when", EXTREME_TIMES)
@@ -274,8 +343,10 @@ def test_it_refuses_times_outside_the_range(raw, ws_a, create_job, name, when):
 def test_it_accepts_times_at_the_edges_of_the_range(raw, ws_a, create_job, when):
     job_id = create_job(quota_job_body(ws_a))
     for path, query in [
-        ("/api/v1/spot/prices", {"InstanceType": "ecs.g7.xlarge", "EndTime": when,
-                                 "StartTime": "1970-01-01T00:00:00Z"}),
+        (
+            "/api/v1/spot/prices",
+            {"InstanceType": "ecs.g7.xlarge", "EndTime": when, "StartTime": "1970-01-01T00:00:00Z"},
+        ),
         ("/api/v1/jobs", {"StartTime": when, "EndTime": when}),
         (f"/api/v1/jobs/{job_id}/events", {"StartTime": "1970-01-01T00:00:00Z", "EndTime": when}),
     ]:
@@ -298,15 +369,34 @@ def _envs(count: int, size: int) -> dict[str, str]:
         ({"Envs": {"A\n": "x"}}, "Envs: 'A\\n' is not a valid variable name"),
         ({"Envs": {"A-B": "x"}}, "Envs: 'A-B' is not a valid variable name"),
         ({"DisplayName": "n" * 257}, "DisplayName: must be at most 256 characters"),
-        ({"DataSources": [{"Uri": "oss://b/" + "u" * 1024, "MountPath": "/mnt/data/a"}]},
-         "DataSources[0].Uri: must be at most 1024 characters"),
+        (
+            {"DataSources": [{"Uri": "oss://b/" + "u" * 1024, "MountPath": "/mnt/data/a"}]},
+            "DataSources[0].Uri: must be at most 1024 characters",
+        ),
         ({"CodeSource": {"Branch": "b" * 257}}, "CodeSource.Branch: must be at most 256"),
-        ({"DataSources": [{"Uri": f"oss://b/{i}", "MountPath": f"/mnt/data/{i}"}
-                          for i in range(33)]}, "DataSources: must hold at most 32"),
+        (
+            {
+                "DataSources": [
+                    {"Uri": f"oss://b/{i}", "MountPath": f"/mnt/data/{i}"} for i in range(33)
+                ]
+            },
+            "DataSources: must hold at most 32",
+        ),
     ],
-    ids=["command-1MiB", "command-multibyte", "env-200KB", "env-count", "env-total",
-         "env-name-digit", "env-name-newline", "env-name-dash", "display-name", "data-uri",
-         "code-branch", "data-source-count"],
+    ids=[
+        "command-1MiB",
+        "command-multibyte",
+        "env-200KB",
+        "env-count",
+        "env-total",
+        "env-name-digit",
+        "env-name-newline",
+        "env-name-dash",
+        "display-name",
+        "data-uri",
+        "code-branch",
+        "data-source-count",
+    ],
 )
 def test_it_refuses_what_a_pod_could_not_be_started_with(raw, ws_a, overrides, text):
     message = _refusal(_post_job(raw, quota_job_body(ws_a, **overrides)))
@@ -315,8 +405,12 @@ def test_it_refuses_what_a_pod_could_not_be_started_with(raw, ws_a, overrides, t
 
 
 def test_it_accepts_the_largest_command_and_environment(raw, ws_a):
-    body = quota_job_body(ws_a, UserCommand="x" * 64 * 1024, DisplayName="n" * 256,
-                          Envs={**_envs(99, 1), "LAST": "y" * 32 * 1024})
+    body = quota_job_body(
+        ws_a,
+        UserCommand="x" * 64 * 1024,
+        DisplayName="n" * 256,
+        Envs={**_envs(99, 1), "LAST": "y" * 32 * 1024},
+    )
     assert _post_job(raw, body).status_code == 200
     job = Job.objects.get()
     assert len(job.user_command) == 64 * 1024 and len(job.envs) == 100
@@ -334,17 +428,24 @@ def test_it_refuses_more_query_parameters_than_django_parses(raw):
     assert message == "The request has more than 1000 query parameters."
 
 
-def _wsgi(method: str, path: str, *, query: str = "", content_type: str = "",
-          body: bytes = b"") -> tuple[int, bytes]:
+def _wsgi(
+    method: str, path: str, *, query: str = "", content_type: str = "", body: bytes = b""
+) -> tuple[int, bytes]:
     """One request through the WSGI application gunicorn serves (paiweb.wsgi), in-process:
     the live server runs Django's own handler, which builds requests with Django's class."""
     from wsgiref.util import setup_testing_defaults
 
     from apps.core.wsgi import Handler
 
-    environ = {"REQUEST_METHOD": method, "PATH_INFO": path, "QUERY_STRING": query,
-               "CONTENT_LENGTH": str(len(body)), "wsgi.input": io.BytesIO(body),
-               "SERVER_NAME": "127.0.0.1", "HTTP_HOST": "127.0.0.1"}
+    environ = {
+        "REQUEST_METHOD": method,
+        "PATH_INFO": path,
+        "QUERY_STRING": query,
+        "CONTENT_LENGTH": str(len(body)),
+        "wsgi.input": io.BytesIO(body),
+        "SERVER_NAME": "127.0.0.1",
+        "HTTP_HOST": "127.0.0.1",
+    }
     if content_type:
         environ["CONTENT_TYPE"] = content_type
     setup_testing_defaults(environ)
@@ -358,8 +459,13 @@ def test_too_many_query_parameters_with_a_charset_body_are_refused_too():
     # Django re-reads the query string as soon as the charset is set, while it builds the
     # request: without paiweb's request class that raised before any view, a 500.
     query = "&".join(f"P{i}=1" for i in range(1001))
-    status, body = _wsgi("POST", "/api/v1/jobs", query=query, body=b"{}",
-                         content_type="application/json; charset=utf-8")
+    status, body = _wsgi(
+        "POST",
+        "/api/v1/jobs",
+        query=query,
+        body=b"{}",
+        content_type="application/json; charset=utf-8",
+    )
     assert status == 400, body
     assert json.loads(body)["Code"] == "InvalidParameter"
     assert "more than 1000 query parameters" in json.loads(body)["Message"]
@@ -368,8 +474,12 @@ def test_too_many_query_parameters_with_a_charset_body_are_refused_too():
 @pytest.mark.django_db
 @pytest.mark.parametrize("path", ["/api/v1/jobs", "/login/", "/jobs/"])
 def test_a_content_type_that_does_not_parse_is_no_server_error(path):
-    status, body = _wsgi("POST" if path != "/jobs/" else "GET", path, body=b"{}",
-                         content_type="application/json; charset*=bad''utf-8")
+    status, body = _wsgi(
+        "POST" if path != "/jobs/" else "GET",
+        path,
+        body=b"{}",
+        content_type="application/json; charset*=bad''utf-8",
+    )
     assert status < 500, body
     if path.startswith("/api/"):  # unsigned: the API still answers in its own terms
         assert status == 400 and json.loads(body)["Code"], body

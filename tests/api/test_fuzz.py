@@ -35,9 +35,25 @@ PAGING = ["PageNumber", "PageSize", "SortBy", "Order"]
 TIMES = ["StartTime", "EndTime"]
 # Each action with the query parameters it reads.
 ACTIONS = [
-    ("GET", "/api/v1/jobs", [*PAGING, *TIMES, "WorkspaceId", "Status", "PaymentType",
-                             "OversoldInfo", "ResourceQuotaName", "ResourceId", "DisplayName",
-                             "JobId", "JobType", "Username", "ShowOwn"]),
+    (
+        "GET",
+        "/api/v1/jobs",
+        [
+            *PAGING,
+            *TIMES,
+            "WorkspaceId",
+            "Status",
+            "PaymentType",
+            "OversoldInfo",
+            "ResourceQuotaName",
+            "ResourceId",
+            "DisplayName",
+            "JobId",
+            "JobType",
+            "Username",
+            "ShowOwn",
+        ],
+    ),
     ("POST", "/api/v1/jobs", []),
     ("GET", "/api/v1/jobs/{job}", []),
     ("PUT", "/api/v1/jobs/{job}", []),
@@ -57,38 +73,98 @@ ACTIONS = [
 INT_NAMES = {"PageNumber", "PageSize", "MaxEventsNum", "MaxLines"}
 # Values that pass, so that a request gets as far as the parameter under test.
 GOOD_VALUES = {
-    "PageNumber": ["1", "2"], "PageSize": ["10"], "SortBy": ["GmtCreateTime", "DisplayName"],
-    "Order": ["asc", "desc"], "Status": ["Running", "Queuing,Failed"], "PaymentType": ["Spot"],
-    "OversoldInfo": ["AcceptQuotaOverSold-true"], "ShowOwn": ["true"],
-    "InstanceType": ["ecs.g7.xlarge"], "AcceleratorType": ["GPU"], "ResourceType": ["ECS"],
-    "StartTime": ["2026-01-01T00:00:00Z"], "EndTime": ["2030-01-01T00:00:00Z"],
+    "PageNumber": ["1", "2"],
+    "PageSize": ["10"],
+    "SortBy": ["GmtCreateTime", "DisplayName"],
+    "Order": ["asc", "desc"],
+    "Status": ["Running", "Queuing,Failed"],
+    "PaymentType": ["Spot"],
+    "OversoldInfo": ["AcceptQuotaOverSold-true"],
+    "ShowOwn": ["true"],
+    "InstanceType": ["ecs.g7.xlarge"],
+    "AcceleratorType": ["GPU"],
+    "ResourceType": ["ECS"],
+    "StartTime": ["2026-01-01T00:00:00Z"],
+    "EndTime": ["2030-01-01T00:00:00Z"],
 }
 BODY_FIELDS = [
-    "WorkspaceId", "DisplayName", "JobType", "UserCommand", "Envs", "ResourceId", "Priority",
-    "JobMaxRunningTimeMinutes", "SuccessPolicy", "DataSources", "CodeSource", "Settings",
-    "UserVpc", "JobSpecs",
+    "WorkspaceId",
+    "DisplayName",
+    "JobType",
+    "UserCommand",
+    "Envs",
+    "ResourceId",
+    "Priority",
+    "JobMaxRunningTimeMinutes",
+    "SuccessPolicy",
+    "DataSources",
+    "CodeSource",
+    "Settings",
+    "UserVpc",
+    "JobSpecs",
 ]
 TEXT_FIELDS = ["DisplayName", "UserCommand", "Image", "Envs"]
-ROLE_FIELDS = ["Type", "PodCount", "Image", "EcsSpec", "ResourceConfig", "SpotSpec",
-               "RestartPolicy", "UseSpotInstance", "OversoldType", "QuotaId"]
+ROLE_FIELDS = [
+    "Type",
+    "PodCount",
+    "Image",
+    "EcsSpec",
+    "ResourceConfig",
+    "SpotSpec",
+    "RestartPolicy",
+    "UseSpotInstance",
+    "OversoldType",
+    "QuotaId",
+]
 
 huge_ints = st.one_of(  # every magnitude up to 10**40 as likely as small numbers
     st.tuples(st.integers(min_value=0, max_value=40), st.sampled_from([1, -1])).flatmap(
         lambda m: st.integers(min_value=10 ** m[0], max_value=10 ** (m[0] + 1)).map(
-            lambda v: v * m[1])),
+            lambda v: v * m[1]
+        )
+    ),
     st.sampled_from([0, 1, 2**31 - 1, 2**31, 2**63 - 1, 2**63, -(2**63) - 1, 10**18]),
 )
 odd_numbers = st.sampled_from(
-    ["²", "١٢", "５", "٣", "1_000", "0x10", "1e3", " 7 ", "+3", "-0", "9" * 4400, "NaN",
-     "inf", "999999999999999999", "-1", "0", "1", "10"]
+    [
+        "²",
+        "١٢",
+        "５",
+        "٣",
+        "1_000",
+        "0x10",
+        "1e3",
+        " 7 ",
+        "+3",
+        "-0",
+        "9" * 4400,
+        "NaN",
+        "inf",
+        "999999999999999999",
+        "-1",
+        "0",
+        "1",
+        "10",
+    ]
 )
 odd_times = st.one_of(
-    st.sampled_from([
-        "0001-01-01T00:00:00Z", "0001-01-01T00:00:00+01:00", "9999-12-31T23:59:59Z",
-        "9999-12-31T23:59:59-23:59", "1970-01-01T00:00:00Z", "8999-12-31T23:59:59Z",
-        "2026-02-30T00:00:00Z", "2026-W01", "20261129T100000Z", "2026-11-29 10:00:00",
-        "2026-11-29T10:00:00.123456789Z", "2026-11-29T24:00:00Z", "1900-01-01",
-    ]),
+    st.sampled_from(
+        [
+            "0001-01-01T00:00:00Z",
+            "0001-01-01T00:00:00+01:00",
+            "9999-12-31T23:59:59Z",
+            "9999-12-31T23:59:59-23:59",
+            "1970-01-01T00:00:00Z",
+            "8999-12-31T23:59:59Z",
+            "2026-02-30T00:00:00Z",
+            "2026-W01",
+            "20261129T100000Z",
+            "2026-11-29 10:00:00",
+            "2026-11-29T10:00:00.123456789Z",
+            "2026-11-29T24:00:00Z",
+            "1900-01-01",
+        ]
+    ),
     st.datetimes(timezones=st.timezones()).map(lambda t: t.isoformat()),
 )
 plain_text = st.text(max_size=40)
@@ -99,8 +175,22 @@ nasty_text = st.one_of(
     huge_ints.map(str),
     plain_text.map(lambda t: f"{t}\x00{t}"),
     st.integers(min_value=1, max_value=6000).map(lambda n: "x" * n),
-    st.sampled_from(["PrePaid", "Spot", "Running", "asc", "desc", "true", "ecs.g7.xlarge",
-                     "team-a", "GmtCreateTime", "AcceptQuotaOverSold-true", "GPU", ""]),
+    st.sampled_from(
+        [
+            "PrePaid",
+            "Spot",
+            "Running",
+            "asc",
+            "desc",
+            "true",
+            "ecs.g7.xlarge",
+            "team-a",
+            "GmtCreateTime",
+            "AcceptQuotaOverSold-true",
+            "GPU",
+            "",
+        ]
+    ),
 )
 # Text in a JSON body may hold what UTF-8 cannot: lone surrogates.
 body_text = st.one_of(
@@ -108,12 +198,14 @@ body_text = st.one_of(
     st.tuples(plain_text, st.sampled_from(["\ud800", "\udfff", "\udbff\udbff"])).map("".join),
     st.integers(min_value=60_000, max_value=300_000).map(lambda n: "c" * n),
 )
-json_scalars = st.one_of(st.none(), st.booleans(), huge_ints,
-                         st.floats(allow_nan=True, allow_infinity=True), body_text)
+json_scalars = st.one_of(
+    st.none(), st.booleans(), huge_ints, st.floats(allow_nan=True, allow_infinity=True), body_text
+)
 json_values = st.recursive(
     json_scalars,
-    lambda inner: st.one_of(st.lists(inner, max_size=4),
-                            st.dictionaries(body_text, inner, max_size=4)),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4), st.dictionaries(body_text, inner, max_size=4)
+    ),
     max_leaves=12,
 )
 
@@ -145,9 +237,13 @@ def create_job_bodies(draw, workspace_id: str) -> dict:
             if isinstance(role, dict):
                 role[draw(st.sampled_from(ROLE_FIELDS))] = draw(json_values)
     if draw(st.integers(min_value=0, max_value=9)) == 0:
-        body["Envs"] = draw(st.dictionaries(
-            st.one_of(st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,8}", fullmatch=True), body_text),
-            body_text, max_size=120))
+        body["Envs"] = draw(
+            st.dictionaries(
+                st.one_of(st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,8}", fullmatch=True), body_text),
+                body_text,
+                max_size=120,
+            )
+        )
     return body
 
 
@@ -175,8 +271,12 @@ def _query_values(name: str) -> st.SearchStrategy[str]:
     if name in ("StartTime", "EndTime"):
         return st.one_of(odd_times, odd_times, nasty_text)
     if name in ("WorkspaceId", "WorkspaceIds"):
-        return st.one_of(odd_numbers, huge_ints.map(str), nasty_text,
-                         st.lists(odd_numbers, min_size=1, max_size=3).map(",".join))
+        return st.one_of(
+            odd_numbers,
+            huge_ints.map(str),
+            nasty_text,
+            st.lists(odd_numbers, min_size=1, max_size=3).map(",".join),
+        )
     return nasty_text
 
 
@@ -208,8 +308,13 @@ def test_it_never_answers_5xx_and_refused_requests_create_nothing(raw, ws_a, cre
     ids = {"job": job_id, "pod": f"{job_id}-worker-0", "workspace": ws_a, "other": "jobs"}
     seen: list[int] = []
 
-    @settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
-              suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=EXAMPLES,
+        deadline=None,
+        derandomize=True,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+    )
     @given(st.lists(requests_to_send(ids), min_size=1, max_size=8))
     def check(batch):
         for method, path, query, body in batch:
@@ -225,7 +330,9 @@ def test_it_never_answers_5xx_and_refused_requests_create_nothing(raw, ws_a, cre
 
     started = time.monotonic()
     check()
-    print(f"{len(seen)} requests in {time.monotonic() - started:.1f}s:",
-          dict(sorted(Counter(seen).items())))
+    print(
+        f"{len(seen)} requests in {time.monotonic() - started:.1f}s:",
+        dict(sorted(Counter(seen).items())),
+    )
     assert len(seen) > 1000
     assert any(status == 200 for status in seen)

@@ -47,8 +47,9 @@ def test_charlie_cannot_touch_alices_job(charlie, alices_job, call):
     assert job.status != JobStatus.STOPPED and job.priority == 1
 
 
-def test_charlie_does_not_see_alices_jobs_or_workspace(charlie, alices_job, dlc, endpoint, keys,
-                                                       ws_a):
+def test_charlie_does_not_see_alices_jobs_or_workspace(
+    charlie, alices_job, dlc, endpoint, keys, ws_a
+):
     assert [j.job_id for j in dlc.list_jobs(ListJobsRequest()).body.jobs] == [alices_job]
     assert charlie.list_jobs(ListJobsRequest()).body.jobs == []
     assert charlie.list_jobs(ListJobsRequest()).body.total_count == 0
@@ -61,8 +62,10 @@ def test_charlie_does_not_see_alices_jobs_or_workspace(charlie, alices_job, dlc,
     from tests.api.conftest import config
 
     workspaces = WorkspaceClient(config(endpoint, keys["charlie"]))
-    names = [w.workspace_name for w in workspaces.list_workspaces(ListWorkspacesRequest())
-             .body.workspaces]
+    names = [
+        w.workspace_name
+        for w in workspaces.list_workspaces(ListWorkspacesRequest()).body.workspaces
+    ]
     assert names == ["team-b"]
     with pytest.raises(Exception) as caught:
         workspaces.get_workspace(ws_a, GetWorkspaceRequest())

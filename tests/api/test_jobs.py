@@ -27,14 +27,15 @@ AIMASTER = {
     "OversoldType": "AcceptQuotaOverSold",
     "EnableErrorMonitoringInAIMaster": True,
     "ErrorMonitoringArgs": "--job-execution-mode=Async --enable-job-restart=True "
-                           "--max-num-of-job-restart=5 --enable-log-hang-detection=True",
+    "--max-num-of-job-restart=5 --enable-log-hang-detection=True",
     "AdvancedSettings": {"EnableEasyCkpt": True},
 }
 
 
 def test_it_creates_a_quota_job_with_idle_resources_aimaster_and_easyckpt(dlc, create_job, ws_a):
-    job_id = create_job(quota_job_body(ws_a, Priority=4, Settings=AIMASTER,
-                                       JobMaxRunningTimeMinutes=90))
+    job_id = create_job(
+        quota_job_body(ws_a, Priority=4, Settings=AIMASTER, JobMaxRunningTimeMinutes=90)
+    )
 
     job = Job.objects.get(job_id=job_id)
     assert (job.resource_source, job.quota.name, job.idle_mode) == ("quota", "team-a", "acceptable")
@@ -55,16 +56,21 @@ def test_it_creates_a_quota_job_with_idle_resources_aimaster_and_easyckpt(dlc, c
 
 
 def test_it_turns_off_restarts_when_aimaster_says_so(create_job, ws_a):
-    settings = {"EnableErrorMonitoringInAIMaster": True,
-                "ErrorMonitoringArgs": "--enable-job-restart=False"}
+    settings = {
+        "EnableErrorMonitoringInAIMaster": True,
+        "ErrorMonitoringArgs": "--enable-job-restart=False",
+    }
     job = Job.objects.get(job_id=create_job(quota_job_body(ws_a, Settings=settings)))
     assert (job.enable_aimaster, job.max_restarts, job.execution_mode) == (True, 0, "Sync")
 
 
 @pytest.mark.parametrize(
     ("oversold", "idle_mode"),
-    [("ForbiddenQuotaOverSold", "off"), ("AcceptQuotaOverSold", "acceptable"),
-     ("ForceQuotaOverSold", "only_idle")],
+    [
+        ("ForbiddenQuotaOverSold", "off"),
+        ("AcceptQuotaOverSold", "acceptable"),
+        ("ForceQuotaOverSold", "only_idle"),
+    ],
 )
 def test_it_maps_oversold_type_to_the_idle_mode(create_job, ws_a, oversold, idle_mode):
     job_id = create_job(quota_job_body(ws_a, Settings={"OversoldType": oversold}))
@@ -92,11 +98,14 @@ def test_get_job_sends_the_fields_newer_sdks_model(raw, create_job, ws_a):
 
 
 def test_get_job_reports_every_field_in_the_sdk_types(dlc, create_job, ws_a):
-    job_id = create_job(quota_job_body(ws_a, Envs={"EPOCHS": "3"},
-                                       DataSources=[{"Uri": "oss://bucket/imagenet/",
-                                                     "MountPath": "/mnt/data/imagenet/"}],
-                                       UserVpc={"VpcId": "vpc-1", "SwitchId": "vsw-1",
-                                                "SecurityGroupId": "sg-1"}))
+    job_id = create_job(
+        quota_job_body(
+            ws_a,
+            Envs={"EPOCHS": "3"},
+            DataSources=[{"Uri": "oss://bucket/imagenet/", "MountPath": "/mnt/data/imagenet/"}],
+            UserVpc={"VpcId": "vpc-1", "SwitchId": "vsw-1", "SecurityGroupId": "sg-1"},
+        )
+    )
     body = dlc.get_job(job_id, GetJobRequest()).body
 
     assert (body.job_id, body.display_name, body.job_type) == (job_id, "train-resnet", "PyTorchJob")
@@ -124,8 +133,7 @@ def test_get_job_reports_every_field_in_the_sdk_types(dlc, create_job, ws_a):
     pods = body.pods
     assert len(pods) == 2 and {p.type for p in pods} == {"Worker"}
     assert all(p.status == "Running" and p.resource_type == "InQuota" for p in pods)
-    assert all(p.history_pods == [] and p.pod_uid and ISO_UTC.match(p.gmt_start_time)
-               for p in pods)
+    assert all(p.history_pods == [] and p.pod_uid and ISO_UTC.match(p.gmt_start_time) for p in pods)
     if hasattr(body, "user_vpc"):  # the current SDK models UserVpc on GetJob
         assert body.user_vpc.vpc_id == "vpc-1"
 
@@ -138,10 +146,17 @@ def test_get_job_shows_the_pods_a_restart_replaced_as_history_pods(dlc, create_j
     job.pods.update(status=PodStatus.PREEMPTED, reason="Preempted", finished_at=now)
     Job.objects.filter(pk=job.pk).update(attempt=1, restart_times=1)
     for old in first:
-        Pod.objects.create(job=job, role=old.role, index=old.index, attempt=1,
-                           pod_id=old.pod_id.replace("-a0", "-a1"), node=old.node,
-                           in_quota=False, status=PodStatus.RUNNING,
-                           started_at=now + timedelta(seconds=5))
+        Pod.objects.create(
+            job=job,
+            role=old.role,
+            index=old.index,
+            attempt=1,
+            pod_id=old.pod_id.replace("-a0", "-a1"),
+            node=old.node,
+            in_quota=False,
+            status=PodStatus.RUNNING,
+            started_at=now + timedelta(seconds=5),
+        )
 
     body = dlc.get_job(job_id, GetJobRequest()).body
 
@@ -156,8 +171,11 @@ def test_get_job_shows_the_pods_a_restart_replaced_as_history_pods(dlc, create_j
 
 
 def test_list_jobs_filters_sorts_and_pages(dlc, dlc_for, raw, create_job, ws_a):
-    quota_id = create_job(quota_job_body(ws_a, DisplayName="alpha-quota",
-                                         Settings={"OversoldType": "AcceptQuotaOverSold"}))
+    quota_id = create_job(
+        quota_job_body(
+            ws_a, DisplayName="alpha-quota", Settings={"OversoldType": "AcceptQuotaOverSold"}
+        )
+    )
     spot_id = create_job(spot_job_body(ws_a, DisplayName="beta-spot"))
     bob_id = create_job(spot_job_body(ws_a, DisplayName="gamma-bob"), client=dlc_for("bob"))
 
@@ -219,9 +237,17 @@ def test_it_deletes_only_finished_jobs(dlc, create_job, ws_a):
 
 def test_it_changes_the_priority_of_a_queued_quota_job(dlc, create_job, ws_a):
     def team_a(gpu: str, pods: int = 1) -> dict:
-        return quota_job_body(ws_a, ResourceId="team-a", JobSpecs=[{
-            "Type": "Worker", "PodCount": pods,
-            "ResourceConfig": {"CPU": "4", "Memory": "8Gi", "GPU": gpu}}])
+        return quota_job_body(
+            ws_a,
+            ResourceId="team-a",
+            JobSpecs=[
+                {
+                    "Type": "Worker",
+                    "PodCount": pods,
+                    "ResourceConfig": {"CPU": "4", "Memory": "8Gi", "GPU": gpu},
+                }
+            ],
+        )
 
     create_job(team_a("4"))  # half of team-a's 8 GPU
     job_id = create_job(team_a("4", pods=2))
@@ -229,7 +255,8 @@ def test_it_changes_the_priority_of_a_queued_quota_job(dlc, create_job, ws_a):
     dlc.update_job(job_id, UpdateJobRequest(priority=7))
     assert Job.objects.get(job_id=job_id).priority == 7
     assert "PriorityChanged" in " ".join(
-        dlc.get_job_events(job_id, GetJobEventsRequest()).body.events)
+        dlc.get_job_events(job_id, GetJobEventsRequest()).body.events
+    )
 
 
 @pytest.mark.parametrize(
@@ -288,7 +315,11 @@ def test_it_lists_job_and_pod_events_and_empty_logs(dlc, create_job, ws_a, setti
     pod = dlc.get_job(job_id, GetJobRequest()).body.pods[0]
     logs = dlc.get_pod_logs(job_id, pod.pod_id, GetPodLogsRequest()).body
     assert (logs.job_id, logs.pod_id, logs.pod_uid, logs.logs) == (
-        job_id, pod.pod_id, pod.pod_uid, [])
+        job_id,
+        pod.pod_id,
+        pod.pod_uid,
+        [],
+    )
     pod_events = dlc.get_pod_events(job_id, pod.pod_id, GetPodEventsRequest(pod_uid=pod.pod_uid))
     assert pod_events.body.pod_id == pod.pod_id and pod_events.body.events == []
 
@@ -300,16 +331,18 @@ def test_it_lists_job_and_pod_events_and_empty_logs(dlc, create_job, ws_a, setti
     assert sdk_error(caught) == ("EntityNotExist.Pod", 404)
 
 
-def test_a_member_manages_only_their_own_jobs_and_the_owner_all_of_them(dlc_for, create_job,
-                                                                        ws_a):
+def test_a_member_manages_only_their_own_jobs_and_the_owner_all_of_them(dlc_for, create_job, ws_a):
     """bob (a member of team-a) sees alice's job but cannot stop, delete or reprioritise
     it; alice owns the workspace and may stop bob's. The console applies the same rule."""
     alice, bob = dlc_for("alice"), dlc_for("bob")
     hers = create_job(spot_job_body(ws_a), client=alice)
     his = create_job(spot_job_body(ws_a), client=bob)
     assert bob.get_job(hers, GetJobRequest()).body.job_id == hers
-    for attempt in (lambda: bob.stop_job(hers), lambda: bob.delete_job(hers),
-                    lambda: bob.update_job(hers, UpdateJobRequest(priority=7))):
+    for attempt in (
+        lambda: bob.stop_job(hers),
+        lambda: bob.delete_job(hers),
+        lambda: bob.update_job(hers, UpdateJobRequest(priority=7)),
+    ):
         with pytest.raises(Exception) as caught:
             attempt()
         assert sdk_error(caught) == ("Forbidden.NotJobManager", 403)

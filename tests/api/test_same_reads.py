@@ -34,8 +34,13 @@ def people(personas) -> dict:
     admin = make_user("admin")
     admin.is_staff = admin.is_superuser = True
     admin.save()
-    return {**{name: personas[name] for name in ("alice", "bob", "charlie")},
-            "dave": dave, "staff": staff, "admin": admin, "outsider": make_user("outsider")}
+    return {
+        **{name: personas[name] for name in ("alice", "bob", "charlie")},
+        "dave": dave,
+        "staff": staff,
+        "admin": admin,
+        "outsider": make_user("outsider"),
+    }
 
 
 @pytest.fixture
@@ -48,12 +53,30 @@ def jobs(personas, people) -> list:
         make_job(personas, name="a-done", status=JobStatus.SUCCEEDED),
         make_job(personas, name="a-bob", user="bob", status=JobStatus.QUEUING),
         make_job(personas, name="a-spot", user="bob", source="spot", status=JobStatus.BIDDING),
-        make_job(personas, name="b-failed", workspace="ws_b", user="charlie", source="public",
-                 status=JobStatus.FAILED),
-        make_job(personas, name="b-dave", workspace="ws_b", user="dave", source="public",
-                 status=JobStatus.STOPPED),
-        make_job(personas, name="c-orphan", workspace="ws_c", user="charlie", source="public",
-                 status=JobStatus.RUNNING),
+        make_job(
+            personas,
+            name="b-failed",
+            workspace="ws_b",
+            user="charlie",
+            source="public",
+            status=JobStatus.FAILED,
+        ),
+        make_job(
+            personas,
+            name="b-dave",
+            workspace="ws_b",
+            user="dave",
+            source="public",
+            status=JobStatus.STOPPED,
+        ),
+        make_job(
+            personas,
+            name="c-orphan",
+            workspace="ws_c",
+            user="charlie",
+            source="public",
+            status=JobStatus.RUNNING,
+        ),
     ]
 
 
@@ -62,6 +85,7 @@ def dlc_of(endpoint, people):
     def dlc_of(name: str) -> DLCClient:
         key, secret = make_access_key(people[name])
         return DLCClient(config(endpoint, (key.key_id, secret)))
+
     return dlc_of
 
 
@@ -91,14 +115,19 @@ def test_it_lists_the_same_jobs_in_the_console_and_the_api(people, jobs, dlc_of,
     console = console_job_ids(people[persona])
     assert console == api_job_ids(dlc_of(persona))
     expected = {
-        "alice": 4, "bob": 4, "charlie": 2, "dave": 6, "staff": 0, "admin": 7, "outsider": 0,
+        "alice": 4,
+        "bob": 4,
+        "charlie": 2,
+        "dave": 6,
+        "staff": 0,
+        "admin": 7,
+        "outsider": 0,
     }[persona]
     assert len(console) == expected  # the fixture really spreads jobs over the personas
 
 
 @pytest.mark.parametrize("persona", PERSONAS)
-def test_it_finds_a_job_in_the_console_exactly_when_get_job_does(people, jobs, dlc_of,
-                                                                  persona):
+def test_it_finds_a_job_in_the_console_exactly_when_get_job_does(people, jobs, dlc_of, persona):
     client = Client()
     client.force_login(people[persona])
     dlc = dlc_of(persona)
@@ -124,20 +153,23 @@ def borrowing_job(personas, jobs):
     return job
 
 
-@pytest.mark.parametrize(("query", "names"), [
-    ({"OversoldInfo": "ForbiddenQuotaOverSold"}, {"a-running", "a-done", "a-bob"}),  # no spot
-    ({"OversoldInfo": "AcceptQuotaOverSold"}, {"a-borrow"}),
-    ({"OversoldInfo": "AcceptQuotaOverSold-true"}, {"a-borrow"}),
-    ({"OversoldInfo": "AcceptQuotaOverSold-false"}, set()),
-    ({"OversoldInfo": "AcceptQuotaOverSold", "PaymentType": "PrePaid"}, {"a-borrow"}),
-    ({"OversoldInfo": "AcceptQuotaOverSold", "PaymentType": "Spot"}, set()),
-    ({"PaymentType": "PostPaid"}, set()),  # pay-as-you-go only, unlike the console's PostPaid
-    ({"PaymentType": "Spot", "Status": "Bidding,Running"}, {"a-spot"}),
-    ({"ShowOwn": "true", "Username": "bob"}, set()),
-    ({"Username": "bob"}, {"a-bob", "a-spot"}),
-    ({"DisplayName": "A-B", "ResourceQuotaName": "TEAM"}, {"a-bob", "a-borrow"}),
-    ({"ResourceId": "team"}, set()),  # the exact quota name
-])
+@pytest.mark.parametrize(
+    ("query", "names"),
+    [
+        ({"OversoldInfo": "ForbiddenQuotaOverSold"}, {"a-running", "a-done", "a-bob"}),  # no spot
+        ({"OversoldInfo": "AcceptQuotaOverSold"}, {"a-borrow"}),
+        ({"OversoldInfo": "AcceptQuotaOverSold-true"}, {"a-borrow"}),
+        ({"OversoldInfo": "AcceptQuotaOverSold-false"}, set()),
+        ({"OversoldInfo": "AcceptQuotaOverSold", "PaymentType": "PrePaid"}, {"a-borrow"}),
+        ({"OversoldInfo": "AcceptQuotaOverSold", "PaymentType": "Spot"}, set()),
+        ({"PaymentType": "PostPaid"}, set()),  # pay-as-you-go only, unlike the console's PostPaid
+        ({"PaymentType": "Spot", "Status": "Bidding,Running"}, {"a-spot"}),
+        ({"ShowOwn": "true", "Username": "bob"}, set()),
+        ({"Username": "bob"}, {"a-bob", "a-spot"}),
+        ({"DisplayName": "A-B", "ResourceQuotaName": "TEAM"}, {"a-bob", "a-borrow"}),
+        ({"ResourceId": "team"}, set()),  # the exact quota name
+    ],
+)
 def test_it_filters_list_jobs_as_before(raw, borrowing_job, query, names):
     response = raw.send("GET", "/api/v1/jobs", query=query)
     assert response.status_code == 200, response.text
@@ -150,9 +182,13 @@ def test_it_shows_the_console_the_filters_it_sent(personas, jobs, borrowing_job)
     """The console's own filters keep their meaning (PostPaid is public and spot)."""
     from apps.jobs.selectors import job_list
 
-    jobs = job_list(user=personas["alice"], workspace=personas["ws_a"],
-                    filters={"payment_type": "PostPaid"})
+    jobs = job_list(
+        user=personas["alice"], workspace=personas["ws_a"], filters={"payment_type": "PostPaid"}
+    )
     assert {job.display_name for job in jobs} == {"a-spot"}
-    jobs = job_list(user=personas["alice"], workspace=personas["ws_a"],
-                    filters={"idle_mode": "acceptable", "statuses": ["Running"]})
+    jobs = job_list(
+        user=personas["alice"],
+        workspace=personas["ws_a"],
+        filters={"idle_mode": "acceptable", "statuses": ["Running"]},
+    )
     assert [job.pods_running for job in jobs] == [2]

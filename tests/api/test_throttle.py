@@ -17,8 +17,9 @@ from django.utils import timezone
 from tests.api.conftest import ALICE_KEY, BOB_KEY, RawClient, config, sdk_error
 
 # The runtime options type the installed SDK's client takes (darabonba's, or tea-util's).
-RuntimeOptions = (getattr(dlc_client, "RuntimeOptions", None)
-                  or dlc_client.util_models.RuntimeOptions)
+RuntimeOptions = (
+    getattr(dlc_client, "RuntimeOptions", None) or dlc_client.util_models.RuntimeOptions
+)
 
 ATTACKER, VICTIM = "203.0.113.7", "198.51.100.9"
 WRONG_SECRET = (ALICE_KEY[0], "not-the-secret")
@@ -42,8 +43,9 @@ def sdk(endpoint, keys):
 def list_jobs(client: DLCClient, address: str) -> tuple[str, int]:
     """("OK", 200) or the (Code, status) the SDK raised, for a call from `address`."""
     try:
-        client.list_jobs_with_options(ListJobsRequest(), {"X-Forwarded-For": address},
-                                      RuntimeOptions())
+        client.list_jobs_with_options(
+            ListJobsRequest(), {"X-Forwarded-For": address}, RuntimeOptions()
+        )
     except Exception as error:  # the SDK's exception types differ between generations
         return sdk_error(pytest.ExceptionInfo.from_exception(error))
     return "OK", 200
@@ -54,10 +56,12 @@ def test_it_answers_429_after_the_limit_of_bad_signatures(sdk):
         assert list_jobs(sdk(WRONG_SECRET), ATTACKER) == ("SignatureDoesNotMatch", 400)
     with pytest.raises(Exception) as caught:
         sdk(WRONG_SECRET).list_jobs_with_options(
-            ListJobsRequest(), {"X-Forwarded-For": ATTACKER}, RuntimeOptions())
+            ListJobsRequest(), {"X-Forwarded-For": ATTACKER}, RuntimeOptions()
+        )
     assert sdk_error(caught) == ("Throttling.User", 429)
     assert "bad signature for this AccessKeyId from your address. Retry after 20" in str(
-        caught.value)
+        caught.value
+    )
 
 
 def test_a_correct_signature_is_refused_too_while_locked(sdk):
@@ -76,7 +80,9 @@ def test_the_same_key_from_another_address_keeps_working(sdk):
 def test_the_address_limit_spans_keys(sdk):
     for n in range(6):  # unknown keys count like bad signatures
         assert list_jobs(sdk((f"LTAI5tNoSuchKey{n:08}", "x")), ATTACKER) == (
-            "InvalidAccessKeyId.NotFound", 404)
+            "InvalidAccessKeyId.NotFound",
+            404,
+        )
     assert list_jobs(sdk(BOB_KEY), ATTACKER) == ("Throttling", 429)
     assert list_jobs(sdk(BOB_KEY), VICTIM) == ("OK", 200)
 
@@ -100,8 +106,9 @@ def test_a_good_signature_resets_its_key_and_address_count(sdk):
 def test_only_bad_signatures_count(raw):
     stale = timezone.now() - timedelta(hours=1)
     for _ in range(5):
-        response = raw.send("GET", "/api/v1/jobs",
-                            headers=raw.headers("GET", "/api/v1/jobs", date=stale))
+        response = raw.send(
+            "GET", "/api/v1/jobs", headers=raw.headers("GET", "/api/v1/jobs", date=stale)
+        )
         assert response.json()["Code"] == "InvalidTimeStamp.Expired"
     assert raw.send("GET", "/api/v1/jobs").status_code == 200
 
@@ -112,8 +119,9 @@ def test_the_lock_expires_after_the_window(live_server, keys, monkeypatch):
     good, bad = RawClient(live_server.url, ALICE_KEY), RawClient(live_server.url, WRONG_SECRET)
 
     def send(client: RawClient):
-        return client.send("GET", "/api/v1/jobs",
-                           headers=client.headers("GET", "/api/v1/jobs", date=now[0]))
+        return client.send(
+            "GET", "/api/v1/jobs", headers=client.headers("GET", "/api/v1/jobs", date=now[0])
+        )
 
     for _ in range(3):
         assert send(bad).json()["Code"] == "SignatureDoesNotMatch"

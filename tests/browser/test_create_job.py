@@ -20,8 +20,7 @@ def open_create_form(page, live_server, password):
     expect(page.locator("#submit-job")).to_be_visible()
 
 
-def test_it_submits_a_spot_job_that_waits_in_bidding(browser_page, live_server, personas,
-                                                     password):
+def test_it_submits_a_spot_job_that_waits_in_bidding(browser_page, live_server, personas, password):
     page = browser_page
     open_create_form(page, live_server, password)
 
@@ -59,5 +58,6 @@ def test_it_shows_field_errors_and_saves_nothing(browser_page, live_server, pers
     expect(page.locator("#id_display_name_error")).to_contain_text("required")
     expect(page.locator("#id_user_command_error")).to_contain_text("required")
     expect(page.locator("#id_roles-0-spot_price_limit_error")).to_contain_text(
-        re.compile("market price range"))
+        re.compile("market price range")
+    )
     assert Job.objects.count() == 0

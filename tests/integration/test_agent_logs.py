@@ -16,18 +16,33 @@ FOLLOW = {"HX-Request": "true", "HX-Target": "log-follow"}
 def pod_with_log(personas, tmp_path):
     """A running pod of alice's workspace whose agent has written 50 lines so far."""
     now = timezone.now()
-    job = Job.objects.create(workspace=personas["ws_a"], user=personas["alice"],
-                             display_name="logs", user_command="train", resource_source="quota",
-                             quota_id=personas["ws_a"].quotas.first().pk,
-                             status=JobStatus.RUNNING, submitted_at=now, status_changed_at=now,
-                             attempt=1)
+    job = Job.objects.create(
+        workspace=personas["ws_a"],
+        user=personas["alice"],
+        display_name="logs",
+        user_command="train",
+        resource_source="quota",
+        quota_id=personas["ws_a"].quotas.first().pk,
+        status=JobStatus.RUNNING,
+        submitted_at=now,
+        status_changed_at=now,
+        attempt=1,
+    )
     role = JobRole.objects.create(job=job, role_type="Worker", cpu=1000, memory=1024)
-    pod = Pod.objects.create(job=job, role=role, index=0, attempt=1, status=PodStatus.RUNNING,
-                             pod_id=f"{job.job_id}-worker-0-a1", started_at=now)
+    pod = Pod.objects.create(
+        job=job,
+        role=role,
+        index=0,
+        attempt=1,
+        status=PodStatus.RUNNING,
+        pod_id=f"{job.job_id}-worker-0-a1",
+        started_at=now,
+    )
     log = tmp_path / "pod.log"
     log.write_text("".join(f"line {i}\n" for i in range(1, 51)))
-    process = PodProcess.objects.create(pod=pod, queue="node.x", state="running",
-                                        log_path=str(log), queued_at=now)
+    process = PodProcess.objects.create(
+        pod=pod, queue="node.x", state="running", log_path=str(log), queued_at=now
+    )
     return pod, process, log
 
 

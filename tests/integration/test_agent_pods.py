@@ -40,9 +40,12 @@ def running_agent(django_db_blocker, **env: str):
     """An agent serving every node of tests.factories.make_cluster, with `env` on top."""
     with django_db_blocker.unblock():
         database = dict(connection.settings_dict)
-    process = AgentProcess(database=database, redis_url=django_settings.REDIS_URL, nodes=NODES,
-                           env={"SCHEDULER_MIN_RUN_SECONDS": "0",
-                                "SCHEDULER_REQUEUE_BACKOFF_SECONDS": "0", **env})
+    process = AgentProcess(
+        database=database,
+        redis_url=django_settings.REDIS_URL,
+        nodes=NODES,
+        env={"SCHEDULER_MIN_RUN_SECONDS": "0", "SCHEDULER_REQUEUE_BACKOFF_SECONDS": "0", **env},
+    )
     try:
         process.start()
         yield process
@@ -79,24 +82,51 @@ def agent_backend(settings, agent):
     app.conf.task_always_eager = False
     yield agent
     # Leave no process behind for the next test: stop whatever of this test still runs.
-    for job in Job.objects.exclude(status__in=[JobStatus.SUCCEEDED, JobStatus.FAILED,
-                                               JobStatus.STOPPED]):
+    for job in Job.objects.exclude(
+        status__in=[JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED]
+    ):
         job_stop(job=job, by=None)
-    wait_for(lambda: not PodProcess.objects.filter(
-        state__in=[PodProcess.State.STARTING, PodProcess.State.RUNNING]).exists(),
-        what="every pod process to end", agent=agent)
+    wait_for(
+        lambda: (
+            not PodProcess.objects.filter(
+                state__in=[PodProcess.State.STARTING, PodProcess.State.RUNNING]
+            ).exists()
+        ),
+        what="every pod process to end",
+        agent=agent,
+    )
 
 
-def submit(personas, *, command: str, ws: str = "ws_a", user: str = "alice",
-           quota: str = "team-a", pods: int = 1, gpu: int = 1, idle: str = "off",
-           aimaster: bool = False, name: str = "job", envs: dict | None = None,
-           data_sources: list | None = None, execution_mode: str = "Sync",
-           max_minutes: int | None = None, grace: int | None = None, schedule: bool = True,
-           memory: int = 16384) -> Job:
+def submit(
+    personas,
+    *,
+    command: str,
+    ws: str = "ws_a",
+    user: str = "alice",
+    quota: str = "team-a",
+    pods: int = 1,
+    gpu: int = 1,
+    idle: str = "off",
+    aimaster: bool = False,
+    name: str = "job",
+    envs: dict | None = None,
+    data_sources: list | None = None,
+    execution_mode: str = "Sync",
+    max_minutes: int | None = None,
+    grace: int | None = None,
+    schedule: bool = True,
+    memory: int = 16384,
+) -> Job:
     spec = JobSpec(
-        display_name=name, user_command=command, quota=quota, idle_mode=idle,
-        enable_aimaster=aimaster, execution_mode=execution_mode, envs=envs or {},
-        data_sources=data_sources or [], max_running_time_minutes=max_minutes,
+        display_name=name,
+        user_command=command,
+        quota=quota,
+        idle_mode=idle,
+        enable_aimaster=aimaster,
+        execution_mode=execution_mode,
+        envs=envs or {},
+        data_sources=data_sources or [],
+        max_running_time_minutes=max_minutes,
         enable_easyckpt=True,
         roles=[RoleSpec(pod_count=pods, cpu=4000, memory=memory, gpu=gpu)],
     )
@@ -116,16 +146,19 @@ def wait_for(check, *, what: str, agent: AgentProcess, timeout: float = WAIT):
         if result := check():
             return result
         time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}\n"
-                         f"--- agent log ---\n{agent.log()}")
+    raise AssertionError(
+        f"timed out after {timeout:.0f}s waiting for {what}\n--- agent log ---\n{agent.log()}"
+    )
 
 
 def job_in(job: Job, *statuses: str, agent: AgentProcess) -> Job:
     def check():
         job.refresh_from_db()
         return job.status in statuses
-    wait_for(check, what=f"{job.display_name} to be {'/'.join(statuses)} (is {job.status})",
-             agent=agent)
+
+    wait_for(
+        check, what=f"{job.display_name} to be {'/'.join(statuses)} (is {job.status})", agent=agent
+    )
     return job
 
 
@@ -134,12 +167,20 @@ def pod_log(pod: Pod) -> str:
 
 
 def test_it_runs_the_seed_command_and_shows_its_log(personas, agent_backend, client):
-    job = submit(personas, command=SEED_COMMAND, data_sources=[
-        {"uri": "oss://examplebucket/data/", "mount_path": "/mnt/data/dataset"}])
+    job = submit(
+        personas,
+        command=SEED_COMMAND,
+        data_sources=[{"uri": "oss://examplebucket/data/", "mount_path": "/mnt/data/dataset"}],
+    )
     assert job.status == JobStatus.ENV_PREPARING
     job_in(job, JobStatus.SUCCEEDED, agent=agent_backend)
     assert [t.status for t in job.status_history.all()] == [
-        "Creating", "Queuing", "EnvPreparing", "Running", "Succeeded"]
+        "Creating",
+        "Queuing",
+        "EnvPreparing",
+        "Running",
+        "Succeeded",
+    ]
     pod = job.pods.get()
     assert (pod.status, pod.exit_code) == (PodStatus.SUCCEEDED, 0)
     assert pod.started_at and pod.finished_at and pod.finished_at >= pod.started_at
@@ -148,8 +189,9 @@ def test_it_runs_the_seed_command_and_shows_its_log(personas, agent_backend, cli
     url = reverse("pods:logs", args=[pod.pod_id])
     page = client.get(url).content.decode()
     assert "Hello World" in page and "DONE" in page and "/mnt/data/dataset" in page
-    follow = client.get(url, {"offset": 0}, headers={"HX-Request": "true",
-                                                     "HX-Target": "log-follow"})
+    follow = client.get(
+        url, {"offset": 0}, headers={"HX-Request": "true", "HX-Target": "log-follow"}
+    )
     assert follow.status_code == 286 and "Hello World" in follow.content.decode()
     download = client.get(reverse("pods:logs-download", args=[pod.pod_id]))
     assert download.status_code == 200
@@ -176,9 +218,11 @@ def test_it_stops_with_sigterm_and_escalates_to_sigkill(personas, agent_backend)
     wait_for(lambda: "ready" in pod_log(pod), what="the pod to print", agent=agent_backend)
     stopped_at = time.monotonic()
     job_stop(job=job, by=personas["alice"])
-    process = wait_for(lambda: PodProcess.objects.filter(
-        pod=pod, state=PodProcess.State.EXITED).first(), what="the process to end",
-        agent=agent_backend)
+    process = wait_for(
+        lambda: PodProcess.objects.filter(pod=pod, state=PodProcess.State.EXITED).first(),
+        what="the process to end",
+        agent=agent_backend,
+    )
     assert time.monotonic() - stopped_at >= 1.0  # it ignored SIGTERM for the whole grace
     pod.refresh_from_db()
     job.refresh_from_db()
@@ -203,7 +247,7 @@ def test_it_gives_each_pod_its_env_gpus_and_a_sandbox(personas, agent_backend):
         f"test -r {db_file} && echo DB-VISIBLE || echo no-db; "
         f"test -r {settings_py} && echo SETTINGS-VISIBLE || echo no-settings; "
         "env | grep -E '^(SECRET_KEY|DATABASE_URL|REDIS_URL)=' || echo no-secrets-in-env; "
-        'python -c "import easyckpt; print(\'easyckpt on PYTHONPATH\')"; '
+        "python -c \"import easyckpt; print('easyckpt on PYTHONPATH')\"; "
         'test -w "$PAIWEB_CHECKPOINT_DIR" && echo ckpt-writable'
     )
     job = submit(personas, command=command, pods=2, gpu=2, envs={"MY_SETTING": "on"})
@@ -216,19 +260,29 @@ def test_it_gives_each_pod_its_env_gpus_and_a_sandbox(personas, agent_backend):
         log = pod_log(pod)
         process = PodProcess.objects.get(pod=pod)
         assert process.sandbox == "strict", f"the agent runs pods without isolation:\n{log}"
-        assert (f"RANK={rank} WORLD_SIZE=2 MASTER=127.0.0.1:{process.master_port} "
-                f"GPUS={pod.gpu_ids} ROLE=Worker POD={pod.pod_id} JOB={job.job_id}") in log
+        assert (
+            f"RANK={rank} WORLD_SIZE=2 MASTER=127.0.0.1:{process.master_port} "
+            f"GPUS={pod.gpu_ids} ROLE=Worker POD={pod.pod_id} JOB={job.job_id}"
+        ) in log
         ports.add(process.master_port)
-        for line in ("no-other-job", "no-db", "no-settings", "no-secrets-in-env",
-                     "easyckpt on PYTHONPATH", "ckpt-writable"):
+        for line in (
+            "no-other-job",
+            "no-db",
+            "no-settings",
+            "no-secrets-in-env",
+            "easyckpt on PYTHONPATH",
+            "ckpt-writable",
+        ):
             assert line in log
         assert "the other job's secret" not in log
     assert len(ports) == 1 and ports.pop() > 0
 
 
 def test_it_restarts_the_whole_job_in_sync_mode(personas, agent_backend):
-    command = ('if [ -e "$PAIWEB_CHECKPOINT_DIR/failed-once" ]; then echo second try; '
-               'else touch "$PAIWEB_CHECKPOINT_DIR/failed-once"; echo first try; exit 5; fi')
+    command = (
+        'if [ -e "$PAIWEB_CHECKPOINT_DIR/failed-once" ]; then echo second try; '
+        'else touch "$PAIWEB_CHECKPOINT_DIR/failed-once"; echo first try; exit 5; fi'
+    )
     job = submit(personas, command=command, aimaster=True)
     job_in(job, JobStatus.SUCCEEDED, agent=agent_backend)
     assert job.restart_times == 1 and job.attempt == 1
@@ -242,8 +296,10 @@ def test_it_restarts_the_whole_job_in_sync_mode(personas, agent_backend):
 
 
 def test_it_restarts_only_the_failed_pod_in_async_mode(personas, agent_backend):
-    command = ('if [ "$RANK" = 1 ] && [ ! -e "$PAIWEB_CHECKPOINT_DIR/rank1-failed" ]; then '
-               'touch "$PAIWEB_CHECKPOINT_DIR/rank1-failed"; exit 4; fi; sleep 2; echo done')
+    command = (
+        'if [ "$RANK" = 1 ] && [ ! -e "$PAIWEB_CHECKPOINT_DIR/rank1-failed" ]; then '
+        'touch "$PAIWEB_CHECKPOINT_DIR/rank1-failed"; exit 4; fi; sleep 2; echo done'
+    )
     job = submit(personas, command=command, pods=2, aimaster=True, execution_mode="Async")
     job_in(job, JobStatus.SUCCEEDED, agent=agent_backend)
     assert job.restart_times == 1 and job.restarts.get().cause == "PodFailed"
@@ -267,8 +323,11 @@ def test_it_fails_a_job_past_its_max_running_time(personas, agent_backend):
     assert job.reason_code == "JobTimeout"
     pod = job.pods.get()
     assert (pod.status, pod.reason) == (PodStatus.STOPPED, "JobTimeout")
-    wait_for(lambda: PodProcess.objects.filter(pod=pod, state="exited").exists(),
-             what="the process to end", agent=agent_backend)
+    wait_for(
+        lambda: PodProcess.objects.filter(pod=pod, state="exited").exists(),
+        what="the process to end",
+        agent=agent_backend,
+    )
 
 
 def test_it_records_heartbeats_and_requeues_the_jobs_of_a_lost_node(personas, agent_backend):
@@ -296,8 +355,11 @@ def test_it_records_heartbeats_and_requeues_the_jobs_of_a_lost_node(personas, ag
     assert (restart.cause, restart.counted, job.restart_times) == ("NodeLost", False, 0)
     assert restart.lost_gpu_seconds == pytest.approx(60 * pod.role.gpu)
     assert pod.finished_at == silent_since
-    wait_for(lambda: PodProcess.objects.filter(pod=pod, state="exited").exists(),
-             what="the lost node's process to be stopped", agent=agent_backend)
+    wait_for(
+        lambda: PodProcess.objects.filter(pod=pod, state="exited").exists(),
+        what="the lost node's process to be stopped",
+        agent=agent_backend,
+    )
 
     agents_ping(timeout=1.0)  # it answers again: Ready
     assert Node.objects.get(pk=pod.node_id).status == Node.Status.READY

@@ -45,10 +45,14 @@ def same_agent(tmp_path_factory):
     made: list[AgentProcess] = []
 
     def make(**env: str) -> AgentProcess:
-        agent = AgentProcess(database=dict(connection.settings_dict), nodes=NODES, name=name,
-                             redis_url=django_settings.REDIS_URL, var_dir=var_dir,
-                             env={"AGENT_STOP_PODS_ON_EXIT": "false",
-                                  "AGENT_RECONCILE_SECONDS": "1", **env})
+        agent = AgentProcess(
+            database=dict(connection.settings_dict),
+            nodes=NODES,
+            name=name,
+            redis_url=django_settings.REDIS_URL,
+            var_dir=var_dir,
+            env={"AGENT_STOP_PODS_ON_EXIT": "false", "AGENT_RECONCILE_SECONDS": "1", **env},
+        )
         made.append(agent)
         return agent
 
@@ -64,11 +68,17 @@ def _kill(agent: AgentProcess) -> None:
     agent.process.wait()
 
 
-def test_pods_outlive_a_killed_agent_and_the_next_one_adopts_them(personas, agent_backend,
-                                                                  same_agent):
+def test_pods_outlive_a_killed_agent_and_the_next_one_adopts_them(
+    personas, agent_backend, same_agent
+):
     first = same_agent().start()
-    lives = submit(personas, name="lives-on", command=(  # until the test says "go"
-        "echo before; while [ ! -e go ]; do sleep 0.2; done; echo after"))
+    lives = submit(
+        personas,
+        name="lives-on",
+        command=(  # until the test says "go"
+            "echo before; while [ ! -e go ]; do sleep 0.2; done; echo after"
+        ),
+    )
     ends = submit(personas, name="ends-alone", command="echo alone; sleep 2; exit 3")
     job_in(lives, JobStatus.RUNNING, agent=first)
     job_in(ends, JobStatus.RUNNING, agent=first)
@@ -87,8 +97,9 @@ def test_pods_outlive_a_killed_agent_and_the_next_one_adopts_them(personas, agen
     assert "alone" in pod_log(pod)
 
     pod = lives.pods.get()
-    wait_for(lambda: "re-adopted by agent" in pod_log(pod), what="the pod to be re-adopted",
-             agent=second)
+    wait_for(
+        lambda: "re-adopted by agent" in pod_log(pod), what="the pod to be re-adopted", agent=second
+    )
     (Path(PodProcess.objects.get(pod=pod).work_dir) / "go").touch()
     job_in(lives, JobStatus.SUCCEEDED, agent=second)  # carried on, under the new agent
     pod.refresh_from_db()
@@ -100,8 +111,9 @@ def test_pods_outlive_a_killed_agent_and_the_next_one_adopts_them(personas, agen
     wait_for(lambda: not second.shims(), what="the shims to exit", agent=second)
 
 
-def test_a_stop_sent_while_no_agent_runs_is_carried_out_by_the_next(personas, agent_backend,
-                                                                   same_agent):
+def test_a_stop_sent_while_no_agent_runs_is_carried_out_by_the_next(
+    personas, agent_backend, same_agent
+):
     first = same_agent().start()
     job = submit(personas, name="stop-me", command="sleep 120", grace=1)
     job_in(job, JobStatus.RUNNING, agent=first)
@@ -115,14 +127,18 @@ def test_a_stop_sent_while_no_agent_runs_is_carried_out_by_the_next(personas, ag
 
     second = same_agent().start()
     wait_for(lambda: not process_alive(pid), what="the next agent to stop the pod", agent=second)
-    wait_for(lambda: PodProcess.objects.get(pod__job=job).state == PodProcess.State.EXITED,
-             what="the pod's exit to be recorded", agent=second)
+    wait_for(
+        lambda: PodProcess.objects.get(pod__job=job).state == PodProcess.State.EXITED,
+        what="the pod's exit to be recorded",
+        agent=second,
+    )
     job.refresh_from_db()
     assert job.status == JobStatus.STOPPED and job.pods.get().status == PodStatus.STOPPED
 
 
-def test_starts_whose_message_was_lost_are_started_by_the_reconcile(personas, agent_backend,
-                                                                   same_agent):
+def test_starts_whose_message_was_lost_are_started_by_the_reconcile(
+    personas, agent_backend, same_agent
+):
     """No agent runs while two jobs are admitted; the broker then loses their start
     messages (purged), and one claim is left half-done, as by an agent killed between its
     claim and its start. The agent's reconcile starts both all the same."""
@@ -135,7 +151,8 @@ def test_starts_whose_message_was_lost_are_started_by_the_reconcile(personas, ag
         for queue in [f"node.{name}" for name in NODES.split(",")] + ["public"]:
             conn.default_channel.queue_purge(queue)
     PodProcess.objects.filter(pod__job=claimed).update(
-        state=PodProcess.State.STARTING, agent=agent.name, host="gone")
+        state=PodProcess.State.STARTING, agent=agent.name, host="gone"
+    )
 
     agent.start()
     job_in(queued, JobStatus.SUCCEEDED, agent=agent)
@@ -144,9 +161,9 @@ def test_starts_whose_message_was_lost_are_started_by_the_reconcile(personas, ag
     assert agent.log_path.read_text().count("whose start message never came") == 2
 
 
-def test_an_agent_stopping_its_pods_on_exit_is_a_platform_interruption(personas,
-                                                                      agent_backend,
-                                                                      same_agent):
+def test_an_agent_stopping_its_pods_on_exit_is_a_platform_interruption(
+    personas, agent_backend, same_agent
+):
     """With AGENT_STOP_PODS_ON_EXIT, SIGTERM stops the pods (AgentStopped): the job, even
     without AIMaster, is requeued, not failed, and its restart budget is untouched."""
     agent = same_agent(AGENT_STOP_PODS_ON_EXIT="true").start()
@@ -162,21 +179,35 @@ def test_an_agent_stopping_its_pods_on_exit_is_a_platform_interruption(personas,
 
 
 def test_an_agent_of_the_same_name_elsewhere_on_the_host_leaves_its_pods_alone(
-        personas, agent_backend, same_agent, tmp_path):
+    personas, agent_backend, same_agent, tmp_path
+):
     """Two installations on one host (two demos, a test beside a demo) may name their agents
     alike: the one starting up sweeps only its own leftovers, never the other's pods."""
     first = same_agent().start()
     job = submit(personas, name="other-installation", command="sleep 60")
     job_in(job, JobStatus.RUNNING, agent=first)
     pid = PodProcess.objects.get(pod__job=job).pid
-    other = {"DATABASE_URL": f"sqlite:///{tmp_path / 'other.sqlite3'}",
-             "PAIWEB_VAR_DIR": str(tmp_path), "DJANGO_SETTINGS_MODULE": "paiweb.settings"}
-    subprocess.run([sys.executable, "manage.py", "migrate", "--noinput"], check=True,
-                   cwd=django_settings.BASE_DIR, env={**os.environ, **other},
-                   capture_output=True, timeout=120)
-    twin = AgentProcess(database=dict(connection.settings_dict), nodes="", name=first.prefix,
-                        redis_url=django_settings.REDIS_URL, var_dir=tmp_path,
-                        env={**other, "AGENT_RECONCILE_SECONDS": "1"})
+    other = {
+        "DATABASE_URL": f"sqlite:///{tmp_path / 'other.sqlite3'}",
+        "PAIWEB_VAR_DIR": str(tmp_path),
+        "DJANGO_SETTINGS_MODULE": "paiweb.settings",
+    }
+    subprocess.run(
+        [sys.executable, "manage.py", "migrate", "--noinput"],
+        check=True,
+        cwd=django_settings.BASE_DIR,
+        env={**os.environ, **other},
+        capture_output=True,
+        timeout=120,
+    )
+    twin = AgentProcess(
+        database=dict(connection.settings_dict),
+        nodes="",
+        name=first.prefix,
+        redis_url=django_settings.REDIS_URL,
+        var_dir=tmp_path,
+        env={**other, "AGENT_RECONCILE_SECONDS": "1"},
+    )
     try:
         twin.start()
         time.sleep(2)

@@ -36,13 +36,31 @@ def sent(settings, monkeypatch):
     return calls
 
 
-def submit(personas, *, roles=None, pods=1, gpu=1, aimaster=False, max_restarts=3,
-           success_policy="AllWorkers", idle="off", ws="ws_a", user="alice", quota="team-a",
-           name="job") -> Job:
-    spec = JobSpec(display_name=name, user_command="true", quota=quota, idle_mode=idle,
-                   enable_aimaster=aimaster, max_restarts=max_restarts,
-                   success_policy=success_policy,
-                   roles=roles or [RoleSpec(pod_count=pods, cpu=4000, memory=16384, gpu=gpu)])
+def submit(
+    personas,
+    *,
+    roles=None,
+    pods=1,
+    gpu=1,
+    aimaster=False,
+    max_restarts=3,
+    success_policy="AllWorkers",
+    idle="off",
+    ws="ws_a",
+    user="alice",
+    quota="team-a",
+    name="job",
+) -> Job:
+    spec = JobSpec(
+        display_name=name,
+        user_command="true",
+        quota=quota,
+        idle_mode=idle,
+        enable_aimaster=aimaster,
+        max_restarts=max_restarts,
+        success_policy=success_policy,
+        roles=roles or [RoleSpec(pod_count=pods, cpu=4000, memory=16384, gpu=gpu)],
+    )
     job = job_submit(workspace=personas[ws], user=personas[user], spec=spec)
     job.refresh_from_db()
     return job
@@ -54,8 +72,9 @@ def run_all(job: Job) -> list[Pod]:
     pods = list(Pod.objects.filter(job=job, process__state=PodProcess.State.QUEUED))
     for pod in pods:
         assert services.pod_claim(pod_id=pod.pod_id, agent="agent@test", hostname="h", now=now)
-        services.pod_report_running(pod_id=pod.pod_id, pid=1, sandbox="none", work_dir="",
-                                    log_path="", now=now)
+        services.pod_report_running(
+            pod_id=pod.pod_id, pid=1, sandbox="none", work_dir="", log_path="", now=now
+        )
     return pods
 
 
@@ -66,8 +85,7 @@ def test_it_routes_pods_to_their_nodes_queue_with_their_own_gpus(personas, sent)
     pods = list(Pod.objects.filter(job__in=[first, second]).order_by("job_id", "index"))
     assert {p.node.name for p in pods} == {"gpu-node-0"}
     assert [p.gpu_ids for p in pods] == ["0", "1", "2,3"]
-    assert sorted(sent) == sorted(("pod_start_task", (p.pod_id,), "node.gpu-node-0")
-                                  for p in pods)
+    assert sorted(sent) == sorted(("pod_start_task", (p.pod_id,), "node.gpu-node-0") for p in pods)
     ranks = [(p.process.rank, p.process.world_size) for p in pods]
     assert ranks == [(0, 2), (1, 2), (0, 1)]
     assert pods[0].process.master_port == pods[1].process.master_port > 0
@@ -80,12 +98,14 @@ def test_it_runs_the_job_once_every_pod_runs(personas, sent):
     now = timezone.now()
     for pod in (first, second):
         services.pod_claim(pod_id=pod.pod_id, agent="agent@test", hostname="h", now=now)
-    services.pod_report_running(pod_id=first.pod_id, pid=10, sandbox="strict", work_dir="w",
-                                log_path="l", now=now)
+    services.pod_report_running(
+        pod_id=first.pod_id, pid=10, sandbox="strict", work_dir="w", log_path="l", now=now
+    )
     job.refresh_from_db()
     assert job.status == JobStatus.ENV_PREPARING
-    services.pod_report_running(pod_id=second.pod_id, pid=11, sandbox="strict", work_dir="w",
-                                log_path="l", now=now)
+    services.pod_report_running(
+        pod_id=second.pod_id, pid=11, sandbox="strict", work_dir="w", log_path="l", now=now
+    )
     job.refresh_from_db()
     assert job.status == JobStatus.RUNNING
 
@@ -107,8 +127,14 @@ def test_it_runs_pods_of_the_public_pool_on_the_public_queue(personas, sent):
     PodProcess.objects.all().delete()
     sent.clear()
     role = job.roles.get()
-    pod = Pod.objects.create(job=job, role=role, index=0, attempt=job.attempt,
-                             pod_id=f"{job.job_id}-worker-0-public", status=PodStatus.PENDING)
+    pod = Pod.objects.create(
+        job=job,
+        role=role,
+        index=0,
+        attempt=job.attempt,
+        pod_id=f"{job.job_id}-worker-0-public",
+        status=PodStatus.PENDING,
+    )
     services.pods_launch(job=job, now=timezone.now())
     pod.refresh_from_db()
     assert sent == [("pod_start_task", (pod.pod_id,), "public")]
@@ -116,15 +142,25 @@ def test_it_runs_pods_of_the_public_pool_on_the_public_queue(personas, sent):
 
 
 def test_a_preempted_pod_stays_preempted_when_its_process_exits(personas, sent):
-    borrower = submit(personas, ws="ws_b", user="charlie", quota="team-b", pods=4, gpu=4,
-                      idle="only_idle", aimaster=True, name="borrower")
+    borrower = submit(
+        personas,
+        ws="ws_b",
+        user="charlie",
+        quota="team-b",
+        pods=4,
+        gpu=4,
+        idle="only_idle",
+        aimaster=True,
+        name="borrower",
+    )
     run_all(borrower)
     sent.clear()
     submit(personas, pods=1, gpu=4, name="owner")  # its tick preempts the borrower
     preempted = list(borrower.pods.filter(attempt=0))
     stops = [c for c in sent if c[0] == "pod_stop_task"]
     assert sorted(stops) == sorted(
-        ("pod_stop_task", (p.pod_id, 30), f"node.{p.node.name}") for p in preempted)
+        ("pod_stop_task", (p.pod_id, 30), f"node.{p.node.name}") for p in preempted
+    )
     for pod in preempted:
         services.pod_report_exit(pod_id=pod.pod_id, exit_code=143, now=timezone.now())
         pod.refresh_from_db()
@@ -134,9 +170,14 @@ def test_a_preempted_pod_stays_preempted_when_its_process_exits(personas, sent):
 
 
 def test_it_succeeds_a_chief_worker_job_when_the_chief_exits_0(personas, sent):
-    job = submit(personas, success_policy="ChiefWorker", roles=[
-        RoleSpec(role_type="Worker", pod_count=2, cpu=4000, memory=16384, gpu=0),
-        RoleSpec(role_type="Master", pod_count=1, cpu=4000, memory=16384, gpu=0)])
+    job = submit(
+        personas,
+        success_policy="ChiefWorker",
+        roles=[
+            RoleSpec(role_type="Worker", pod_count=2, cpu=4000, memory=16384, gpu=0),
+            RoleSpec(role_type="Master", pod_count=1, cpu=4000, memory=16384, gpu=0),
+        ],
+    )
     pods = run_all(job)
     master = next(p for p in pods if p.role.role_type == "Master")
     assert master.process.rank == 0  # the Master is rank 0 even though declared second
@@ -150,9 +191,14 @@ def test_it_succeeds_a_chief_worker_job_when_the_chief_exits_0(personas, sent):
 
 
 def test_chief_worker_waits_for_the_chief_not_the_workers(personas, sent):
-    job = submit(personas, success_policy="ChiefWorker", roles=[
-        RoleSpec(role_type="Worker", pod_count=2, cpu=4000, memory=16384, gpu=0),
-        RoleSpec(role_type="Master", pod_count=1, cpu=4000, memory=16384, gpu=0)])
+    job = submit(
+        personas,
+        success_policy="ChiefWorker",
+        roles=[
+            RoleSpec(role_type="Worker", pod_count=2, cpu=4000, memory=16384, gpu=0),
+            RoleSpec(role_type="Master", pod_count=1, cpu=4000, memory=16384, gpu=0),
+        ],
+    )
     pods = run_all(job)
     master = next(p for p in pods if p.role.role_type == "Master")
     for worker in (p for p in pods if p.role.role_type == "Worker"):
@@ -162,7 +208,10 @@ def test_chief_worker_waits_for_the_chief_not_the_workers(personas, sent):
     services.pod_report_exit(pod_id=master.pod_id, exit_code=0, now=timezone.now())
     job.refresh_from_db()
     assert (job.status, job.reason_code, job.reason_message) == (
-        JobStatus.SUCCEEDED, "JobSucceeded", f"The chief pod {master.pod_id} succeeded")
+        JobStatus.SUCCEEDED,
+        "JobSucceeded",
+        f"The chief pod {master.pod_id} succeeded",
+    )
 
 
 def test_all_workers_waits_for_every_pod(personas, sent):
@@ -176,14 +225,18 @@ def test_all_workers_waits_for_every_pod(personas, sent):
     assert job.status == JobStatus.SUCCEEDED and job.reason_code == "JobSucceeded"
 
 
-@pytest.mark.parametrize(("aimaster", "max_restarts", "policy", "why"), [
-    (False, 3, "OnFailure", "no automatic fault tolerance"),
-    (True, 0, "OnFailure", "restarts exhausted (0/0)"),
-    (True, 3, "Never", "restart policy Never"),
-    (True, 3, "ExitCode", "exit code 2 is permanent under restart policy ExitCode"),
-])
-def test_it_fails_the_job_when_aimaster_will_not_restart(personas, sent, aimaster,
-                                                        max_restarts, policy, why):
+@pytest.mark.parametrize(
+    ("aimaster", "max_restarts", "policy", "why"),
+    [
+        (False, 3, "OnFailure", "no automatic fault tolerance"),
+        (True, 0, "OnFailure", "restarts exhausted (0/0)"),
+        (True, 3, "Never", "restart policy Never"),
+        (True, 3, "ExitCode", "exit code 2 is permanent under restart policy ExitCode"),
+    ],
+)
+def test_it_fails_the_job_when_aimaster_will_not_restart(
+    personas, sent, aimaster, max_restarts, policy, why
+):
     job = submit(personas, pods=2, aimaster=aimaster, max_restarts=max_restarts)
     JobRole.objects.filter(job=job).update(restart_policy=policy)
     first, second = run_all(job)
@@ -202,8 +255,9 @@ def test_it_restarts_in_place_with_the_lost_work_since_the_checkpoint(personas, 
     first, second = run_all(job)
     start = timezone.now() - timedelta(seconds=100)
     Pod.objects.filter(job=job).update(started_at=start)
-    services.checkpoint_report(job_pk=job.pk, step=50, path="/ckpt/50",
-                               size_bytes=10, at=start + timedelta(seconds=60))
+    services.checkpoint_report(
+        job_pk=job.pk, step=50, path="/ckpt/50", size_bytes=10, at=start + timedelta(seconds=60)
+    )
     now = start + timedelta(seconds=100)
     services.pod_report_exit(pod_id=first.pod_id, exit_code=1, now=now)
     job.refresh_from_db()
@@ -213,7 +267,9 @@ def test_it_restarts_in_place_with_the_lost_work_since_the_checkpoint(personas, 
     assert restart.lost_gpu_seconds == pytest.approx(2 * 2 * 40)  # 2 pods × 2 GPU × 40 s
     new = list(job.pods.filter(attempt=1).order_by("index"))
     assert [(p.node_id, p.status) for p in new] == [
-        (first.node_id, PodStatus.PENDING), (second.node_id, PodStatus.PENDING)]
+        (first.node_id, PodStatus.PENDING),
+        (second.node_id, PodStatus.PENDING),
+    ]
     assert {p.gpu_ids for p in new} == {first.gpu_ids, second.gpu_ids}  # the room it had
     second.refresh_from_db()
     assert second.status == PodStatus.STOPPED and second.reason == "JobRestarting"
@@ -224,15 +280,14 @@ def test_it_counts_the_lost_work_of_a_resumed_attempt_from_its_own_start(persona
     first, _ = run_all(job)
     start = timezone.now() - timedelta(seconds=1000)
     Pod.objects.filter(job=job).update(started_at=start)
-    services.checkpoint_report(job_pk=job.pk, step=50, path="/ckpt/50",
-                               size_bytes=10, at=start + timedelta(seconds=60))
-    services.pod_report_exit(pod_id=first.pod_id, exit_code=1,
-                             now=start + timedelta(seconds=100))
+    services.checkpoint_report(
+        job_pk=job.pk, step=50, path="/ckpt/50", size_bytes=10, at=start + timedelta(seconds=60)
+    )
+    services.pod_report_exit(pod_id=first.pod_id, exit_code=1, now=start + timedelta(seconds=100))
     again = start + timedelta(seconds=900)  # attempt 1 resumed from the checkpoint at 60 s
     first, _ = run_all(job)
     Pod.objects.filter(job=job, attempt=1).update(started_at=again)
-    services.pod_report_exit(pod_id=first.pod_id, exit_code=1,
-                             now=again + timedelta(seconds=30))
+    services.pod_report_exit(pod_id=first.pod_id, exit_code=1, now=again + timedelta(seconds=30))
     lost = list(job.restarts.order_by("number").values_list("lost_gpu_seconds", flat=True))
     assert lost == [pytest.approx(2 * 2 * 40), pytest.approx(2 * 2 * 30)]  # not 2 × 2 × 870
 
@@ -253,10 +308,10 @@ def test_it_records_each_checkpoint_once(personas, sent):
     job = submit(personas)
     at = timezone.now()
     assert services.checkpoint_report(job_pk=job.pk, step=10, path="/c/10", size_bytes=5, at=at)
-    assert not services.checkpoint_report(job_pk=job.pk, step=10, path="/c/10", size_bytes=5,
-                                          at=at)
-    services.checkpoint_report(job_pk=job.pk, step=5, path="/c/5", size_bytes=5,
-                               at=at - timedelta(seconds=1))
+    assert not services.checkpoint_report(job_pk=job.pk, step=10, path="/c/10", size_bytes=5, at=at)
+    services.checkpoint_report(
+        job_pk=job.pk, step=5, path="/c/5", size_bytes=5, at=at - timedelta(seconds=1)
+    )
     job.refresh_from_db()
     assert job.checkpoints.count() == 2 and job.last_checkpoint_at == at
 
@@ -295,10 +350,15 @@ def test_an_agent_is_told_what_to_start_and_what_it_claimed(personas, sent):
     later = timezone.now() + timedelta(seconds=1)
     work = services.agent_work(agent="agent@test", queues=queues, queued_before=later)
     assert sorted(work.queued) == sorted([first.pod_id, second.pod_id]) and not work.claimed
-    assert not services.agent_work(agent="agent@test", queues=["node.elsewhere"],
-                                   queued_before=later).queued
-    assert services.pod_claim(pod_id=first.pod_id, agent="agent@test", hostname="h",
-                              now=timezone.now()) is not None
+    assert not services.agent_work(
+        agent="agent@test", queues=["node.elsewhere"], queued_before=later
+    ).queued
+    assert (
+        services.pod_claim(
+            pod_id=first.pod_id, agent="agent@test", hostname="h", now=timezone.now()
+        )
+        is not None
+    )
     work = services.agent_work(agent="agent@test", queues=queues, queued_before=later)
     assert work.queued == (second.pod_id,) and work.claimed == {first.pod_id: "starting"}
     assert services.pod_launch(pod_id=first.pod_id).job_pk == job.pk

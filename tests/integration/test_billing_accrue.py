@@ -48,8 +48,12 @@ def _prices(replay):
 def lines(job: Job) -> list[tuple[int, D, D]]:
     """(minute offset from NOW, price per hour, amount) of the job's bill lines."""
     base = int(NOW.timestamp()) // 60
-    return [(m - base, p, a) for m, p, a in BillLine.objects.filter(job=job)
-            .order_by("pod_id", "minute").values_list("minute", "price_per_hour", "amount")]
+    return [
+        (m - base, p, a)
+        for m, p, a in BillLine.objects.filter(job=job)
+        .order_by("pod_id", "minute")
+        .values_list("minute", "price_per_hour", "amount")
+    ]
 
 
 def test_it_bills_each_started_minute_once_however_often_it_runs(personas):
@@ -101,14 +105,26 @@ def test_it_bills_pay_as_you_go_at_the_original_price(personas):
 
 
 def test_it_bills_no_lines_for_prepaid_quota_jobs_and_shows_their_gpu_hours(personas, cluster):
-    spec = JobSpec(display_name="quota", user_command="python train.py", quota="team-a",
-                   roles=[RoleSpec(pod_count=2, cpu=4000, memory=16384, gpu=2)])
+    spec = JobSpec(
+        display_name="quota",
+        user_command="python train.py",
+        quota="team-a",
+        roles=[RoleSpec(pod_count=2, cpu=4000, memory=16384, gpu=2)],
+    )
     job = job_submit(workspace=personas["ws_a"], user=personas["alice"], spec=spec, now=NOW)
     Job.objects.filter(pk=job.pk).update(status=JobStatus.RUNNING, started_at=NOW)
     role = job.roles.get()
     for i in range(2):  # as the scheduler places them
-        Pod.objects.create(job=job, role=role, index=i, pod_id=f"q-{i}", node=cluster["nodes"][0],
-                           in_quota=True, status=PodStatus.RUNNING, started_at=NOW)
+        Pod.objects.create(
+            job=job,
+            role=role,
+            index=i,
+            pod_id=f"q-{i}",
+            node=cluster["nodes"][0],
+            in_quota=True,
+            status=PodStatus.RUNNING,
+            started_at=NOW,
+        )
     billing_accrue(now=at(90))
     assert not BillLine.objects.exists() and not PodMeter.objects.exists()
     job.refresh_from_db()
@@ -135,7 +151,10 @@ def test_it_bills_a_reclaimed_spot_pod_until_the_reclaim(personas, replay):
     step(at(2, 10))
     billing_accrue(now=at(6))
     assert [(m, p) for m, p, _ in lines(job)] == [
-        (0, D("0.3000")), (1, D("0.3000")), (2, D("0.3000"))]
+        (0, D("0.3000")),
+        (1, D("0.3000")),
+        (2, D("0.3000")),
+    ]
 
 
 def test_it_writes_nothing_when_a_run_fails_halfway(personas, monkeypatch):
@@ -161,8 +180,9 @@ def test_it_meters_a_running_pod_nobody_opened_a_meter_for(personas):
     job.status = JobStatus.RUNNING
     job.save(update_fields=["status"])
     role = job.roles.get()
-    Pod.objects.create(job=job, role=role, index=0, pod_id="orphan-0", status=PodStatus.RUNNING,
-                       started_at=at(0))
+    Pod.objects.create(
+        job=job, role=role, index=0, pod_id="orphan-0", status=PodStatus.RUNNING, started_at=at(0)
+    )
     billing_accrue(now=at(0, 30))
     assert [m for m, _, _ in lines(job)] == [0]
 
@@ -192,7 +212,9 @@ def test_it_splits_daily_bills_at_utc_midnight_and_marks_complete_days(personas,
     alice, ws = personas["alice"], personas["ws_a"]
     days = workspace_daily_bills(user=alice, workspace=ws, now=MIDNIGHT + timedelta(minutes=2))
     assert [(d.day, d.complete, d.minutes) for d in days] == [
-        (date(2026, 3, 3), False, 4), (date(2026, 3, 2), True, 4)]
+        (date(2026, 3, 3), False, 4),
+        (date(2026, 3, 2), True, 4),
+    ]
     assert days[1].spot == D("0.010000") and days[1].postpaid == D("0.026666")
     spot_days = workspace_daily_bills(user=alice, workspace=ws, pay_type="spot")
     assert all(d.postpaid == 0 for d in spot_days) and sum(d.spot for d in spot_days) == D("0.02")
@@ -209,8 +231,17 @@ def test_it_exports_one_csv_row_per_pod_and_day(personas):
     rows = list(bill_export_rows(user=personas["alice"], workspace=personas["ws_a"]))
     assert rows[0] == CSV_HEADER
     assert rows[1:] == [
-        ("2026-03-02", "team-a", job.job_id, "train", f"{job.job_id}-worker-{i}-a0",
-         G7, "spot", 3, "0.015000")
+        (
+            "2026-03-02",
+            "team-a",
+            job.job_id,
+            "train",
+            f"{job.job_id}-worker-{i}-a0",
+            G7,
+            "spot",
+            3,
+            "0.015000",
+        )
         for i in range(2)
     ]
 

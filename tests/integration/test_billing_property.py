@@ -32,9 +32,11 @@ def _fast_passwords(settings):
 
 
 trace = st.lists(st.tuples(st.integers(1, 1800), PRICES), max_size=8).map(
-    lambda points: sorted({t: p for t, p in points}.items()))
-pods = st.lists(st.tuples(st.integers(0, 1200), st.integers(1, 900) | st.none()),
-                min_size=1, max_size=3)
+    lambda points: sorted({t: p for t, p in points}.items())
+)
+pods = st.lists(
+    st.tuples(st.integers(0, 1200), st.integers(1, 900) | st.none()), min_size=1, max_size=3
+)
 runs = st.lists(st.integers(0, 2400), max_size=5)
 
 
@@ -49,8 +51,9 @@ def expected(start: float, end: float, points: list[tuple[float, Decimal]]) -> D
     return total
 
 
-@settings(max_examples=40, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(first=PRICES, changes=trace, pods=pods, runs=runs)
 def test_billed_money_is_the_sum_of_each_pods_minute_prices(personas, first, changes, pods, runs):
     with transaction.atomic():
@@ -62,10 +65,18 @@ def _check(personas, first, changes, pod_times, runs) -> None:
     g7 = InstanceType.objects.get(name="ecs.g7.xlarge")
     points = [(T0, first)] + [(T0 + timedelta(seconds=t), p) for t, p in changes]
     PricePoint.objects.bulk_create(
-        PricePoint(instance_type=g7, at=when, price_per_hour=p) for when, p in points)
-    spec = JobSpec(display_name="p", user_command="x", resource_source="spot",
-                   roles=[RoleSpec(pod_count=len(pod_times), instance_type=g7.name,
-                                   spot_discount_limit=Decimal("0.9"))])
+        PricePoint(instance_type=g7, at=when, price_per_hour=p) for when, p in points
+    )
+    spec = JobSpec(
+        display_name="p",
+        user_command="x",
+        resource_source="spot",
+        roles=[
+            RoleSpec(
+                pod_count=len(pod_times), instance_type=g7.name, spot_discount_limit=Decimal("0.9")
+            )
+        ],
+    )
     job = job_submit(workspace=personas["ws_a"], user=personas["alice"], spec=spec, now=T0)
     Job.objects.filter(pk=job.pk).update(status=JobStatus.RUNNING)
     role = job.roles.get()
@@ -81,8 +92,14 @@ def _check(personas, first, changes, pod_times, runs) -> None:
     for offset, _, action, i in sorted(events, key=lambda e: e[:2]):
         when = T0 + timedelta(seconds=offset)
         if action == "start":
-            made[i] = Pod.objects.create(job=job, role=role, index=i, pod_id=f"p{i}",
-                                         status=PodStatus.RUNNING, started_at=when)
+            made[i] = Pod.objects.create(
+                job=job,
+                role=role,
+                index=i,
+                pod_id=f"p{i}",
+                status=PodStatus.RUNNING,
+                started_at=when,
+            )
             pod_meters_open(pod_ids=[made[i].pk])
         elif action == "finish":
             Pod.objects.filter(pk=made[i].pk).update(status=PodStatus.SUCCEEDED, finished_at=when)
@@ -91,8 +108,12 @@ def _check(personas, first, changes, pod_times, runs) -> None:
     by_time = [(when.timestamp(), p) for when, p in points]
     for i, (offset, duration) in enumerate(pod_times):
         start = (T0 + timedelta(seconds=offset)).timestamp()
-        end = (start + duration if duration is not None
-               else (T0 + timedelta(seconds=final)).timestamp())
-        billed = sum(BillLine.objects.filter(pod=made[i]).values_list("amount", flat=True),
-                     Decimal(0))
+        end = (
+            start + duration
+            if duration is not None
+            else (T0 + timedelta(seconds=final)).timestamp()
+        )
+        billed = sum(
+            BillLine.objects.filter(pod=made[i]).values_list("amount", flat=True), Decimal(0)
+        )
         assert billed == expected(start, end, by_time), (i, offset, duration)

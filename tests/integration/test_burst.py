@@ -88,14 +88,19 @@ KINDS = (
 def _access_keys() -> dict[str, tuple[str, str]]:
     """The demo cluster file's AccessKey pair of each user."""
     cluster = tomllib.loads((Path(settings.BASE_DIR) / "examples/demo-cluster.toml").read_text())
-    return {key["user"]: (key_id, key["secret"])
-            for key_id, key in cluster["access_keys"].items()}
+    return {key["user"]: (key_id, key["secret"]) for key_id, key in cluster["access_keys"].items()}
 
 
 def create_job_body(kind: str, i: int, *, workspace_id: str, quota: str) -> dict:
     worker: dict = {"Type": "Worker", "PodCount": 1, "Image": "python:3.12"}
-    body = {"WorkspaceId": workspace_id, "DisplayName": f"{kind}-{i}", "JobType": "PyTorchJob",
-            "UserCommand": COMMAND, "JobSpecs": [worker], "ResourceId": quota}
+    body = {
+        "WorkspaceId": workspace_id,
+        "DisplayName": f"{kind}-{i}",
+        "JobType": "PyTorchJob",
+        "UserCommand": COMMAND,
+        "JobSpecs": [worker],
+        "ResourceId": quota,
+    }
     settings_: dict = {}
     if kind.startswith("cpu"):
         worker["ResourceConfig"] = {"CPU": "1", "Memory": "2Gi"}
@@ -106,8 +111,9 @@ def create_job_body(kind: str, i: int, *, workspace_id: str, quota: str) -> dict
     if kind == "spot":
         worker["SpotSpec"] = {"SpotStrategy": "SpotWithPriceLimit", "SpotDiscountLimit": 0.9}
     if "idle" in kind:
-        settings_["OversoldType"] = ("ForceQuotaOverSold" if kind.startswith("only")
-                                     else "AcceptQuotaOverSold")
+        settings_["OversoldType"] = (
+            "ForceQuotaOverSold" if kind.startswith("only") else "AcceptQuotaOverSold"
+        )
     # Borrowers and spot jobs may lose their pods by design (reclaim, preemption): with
     # AIMaster they wait again instead of failing. Every third GPU job has it too.
     if "idle" in kind or kind == "spot" or (kind.startswith("gpu") and i % 3 == 0):
@@ -143,10 +149,17 @@ def _submit_all(base: str, keys: dict, workspaces: dict[str, str], burst: Burst)
     def client(user: str) -> DLCClient:
         clients = local.__dict__.setdefault("clients", {})
         if user not in clients:
-            clients[user] = DLCClient(Config(
-                access_key_id=keys[user][0], access_key_secret=keys[user][1], endpoint=base,
-                protocol="http", region_id="cn-hangzhou", read_timeout=60000,
-                connect_timeout=10000))
+            clients[user] = DLCClient(
+                Config(
+                    access_key_id=keys[user][0],
+                    access_key_secret=keys[user][1],
+                    endpoint=base,
+                    protocol="http",
+                    region_id="cn-hangzhou",
+                    read_timeout=60000,
+                    connect_timeout=10000,
+                )
+            )
         return clients[user]
 
     def create(item) -> None:
@@ -166,8 +179,9 @@ def _submit_all(base: str, keys: dict, workspaces: dict[str, str], burst: Burst)
     burst.submitted = time.monotonic() - burst.started
 
 
-def _sample_connections(database: str, stop: threading.Event, burst: Burst,
-                        children: dict[str, int]) -> None:
+def _sample_connections(
+    database: str, stop: threading.Event, burst: Burst, children: dict[str, int]
+) -> None:
     """Every 0.2 s: how many sessions the demo has on its database (from the server's
     maintenance database, so the sampler itself is not counted); every second, which
     process holds them."""
@@ -176,7 +190,9 @@ def _sample_connections(database: str, stop: threading.Event, burst: Burst,
         while not stop.is_set():
             (count,) = conn.execute(
                 "SELECT count(*) FROM pg_stat_activity WHERE datname = %s AND "
-                "application_name <> 'burst-test'", [database]).fetchone()
+                "application_name <> 'burst-test'",
+                [database],
+            ).fetchone()
             burst.peak = max(burst.peak, count)
             if time.monotonic() - last_breakdown >= 1.0:
                 last_breakdown = time.monotonic()
@@ -188,8 +204,12 @@ def _sample_connections(database: str, stop: threading.Event, burst: Burst,
 def _holders(children: dict[str, int]) -> dict[str, int]:
     """Client connections to PostgreSQL per demo child (web, worker, agent, beat…), by the
     sockets' owners (`ss -p`) and their parent chains."""
-    out = subprocess.run(["ss", "-Htnp", "state", "established", "dport", "=", ":5432"],
-                         capture_output=True, text=True, timeout=10).stdout
+    out = subprocess.run(
+        ["ss", "-Htnp", "state", "established", "dport", "=", ":5432"],
+        capture_output=True,
+        text=True,
+        timeout=10,
+    ).stdout
     by_pid = {pid: name for name, pid in children.items()}
     counts: dict[str, int] = {}
     for pid in re.findall(r"pid=(\d+)", out):
@@ -216,7 +236,8 @@ def _watch(conn: psycopg.Connection, burst: Burst) -> int:
     many have not settled yet."""
     rows = conn.execute(
         f"SELECT job_id, status, pending_reason, extract(epoch FROM now() - status_changed_at) "
-        f"FROM {Job._meta.db_table}").fetchall()
+        f"FROM {Job._meta.db_table}"
+    ).fetchall()
     now = time.monotonic() - burst.started
     for job_id, status, reason, in_state in rows:
         if status in ("Running", "Succeeded") or (status == "Queuing" and reason):
@@ -226,12 +247,13 @@ def _watch(conn: psycopg.Connection, burst: Burst) -> int:
         elif status in TRANSIENT and in_state > STUCK_BOUND:
             burst.bad.setdefault(job_id, f"{status} for {in_state:.0f}s")
     for job_id, waited in conn.execute(
-            f"SELECT j.job_id, extract(epoch FROM now() - p.queued_at) "
-            f"FROM {PodProcess._meta.db_table} p JOIN {Pod._meta.db_table} pod "
-            "ON pod.id = p.pod_id "
-            f"JOIN {Job._meta.db_table} j ON j.id = pod.job_id "
-            "WHERE p.state = 'queued' AND p.queued_at < now() - make_interval(secs => %s)",
-            [STUCK_BOUND]).fetchall():
+        f"SELECT j.job_id, extract(epoch FROM now() - p.queued_at) "
+        f"FROM {PodProcess._meta.db_table} p JOIN {Pod._meta.db_table} pod "
+        "ON pod.id = p.pod_id "
+        f"JOIN {Job._meta.db_table} j ON j.id = pod.job_id "
+        "WHERE p.state = 'queued' AND p.queued_at < now() - make_interval(secs => %s)",
+        [STUCK_BOUND],
+    ).fetchall():
         burst.bad.setdefault(job_id, f"a pod's start queued for {waited:.0f}s")
     return len(rows) - len(burst.settled_at)
 
@@ -255,8 +277,12 @@ def _watch_bidding(demo: DemoProcess, burst: Burst) -> subprocess.Popen:
     """A job the helper saw Bidding with a reason has settled (its connection is the
     test's: PGAPPNAME keeps it out of the demo's count)."""
     helper = subprocess.Popen(
-        [sys.executable, "manage.py", "shell", "-c", BIDDING_REASONS], cwd=settings.BASE_DIR,
-        env={**demo.env, "PGAPPNAME": "burst-test"}, stdout=subprocess.PIPE, text=True)
+        [sys.executable, "manage.py", "shell", "-c", BIDDING_REASONS],
+        cwd=settings.BASE_DIR,
+        env={**demo.env, "PGAPPNAME": "burst-test"},
+        stdout=subprocess.PIPE,
+        text=True,
+    )
 
     def read() -> None:
         for line in helper.stdout:
@@ -275,22 +301,29 @@ def _details(conn: psycopg.Connection, job_ids, demo: DemoProcess | None = None)
     job_ids = list(job_ids)[:20]
     rows = conn.execute(
         f"SELECT job_id, display_name, status, reason_code, reason_message, pending_reason "
-        f"FROM {Job._meta.db_table} WHERE job_id = ANY(%s) ORDER BY id", [job_ids])
+        f"FROM {Job._meta.db_table} WHERE job_id = ANY(%s) ORDER BY id",
+        [job_ids],
+    )
     out = [" | ".join(str(v)[:200] for v in row) for row in rows]
     for row in conn.execute(
-            f"SELECT pod.pod_id, pod.status, p.state, p.agent, p.queued_at, p.started_at "
-            f"FROM {Pod._meta.db_table} pod JOIN {Job._meta.db_table} j ON j.id = pod.job_id "
-            f"LEFT JOIN {PodProcess._meta.db_table} p ON p.pod_id = pod.id "
-            "WHERE j.job_id = ANY(%s) ORDER BY pod.id", [job_ids]):
+        f"SELECT pod.pod_id, pod.status, p.state, p.agent, p.queued_at, p.started_at "
+        f"FROM {Pod._meta.db_table} pod JOIN {Job._meta.db_table} j ON j.id = pod.job_id "
+        f"LEFT JOIN {PodProcess._meta.db_table} p ON p.pod_id = pod.id "
+        "WHERE j.job_id = ANY(%s) ORDER BY pod.id",
+        [job_ids],
+    ):
         out.append("  pod " + " | ".join(str(v) for v in row))
     for row in conn.execute(
-            f"SELECT j.job_id, e.at, e.kind, e.message FROM {JobEvent._meta.db_table} e "
-            f"JOIN {Job._meta.db_table} j ON j.id = e.job_id WHERE j.job_id = ANY(%s) "
-            "ORDER BY e.id", [job_ids]):
+        f"SELECT j.job_id, e.at, e.kind, e.message FROM {JobEvent._meta.db_table} e "
+        f"JOIN {Job._meta.db_table} j ON j.id = e.job_id WHERE j.job_id = ANY(%s) "
+        "ORDER BY e.id",
+        [job_ids],
+    ):
         out.append("  event " + " | ".join(str(v)[:200] for v in row))
     if demo is not None:
-        out += [f"  log {line}" for line in demo.lines
-                if any(job_id in line for job_id in job_ids)][:40]
+        out += [
+            f"  log {line}" for line in demo.lines if any(job_id in line for job_id in job_ids)
+        ][:40]
     return out
 
 
@@ -298,16 +331,22 @@ def _figures(conn: psycopg.Connection, burst: Burst) -> str:
     waits = conn.execute(
         "SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM started_at - "
         "queued_at)), max(extract(epoch FROM started_at - queued_at)) "
-        f"FROM {PodProcess._meta.db_table} WHERE started_at IS NOT NULL").fetchone()
-    statuses = dict(conn.execute(
-        f"SELECT status, count(*) FROM {Job._meta.db_table} GROUP BY status").fetchall())
+        f"FROM {PodProcess._meta.db_table} WHERE started_at IS NOT NULL"
+    ).fetchone()
+    statuses = dict(
+        conn.execute(
+            f"SELECT status, count(*) FROM {Job._meta.db_table} GROUP BY status"
+        ).fetchall()
+    )
     latencies = sorted(burst.latencies) or [float("nan")]
     settled = max(burst.settled_at.values(), default=float("nan"))
-    return (f"\nburst: {len(burst.job_ids)} CreateJob answered in {burst.submitted:.1f}s "
-            f"(p50 {latencies[len(latencies) // 2]:.2f}s, max {latencies[-1]:.2f}s); the last "
-            f"job settled {settled:.1f}s after the first request; now {statuses}; pod start "
-            f"queued→running p50 {waits[0] or 0:.1f}s, max {waits[1] or 0:.1f}s; peak "
-            f"{burst.peak} sessions, most per process {burst.holders}")
+    return (
+        f"\nburst: {len(burst.job_ids)} CreateJob answered in {burst.submitted:.1f}s "
+        f"(p50 {latencies[len(latencies) // 2]:.2f}s, max {latencies[-1]:.2f}s); the last "
+        f"job settled {settled:.1f}s after the first request; now {statuses}; pod start "
+        f"queued→running p50 {waits[0] or 0:.1f}s, max {waits[1] or 0:.1f}s; peak "
+        f"{burst.peak} sessions, most per process {burst.holders}"
+    )
 
 
 STOP_ALL = """
@@ -342,21 +381,34 @@ def test_a_burst_of_400_create_jobs_settles_and_holds_few_connections():
     demo = conn = helper = None
     stop_sampling, burst = threading.Event(), Burst()
     try:
-        demo = DemoProcess(backend="agent", env={
-            "DATABASE_URL": f"{SERVER}/{database}", "SCHEDULER_MIN_RUN_SECONDS": "0"})
+        demo = DemoProcess(
+            backend="agent",
+            env={"DATABASE_URL": f"{SERVER}/{database}", "SCHEDULER_MIN_RUN_SECONDS": "0"},
+        )
         demo.wait_for(r"paiweb demo is running")
-        conn = psycopg.connect(f"{SERVER}/{database}", autocommit=True,
-                               application_name="burst-test")
-        workspaces = {name: str(pk) for name, pk in conn.execute(  # WorkspaceId is the pk
-            f"SELECT name, id FROM {Workspace._meta.db_table}").fetchall()}
-        sampler = threading.Thread(target=_sample_connections, daemon=True,
-                                   args=(database, stop_sampling, burst, demo.pids()))
+        conn = psycopg.connect(
+            f"{SERVER}/{database}", autocommit=True, application_name="burst-test"
+        )
+        workspaces = {
+            name: str(pk)
+            for name, pk in conn.execute(  # WorkspaceId is the pk
+                f"SELECT name, id FROM {Workspace._meta.db_table}"
+            ).fetchall()
+        }
+        sampler = threading.Thread(
+            target=_sample_connections,
+            daemon=True,
+            args=(database, stop_sampling, burst, demo.pids()),
+        )
         sampler.start()
         helper = _watch_bidding(demo, burst)
 
         burst.started = time.monotonic()
-        submitter = threading.Thread(target=_submit_all, daemon=True, args=(
-            f"127.0.0.1:{demo.port}", _access_keys(), workspaces, burst))
+        submitter = threading.Thread(
+            target=_submit_all,
+            daemon=True,
+            args=(f"127.0.0.1:{demo.port}", _access_keys(), workspaces, burst),
+        )
         submitter.start()
         while time.monotonic() - burst.started < SETTLE_BOUND:
             unsettled = _watch(conn, burst)
@@ -366,17 +418,23 @@ def test_a_burst_of_400_create_jobs_settles_and_holds_few_connections():
         submitter.join(timeout=60)
         print(_figures(conn, burst))
 
-        assert not burst.errors, f"{len(burst.errors)} CreateJob failed:\n" + \
-            "\n".join(burst.errors[:20])
+        assert not burst.errors, f"{len(burst.errors)} CreateJob failed:\n" + "\n".join(
+            burst.errors[:20]
+        )
         assert len(burst.job_ids) == JOBS
         unsettled = set(burst.job_ids) - set(burst.settled_at)
         assert not unsettled, (
             f"{len(unsettled)} jobs neither ran nor waited with a reason within "
-            f"{SETTLE_BOUND:.0f}s:\n" + "\n".join(_details(conn, unsettled, demo)))
-        assert not burst.bad, f"{len(burst.bad)} jobs went wrong: {burst.bad}\n" + \
-            "\n".join(_details(conn, burst.bad, demo))
-        logged = [line for line in demo.lines if re.search(
-            r"OperationalError|too many clients|raised unexpected", line)]
+            f"{SETTLE_BOUND:.0f}s:\n" + "\n".join(_details(conn, unsettled, demo))
+        )
+        assert not burst.bad, f"{len(burst.bad)} jobs went wrong: {burst.bad}\n" + "\n".join(
+            _details(conn, burst.bad, demo)
+        )
+        logged = [
+            line
+            for line in demo.lines
+            if re.search(r"OperationalError|too many clients|raised unexpected", line)
+        ]
         assert not logged, "\n".join(logged[:20])
         assert burst.peak < PEAK_BOUND, (burst.peak, burst.holders)
         assert 0 < burst.holders.get("agent", 0) <= AGENT_BOUND, burst.holders
@@ -398,15 +456,17 @@ def test_a_burst_of_400_create_jobs_settles_and_holds_few_connections():
             _drop_database(database)
 
 
-def _stop_everything(demo: DemoProcess, conn: psycopg.Connection | None,
-                     timeout: float = 60.0) -> None:
+def _stop_everything(
+    demo: DemoProcess, conn: psycopg.Connection | None, timeout: float = 60.0
+) -> None:
     """Stop every job and wait until no pod's process runs (so the demo leaves none)."""
     demo.python(STOP_ALL)
     deadline = time.monotonic() + timeout
     while conn is not None and time.monotonic() < deadline:
         (live,) = conn.execute(
             f"SELECT count(*) FROM {PodProcess._meta.db_table} "
-            "WHERE state IN ('queued', 'starting', 'running')").fetchone()
+            "WHERE state IN ('queued', 'starting', 'running')"
+        ).fetchone()
         if not live:
             return
         time.sleep(0.5)

@@ -60,8 +60,14 @@ def procs():
 
 
 def start(group: PodCgroup, argv: list[str], procs: list, **kwargs) -> subprocess.Popen:
-    process = subprocess.Popen([*group.join_argv(), *argv], stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True, cwd="/", **kwargs)
+    process = subprocess.Popen(
+        [*group.join_argv(), *argv],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd="/",
+        **kwargs,
+    )
     procs.append(process)
     return process
 
@@ -89,8 +95,7 @@ def test_detect_finds_memory_and_pids(host: CgroupHost):
 
 
 def test_limits_are_written_before_anyone_joins(host: CgroupHost, prefix: str):
-    group = host.create(f"{prefix}/pod", Limits(memory_bytes=64 * MIB, pids=20,
-                                                cpu_millicores=200))
+    group = host.create(f"{prefix}/pod", Limits(memory_bytes=64 * MIB, pids=20, cpu_millicores=200))
     assert group.pids() == []
     if host.version == 1:
         assert int(knob(group, "memory", "memory.limit_in_bytes")) == 64 * MIB
@@ -125,9 +130,11 @@ def test_create_is_idempotent_and_rewrites_limits(host: CgroupHost, prefix: str)
 
 def test_memory_hog_is_oom_killed(host: CgroupHost, prefix: str, procs: list):
     group = host.create(f"{prefix}/hog", Limits(memory_bytes=64 * MIB, pids=50))
-    hog = ("b = bytearray(200 * 1024 * 1024)\n"
-           "for i in range(0, len(b), 4096): b[i] = 1\n"
-           "print('survived')")
+    hog = (
+        "b = bytearray(200 * 1024 * 1024)\n"
+        "for i in range(0, len(b), 4096): b[i] = 1\n"
+        "print('survived')"
+    )
     process = start(group, [sys.executable, "-c", hog], procs)
     out, _ = process.communicate(timeout=60)
     assert process.returncode == -9, (process.returncode, out)
@@ -138,8 +145,7 @@ def test_memory_hog_is_oom_killed(host: CgroupHost, prefix: str, procs: list):
 
 def test_fork_bomb_stops_at_pids_max(host: CgroupHost, prefix: str, procs: list):
     group = host.create(f"{prefix}/forks", Limits(memory_bytes=256 * MIB, pids=20))
-    process = start(group, ["bash", "-c", "for i in $(seq 100); do sleep 5 & done; wait"],
-                    procs)
+    process = start(group, ["bash", "-c", "for i in $(seq 100); do sleep 5 & done; wait"], procs)
     highest = 0
     deadline = time.monotonic() + 3
     while time.monotonic() < deadline:
@@ -155,8 +161,9 @@ def test_fork_bomb_stops_at_pids_max(host: CgroupHost, prefix: str, procs: list)
 
 
 def test_well_behaved_pod_has_no_outcome(host: CgroupHost, prefix: str, procs: list):
-    group = host.create(f"{prefix}/good", Limits(memory_bytes=256 * MIB, pids=50,
-                                                 cpu_millicores=1000))
+    group = host.create(
+        f"{prefix}/good", Limits(memory_bytes=256 * MIB, pids=50, cpu_millicores=1000)
+    )
     process = start(group, [sys.executable, "-c", "print('ok')"], procs)
     out, err = process.communicate(timeout=60)
     assert (process.returncode, out.strip()) == (0, "ok"), err
@@ -185,8 +192,13 @@ def test_cpu_quota_throttles_a_busy_loop(host: CgroupHost, prefix: str, procs: l
 def test_join_argv_enters_every_hierarchy(host: CgroupHost, prefix: str, procs: list):
     group = host.create(f"{prefix}/join", Limits(pids=50))
     assert len(group.procs_files) == len(host.directories())
-    out = subprocess.run([*group.join_argv(), "cat", "/proc/self/cgroup"], check=True,
-                         capture_output=True, text=True, timeout=30).stdout
+    out = subprocess.run(
+        [*group.join_argv(), "cat", "/proc/self/cgroup"],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    ).stdout
     membership = {}
     for line in out.splitlines():
         _, controllers, path = line.split(":", 2)
@@ -200,15 +212,17 @@ def test_join_argv_enters_every_hierarchy(host: CgroupHost, prefix: str, procs: 
     sleeper = start(group, ["sleep", "30"], procs)
     assert wait_for(lambda: sleeper.pid in group.pids())
     # The launcher joins one hierarchy after another; all of them before it execs sleep.
-    assert wait_for(lambda: all(str(sleeper.pid) in f.read_text().split()
-                                for f in group.procs_files))
+    assert wait_for(
+        lambda: all(str(sleeper.pid) in f.read_text().split() for f in group.procs_files)
+    )
 
 
 def test_join_fails_with_125_when_the_group_is_gone(host: CgroupHost, prefix: str):
     group = host.create(f"{prefix}/gone", Limits())
     group.remove()
-    result = subprocess.run([*group.join_argv(), "echo", "ran"], capture_output=True,
-                            text=True, timeout=30)
+    result = subprocess.run(
+        [*group.join_argv(), "echo", "ran"], capture_output=True, text=True, timeout=30
+    )
     assert result.returncode == 125
     assert "ran" not in result.stdout
     assert "cgroup-join: cannot join" in result.stderr
@@ -249,25 +263,31 @@ def test_sweep_removes_leftovers_only(host: CgroupHost, prefix: str, procs: list
     assert cgroups.sweep(host, prefix, {f"{prefix}/keep"}) == 0
 
 
-def test_unprivileged_pod_cannot_touch_its_limits(host: CgroupHost, prefix: str,
-                                                  procs: list):
-    group = host.create(f"{prefix}/jail", Limits(memory_bytes=64 * MIB, pids=20,
-                                                 cpu_millicores=500))
+def test_unprivileged_pod_cannot_touch_its_limits(host: CgroupHost, prefix: str, procs: list):
+    group = host.create(
+        f"{prefix}/jail", Limits(memory_bytes=64 * MIB, pids=20, cpu_millicores=500)
+    )
     memory = group._dir("memory")
     if host.version == 1:
-        targets = [memory / "memory.limit_in_bytes", group._dir("pids") / "pids.max",
-                   group._dir("cpu") / "cpu.cfs_quota_us"]
+        targets = [
+            memory / "memory.limit_in_bytes",
+            group._dir("pids") / "pids.max",
+            group._dir("cpu") / "cpu.cfs_quota_us",
+        ]
         if (memory / "memory.memsw.limit_in_bytes").exists():
             targets.append(memory / "memory.memsw.limit_in_bytes")
     else:
         targets = [memory / "memory.max", memory / "pids.max", memory / "cpu.max"]
     roots = [base / "cgroup.procs" for base in host.directories()]
-    script = ('for f; do if (echo $$ > "$f") 2>/dev/null; then echo "WROTE $f"; '
-              'else echo "denied $f"; fi; done; '
-              f'if mkdir "{memory}/escape" 2>/dev/null; then echo WROTE mkdir; '
-              'else echo denied mkdir; fi; cat /proc/self/cgroup')
-    process = start(group, [*NOBODY, "/bin/sh", "-c", script, "sh",
-                            *map(str, [*targets, *roots])], procs)
+    script = (
+        'for f; do if (echo $$ > "$f") 2>/dev/null; then echo "WROTE $f"; '
+        'else echo "denied $f"; fi; done; '
+        f'if mkdir "{memory}/escape" 2>/dev/null; then echo WROTE mkdir; '
+        "else echo denied mkdir; fi; cat /proc/self/cgroup"
+    )
+    process = start(
+        group, [*NOBODY, "/bin/sh", "-c", script, "sh", *map(str, [*targets, *roots])], procs
+    )
     out, err = process.communicate(timeout=30)
     assert process.returncode == 0, err
     assert "WROTE" not in out, out
@@ -296,8 +316,9 @@ def test_v2_fresh_group_limits_and_delegation(tmp_path: Path):
     root = fake_v2(tmp_path / "cg")
     host = cgroups.detect(root)
     assert host is not None and host.version == 2, cgroups.detect_reason(root)
-    group = host.create("paiweb/node1/pod-1", Limits(memory_bytes=64 * MIB, pids=20,
-                                                     cpu_millicores=250))
+    group = host.create(
+        "paiweb/node1/pod-1", Limits(memory_bytes=64 * MIB, pids=20, cpu_millicores=250)
+    )
     pod = root / "paiweb" / "node1" / "pod-1"
     assert group.procs_files == (pod / "cgroup.procs",)
     assert group.join_argv()[-2:] == [str(pod / "cgroup.procs"), "--"]
@@ -350,8 +371,13 @@ def test_v2_reused_leftover_outcome_and_usage(tmp_path: Path):
     (pod / "pids.current").write_text("3\n")
     (pod / "cpu.stat").write_text("usage_usec 42\nuser_usec 40\nsystem_usec 2\n")
     (pod / "cgroup.procs").write_text("12\n34\n")
-    assert group.usage() == {"memory_current": 1234, "memory_peak": 5678,
-                             "pids_current": 3, "pids_peak": None, "cpu_usec": 42}
+    assert group.usage() == {
+        "memory_current": 1234,
+        "memory_peak": 5678,
+        "pids_current": 3,
+        "pids_peak": None,
+        "cpu_usec": 42,
+    }
     assert group.pids() == [12, 34]
 
 
@@ -386,8 +412,7 @@ def test_v1_comounted_cpu_and_the_oom_fallback_rule(tmp_path: Path):
     host = cgroups.detect(root)
     assert host is not None and host.version == 1
     assert [d.name for d in host.directories()] == ["memory", "pids", "cpu,cpuacct"]
-    group = host.create("paiweb/pod", Limits(memory_bytes=64 * MIB, pids=20,
-                                             cpu_millicores=1))
+    group = host.create("paiweb/pod", Limits(memory_bytes=64 * MIB, pids=20, cpu_millicores=1))
     assert len(group.procs_files) == 3  # cpuacct shares cpu's hierarchy: joined once
     assert read(pod / "memory.limit_in_bytes") == str(64 * MIB)
     assert read(pod / "memory.memsw.limit_in_bytes") == str(64 * MIB)
@@ -407,8 +432,10 @@ def test_limits_arithmetic_and_validation(tmp_path: Path):
     assert Limits(cpu_millicores=1500).cfs_quota_us() == 150_000
     assert Limits().cfs_quota_us() == -1
     assert (Limits().cpu_shares(), Limits().cpu_weight()) == (1024, 100)
-    assert (Limits(cpu_millicores=1000).cpu_shares(), Limits(cpu_millicores=1000).cpu_weight()
-            ) == (1024, 100)
+    assert (Limits(cpu_millicores=1000).cpu_shares(), Limits(cpu_millicores=1000).cpu_weight()) == (
+        1024,
+        100,
+    )
     assert Limits(cpu_millicores=5).cpu_weight() == 1
     with pytest.raises(ValueError):
         Limits(memory_bytes=-1)

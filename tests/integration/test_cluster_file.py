@@ -23,8 +23,16 @@ from apps.market.models import MarketParameters
 from apps.workspaces.models import AccessKey, Membership, Workspace
 
 DEMO = Path(settings.BASE_DIR) / "examples" / "demo-cluster.toml"
-ALL_MODELS = (InstanceType, ResourcePool, Node, Quota, Workspace, Membership, AccessKey,
-              MarketParameters)
+ALL_MODELS = (
+    InstanceType,
+    ResourcePool,
+    Node,
+    Quota,
+    Workspace,
+    Membership,
+    AccessKey,
+    MarketParameters,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -38,8 +46,9 @@ def demo() -> dict:
 
 
 def check(data: dict, **kwargs):
-    return cluster_file_check(data, existing=cluster_state(), environ=kwargs.pop("environ", {}),
-                              **kwargs)
+    return cluster_file_check(
+        data, existing=cluster_state(), environ=kwargs.pop("environ", {}), **kwargs
+    )
 
 
 def apply(data: dict, **kwargs):
@@ -73,7 +82,10 @@ def test_it_applies_the_demo_file(demo):
     assert Node.objects.filter(pool__name="ecs-dedicated", gpu=8).count() == 4
     team_a = Quota.objects.get(name="team-a")
     assert (team_a.parent.name, team_a.pool.name, team_a.resource_type) == (
-        "ecs-root", "ecs-dedicated", "ECS")
+        "ecs-root",
+        "ecs-dedicated",
+        "ECS",
+    )
     assert (team_a.min_gpu, team_a.min_cpu, team_a.min_memory) == (16, 256_000, 2048 * 1024)
     assert list(team_a.workspaces.values_list("name", flat=True)) == ["team-a"]
     assert Workspace.objects.get(name="team-a").display_name == "Vision"
@@ -117,15 +129,17 @@ def test_it_updates_changed_values_only(demo):
     assert Quota.objects.get(name="team-b").min_gpu == 4
     assert get_user_model().objects.get(username="bob").check_password("bob-new-password")
     assert AccessKey.objects.get(key_id="LTAI5tDemoBob00000000001").secret() == (
-        "AnotherBobSecret0000000000001")
+        "AnotherBobSecret0000000000001"
+    )
 
 
 @pytest.mark.django_db
 def test_it_never_deletes_and_leaves_node_status_alone(demo):
     apply(demo)
     Node.objects.filter(name="ecs-a100-0").update(status=Node.Status.CORDONED)
-    extra = Node.objects.create(name="hand-made", pool=ResourcePool.objects.get(name="public"),
-                                cpu=4000, memory=16384)
+    extra = Node.objects.create(
+        name="hand-made", pool=ResourcePool.objects.get(name="public"), cpu=4000, memory=16384
+    )
     slim = {"workspaces": {"team-a": demo["workspaces"]["team-a"]}}
     report = apply(slim)
     assert report.counts["workspaces"]["unchanged"] == 1
@@ -140,8 +154,10 @@ def test_it_never_deletes_and_leaves_node_status_alone(demo):
 @pytest.mark.django_db
 def test_it_reads_passwords_and_secrets_from_the_environment(demo):
     demo["users"]["alice"] = {"password_env": "ALICE_PW", "memberships": {"team-a": "owner"}}
-    demo["access_keys"]["LTAI5tDemoAlice000000001"] = {"user": "alice",
-                                                       "secret_env": "ALICE_SECRET"}
+    demo["access_keys"]["LTAI5tDemoAlice000000001"] = {
+        "user": "alice",
+        "secret_env": "ALICE_SECRET",
+    }
     apply(demo, environ={"ALICE_PW": "from-the-env-1", "ALICE_SECRET": "S" * 30})
     assert get_user_model().objects.get(username="alice").check_password("from-the-env-1")
     assert AccessKey.objects.get(key_id="LTAI5tDemoAlice000000001").secret() == "S" * 30
@@ -150,8 +166,10 @@ def test_it_reads_passwords_and_secrets_from_the_environment(demo):
 @pytest.mark.django_db
 def test_it_refers_to_what_the_database_already_holds(demo):
     apply(demo)
-    extra = {"quotas": {"team-c": {"parent": "team-b", "min": {"gpu": 2}}},
-             "users": {"dana": {"memberships": {"team-b": "member"}}}}
+    extra = {
+        "quotas": {"team-c": {"parent": "team-b", "min": {"gpu": 2}}},
+        "users": {"dana": {"memberships": {"team-b": "member"}}},
+    }
     report = apply(extra)
     assert report.counts["quotas"]["created"] == 1
     assert Quota.objects.get(name="team-c").pool.name == "ecs-dedicated"
@@ -190,100 +208,172 @@ G7 = ("instance_types", "ecs.g7.xlarge")
 PROBLEMS = {
     "unknown section": (_set("nodes", {}), "nodes: unknown section"),
     "unknown key": (_set((*G7, "vcpu"), 4), 'instance_types."ecs.g7.xlarge".vcpu: unknown key'),
-    "missing key": (_set((*G7, "vcpus"), _DELETE),
-                    'instance_types."ecs.g7.xlarge".vcpus: is required'),
-    "wrong type": (_set((*G7, "gpu"), "none"),
-                   'instance_types."ecs.g7.xlarge".gpu: must be a whole number'),
-    "bad choice": (_set((*G7, "resource_type"), "GPU"),
-                   'instance_types."ecs.g7.xlarge".resource_type: must be one of ECS, Lingjun'),
-    "bad price": (_set((*G7, "price_per_hour"), "0.123456"),
-                  'instance_types."ecs.g7.xlarge".price_per_hour: must have at most 4 decimal'),
-    "gpu without model": (_set(("instance_types", "ecs.gn7i-c8g1.2xlarge", "gpu_model"), _DELETE),
-                          'instance_types."ecs.gn7i-c8g1.2xlarge".gpu_model: is required when'),
+    "missing key": (
+        _set((*G7, "vcpus"), _DELETE),
+        'instance_types."ecs.g7.xlarge".vcpus: is required',
+    ),
+    "wrong type": (
+        _set((*G7, "gpu"), "none"),
+        'instance_types."ecs.g7.xlarge".gpu: must be a whole number',
+    ),
+    "bad choice": (
+        _set((*G7, "resource_type"), "GPU"),
+        'instance_types."ecs.g7.xlarge".resource_type: must be one of ECS, Lingjun',
+    ),
+    "bad price": (
+        _set((*G7, "price_per_hour"), "0.123456"),
+        'instance_types."ecs.g7.xlarge".price_per_hour: must have at most 4 decimal',
+    ),
+    "gpu without model": (
+        _set(("instance_types", "ecs.gn7i-c8g1.2xlarge", "gpu_model"), _DELETE),
+        'instance_types."ecs.gn7i-c8g1.2xlarge".gpu_model: is required when',
+    ),
     "negative min": (_set("quotas.team-a.min.gpu", -1), "quotas.team-a.min.gpu: must be ≥ 0"),
-    "fractional memory": (_set("quotas.team-a.min.memory_gib", 0.0001),
-                          "quotas.team-a.min.memory_gib: must be a whole number of MiB"),
-    "unknown parent": (_set("quotas.team-a.parent", "rot"),
-                       "quotas.team-a.parent: unknown quota 'rot'"),
-    "own parent": (_set("quotas.ecs-root.parent", "ecs-root"),
-                   "quotas.ecs-root.parent: a quota cannot be its own parent"),
-    "cycle": (_set("quotas.ecs-root.parent", "team-a"),
-              "quotas.ecs-root.parent: the parents form a cycle: ecs-root → team-a → ecs-root"),
-    "unknown pool": (_set("quotas.ecs-root.pool", "ecs-dedicatd"),
-                     "quotas.ecs-root.pool: unknown pool 'ecs-dedicatd'"),
-    "root without pool": (_set("quotas.ecs-root.pool", _DELETE),
-                          "quotas.ecs-root.pool: is required for a root quota"),
-    "public pool": (_set("quotas.ecs-root.pool", "public"),
-                    "quotas.ecs-root.pool: pool 'public' is public; quotas live in dedicated"),
-    "type differs from pool": (_set("quotas.lingjun-root.resource_type", "ECS"),
-                               "quotas.lingjun-root.resource_type: ECS differs from pool "
-                               "'lingjun-dedicated', which is Lingjun"),
-    "child in another pool": (_set("quotas.lingjun-a.pool", "ecs-dedicated"),
-                              "quotas.lingjun-a.pool: must be the parent's pool "
-                              "'lingjun-dedicated'"),
-    "children exceed parent": (_set("quotas.team-b.min.gpu", 16),
-                               "quotas.ecs-root.min.gpu: the children's min adds up to 36 GPU "
-                               "(team-a 16 GPU, team-b 16 GPU, research 4 GPU), more than this "
-                               "quota's 32 GPU"),
-    "roots exceed nodes": (_set("quotas.lingjun-root.min.memory_gib", 4000),
-                           "quotas.lingjun-root.min.memory_gib: the root quotas of pool "
-                           "'lingjun-dedicated' guarantee 4000 GiB (lingjun-root 4000 GiB), but "
-                           "its nodes hold 3200 GiB"),
-    "unknown quota workspace": (_set("quotas.team-a.workspaces", ["team-z"]),
-                                "quotas.team-a.workspaces[0]: unknown workspace 'team-z'"),
-    "unknown node type": (_set("pools.lingjun-dedicated.nodes",
-                               [{"prefix": "lj-", "count": 2, "instance_type": "ml.nope"}]),
-                          "pools.lingjun-dedicated.nodes[0].instance_type: unknown instance "
-                          "type 'ml.nope'"),
+    "fractional memory": (
+        _set("quotas.team-a.min.memory_gib", 0.0001),
+        "quotas.team-a.min.memory_gib: must be a whole number of MiB",
+    ),
+    "unknown parent": (
+        _set("quotas.team-a.parent", "rot"),
+        "quotas.team-a.parent: unknown quota 'rot'",
+    ),
+    "own parent": (
+        _set("quotas.ecs-root.parent", "ecs-root"),
+        "quotas.ecs-root.parent: a quota cannot be its own parent",
+    ),
+    "cycle": (
+        _set("quotas.ecs-root.parent", "team-a"),
+        "quotas.ecs-root.parent: the parents form a cycle: ecs-root → team-a → ecs-root",
+    ),
+    "unknown pool": (
+        _set("quotas.ecs-root.pool", "ecs-dedicatd"),
+        "quotas.ecs-root.pool: unknown pool 'ecs-dedicatd'",
+    ),
+    "root without pool": (
+        _set("quotas.ecs-root.pool", _DELETE),
+        "quotas.ecs-root.pool: is required for a root quota",
+    ),
+    "public pool": (
+        _set("quotas.ecs-root.pool", "public"),
+        "quotas.ecs-root.pool: pool 'public' is public; quotas live in dedicated",
+    ),
+    "type differs from pool": (
+        _set("quotas.lingjun-root.resource_type", "ECS"),
+        "quotas.lingjun-root.resource_type: ECS differs from pool "
+        "'lingjun-dedicated', which is Lingjun",
+    ),
+    "child in another pool": (
+        _set("quotas.lingjun-a.pool", "ecs-dedicated"),
+        "quotas.lingjun-a.pool: must be the parent's pool 'lingjun-dedicated'",
+    ),
+    "children exceed parent": (
+        _set("quotas.team-b.min.gpu", 16),
+        "quotas.ecs-root.min.gpu: the children's min adds up to 36 GPU "
+        "(team-a 16 GPU, team-b 16 GPU, research 4 GPU), more than this "
+        "quota's 32 GPU",
+    ),
+    "roots exceed nodes": (
+        _set("quotas.lingjun-root.min.memory_gib", 4000),
+        "quotas.lingjun-root.min.memory_gib: the root quotas of pool "
+        "'lingjun-dedicated' guarantee 4000 GiB (lingjun-root 4000 GiB), but "
+        "its nodes hold 3200 GiB",
+    ),
+    "unknown quota workspace": (
+        _set("quotas.team-a.workspaces", ["team-z"]),
+        "quotas.team-a.workspaces[0]: unknown workspace 'team-z'",
+    ),
+    "unknown node type": (
+        _set(
+            "pools.lingjun-dedicated.nodes",
+            [{"prefix": "lj-", "count": 2, "instance_type": "ml.nope"}],
+        ),
+        "pools.lingjun-dedicated.nodes[0].instance_type: unknown instance type 'ml.nope'",
+    ),
     "node type of another resource type": (
         _set("pools.lingjun-dedicated.nodes", [{"name": "lj-0", "instance_type": "ecs.g7.xlarge"}]),
         "pools.lingjun-dedicated.nodes[0].instance_type: ecs.g7.xlarge is ECS, but pool "
-        "'lingjun-dedicated' is Lingjun"),
-    "node name and count": (_set("pools.public.nodes", [{"name": "a", "prefix": "b", "count": 2,
-                                                          "vcpus": 4, "memory_gib": 16}]),
-                            "pools.public.nodes[0]: give either name, or prefix and count"),
-    "node type and shape": (_set("pools.public.nodes", [{"name": "a", "vcpus": 4,
-                                                         "instance_type": "ecs.g7.xlarge"}]),
-                            "pools.public.nodes[0]: give either instance_type or a shape"),
-    "duplicate node": (_set("pools.public.nodes", [{"name": "ecs-a100-1", "vcpus": 4,
-                                                    "memory_gib": 16}]),
-                       "pools.public.nodes[0]: node 'ecs-a100-1' is already declared at "
-                       "pools.ecs-dedicated.nodes[0] (node ecs-a100-1)"),
-    "unknown membership workspace": (_set("users.bob.memberships", {"team-z": "member"}),
-                                     "users.bob.memberships.team-z: unknown workspace 'team-z'"),
-    "bad role": (_set("users.bob.memberships", {"team-a": "boss"}),
-                 "users.bob.memberships.team-a: must be one of owner, admin, member"),
-    "short password": (_set("users.bob.password", "short"),
-                       "users.bob.password: This password is too short."),
-    "unset password variable": (_set("users.bob", {"password_env": "NOPE_PW"}),
-                                "users.bob.password_env: environment variable NOPE_PW is not set"),
-    "unknown key owner": (_set("access_keys.LTAI5tDemoBob00000000001.user", "bobby"),
-                          "access_keys.LTAI5tDemoBob00000000001.user: unknown user 'bobby'"),
-    "short secret": (_set("access_keys.LTAI5tDemoBob00000000001.secret", "tiny"),
-                     "access_keys.LTAI5tDemoBob00000000001.secret: must be at least 16"),
-    "secret twice": (_set("access_keys.LTAI5tDemoBob00000000001.secret_env", "BOB_SECRET"),
-                     "access_keys.LTAI5tDemoBob00000000001: give either secret or secret_env"),
-    "unknown market key": (_set("market.floor", 0.2), "market.floor: unknown key (expected "
-                           "floor_ratio, smoothing, volatility, sensitivity, average_window_"),
-    "floor not a number": (_set("market.floor_ratio", "cheap"),
-                           "market.floor_ratio: must be a number"),
+        "'lingjun-dedicated' is Lingjun",
+    ),
+    "node name and count": (
+        _set(
+            "pools.public.nodes",
+            [{"name": "a", "prefix": "b", "count": 2, "vcpus": 4, "memory_gib": 16}],
+        ),
+        "pools.public.nodes[0]: give either name, or prefix and count",
+    ),
+    "node type and shape": (
+        _set("pools.public.nodes", [{"name": "a", "vcpus": 4, "instance_type": "ecs.g7.xlarge"}]),
+        "pools.public.nodes[0]: give either instance_type or a shape",
+    ),
+    "duplicate node": (
+        _set("pools.public.nodes", [{"name": "ecs-a100-1", "vcpus": 4, "memory_gib": 16}]),
+        "pools.public.nodes[0]: node 'ecs-a100-1' is already declared at "
+        "pools.ecs-dedicated.nodes[0] (node ecs-a100-1)",
+    ),
+    "unknown membership workspace": (
+        _set("users.bob.memberships", {"team-z": "member"}),
+        "users.bob.memberships.team-z: unknown workspace 'team-z'",
+    ),
+    "bad role": (
+        _set("users.bob.memberships", {"team-a": "boss"}),
+        "users.bob.memberships.team-a: must be one of owner, admin, member",
+    ),
+    "short password": (
+        _set("users.bob.password", "short"),
+        "users.bob.password: This password is too short.",
+    ),
+    "unset password variable": (
+        _set("users.bob", {"password_env": "NOPE_PW"}),
+        "users.bob.password_env: environment variable NOPE_PW is not set",
+    ),
+    "unknown key owner": (
+        _set("access_keys.LTAI5tDemoBob00000000001.user", "bobby"),
+        "access_keys.LTAI5tDemoBob00000000001.user: unknown user 'bobby'",
+    ),
+    "short secret": (
+        _set("access_keys.LTAI5tDemoBob00000000001.secret", "tiny"),
+        "access_keys.LTAI5tDemoBob00000000001.secret: must be at least 16",
+    ),
+    "secret twice": (
+        _set("access_keys.LTAI5tDemoBob00000000001.secret_env", "BOB_SECRET"),
+        "access_keys.LTAI5tDemoBob00000000001: give either secret or secret_env",
+    ),
+    "unknown market key": (
+        _set("market.floor", 0.2),
+        "market.floor: unknown key (expected "
+        "floor_ratio, smoothing, volatility, sensitivity, average_window_",
+    ),
+    "floor not a number": (
+        _set("market.floor_ratio", "cheap"),
+        "market.floor_ratio: must be a number",
+    ),
     "floor of 0": (_set("market.floor_ratio", 0), "market.floor_ratio: must be in (0, 1)"),
     "floor of 1": (_set("market.floor_ratio", "1"), "market.floor_ratio: must be in (0, 1)"),
-    "floor too fine": (_set("market.floor_ratio", "0.1234"),
-                       "market.floor_ratio: must have at most 3 decimal places"),
+    "floor too fine": (
+        _set("market.floor_ratio", "0.1234"),
+        "market.floor_ratio: must have at most 3 decimal places",
+    ),
     "smoothing of 0": (_set("market.smoothing", 0), "market.smoothing: must be in (0, 1]"),
     "smoothing above 1": (_set("market.smoothing", 1.5), "market.smoothing: must be in (0, 1]"),
     "smoothing as text": (_set("market.smoothing", "0.5"), "market.smoothing: must be a number"),
-    "negative volatility": (_set("market.volatility", -0.1),
-                            "market.volatility: must be in [0, 1)"),
+    "negative volatility": (
+        _set("market.volatility", -0.1),
+        "market.volatility: must be in [0, 1)",
+    ),
     "volatility of 1": (_set("market.volatility", 1), "market.volatility: must be in [0, 1)"),
     "sensitivity of 0": (_set("market.sensitivity", 0), "market.sensitivity: must be > 0"),
-    "sensitivity as a flag": (_set("market.sensitivity", True),
-                              "market.sensitivity: must be a number"),
-    "window of 0": (_set("market.average_window_minutes", 0),
-                    "market.average_window_minutes: must be > 0"),
-    "window under a second": (_set("market.average_window_minutes", 0.01),
-                              "market.average_window_minutes: must be at least one second"),
+    "sensitivity as a flag": (
+        _set("market.sensitivity", True),
+        "market.sensitivity: must be a number",
+    ),
+    "window of 0": (
+        _set("market.average_window_minutes", 0),
+        "market.average_window_minutes: must be > 0",
+    ),
+    "window under a second": (
+        _set("market.average_window_minutes", 0.01),
+        "market.average_window_minutes: must be at least one second",
+    ),
     "market not a table": (_set("market", 0.1), "market: must be a table"),  # last: replaces it
 }
 
@@ -306,8 +396,11 @@ def test_it_reports_every_problem_at_once(demo):
     assert len(errors) >= 20
     # A reference to an instance type with problems of its own is not "unknown" as well.
     assert not any("unknown instance type 'ecs.g7.xlarge'" in e for e in errors)
-    for expected in ("quotas.team-a.min.gpu: must be ≥ 0", "nodes: unknown section",
-                     "access_keys.LTAI5tDemoBob00000000001.user: unknown user 'bobby'"):
+    for expected in (
+        "quotas.team-a.min.gpu: must be ≥ 0",
+        "nodes: unknown section",
+        "access_keys.LTAI5tDemoBob00000000001.user: unknown user 'bobby'",
+    ):
         assert any(e.startswith(expected) for e in errors), expected
 
 
@@ -316,22 +409,45 @@ def test_it_refuses_to_move_a_key_to_another_owner(demo):
     apply(demo)
     demo["access_keys"]["LTAI5tDemoBob00000000001"]["user"] = "alice"
     _, errors = check(demo)
-    assert errors == ["access_keys.LTAI5tDemoBob00000000001.user: the key belongs to 'bob'; a key"
-                      " never changes owner (delete it in the admin first)"]
+    assert errors == [
+        "access_keys.LTAI5tDemoBob00000000001.user: the key belongs to 'bob'; a key"
+        " never changes owner (delete it in the admin first)"
+    ]
 
 
 @pytest.mark.django_db
 def test_it_checks_roots_against_nodes_declared_earlier(demo):
     apply(demo)
-    grow = {"quotas": {"lingjun-root": {"pool": "lingjun-dedicated",
-                                        "min": {"gpu": 24, "cpu": 192, "memory_gib": 3200}}}}
+    grow = {
+        "quotas": {
+            "lingjun-root": {
+                "pool": "lingjun-dedicated",
+                "min": {"gpu": 24, "cpu": 192, "memory_gib": 3200},
+            }
+        }
+    }
     _, errors = check(grow)
-    assert errors == ["quotas.lingjun-root.min.gpu: the root quotas of pool 'lingjun-dedicated' "
-                      "guarantee 24 GPU (lingjun-root 24 GPU), but its nodes hold 16 GPU"]
-    more_nodes = {**grow, "pools": {"lingjun-dedicated": {
-        "kind": "dedicated", "resource_type": "Lingjun",
-        "nodes": [{"prefix": "lingjun-gu108-", "start": 2, "count": 1,
-                   "instance_type": "ml.gu7xf.c96m1600.8-gu108"}]}}}
+    assert errors == [
+        "quotas.lingjun-root.min.gpu: the root quotas of pool 'lingjun-dedicated' "
+        "guarantee 24 GPU (lingjun-root 24 GPU), but its nodes hold 16 GPU"
+    ]
+    more_nodes = {
+        **grow,
+        "pools": {
+            "lingjun-dedicated": {
+                "kind": "dedicated",
+                "resource_type": "Lingjun",
+                "nodes": [
+                    {
+                        "prefix": "lingjun-gu108-",
+                        "start": 2,
+                        "count": 1,
+                        "instance_type": "ml.gu7xf.c96m1600.8-gu108",
+                    }
+                ],
+            }
+        },
+    }
     report = apply(more_nodes)
     assert report.counts["nodes"]["created"] == 1
     assert Node.objects.filter(name="lingjun-gu108-2").exists()
@@ -341,13 +457,23 @@ def test_it_checks_roots_against_nodes_declared_earlier(demo):
 
 
 def test_it_reads_the_market_table_with_a_floor_given_as_text_or_number(demo):
-    demo["market"] = {"floor_ratio": "0.15", "smoothing": 1, "volatility": 0,
-                      "sensitivity": 2.5, "average_window_minutes": 30}
+    demo["market"] = {
+        "floor_ratio": "0.15",
+        "smoothing": 1,
+        "volatility": 0,
+        "sensitivity": 2.5,
+        "average_window_minutes": 30,
+    }
     declaration, errors = cluster_file_check(demo, environ={})
     assert errors == []
     m = declaration.market
-    assert (m.floor_ratio, m.smoothing, m.volatility, m.sensitivity, m.average_window_seconds) \
-        == (Decimal("0.15"), 1.0, 0.0, 2.5, 1800.0)
+    assert (m.floor_ratio, m.smoothing, m.volatility, m.sensitivity, m.average_window_seconds) == (
+        Decimal("0.15"),
+        1.0,
+        0.0,
+        2.5,
+        1800.0,
+    )
     demo["market"] = {"floor_ratio": 0.15}  # a TOML float: the Decimal it was written as
     declaration, _ = cluster_file_check(demo, environ={})
     assert declaration.market.floor_ratio == Decimal("0.15")
@@ -366,11 +492,16 @@ def test_it_applies_the_market_table_once_and_reports_what_changed(demo):
     report = apply(demo)
     assert report.counts["market"] == {"created": 0, "updated": 1, "unchanged": 0}
     assert report.total("updated") == 1
-    assert report.changes == ["updated market parameters: floor_ratio 0.100 → 0.2, smoothing "
-                              "0.2 → 0.5, average_window_seconds 3600.0 → 5400.0"]
+    assert report.changes == [
+        "updated market parameters: floor_ratio 0.100 → 0.2, smoothing "
+        "0.2 → 0.5, average_window_seconds 3600.0 → 5400.0"
+    ]
     params = MarketParameters.load().to_params()
     assert (params.floor_ratio, params.smoothing, params.average_window_seconds) == (
-        Decimal("0.2"), 0.5, 5400.0)
+        Decimal("0.2"),
+        0.5,
+        5400.0,
+    )
 
     report = apply(demo)
     assert report.counts["market"] == {"created": 0, "updated": 0, "unchanged": 1}
@@ -388,8 +519,10 @@ def test_it_applies_the_market_table_once_and_reports_what_changed(demo):
 @pytest.mark.django_db
 def test_it_writes_no_market_parameters_from_a_file_with_a_problem_or_a_dry_run(tmp_path):
     text = DEMO.read_text().replace('floor_ratio = "0.1" ', 'floor_ratio = "0.25"')
-    text = text.replace("min = { gpu = 16, cpu = 256, memory_gib = 2048 }",
-                        "min = { gpu = -1, cpu = 256, memory_gib = 2048 }")
+    text = text.replace(
+        "min = { gpu = 16, cpu = 256, memory_gib = 2048 }",
+        "min = { gpu = -1, cpu = 256, memory_gib = 2048 }",
+    )
     path = tmp_path / "broken.toml"
     path.write_text(text)
     with pytest.raises(CommandError, match=r"1 problem, nothing applied"):
@@ -406,8 +539,10 @@ def test_it_writes_no_market_parameters_from_a_file_with_a_problem_or_a_dry_run(
 
 def _broken_demo(tmp_path: Path) -> Path:
     text = DEMO.read_text()
-    text = text.replace("min = { gpu = 16, cpu = 256, memory_gib = 2048 }",
-                        "min = { gpu = -1, cpu = 256, memory_gib = 2048 }")
+    text = text.replace(
+        "min = { gpu = 16, cpu = 256, memory_gib = 2048 }",
+        "min = { gpu = -1, cpu = 256, memory_gib = 2048 }",
+    )
     text = text.replace('[quotas.team-b]\nparent = "ecs-root"', '[quotas.team-b]\nparent = "rot"')
     path = tmp_path / "broken.toml"
     path.write_text(text)
@@ -481,10 +616,25 @@ def test_it_lists_changes_at_verbosity_two(demo):
 @pytest.mark.django_db
 def test_it_refuses_to_remove_capacity_quotas_rely_on(demo):
     apply(demo)
-    shrink = {"pools": {"lingjun-dedicated": {
-        "kind": "dedicated", "resource_type": "Lingjun",
-        "nodes": [{"name": "lingjun-gu108-1", "vcpus": 96, "memory_gib": 1600, "gpu": 4,
-                   "gpu_model": "GU108"}]}}}
+    shrink = {
+        "pools": {
+            "lingjun-dedicated": {
+                "kind": "dedicated",
+                "resource_type": "Lingjun",
+                "nodes": [
+                    {
+                        "name": "lingjun-gu108-1",
+                        "vcpus": 96,
+                        "memory_gib": 1600,
+                        "gpu": 4,
+                        "gpu_model": "GU108",
+                    }
+                ],
+            }
+        }
+    }
     _, errors = check(shrink)
-    assert errors == ["pools.lingjun-dedicated.nodes: the root quotas of pool 'lingjun-dedicated'"
-                      " guarantee 16 GPU (lingjun-root 16 GPU), but its nodes hold 12 GPU"]
+    assert errors == [
+        "pools.lingjun-dedicated.nodes: the root quotas of pool 'lingjun-dedicated'"
+        " guarantee 16 GPU (lingjun-root 16 GPU), but its nodes hold 12 GPU"
+    ]

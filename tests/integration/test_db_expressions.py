@@ -15,17 +15,26 @@ from tests.web.test_jobs_views import make_job
 pytestmark = pytest.mark.django_db
 
 
-@pytest.mark.parametrize("moment", [
-    datetime(2026, 3, 2, 0, 0, tzinfo=UTC),  # a minute boundary must not move
-    datetime(2026, 3, 2, 12, 34, 56, 789012, tzinfo=UTC),
-    datetime(1999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC),
-])
+@pytest.mark.parametrize(
+    "moment",
+    [
+        datetime(2026, 3, 2, 0, 0, tzinfo=UTC),  # a minute boundary must not move
+        datetime(2026, 3, 2, 12, 34, 56, 789012, tzinfo=UTC),
+        datetime(1999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC),
+    ],
+)
 def test_it_reads_a_datetime_as_exact_epoch_seconds(cluster, moment):
     point = PricePoint.objects.create(
-        instance_type=InstanceType.objects.get(name="ecs.g7.xlarge"), at=moment,
-        price_per_hour="0.3")
-    seconds = PricePoint.objects.filter(pk=point.pk).annotate(s=Epoch("at")).values_list(
-        "s", flat=True).get()
+        instance_type=InstanceType.objects.get(name="ecs.g7.xlarge"),
+        at=moment,
+        price_per_hour="0.3",
+    )
+    seconds = (
+        PricePoint.objects.filter(pk=point.pk)
+        .annotate(s=Epoch("at"))
+        .values_list("s", flat=True)
+        .get()
+    )
     assert seconds == moment.timestamp()
 
 
@@ -39,11 +48,17 @@ def test_it_inserts_plain_rows_with_defaults_and_returns_their_ids_in_order(pers
 
     job = make_job(personas)
     at = datetime(2026, 3, 2, 12, 0, 0, 123456, tzinfo=UTC)
-    ids = rows_insert(JobEvent, ["job_id", "kind", "message", "at"],
-                      [(job.pk, "A", "first", at), (job.pk, "B", "second", at)], chunk=1)
+    ids = rows_insert(
+        JobEvent,
+        ["job_id", "kind", "message", "at"],
+        [(job.pk, "A", "first", at), (job.pk, "B", "second", at)],
+        chunk=1,
+    )
     events = JobEvent.objects.in_bulk(ids)
     assert [(events[i].kind, events[i].message, events[i].at) for i in ids] == [
-        ("A", "first", at), ("B", "second", at)]
+        ("A", "first", at),
+        ("B", "second", at),
+    ]
     assert events[ids[0]].pod_id is None  # a column not given takes its default
     assert rows_insert(JobEvent, ["job_id"], []) == []
 
@@ -64,4 +79,7 @@ def test_it_updates_rows_by_primary_key(personas):
     pks_update(Job, [jobs[0].pk, jobs[2].pk], display_name="renamed", priority=7)
     pks_update(Job, [], display_name="nobody")
     assert sorted(Job.objects.values_list("display_name", "priority")) == [
-        ("j1", 1), ("renamed", 7), ("renamed", 7)]
+        ("j1", 1),
+        ("renamed", 7),
+        ("renamed", 7),
+    ]

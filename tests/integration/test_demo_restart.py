@@ -21,19 +21,25 @@ def test_a_child_that_dies_is_restarted_alone_and_the_console_stays_up():
     demo = DemoProcess()
     try:
         demo.wait_for(r"paiweb demo is running")
-        pids = {name: int(pid) for name, pid in
-                re.findall(r"started (\w+) \(pid (\d+)\)", "\n".join(demo.lines))}
+        pids = {
+            name: int(pid)
+            for name, pid in re.findall(r"started (\w+) \(pid (\d+)\)", "\n".join(demo.lines))
+        }
         assert {"worker", "beat", "web", "flower", "redis"} <= set(pids), pids
         mark = len(demo.lines)
         os.kill(pids["beat"], signal.SIGKILL)
-        demo.wait_for(r"beat exited with code -9: restarting it in 1s \(restart 1 in a row\); "
-                      r"the others keep running", after=mark)
+        demo.wait_for(
+            r"beat exited with code -9: restarting it in 1s \(restart 1 in a row\); "
+            r"the others keep running",
+            after=mark,
+        )
         again = int(demo.wait_for(r"started beat \(pid (\d+)\)", after=mark).group(1))
         assert again != pids["beat"]
         mark = len(demo.lines)
         os.kill(again, signal.SIGKILL)  # dies again at once: the backoff doubles
-        demo.wait_for(r"beat exited with code -9: restarting it in 2s \(restart 2 in a row\)",
-                      after=mark)
+        demo.wait_for(
+            r"beat exited with code -9: restarting it in 2s \(restart 2 in a row\)", after=mark
+        )
         demo.wait_for(r"started beat \(pid \d+\)", after=mark)
         for name in ("worker", "web", "flower", "redis"):  # untouched
             os.kill(pids[name], 0)
@@ -87,13 +93,19 @@ def _wait_jobs(demo: DemoProcess, ids: dict, want, *, timeout: float = 90) -> di
         if all(want(name, jobs[job_id]) for name, job_id in ids.items()):
             return jobs
         if time.monotonic() > deadline:
-            raise AssertionError(f"jobs not as wanted within {timeout:.0f}s: {jobs}\n"
-                                 + "\n".join(demo.lines[-40:]))
+            raise AssertionError(
+                f"jobs not as wanted within {timeout:.0f}s: {jobs}\n" + "\n".join(demo.lines[-40:])
+            )
         time.sleep(1)
 
 
-FIRST = {"running": "Running", "succeeded": "Succeeded", "failed": "Failed",
-         "stopped": "Running", "waiting": "Queuing"}
+FIRST = {
+    "running": "Running",
+    "succeeded": "Succeeded",
+    "failed": "Failed",
+    "stopped": "Running",
+    "waiting": "Queuing",
+}
 
 
 def test_a_restarted_demo_finds_every_job_where_it_was():
@@ -112,8 +124,11 @@ from apps.jobs.services import job_stop
 job_stop(job=Job.objects.get(job_id={ids["stopped"]!r}), by=None)
 print("{{}}")
 """)
-        before = _wait_jobs(demo, ids, lambda name, job: job["status"] == (
-            "Stopped" if name == "stopped" else FIRST[name]))
+        before = _wait_jobs(
+            demo,
+            ids,
+            lambda name, job: job["status"] == ("Stopped" if name == "stopped" else FIRST[name]),
+        )
         assert before[ids["waiting"]]["reason"]
         [(pod_id, _, pid)] = before[ids["running"]]["pods"]
         assert demo.stop() == 0
@@ -124,16 +139,24 @@ print("{{}}")
     again = DemoProcess(var=demo.var, backend="agent")
     try:
         again.wait_for(r"paiweb demo is running")
-        after = _wait_jobs(again, ids, lambda name, job: job["status"] == (
-            "Stopped" if name == "stopped" else FIRST[name]), timeout=30)
+        after = _wait_jobs(
+            again,
+            ids,
+            lambda name, job: job["status"] == ("Stopped" if name == "stopped" else FIRST[name]),
+            timeout=30,
+        )
         for name in ("succeeded", "failed", "stopped", "waiting"):
             assert after[ids[name]]["status"] == before[ids[name]]["status"]
             assert after[ids[name]]["pods"] == before[ids[name]]["pods"]
         assert after[ids["waiting"]]["reason"]
         running = after[ids["running"]]
         assert running["pods"] == [[pod_id, "Running", pid]] and running["restarts"] == 0
-        done = _wait_jobs(again, {"running": ids["running"]},
-                          lambda name, job: job["status"] == "Succeeded", timeout=90)
+        done = _wait_jobs(
+            again,
+            {"running": ids["running"]},
+            lambda name, job: job["status"] == "Succeeded",
+            timeout=90,
+        )
         assert done[ids["running"]]["attempt"] == 0 and done[ids["running"]]["restarts"] == 0
         log = (demo.var / "pods" / ids["running"] / "logs" / f"{pod_id}.log").read_text()
         assert "started" in log and "finished" in log and "re-adopted" in log

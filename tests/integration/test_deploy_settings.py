@@ -23,8 +23,14 @@ from benchmarks.slow_clients import (
 def manage(tmp_path: Path, *args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     """`manage.py` with exactly `env` (and PATH): no PYTEST_VERSION, so no test defaults."""
     environ = {"PATH": os.environ.get("PATH", ""), "PAIWEB_VAR_DIR": str(tmp_path), **env}
-    return subprocess.run([sys.executable, "manage.py", *args], cwd=BASE_DIR, env=environ,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=BASE_DIR,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_it_passes_check_deploy_with_the_environment_compose_gives_web(tmp_path):
@@ -55,9 +61,21 @@ def test_it_refuses_to_start_flower_without_a_login():
 
 def test_it_publishes_only_the_proxy():
     env = {"SECRET_KEY": "k", "FLOWER_BASIC_AUTH": "a:b"}
-    published = {name for name in ("postgres", "redis", "init", "web", "worker", "agent",
-                                   "beat", "flower", "proxy")
-                 if compose_service(name, env).get("ports")}
+    published = {
+        name
+        for name in (
+            "postgres",
+            "redis",
+            "init",
+            "web",
+            "worker",
+            "agent",
+            "beat",
+            "flower",
+            "proxy",
+        )
+        if compose_service(name, env).get("ports")
+    }
     assert published == {"proxy"}
     proxy = compose_service("proxy", env)
     assert "web" in proxy["depends_on"]
@@ -67,8 +85,9 @@ def test_it_publishes_only_the_proxy():
 
 def test_it_turns_debug_off_when_unset(tmp_path):
     code = "from django.conf import settings; print(settings.DEBUG)"
-    result = manage(tmp_path, "shell", "-v", "0", "-c", code,
-                    env={"SECRET_KEY": random_secret_key()})
+    result = manage(
+        tmp_path, "shell", "-v", "0", "-c", code, env={"SECRET_KEY": random_secret_key()}
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "False"
 
@@ -96,10 +115,13 @@ def test_it_refuses_to_start_without_a_secret_key_when_debug_is_unset(tmp_path):
 
 
 def test_it_shows_a_plain_404_when_debug_is_unset(tmp_path):
-    code = ("from django.test import Client; r = Client().get('/no-such-page/'); "
-            "print(r.status_code); print(r.content.decode())")
-    result = manage(tmp_path, "shell", "-v", "0", "-c", code,
-                    env={"SECRET_KEY": random_secret_key()})
+    code = (
+        "from django.test import Client; r = Client().get('/no-such-page/'); "
+        "print(r.status_code); print(r.content.decode())"
+    )
+    result = manage(
+        tmp_path, "shell", "-v", "0", "-c", code, env={"SECRET_KEY": random_secret_key()}
+    )
     assert result.returncode == 0, result.stderr
     status, _, page = result.stdout.partition("\n")
     assert status == "404"
@@ -126,9 +148,18 @@ def test_it_refuses_a_malformed_deployment_setting_at_start_up(tmp_path, env, me
 
 def test_it_trusts_the_proxy_header_it_is_given(tmp_path):
     code = "from django.conf import settings; print(settings.SECURE_PROXY_SSL_HEADER)"
-    result = manage(tmp_path, "shell", "-v", "0", "-c", code,
-                    env={"SECRET_KEY": random_secret_key(),
-                         "SECURE_PROXY_SSL_HEADER": "HTTP_X_FORWARDED_PROTO,https"})
+    result = manage(
+        tmp_path,
+        "shell",
+        "-v",
+        "0",
+        "-c",
+        code,
+        env={
+            "SECRET_KEY": random_secret_key(),
+            "SECURE_PROXY_SSL_HEADER": "HTTP_X_FORWARDED_PROTO,https",
+        },
+    )
     assert result.stdout.strip() == "('HTTP_X_FORWARDED_PROTO', 'https')", result.stderr
 
 
@@ -153,7 +184,8 @@ def test_a_django_warning_is_logged_once(tmp_path, debug):
     # With DEBUG on, Django's own console handler printed each django.* record, and the
     # root's handler printed it again.
     code = "import logging; logging.getLogger('django.request').warning('Forbidden: /x/')"
-    result = manage(tmp_path, "shell", "-c", code,
-                    env={"DEBUG": debug, "SECRET_KEY": random_secret_key()})
+    result = manage(
+        tmp_path, "shell", "-c", code, env={"DEBUG": debug, "SECRET_KEY": random_secret_key()}
+    )
     assert result.returncode == 0, result.stderr
     assert result.stderr.count("Forbidden: /x/") == 1, result.stderr

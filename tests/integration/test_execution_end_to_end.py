@@ -37,19 +37,37 @@ TOTAL_STEPS = 60
 
 
 def test_a_preempted_training_job_resumes_from_its_checkpoint(
-    personas, agent_backend, settings, client  # noqa: F811 (the fixture imported above)
+    personas,
+    agent_backend,
+    settings,
+    client,  # noqa: F811 (the fixture imported above)
 ):
     settings.SCHEDULER_REQUEUE_BACKOFF_SECONDS = 0.2
     borrower = submit(
-        personas, ws="ws_b", user="charlie", quota="team-b", idle="acceptable", pods=3, gpu=4,
-        aimaster=True, name="train-borrower", command=f"python {TRAIN}",
-        envs={"TOTAL_STEPS": str(TOTAL_STEPS), "STEP_SECONDS": "0.05", "CKPT_EVERY": "10",
-              "LOG_EVERY": "10"},
+        personas,
+        ws="ws_b",
+        user="charlie",
+        quota="team-b",
+        idle="acceptable",
+        pods=3,
+        gpu=4,
+        aimaster=True,
+        name="train-borrower",
+        command=f"python {TRAIN}",
+        envs={
+            "TOTAL_STEPS": str(TOTAL_STEPS),
+            "STEP_SECONDS": "0.05",
+            "CKPT_EVERY": "10",
+            "LOG_EVERY": "10",
+        },
     )
     assert sorted(borrower.pods.values_list("in_quota", flat=True)) == [False, True, True]
     job_in(borrower, JobStatus.RUNNING, agent=agent_backend)
-    wait_for(lambda: borrower.checkpoints.filter(step__gte=20).exists(),
-             what="the borrower's checkpoint at step 20", agent=agent_backend)
+    wait_for(
+        lambda: borrower.checkpoints.filter(step__gte=20).exists(),
+        what="the borrower's checkpoint at step 20",
+        agent=agent_backend,
+    )
 
     owner = submit(personas, name="owner", pods=2, gpu=4, command="echo owner; sleep 1")
     borrower.refresh_from_db()
@@ -67,8 +85,7 @@ def test_a_preempted_training_job_resumes_from_its_checkpoint(
         time.sleep(0.3)
     owner.refresh_from_db()
     assert owner.status == JobStatus.SUCCEEDED, agent_backend.log()
-    assert borrower.status == JobStatus.SUCCEEDED, (borrower.reason_message,
-                                                    agent_backend.log())
+    assert borrower.status == JobStatus.SUCCEEDED, (borrower.reason_message, agent_backend.log())
 
     # The old pods stay Preempted (the agent did not turn them Failed) with their exit code:
     # train.py saved on SIGTERM and exited 143.

@@ -44,18 +44,28 @@ def make_job(personas, *, status=JobStatus.SUCCEEDED, finished_ago=timedelta(hou
     now = timezone.now()
     finished = status in (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED)
     job = Job.objects.create(
-        workspace=personas["ws_a"], user=personas["alice"], display_name="train",
-        user_command="python train.py", resource_source="quota",
-        quota=personas["ws_a"].quotas.get(name="team-a"), status=status,
+        workspace=personas["ws_a"],
+        user=personas["alice"],
+        display_name="train",
+        user_command="python train.py",
+        resource_source="quota",
+        quota=personas["ws_a"].quotas.get(name="team-a"),
+        status=status,
         submitted_at=now - finished_ago - timedelta(hours=1),
         status_changed_at=now - finished_ago if finished else now,
         started_at=now - finished_ago - timedelta(hours=1),
-        finished_at=now - finished_ago if finished else None, enable_easyckpt=True)
-    role = JobRole.objects.create(job=job, role_type="Worker", pod_count=2, cpu=1000,
-                                  memory=1024)
+        finished_at=now - finished_ago if finished else None,
+        enable_easyckpt=True,
+    )
+    role = JobRole.objects.create(job=job, role_type="Worker", pod_count=2, cpu=1000, memory=1024)
     for i in range(2):
-        Pod.objects.create(job=job, role=role, index=i, pod_id=f"{job.job_id}-worker-{i}",
-                           status=PodStatus.SUCCEEDED if finished else PodStatus.RUNNING)
+        Pod.objects.create(
+            job=job,
+            role=role,
+            index=i,
+            pod_id=f"{job.job_id}-worker-{i}",
+            status=PodStatus.SUCCEEDED if finished else PodStatus.RUNNING,
+        )
     return job
 
 
@@ -83,9 +93,13 @@ def lay_out(root: Path, job_id: str, outside: Path, *, job: Job | None = None) -
     for n, step in enumerate((20, 40, 60)):
         (ckpts / f"ckpt-{step}.pkl").write_bytes(os.urandom(10_000))
         if job is not None:
-            Checkpoint.objects.create(job=job, step=step, path=str(ckpts / f"ckpt-{step}.pkl"),
-                                      size_bytes=10_000,
-                                      created_at=now - timedelta(hours=30 - n))
+            Checkpoint.objects.create(
+                job=job,
+                step=step,
+                path=str(ckpts / f"ckpt-{step}.pkl"),
+                size_bytes=10_000,
+                created_at=now - timedelta(hours=30 - n),
+            )
     (ckpts / "manifest.jsonl").write_text('{"step": 20}\n{"step": 40}\n{"step": 60}\n')
     (ckpts / ".ckpt-80.pkl.tmp").write_bytes(b"partial")
     return job_dir
@@ -101,12 +115,12 @@ def make_old(path: Path, age: timedelta) -> None:
 
 
 def sweep(root: Path, keep: int = 2):
-    return job_dirs_sweep(root=root, now=timezone.now(), retention=RETENTION,
-                          keep_checkpoints=keep)
+    return job_dirs_sweep(root=root, now=timezone.now(), retention=RETENTION, keep_checkpoints=keep)
 
 
 def test_a_finished_job_past_retention_keeps_only_logs_and_the_newest_checkpoints(
-        root, outside, personas):
+    root, outside, personas
+):
     job = make_job(personas, status=JobStatus.SUCCEEDED)
     job_dir = lay_out(root, job.job_id, outside, job=job)
 
@@ -115,9 +129,14 @@ def test_a_finished_job_past_retention_keeps_only_logs_and_the_newest_checkpoint
     assert result.swept == (job.job_id,) and result.failed == ()
     assert sorted(p.name for p in job_dir.iterdir()) == [SWEPT_MARKER, "checkpoints", "logs"]
     assert sorted(p.name for p in (job_dir / "checkpoints").iterdir()) == [
-        "ckpt-40.pkl", "ckpt-60.pkl", "manifest.jsonl"]
+        "ckpt-40.pkl",
+        "ckpt-60.pkl",
+        "manifest.jsonl",
+    ]
     assert sorted(p.name for p in (job_dir / "logs").iterdir()) == [
-        f"{job.job_id}-worker-0.log", f"{job.job_id}-worker-1.log"]
+        f"{job.job_id}-worker-0.log",
+        f"{job.job_id}-worker-1.log",
+    ]
     assert (job_dir / "logs" / f"{job.job_id}-worker-1.log").read_text() == "[paiweb] pod 1\n"
     job.refresh_from_db()
     assert job.work_swept_at is not None and job.disk_measured_at is not None
@@ -155,7 +174,10 @@ def test_a_symlinked_checkpoint_row_is_not_kept(root, outside, personas):
     sweep(root, keep=2)
 
     assert sorted(p.name for p in (job_dir / "checkpoints").iterdir()) == [
-        "ckpt-20.pkl", "ckpt-40.pkl", "manifest.jsonl"]
+        "ckpt-20.pkl",
+        "ckpt-40.pkl",
+        "manifest.jsonl",
+    ]
     assert (outside / "precious.txt").read_text() == "keep me"
 
 
@@ -180,8 +202,9 @@ def test_running_and_recently_finished_jobs_keep_everything(root, outside, perso
 def test_a_finished_job_whose_pod_process_still_lives_is_not_swept(root, outside, personas):
     job = make_job(personas, status=JobStatus.FAILED)
     job_dir = lay_out(root, job.job_id, outside, job=job)
-    PodProcess.objects.create(pod=job.pods.first(), queue="node.x", state="running",
-                              queued_at=timezone.now())
+    PodProcess.objects.create(
+        pod=job.pods.first(), queue="node.x", state="running", queued_at=timezone.now()
+    )
 
     result = sweep(root)
 
@@ -229,11 +252,12 @@ def test_the_job_page_shows_the_disk_use(alice_client, personas, settings):
     url = reverse("jobs:detail", args=[job.job_id])
     assert 'id="disk-use"' not in alice_client.get(url).content.decode()  # not measured yet
 
-    job_disk_report(job_pk=job.pk, bytes=int(12.3 * 1024 * 1024),
-                    now=timezone.now() - timedelta(minutes=2))
+    job_disk_report(
+        job_pk=job.pk, bytes=int(12.3 * 1024 * 1024), now=timezone.now() - timedelta(minutes=2)
+    )
     body = alice_client.get(url).content.decode()
     assert "<dt>Disk</dt>" in body
-    assert "12.3 MiB <span class=\"muted\">(work dirs, checkpoints, data, logs) · measured" in body
+    assert '12.3 MiB <span class="muted">(work dirs, checkpoints, data, logs) · measured' in body
     assert "2 min ago</time>" in body
     assert "work dirs removed after" not in body
 

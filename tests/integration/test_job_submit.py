@@ -99,10 +99,12 @@ def test_it_refuses_a_price_limit_that_bids_below_the_floor(personas):
     with pytest.raises(ValidationFailed) as caught:
         job_submit(workspace=personas["ws_a"], user=personas["alice"], spec=spot_spec(roles=[role]))
     assert caught.value.errors["roles[0].spot_price_limit"] == [
-        "must lie in ecs.g7.xlarge's market price range ¥0.000845–¥0.008442 per minute"]
+        "must lie in ecs.g7.xlarge's market price range ¥0.000845–¥0.008442 per minute"
+    ]
     lowest = RoleSpec(instance_type="ecs.g7.xlarge", spot_price_limit=Decimal("0.000845"))
-    job = job_submit(workspace=personas["ws_a"], user=personas["alice"],
-                     spec=spot_spec(roles=[lowest]))
+    job = job_submit(
+        workspace=personas["ws_a"], user=personas["alice"], spec=spot_spec(roles=[lowest])
+    )
     assert job.roles.get().spot_price_limit == Decimal("0.000845")
 
 

@@ -111,14 +111,32 @@ def test_it_lists_a_real_worker_that_answers_the_ping(tmp_path):
         "PYTHONUNBUFFERED": "1",
     }
     argv = [
-        sys.executable, "-m", "celery", "-A", "paiweb", "worker",
-        "-n", f"{name}@%h", "-Q", name,  # a queue of its own: it must not take real tasks
-        "-P", "solo", "-l", "info", "--without-gossip", "--without-mingle",
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        "paiweb",
+        "worker",
+        "-n",
+        f"{name}@%h",
+        "-Q",
+        name,  # a queue of its own: it must not take real tasks
+        "-P",
+        "solo",
+        "-l",
+        "info",
+        "--without-gossip",
+        "--without-mingle",
     ]
     with log.open("wb") as out:
         worker = subprocess.Popen(
-            argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env=env, cwd=settings.BASE_DIR, start_new_session=True,
+            argv,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            cwd=settings.BASE_DIR,
+            start_new_session=True,
         )
     try:
         workers: list[str] = []

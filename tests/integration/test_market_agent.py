@@ -35,7 +35,7 @@ from tests.integration.test_market_step import G7, replay_writer
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-COMMAND = "echo \"hello from $POD_NAME rank $RANK of $WORLD_SIZE\" && sleep 1 && echo DONE"
+COMMAND = 'echo "hello from $POD_NAME rank $RANK of $WORLD_SIZE" && sleep 1 && echo DONE'
 
 
 @pytest.fixture
@@ -45,12 +45,21 @@ def prices(settings, tmp_path):
     replay_writer(settings, tmp_path)([(an_hour_ago, G7, "0.30")])
 
 
-def submit(personas, *, source: str, pods: int = 1, discount: str | None = None,
-           name: str = "job") -> Job:
+def submit(
+    personas, *, source: str, pods: int = 1, discount: str | None = None, name: str = "job"
+) -> Job:
     spec = JobSpec(
-        display_name=name, user_command=COMMAND, resource_source=source, resource_type="ECS",
-        roles=[RoleSpec(pod_count=pods, instance_type=G7,
-                        spot_discount_limit=Decimal(discount) if discount else None)],
+        display_name=name,
+        user_command=COMMAND,
+        resource_source=source,
+        resource_type="ECS",
+        roles=[
+            RoleSpec(
+                pod_count=pods,
+                instance_type=G7,
+                spot_discount_limit=Decimal(discount) if discount else None,
+            )
+        ],
     )
     job = job_submit(workspace=personas["ws_a"], user=personas["alice"], spec=spec)
     job_admit(job_pk=job.pk, now=timezone.now())
@@ -85,11 +94,17 @@ def test_it_runs_a_spot_job_started_by_the_market_and_bills_the_minutes_it_ran(
 
     job_in(job, JobStatus.SUCCEEDED, agent=agent_backend)
     assert [t.status for t in job.status_history.all()] == [
-        "Creating", "Bidding", "EnvPreparing", "Running", "Succeeded"]
+        "Creating",
+        "Bidding",
+        "EnvPreparing",
+        "Running",
+        "Succeeded",
+    ]
     assert job.events.get(kind="BidAccepted").message == "Bid accepted at ¥0.72/h (market ¥0.30/h)"
     pods = list(job.pods.order_by("index"))
     assert [(p.status, p.exit_code, p.node_id) for p in pods] == [
-        (PodStatus.SUCCEEDED, 0, None)] * 2
+        (PodStatus.SUCCEEDED, 0, None)
+    ] * 2
     logs = [pod_log(p) for p in pods]
     for rank, (pod, log) in enumerate(zip(pods, logs, strict=True)):
         assert f"hello from {pod.pod_id} rank {rank} of 2" in log and "DONE" in log
@@ -97,10 +112,15 @@ def test_it_runs_a_spot_job_started_by_the_market_and_bills_the_minutes_it_ran(
 
     billing_accrue(now=timezone.now())
     for pod in pods:
-        billed = list(BillLine.objects.filter(pod=pod).order_by("minute")
-                      .values_list("minute", "price_per_hour", "amount", "pay_type"))
-        assert billed == [(m, Decimal("0.3000"), pricing.minute_charge(Decimal("0.30")), "spot")
-                          for m in ran_minutes(pod)]
+        billed = list(
+            BillLine.objects.filter(pod=pod)
+            .order_by("minute")
+            .values_list("minute", "price_per_hour", "amount", "pay_type")
+        )
+        assert billed == [
+            (m, Decimal("0.3000"), pricing.minute_charge(Decimal("0.30")), "spot")
+            for m in ran_minutes(pod)
+        ]
     assert not PodMeter.objects.filter(pod__job=job, closed=False).exists()
 
 
@@ -113,7 +133,12 @@ def test_it_runs_a_pay_as_you_go_job_on_the_public_pool_and_bills_it_at_the_orig
 
     job_in(job, JobStatus.SUCCEEDED, agent=agent_backend)
     assert [t.status for t in job.status_history.all()] == [
-        "Creating", "Queuing", "EnvPreparing", "Running", "Succeeded"]
+        "Creating",
+        "Queuing",
+        "EnvPreparing",
+        "Running",
+        "Succeeded",
+    ]
     pod = job.pods.get()
     assert (pod.status, pod.exit_code, pod.node_id) == (PodStatus.SUCCEEDED, 0, None)
     assert PodProcess.objects.get(pod=pod).queue == "public"
@@ -122,6 +147,9 @@ def test_it_runs_a_pay_as_you_go_job_on_the_public_pool_and_bills_it_at_the_orig
     assert pod.started_at > ticked_at
 
     billing_accrue(now=timezone.now())
-    billed = list(BillLine.objects.filter(pod=pod).order_by("minute")
-                  .values_list("minute", "price_per_hour", "pay_type"))
+    billed = list(
+        BillLine.objects.filter(pod=pod)
+        .order_by("minute")
+        .values_list("minute", "price_per_hour", "pay_type")
+    )
     assert billed == [(m, Decimal("0.8000"), "postpaid") for m in ran_minutes(pod)]

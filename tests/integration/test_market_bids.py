@@ -45,11 +45,24 @@ def test_the_sql_bid_filter_agrees_with_the_bid_rule(personas):
             role.instance_type.price_per_hour = D(original)
         bids = {role.pk: role_bid_per_hour(role) for role in roles}
         # asked prices on the grid right at, just under and just over every bid
-        for asked in sorted({b + k * pricing.PRICE_QUANTUM for b in bids.values()
-                             for k in (-1, 0, 1) if b + k * pricing.PRICE_QUANTUM > 0}):
-            MarketState.objects.update_or_create(instance_type=itype, defaults=dict(
-                price_per_hour=asked, asked_per_hour=asked, headroom=10**6,
-                stepped_at=now, recorded_at=now))
+        for asked in sorted(
+            {
+                b + k * pricing.PRICE_QUANTUM
+                for b in bids.values()
+                for k in (-1, 0, 1)
+                if b + k * pricing.PRICE_QUANTUM > 0
+            }
+        ):
+            MarketState.objects.update_or_create(
+                instance_type=itype,
+                defaults=dict(
+                    price_per_hour=asked,
+                    asked_per_hour=asked,
+                    headroom=10**6,
+                    stepped_at=now,
+                    recorded_at=now,
+                ),
+            )
             blocked = dict(_with_blocked(JobRole.objects.all()).values_list("id", "blocked"))
             assert blocked == {pk: bid < asked for pk, bid in bids.items()}, (original, asked)
 
@@ -62,5 +75,6 @@ def test_the_form_and_the_job_page_show_the_bid_the_market_judges():
     role = JobRole(instance_type=itype, spot_price_limit=D("0.000844"))
     assert role_bid_per_hour(role) == info.price_limit_per_hour
     assert role_bid_per_hour(JobRole(instance_type=itype, spot_discount_limit=D("0.1"))) == (
-        info.discount_per_hour)
+        info.discount_per_hour
+    )
     assert role_bid_per_hour(JobRole(instance_type=None, spot_price_limit=D("0.011"))) is None

@@ -27,8 +27,11 @@ def _fast_passwords(settings):
 
 
 def prices(itype: str = G7) -> list[D]:
-    return list(PricePoint.objects.filter(instance_type__name=itype)
-                .order_by("at").values_list("price_per_hour", flat=True))
+    return list(
+        PricePoint.objects.filter(instance_type__name=itype)
+        .order_by("at")
+        .values_list("price_per_hour", flat=True)
+    )
 
 
 def test_it_opens_at_the_floor_and_demand_lifts_the_price(personas):

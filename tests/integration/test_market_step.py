@@ -42,23 +42,43 @@ def at(minutes: float = 0, seconds: float = 0) -> datetime:
     return NOW + timedelta(minutes=minutes, seconds=seconds)
 
 
-def submit(personas, *, source: str = "spot", itype: str = G7, pods: int = 1,
-           discount: str | None = None, price_limit: str | None = None, aimaster: bool = False,
-           roles: list[RoleSpec] | None = None, now: datetime = NOW, ws: str = "ws_a",
-           user: str = "alice", name: str = "job", max_restarts: int = 3) -> Job:
+def submit(
+    personas,
+    *,
+    source: str = "spot",
+    itype: str = G7,
+    pods: int = 1,
+    discount: str | None = None,
+    price_limit: str | None = None,
+    aimaster: bool = False,
+    roles: list[RoleSpec] | None = None,
+    now: datetime = NOW,
+    ws: str = "ws_a",
+    user: str = "alice",
+    name: str = "job",
+    max_restarts: int = 3,
+) -> Job:
     """Submit and admit a job (Creating → Bidding or Queuing) at `now`."""
     lingjun = itype.startswith("ml.")
     spec = JobSpec(
-        display_name=name, user_command="python train.py", resource_source=source,
-        resource_type="Lingjun" if lingjun else "ECS", enable_aimaster=aimaster,
+        display_name=name,
+        user_command="python train.py",
+        resource_source=source,
+        resource_type="Lingjun" if lingjun else "ECS",
+        enable_aimaster=aimaster,
         max_restarts=max_restarts,
-        vpc_id="vpc-1" if lingjun else "", vswitch_id="vsw-1" if lingjun else "",
+        vpc_id="vpc-1" if lingjun else "",
+        vswitch_id="vsw-1" if lingjun else "",
         security_group_id="sg-1" if lingjun else "",
-        roles=roles or [RoleSpec(
-            pod_count=pods, instance_type=itype,
-            spot_discount_limit=D(discount) if discount else None,
-            spot_price_limit=D(price_limit) if price_limit else None,
-        )],
+        roles=roles
+        or [
+            RoleSpec(
+                pod_count=pods,
+                instance_type=itype,
+                spot_discount_limit=D(discount) if discount else None,
+                spot_price_limit=D(price_limit) if price_limit else None,
+            )
+        ],
     )
     job = job_submit(workspace=personas[ws], user=personas[user], spec=spec, now=now)
     job_admit(job_pk=job.pk, now=now)
@@ -123,25 +143,37 @@ def test_it_keeps_a_job_bidding_while_stock_cannot_cover_all_its_pods(personas, 
     assert reason(job) == "stock: needs 21 instances of ecs.g7.xlarge, 20 free"
 
 
-def test_it_starts_a_job_when_its_bid_covers_the_price_and_stock_covers_every_pod(
-    personas, replay
-):
+def test_it_starts_a_job_when_its_bid_covers_the_price_and_stock_covers_every_pod(personas, replay):
     replay([(NOW, G7, "0.30")])
-    job = submit(personas, roles=[
-        RoleSpec(role_type="Worker", pod_count=3, instance_type=G7, spot_discount_limit=D("0.8")),
-        RoleSpec(role_type="PS", pod_count=1, instance_type=G7, spot_discount_limit=D("0.8")),
-    ])
+    job = submit(
+        personas,
+        roles=[
+            RoleSpec(
+                role_type="Worker", pod_count=3, instance_type=G7, spot_discount_limit=D("0.8")
+            ),
+            RoleSpec(role_type="PS", pod_count=1, instance_type=G7, spot_discount_limit=D("0.8")),
+        ],
+    )
     report = step(at(0, 10))
     reload(job)
     assert report.started == 1
     assert job.status == JobStatus.RUNNING and job.started_at == at(0, 10)
     assert job.pending_reason == ""
     assert [t.status for t in job.status_history.all()] == [
-        "Creating", "Bidding", "EnvPreparing", "Running"]
+        "Creating",
+        "Bidding",
+        "EnvPreparing",
+        "Running",
+    ]
     pods = list(job.pods.all())
     assert len(pods) == 4
-    assert all(p.status == PodStatus.RUNNING and p.node is None and p.in_quota is None
-               and p.started_at == at(0, 10) for p in pods)
+    assert all(
+        p.status == PodStatus.RUNNING
+        and p.node is None
+        and p.in_quota is None
+        and p.started_at == at(0, 10)
+        for p in pods
+    )
     assert {p.pod_id for p in pods} >= {f"{job.job_id}-worker-0-a0", f"{job.job_id}-ps-0-a0"}
     assert PodMeter.objects.filter(pod__job=job).count() == 4
     event = JobEvent.objects.get(job=job, kind="BidAccepted")
@@ -205,8 +237,9 @@ def test_it_keeps_a_public_job_queuing_when_pay_as_you_go_holds_the_pool(persona
     step(at(1))
     reload(second)
     assert second.status == JobStatus.QUEUING
-    assert "needs 6 instances of ecs.g7.xlarge, 5 not held by pay-as-you-go" in \
-        second.pending_reason
+    assert (
+        "needs 6 instances of ecs.g7.xlarge, 5 not held by pay-as-you-go" in second.pending_reason
+    )
     with CaptureQueriesContext(connection) as queries:  # unchanged: not written again
         step(at(2))
     assert not [q for q in queries if "pending_reason" in q["sql"] and "UPDATE" in q["sql"]]
@@ -266,9 +299,7 @@ def test_it_reclaims_the_lowest_bids_first_when_pay_as_you_go_takes_the_stock(pe
     assert set(low.pods.values_list("status", flat=True)) == {PodStatus.PREEMPTED}
 
 
-def test_it_sends_a_reclaimed_job_with_aimaster_back_to_bidding_and_runs_it_again(
-    personas, replay
-):
+def test_it_sends_a_reclaimed_job_with_aimaster_back_to_bidding_and_runs_it_again(personas, replay):
     replay([(NOW, G7, "0.30"), (at(1), G7, "0.70"), (at(3), G7, "0.40")])
     job = submit(personas, discount="0.8", aimaster=True)
     step(at(0))
@@ -289,18 +320,31 @@ def test_it_sends_a_reclaimed_job_with_aimaster_back_to_bidding_and_runs_it_agai
     assert pods[0].status == PodStatus.PREEMPTED and pods[1].status == PodStatus.RUNNING
     assert pods[1].pod_id == f"{job.job_id}-worker-0-a1"
     kinds = list(job.events.values_list("kind", flat=True))
-    assert kinds == ["Submitted", "Bidding", "BidAccepted", "Reclaimed", "Requeued",
-                     "BidAccepted", "Resumed"]
+    assert kinds == [
+        "Submitted",
+        "Bidding",
+        "BidAccepted",
+        "Reclaimed",
+        "Requeued",
+        "BidAccepted",
+        "Resumed",
+    ]
     assert [t.status for t in job.status_history.all()] == [
-        "Creating", "Bidding", "EnvPreparing", "Running", "Bidding", "EnvPreparing", "Running"]
+        "Creating",
+        "Bidding",
+        "EnvPreparing",
+        "Running",
+        "Bidding",
+        "EnvPreparing",
+        "Running",
+    ]
 
 
 def test_it_loses_only_the_resumed_attempts_work_on_a_second_reclaim(personas, replay):
     """Reclaimed 30 s after a checkpoint, the job resumes from it; reclaimed again 2 minutes
     into the new attempt, it loses those 2 minutes, not all the time since the checkpoint."""
     gn7 = "ecs.gn7i-c8g1.2xlarge"  # 1 GPU
-    replay([(NOW, gn7, "3.00"), (at(1), gn7, "5.00"), (at(3), gn7, "3.00"),
-            (at(5), gn7, "9.00")])
+    replay([(NOW, gn7, "3.00"), (at(1), gn7, "5.00"), (at(3), gn7, "3.00"), (at(5), gn7, "9.00")])
     job = submit(personas, itype=gn7, pods=2, discount="0.5", aimaster=True)  # ¥4.80/h
     step(at(0))
     checkpoint_report(job_pk=job.pk, step=1, path="/ckpt/1", size_bytes=1, at=at(0.5))
@@ -361,10 +405,16 @@ def test_it_hands_started_jobs_to_the_agents_with_pending_pods(
     personas, replay, agents, django_capture_on_commit_callbacks
 ):
     replay([(NOW, G7, "0.30")])
-    spot = submit(personas, name="spot", roles=[
-        RoleSpec(role_type="Worker", pod_count=3, instance_type=G7, spot_discount_limit=D("0.8")),
-        RoleSpec(role_type="PS", pod_count=1, instance_type=G7, spot_discount_limit=D("0.8")),
-    ])
+    spot = submit(
+        personas,
+        name="spot",
+        roles=[
+            RoleSpec(
+                role_type="Worker", pod_count=3, instance_type=G7, spot_discount_limit=D("0.8")
+            ),
+            RoleSpec(role_type="PS", pod_count=1, instance_type=G7, spot_discount_limit=D("0.8")),
+        ],
+    )
     payg = submit(personas, source="public", name="payg")
     with django_capture_on_commit_callbacks(execute=False) as enqueued:
         report = step(at(0, 10))
@@ -378,15 +428,20 @@ def test_it_hands_started_jobs_to_the_agents_with_pending_pods(
     assert [t.status for t in history] == ["Creating", "Bidding", "EnvPreparing"]
     assert (history[-1].reason_code, history[-1].ended_at) == ("JobBidAccepted", None)
     pods = list(spot.pods.all())
-    assert all(p.status == PodStatus.PENDING and p.started_at is None and p.node is None
-               for p in pods)
+    assert all(
+        p.status == PodStatus.PENDING and p.started_at is None and p.node is None for p in pods
+    )
     processes = PodProcess.objects.filter(pod__job=spot)
     assert {(p.queue, p.state, p.world_size) for p in processes} == {
-        ("public", PodProcess.State.QUEUED, 4)}
+        ("public", PodProcess.State.QUEUED, 4)
+    }
     assert sorted(p.rank for p in processes) == [0, 1, 2, 3]
     assert PodMeter.objects.filter(pod__job=spot).count() == 4
     assert (payg.status, payg.reason_code, payg.reason_message) == (
-        JobStatus.ENV_PREPARING, "JobDequeued", "Started on the public pool")
+        JobStatus.ENV_PREPARING,
+        "JobDequeued",
+        "Started on the public pool",
+    )
     assert payg.pods.get().status == PodStatus.PENDING
 
 
@@ -397,17 +452,25 @@ def test_it_bills_a_market_pod_from_when_its_process_started(personas, replay, a
     billing_accrue(now=at(2, 10))
     assert not BillLine.objects.exists()  # Pending: the process has not started
     pod = job.pods.get()
-    assert pod_report_running(pod_id=pod.pod_id, pid=4242, sandbox="none", work_dir="/w",
-                              log_path="/w/log", now=at(2, 30))
+    assert pod_report_running(
+        pod_id=pod.pod_id, pid=4242, sandbox="none", work_dir="/w", log_path="/w/log", now=at(2, 30)
+    )
     reload(job)
     assert job.status == JobStatus.RUNNING
     assert [t.status for t in job.status_history.all()] == [
-        "Creating", "Bidding", "EnvPreparing", "Running"]
+        "Creating",
+        "Bidding",
+        "EnvPreparing",
+        "Running",
+    ]
     billing_accrue(now=at(4, 10))
     base = int(NOW.timestamp()) // 60
     billed = BillLine.objects.filter(pod=pod).order_by("minute")
     assert [(b.minute - base, b.price_per_hour) for b in billed] == [
-        (2, D("0.3000")), (3, D("0.3000")), (4, D("0.3000"))]
+        (2, D("0.3000")),
+        (3, D("0.3000")),
+        (4, D("0.3000")),
+    ]
 
 
 def test_it_cancels_the_starts_of_a_job_reclaimed_before_its_pods_ran(personas, replay, agents):
@@ -420,7 +483,8 @@ def test_it_cancels_the_starts_of_a_job_reclaimed_before_its_pods_ran(personas, 
     assert (job.status, job.reason_code) == (JobStatus.BIDDING, "SpotPriceExceeded")
     assert set(job.pods.values_list("status", flat=True)) == {PodStatus.PREEMPTED}
     assert set(PodProcess.objects.filter(pod__job=job).values_list("state", flat=True)) == {
-        PodProcess.State.CANCELLED}
+        PodProcess.State.CANCELLED
+    }
     billing_accrue(now=at(3))
     assert not BillLine.objects.exists()
     assert not PodMeter.objects.filter(pod__job=job, closed=False).exists()
@@ -430,8 +494,10 @@ def test_it_starts_many_jobs_in_as_many_queries_as_one_without_agents(personas, 
     replay([(NOW, G7, "0.30")])
 
     def queries_to_start(count: int, minute: int) -> int:
-        jobs = [submit(personas, discount="0.9", name=f"j{minute}-{i}", now=at(minute))
-                for i in range(count)]
+        jobs = [
+            submit(personas, discount="0.9", name=f"j{minute}-{i}", now=at(minute))
+            for i in range(count)
+        ]
         with CaptureQueriesContext(connection) as queries:
             assert step(at(minute)).started == count
         reload(*jobs)
@@ -446,14 +512,17 @@ def test_it_reclaims_many_jobs_in_as_many_queries_as_one(personas, replay):
     replay([(NOW, G7, "0.30"), (at(1), G7, "0.70"), (at(2), G7, "0.30"), (at(3), G7, "0.70")])
 
     def queries_to_reclaim(count: int, minute: int) -> int:
-        jobs = [submit(personas, discount="0.8", name=f"j{minute}-{i}", now=at(minute))
-                for i in range(count)]
+        jobs = [
+            submit(personas, discount="0.8", name=f"j{minute}-{i}", now=at(minute))
+            for i in range(count)
+        ]
         assert step(at(minute)).started == count
         with CaptureQueriesContext(connection) as queries:
             assert step(at(minute + 1)).reclaimed == count
         reload(*jobs)
         assert {(j.status, j.reason_code) for j in jobs} == {
-            (JobStatus.FAILED, "SpotPriceExceeded")}
+            (JobStatus.FAILED, "SpotPriceExceeded")
+        }
         return len(queries)
 
     assert queries_to_reclaim(1, 0) == queries_to_reclaim(12, 2)
@@ -469,14 +538,32 @@ def test_it_requeues_and_fails_jobs_reclaimed_in_the_same_tick(personas, replay)
     assert (kept.status, kept.restart_times, kept.attempt) == (JobStatus.BIDDING, 1, 1)
     assert kept.reason_message.startswith("Requeued by AIMaster (1/3): Spot instances reclaimed")
     assert (lost.status, lost.reason_code, lost.finished_at) == (
-        JobStatus.FAILED, "SpotPriceExceeded", at(1))
+        JobStatus.FAILED,
+        "SpotPriceExceeded",
+        at(1),
+    )
     assert lost.reason_message.endswith("(no automatic fault tolerance)")
     assert list(kept.events.values_list("kind", flat=True)) == [
-        "Submitted", "Bidding", "BidAccepted", "Reclaimed", "Requeued"]
+        "Submitted",
+        "Bidding",
+        "BidAccepted",
+        "Reclaimed",
+        "Requeued",
+    ]
     assert list(lost.events.values_list("kind", flat=True)) == [
-        "Submitted", "Bidding", "BidAccepted", "Reclaimed", "Failed"]
+        "Submitted",
+        "Bidding",
+        "BidAccepted",
+        "Reclaimed",
+        "Failed",
+    ]
     assert [t.status for t in lost.status_history.all()] == [
-        "Creating", "Bidding", "EnvPreparing", "Running", "Failed"]
+        "Creating",
+        "Bidding",
+        "EnvPreparing",
+        "Running",
+        "Failed",
+    ]
     assert lost.status_history.filter(ended_at__isnull=True).get().status == "Failed"
 
 
@@ -496,10 +583,15 @@ def test_it_neither_reads_nor_writes_a_bid_below_the_asked_price(personas, repla
 
 def test_it_keeps_a_job_waiting_when_one_of_its_roles_bids_too_low(personas, replay):
     replay([(NOW, G7, "0.50")])
-    job = submit(personas, roles=[
-        RoleSpec(role_type="Worker", pod_count=2, instance_type=G7, spot_discount_limit=D("0.9")),
-        RoleSpec(role_type="PS", pod_count=1, instance_type=G7, spot_discount_limit=D("0.1")),
-    ])
+    job = submit(
+        personas,
+        roles=[
+            RoleSpec(
+                role_type="Worker", pod_count=2, instance_type=G7, spot_discount_limit=D("0.9")
+            ),
+            RoleSpec(role_type="PS", pod_count=1, instance_type=G7, spot_discount_limit=D("0.1")),
+        ],
+    )
     assert step(at(0)).waiting == 1  # read for its Worker, held back by its PS
     reload(job)
     assert job.status == JobStatus.BIDDING and not job.pods.exists()
@@ -561,16 +653,20 @@ def test_it_reads_a_bid_that_rounds_up_to_the_price_and_starts_it(personas, repl
     step(at(1))
     reload(job)
     assert job.status == JobStatus.RUNNING
-    assert job.events.get(kind="BidAccepted").message == \
-        "Bid accepted at ¥0.4003/h (market ¥0.4003/h)"
+    assert (
+        job.events.get(kind="BidAccepted").message == "Bid accepted at ¥0.4003/h (market ¥0.4003/h)"
+    )
 
 
 def test_it_records_a_price_point_on_change_and_at_least_every_ten_minutes(personas, replay):
     replay([(NOW, G7, "0.30"), (at(12), G7, "0.35")])
     for minute in range(14):
         step(at(minute))
-    points = list(PricePoint.objects.filter(instance_type__name=G7)
-                  .order_by("at").values_list("at", "price_per_hour"))
+    points = list(
+        PricePoint.objects.filter(instance_type__name=G7)
+        .order_by("at")
+        .values_list("at", "price_per_hour")
+    )
     assert points == [(at(0), D("0.3000")), (at(10), D("0.3000")), (at(12), D("0.3500"))]
 
 

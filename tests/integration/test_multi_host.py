@@ -52,8 +52,11 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 BRIDGE_NET = "10.231.0"
 WORLD = "198.51.100.1"  # a public address (TEST-NET-2), played by a namespace on the bridge
-HOSTS = {"h1": ("gpu-node-0", "10.232.1.0/24"), "h2": ("gpu-node-1", "10.232.2.0/24"),
-         "h3": ("gpu-node-2", "10.232.3.0/24")}  # h3's agent lets pods out: POD_EGRESS
+HOSTS = {
+    "h1": ("gpu-node-0", "10.232.1.0/24"),
+    "h2": ("gpu-node-1", "10.232.2.0/24"),
+    "h3": ("gpu-node-2", "10.232.3.0/24"),
+}  # h3's agent lets pods out: POD_EGRESS
 
 
 def sh(*argv: str) -> None:
@@ -150,8 +153,9 @@ def _over_the_bridge(database: dict, relays: list[Relay]) -> tuple[dict, str]:
     """The database settings and Redis URL by which a test host's agent reaches this
     machine's services: through relays on the bridge (a SQLite database is a file)."""
     if not database["ENGINE"].endswith("sqlite3"):
-        relays.append(Relay((database.get("HOST") or "127.0.0.1",
-                             int(database.get("PORT") or 5432))))
+        relays.append(
+            Relay((database.get("HOST") or "127.0.0.1", int(database.get("PORT") or 5432)))
+        )
         database = {**database, "HOST": relays[-1].host, "PORT": relays[-1].port}
     redis = urlsplit(django_settings.REDIS_URL)
     if redis.scheme == "unix":  # the embedded Redis
@@ -178,28 +182,50 @@ def hosts(django_db_setup, django_db_blocker):
         sh("ip", "link", "set", bridge, "up")
         database, redis_url = _over_the_bridge(database, relays)
         for i, (host, namespace) in enumerate(names.items(), start=1):
-            _attach(bridge, f"{bridge}{i}", namespace, address=f"{BRIDGE_NET}.1{i}/24",
-                    route=f"{WORLD}/32")
+            _attach(
+                bridge,
+                f"{bridge}{i}",
+                namespace,
+                address=f"{BRIDGE_NET}.1{i}/24",
+                route=f"{WORLD}/32",
+            )
             sh("ip", "-n", namespace, "link", "set", "lo", "up")
             node, cidr = HOSTS[host]
             agent = AgentProcess(
-                database=database, redis_url=redis_url, nodes=node,
+                database=database,
+                redis_url=redis_url,
+                nodes=node,
                 name=f"agent-{host}-{tag}",
-                env={"SCHEDULER_MIN_RUN_SECONDS": "0", "SCHEDULER_REQUEUE_BACKOFF_SECONDS": "0",
-                     "PAIWEB_AGENT_ADDRESS": f"{BRIDGE_NET}.1{i}", "POD_CIDR": cidr,
-                     "POD_EGRESS": "true" if host == "h3" else "false"})
-            agent.argv = ["nsenter", f"--net=/run/netns/{namespace}", "--", *agent.argv,
-                          "--no-public"]
+                env={
+                    "SCHEDULER_MIN_RUN_SECONDS": "0",
+                    "SCHEDULER_REQUEUE_BACKOFF_SECONDS": "0",
+                    "PAIWEB_AGENT_ADDRESS": f"{BRIDGE_NET}.1{i}",
+                    "POD_CIDR": cidr,
+                    "POD_EGRESS": "true" if host == "h3" else "false",
+                },
+            )
+            agent.argv = [
+                "nsenter",
+                f"--net=/run/netns/{namespace}",
+                "--",
+                *agent.argv,
+                "--no-public",
+            ]
             agents[host] = agent.start()
         world = f"pwtb-w-{tag}"
         names_world = world
-        _attach(bridge, f"{bridge}w", world, address=f"{WORLD}/32",
-                route=f"{BRIDGE_NET}.0/24")
-        servers = {host: listen_in(namespace) for host, namespace in
-                   [*names.items(), ("world", names_world)]}
-        yield {"agents": agents, "namespaces": names, "bridge": bridge,
-               "links": {host: f"{bridge}{i}" for i, host in enumerate(names, start=1)},
-               "ports": {host: port for host, (_, port) in servers.items()}}
+        _attach(bridge, f"{bridge}w", world, address=f"{WORLD}/32", route=f"{BRIDGE_NET}.0/24")
+        servers = {
+            host: listen_in(namespace)
+            for host, namespace in [*names.items(), ("world", names_world)]
+        }
+        yield {
+            "agents": agents,
+            "namespaces": names,
+            "bridge": bridge,
+            "links": {host: f"{bridge}{i}" for i, host in enumerate(names, start=1)},
+            "ports": {host: port for host, (_, port) in servers.items()},
+        }
         for server, _ in servers.values():
             server.close()
     finally:
@@ -226,11 +252,15 @@ def agent(hosts):
 
 def _only(hosts, *names: str):
     """Only these test hosts' nodes take pods; every agent has reported its pod subnet."""
-    Node.objects.exclude(name__in=[HOSTS[n][0] for n in names]).update(
-        status=Node.Status.CORDONED)
-    wait_for(lambda: agents_ping(timeout=1.0) >= 0 and
-             NodeAgent.objects.exclude(pod_cidr="").count() == len(HOSTS),
-             what="every agent to report its pod subnet", agent=hosts["agents"]["h1"])
+    Node.objects.exclude(name__in=[HOSTS[n][0] for n in names]).update(status=Node.Status.CORDONED)
+    wait_for(
+        lambda: (
+            agents_ping(timeout=1.0) >= 0
+            and NodeAgent.objects.exclude(pod_cidr="").count() == len(HOSTS)
+        ),
+        what="every agent to report its pod subnet",
+        agent=hosts["agents"]["h1"],
+    )
     return hosts
 
 
@@ -244,13 +274,21 @@ def egress_host(hosts, agent_backend):
     return _only(hosts, "h3")
 
 
-def test_a_job_spans_two_hosts_and_only_its_own_pods_reach_each_other(personas, two_hosts,
-                                                                      listener_port):
+def test_a_job_spans_two_hosts_and_only_its_own_pods_reach_each_other(
+    personas, two_hosts, listener_port
+):
     ports = two_hosts["ports"]  # each test host listens on all its addresses
-    outside = [(f"{BRIDGE_NET}.11", ports["h1"]), (f"{BRIDGE_NET}.12", ports["h2"]),
-               (f"{BRIDGE_NET}.1", listener_port), ("169.254.1.1", ports["h1"]),
-               ("169.254.1.1", ports["h2"]), (WORLD, ports["world"])]  # egress is off
-    script = PAIR + f"""
+    outside = [
+        (f"{BRIDGE_NET}.11", ports["h1"]),
+        (f"{BRIDGE_NET}.12", ports["h2"]),
+        (f"{BRIDGE_NET}.1", listener_port),
+        ("169.254.1.1", ports["h1"]),
+        ("169.254.1.1", ports["h2"]),
+        (WORLD, ports["world"]),
+    ]  # egress is off
+    script = (
+        PAIR
+        + f"""
 if rank != 0:
     for host, p in {outside!r}:
         try:
@@ -258,10 +296,13 @@ if rank != 0:
         except OSError:
             print("blocked", host, p)
 """
+    )
     pair = submit(personas, command=python(script), pods=2, gpu=3, name="pair")
-    processes = wait_for(lambda: list(PodProcess.objects.filter(pod__job=pair)
-                                      .order_by("rank")) or None,
-                         what="the pair's launch", agent=two_hosts["agents"]["h1"])
+    processes = wait_for(
+        lambda: list(PodProcess.objects.filter(pod__job=pair).order_by("rank")) or None,
+        what="the pair's launch",
+        agent=two_hosts["agents"]["h1"],
+    )
     master_addr, port = processes[0].master_addr, processes[0].master_port
     assert master_addr == netns.job_address(HOSTS["h1"][1], pair.pk)
     probe = f"""
@@ -276,8 +317,15 @@ if rank != 0:
             time.sleep(0.2)
         print("INTRUDED" if found else "unreachable")
     """
-    other = submit(personas, command=python(probe), user="charlie", ws="ws_b", quota="team-b",
-                   gpu=1, name="other")
+    other = submit(
+        personas,
+        command=python(probe),
+        user="charlie",
+        ws="ws_b",
+        quota="team-b",
+        gpu=1,
+        name="other",
+    )
     job_in(pair, JobStatus.SUCCEEDED, agent=two_hosts["agents"]["h1"])
     job_in(other, JobStatus.SUCCEEDED, agent=two_hosts["agents"]["h1"])
     pods = sorted(pair.pods.all(), key=lambda p: p.index)
@@ -286,8 +334,7 @@ if rank != 0:
     worker = next(p for p in pods if p != master)
     assert "PEERS ['worker-1']" in pod_log(master), pod_log(master)
     worker_log = pod_log(worker)
-    assert "REACHED" not in worker_log and worker_log.count("blocked") == len(outside), \
-        worker_log
+    assert "REACHED" not in worker_log and worker_log.count("blocked") == len(outside), worker_log
     assert "unreachable" in pod_log(other.pods.get())
 
 
@@ -300,11 +347,16 @@ def listener_port():
 
 
 def test_with_egress_a_pod_reaches_public_addresses_and_still_nothing_of_the_platform(
-        personas, egress_host, listener_port):
+    personas, egress_host, listener_port
+):
     ports = egress_host["ports"]
-    targets = [(WORLD, ports["world"]), (f"{BRIDGE_NET}.13", ports["h3"]),
-               (f"{BRIDGE_NET}.11", ports["h1"]), (f"{BRIDGE_NET}.1", listener_port),
-               ("169.254.1.1", ports["h3"])]
+    targets = [
+        (WORLD, ports["world"]),
+        (f"{BRIDGE_NET}.13", ports["h3"]),
+        (f"{BRIDGE_NET}.11", ports["h1"]),
+        (f"{BRIDGE_NET}.1", listener_port),
+        ("169.254.1.1", ports["h3"]),
+    ]
     script = f"""
         import socket
         for host, port in {targets!r}:
@@ -377,17 +429,22 @@ def beat(check, *, what: str, hosts, timeout: float = 30.0):
         if result := check():
             return result
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}\n"
-                                 f"{_cluster_state(hosts)}")
+            raise AssertionError(
+                f"timed out after {timeout:.0f}s waiting for {what}\n{_cluster_state(hosts)}"
+            )
 
 
 def _cluster_state(hosts) -> str:
     """The jobs, pods and nodes as the database has them, and the agents' logs' ends."""
-    lines = [f"job {j.display_name}: {j.status} attempt {j.attempt} {j.reason_code} "
-             f"{j.pending_reason!r}" for j in Job.objects.order_by("pk")]
-    lines += [f"pod {p.pod_id} on {p.node.name if p.node_id else '-'}: {p.status} {p.reason} "
-              f"process {getattr(getattr(p, 'process', None), 'state', '-')}"
-              for p in Pod.objects.select_related("node").order_by("pk")]
+    lines = [
+        f"job {j.display_name}: {j.status} attempt {j.attempt} {j.reason_code} {j.pending_reason!r}"
+        for j in Job.objects.order_by("pk")
+    ]
+    lines += [
+        f"pod {p.pod_id} on {p.node.name if p.node_id else '-'}: {p.status} {p.reason} "
+        f"process {getattr(getattr(p, 'process', None), 'state', '-')}"
+        for p in Pod.objects.select_related("node").order_by("pk")
+    ]
     lines += [f"node {n.name}: {n.status} {n.last_heartbeat}" for n in Node.objects.all()]
     lines += [f"--- agent {h} ---\n{a.log()[-2500:]}" for h, a in hosts["agents"].items()]
     return "\n".join(lines)
@@ -430,13 +487,25 @@ def _jobs_across(personas, hosts) -> tuple[Job, Job]:
     `pair` (AIMaster: two pods of three GPUs, on h1 and h2). Then h3 takes pods too, so
     both fit elsewhere once h2 goes."""
     Node.objects.filter(name=HOSTS["h1"][0]).update(status=Node.Status.CORDONED)
-    solo = submit(personas, command=SOLO, user="charlie", ws="ws_b", quota="team-b", gpu=1,
-                  name="solo", grace=2)
+    solo = submit(
+        personas,
+        command=SOLO,
+        user="charlie",
+        ws="ws_b",
+        quota="team-b",
+        gpu=1,
+        name="solo",
+        grace=2,
+    )
     Node.objects.filter(name=HOSTS["h1"][0]).update(status=Node.Status.READY)
-    pair = submit(personas, command=python(HANDSHAKE), pods=2, gpu=3, aimaster=True,
-                  name="pair", grace=2)
-    beat(lambda: all(j.status == JobStatus.RUNNING for j in _fresh(solo, pair)),
-         what="solo and pair to run", hosts=hosts)
+    pair = submit(
+        personas, command=python(HANDSHAKE), pods=2, gpu=3, aimaster=True, name="pair", grace=2
+    )
+    beat(
+        lambda: all(j.status == JobStatus.RUNNING for j in _fresh(solo, pair)),
+        what="solo and pair to run",
+        hosts=hosts,
+    )
     assert solo.pods.get().node.name == HOSTS["h2"][0]
     assert {p.node.name for p in pair.pods.all()} == {HOSTS["h1"][0], HOSTS["h2"][0]}
     Node.objects.filter(name=HOSTS["h3"][0]).update(status=Node.Status.READY)
@@ -449,26 +518,42 @@ def _requeued_elsewhere(personas, hosts, *, solo: Job, pair: Job, lost: str) -> 
     on the other hosts and succeed, and the Lost node's room is offered to no job. Returns
     the seconds from silence to requeue."""
     silent = time.monotonic()
-    beat(lambda: _node(lost).status == Node.Status.LOST, what=f"{lost}'s node to be Lost",
-         hosts=hosts, timeout=LOST_AFTER + 15)
+    beat(
+        lambda: _node(lost).status == Node.Status.LOST,
+        what=f"{lost}'s node to be Lost",
+        hosts=hosts,
+        timeout=LOST_AFTER + 15,
+    )
     took = time.monotonic() - silent
     assert took >= LOST_AFTER - 1.5  # not before its silence was long enough
     # The pods left on the Lost node may never report their end (a dead machine): they
     # must hold no room, neither on the node nor in their quota, or pair never fits again.
-    beat(lambda: all(j.attempt == 1 and j.status == JobStatus.RUNNING
-                     for j in _fresh(solo, pair)), what="solo and pair to run again",
-         hosts=hosts)
+    beat(
+        lambda: all(j.attempt == 1 and j.status == JobStatus.RUNNING for j in _fresh(solo, pair)),
+        what="solo and pair to run again",
+        hosts=hosts,
+    )
 
     # The Lost node has 4 free GPUs and is the only node with room for 2: nobody gets it.
-    blocker = submit(personas, command="echo placed", user="charlie", ws="ws_b",
-                     quota="team-b", gpu=2, name="blocker")
+    blocker = submit(
+        personas,
+        command="echo placed",
+        user="charlie",
+        ws="ws_b",
+        quota="team-b",
+        gpu=2,
+        name="blocker",
+    )
     beat_once()
     beat_once()
     _fresh(blocker, pair)
     assert pair.status == JobStatus.RUNNING  # still holding its GPUs on h1 and h3
     assert blocker.status == JobStatus.QUEUING and blocker.pending_reason, blocker.pending_reason
-    beat(lambda: all(j.status == JobStatus.SUCCEEDED for j in _fresh(solo, pair, blocker)),
-         what="solo, pair and the blocker to succeed", hosts=hosts)
+    beat(
+        lambda: all(j.status == JobStatus.SUCCEEDED for j in _fresh(solo, pair, blocker)),
+        what="solo, pair and the blocker to succeed",
+        hosts=hosts,
+    )
 
     lost_node = HOSTS[lost][0]
     elsewhere = {HOSTS["h1"][0], HOSTS["h3"][0]}
@@ -477,8 +562,7 @@ def _requeued_elsewhere(personas, hosts, *, solo: Job, pair: Job, lost: str) -> 
     assert not Pod.objects.filter(node__name=lost_node).exclude(attempt=0).exists()
     for pod in Pod.objects.filter(node__name=lost_node):
         assert (pod.status, pod.reason) == (PodStatus.FAILED, "NodeLost")
-    master = next(p for p in pair.pods.filter(attempt=1)
-                  if PodProcess.objects.get(pod=p).rank == 0)
+    master = next(p for p in pair.pods.filter(attempt=1) if PodProcess.objects.get(pod=p).rank == 0)
     assert "PEERS ['worker-1'] attempt 1" in pod_log(master), pod_log(master)
     for job in (solo, pair):
         assert (job.restart_times, job.attempt) == (0, 1)
@@ -486,8 +570,10 @@ def _requeued_elsewhere(personas, hosts, *, solo: Job, pair: Job, lost: str) -> 
         assert (restart.cause, restart.counted, restart.number) == ("NodeLost", False, 1)
         back = job.status_history.get(status=JobStatus.QUEUING, reason_code="NodeLost")
         assert f"Node {lost_node} stopped reporting" in back.reason_message
-    assert "AIMaster's budget 0/3 is not used" in pair.status_history.get(
-        status=JobStatus.QUEUING, reason_code="NodeLost").reason_message
+    assert (
+        "AIMaster's budget 0/3 is not used"
+        in pair.status_history.get(status=JobStatus.QUEUING, reason_code="NodeLost").reason_message
+    )
     assert not solo.events.filter(kind="Failed").exists()
     return took
 
@@ -497,12 +583,19 @@ def _stale_pods_end(hosts, *, host: str, stale: list[str]) -> float:
     while it was away (the database says they ended) and reports their exit; no process
     of them is left. The jobs they belonged to are not disturbed. Returns how long it took."""
     back, agent = time.monotonic(), hosts["agents"][host]
-    beat(lambda: _node(host).status == Node.Status.READY
-         and not PodProcess.objects.filter(pod__pod_id__in=stale).exclude(
-             state=PodProcess.State.EXITED).exists()
-         and not agent.shims() and not any(processes_of(p) for p in stale),
-         what=f"{host} to report again and end its stale pods {stale}", hosts=hosts,
-         timeout=45)
+    beat(
+        lambda: (
+            _node(host).status == Node.Status.READY
+            and not PodProcess.objects.filter(pod__pod_id__in=stale)
+            .exclude(state=PodProcess.State.EXITED)
+            .exists()
+            and not agent.shims()
+            and not any(processes_of(p) for p in stale)
+        ),
+        what=f"{host} to report again and end its stale pods {stale}",
+        hosts=hosts,
+        timeout=45,
+    )
     for pod in Pod.objects.filter(pod_id__in=stale):
         assert (pod.status, pod.reason) == (PodStatus.FAILED, "NodeLost")  # kept
     assert not Job.objects.exclude(status=JobStatus.SUCCEEDED).exists()
@@ -510,12 +603,16 @@ def _stale_pods_end(hosts, *, host: str, stale: list[str]) -> float:
 
 
 def _live_pods_on(host: str) -> list[str]:
-    return list(Pod.objects.filter(node__name=HOSTS[host][0], status__in=LIVE_POD_STATUSES)
-                .values_list("pod_id", flat=True))
+    return list(
+        Pod.objects.filter(node__name=HOSTS[host][0], status__in=LIVE_POD_STATUSES).values_list(
+            "pod_id", flat=True
+        )
+    )
 
 
 def test_a_host_cut_off_the_network_is_lost_and_its_jobs_run_again_elsewhere(
-        personas, two_hosts, watchdog):
+    personas, two_hosts, watchdog
+):
     solo, pair = _jobs_across(personas, two_hosts)
     stale = _live_pods_on("h2")
     assert len(stale) == 2 and all(processes_of(p) for p in stale)
@@ -526,8 +623,10 @@ def test_a_host_cut_off_the_network_is_lost_and_its_jobs_run_again_elsewhere(
     finally:
         sh("ip", "link", "set", link, "up")
     came_back = _stale_pods_end(two_hosts, host="h2", stale=stale)
-    print(f"cut off: Lost and requeued {took:.1f}s after the cut (NODE_LOST_AFTER="
-          f"{LOST_AFTER:g}s); back and stale pods ended {came_back:.1f}s after the link")
+    print(
+        f"cut off: Lost and requeued {took:.1f}s after the cut (NODE_LOST_AFTER="
+        f"{LOST_AFTER:g}s); back and stale pods ended {came_back:.1f}s after the link"
+    )
 
 
 @contextmanager
@@ -546,8 +645,7 @@ def _stop_messages_lost(queue: str):
         yield
 
 
-def test_a_frozen_agent_is_lost_and_on_waking_stops_the_pods_it_kept(
-        personas, two_hosts, watchdog):
+def test_a_frozen_agent_is_lost_and_on_waking_stops_the_pods_it_kept(personas, two_hosts, watchdog):
     agent = two_hosts["agents"]["h2"]
     solo, pair = _jobs_across(personas, two_hosts)
     stale = _live_pods_on("h2")
@@ -559,5 +657,7 @@ def test_a_frozen_agent_is_lost_and_on_waking_stops_the_pods_it_kept(
     finally:
         os.kill(agent.process.pid, signal.SIGCONT)
     came_back = _stale_pods_end(two_hosts, host="h2", stale=stale)
-    print(f"frozen: Lost and requeued {took:.1f}s after SIGSTOP (NODE_LOST_AFTER="
-          f"{LOST_AFTER:g}s); Ready and stale pods ended {came_back:.1f}s after SIGCONT")
+    print(
+        f"frozen: Lost and requeued {took:.1f}s after SIGSTOP (NODE_LOST_AFTER="
+        f"{LOST_AFTER:g}s); Ready and stale pods ended {came_back:.1f}s after SIGCONT"
+    )

@@ -68,7 +68,8 @@ def test_a_lost_node_requeues_a_job_without_aimaster_instead_of_failing_it(perso
     assert back.reason_code == "NodeLost"
     assert back.reason_message == (
         f"Requeued: Node {pod.node.name} stopped reporting: no heartbeat for 30s "
-        "(a platform interruption: requeued although AIMaster is off)")
+        "(a platform interruption: requeued although AIMaster is off)"
+    )
     restart = job.restarts.get()
     assert (restart.cause, restart.counted, restart.number) == ("NodeLost", False, 1)
     assert not job.events.filter(kind="Failed").exists()
@@ -99,7 +100,8 @@ def test_a_lost_node_spends_no_restart_of_an_aimaster_job_with_none_left(persona
     job.refresh_from_db()
     assert (job.status, job.restart_times, job.attempt) == (JobStatus.RUNNING, 2, 1)
     assert requeue(job).reason_message.endswith(
-        "(a platform interruption: AIMaster's budget 2/2 is not used)")
+        "(a platform interruption: AIMaster's budget 2/2 is not used)"
+    )
     assert job.not_before is None
     event = job.events.get(kind="Requeued")
     assert "a platform interruption: AIMaster's budget 2/2 is not used" in event.message
@@ -147,15 +149,15 @@ def test_it_bills_a_lost_nodes_pod_only_up_to_the_last_heartbeat(personas, repla
     lose(node, silent_since=market.at(3, 20), now=market.at(4, 0))
     billing_accrue(now=market.at(10))
     base = int(market.NOW.timestamp()) // 60
-    minutes = list(BillLine.objects.filter(pod=pod).order_by("minute")
-                   .values_list("minute", flat=True))
+    minutes = list(
+        BillLine.objects.filter(pod=pod).order_by("minute").values_list("minute", flat=True)
+    )
     assert [m - base for m in minutes] == [0, 1, 2, 3]  # not 4, when the watchdog noticed
     job.refresh_from_db()
     assert (job.status, job.restart_times) == (JobStatus.QUEUING, 0)  # pay-as-you-go: queued
 
 
-def test_a_silent_agent_loses_its_public_pool_pods_as_of_its_last_heartbeat(personas,
-                                                                            replay, sent):
+def test_a_silent_agent_loses_its_public_pool_pods_as_of_its_last_heartbeat(personas, replay, sent):
     """Public and spot pods have no node: when the agent running them stops reporting,
     they are lost with it (NodeLost, billed up to its last heartbeat) and their jobs are
     requeued; a pod of an agent that still reports is left alone."""
@@ -177,17 +179,23 @@ def test_a_silent_agent_loses_its_public_pool_pods_as_of_its_last_heartbeat(pers
 
     pod = gone.pods.get(attempt=0)
     assert (pod.status, pod.reason, pod.finished_at) == (
-        PodStatus.FAILED, "NodeLost", market.at(3, 20))
+        PodStatus.FAILED,
+        "NodeLost",
+        market.at(3, 20),
+    )
     assert "The agent agent@gone, which ran this pod of the public pool" in pod.message
     gone.refresh_from_db()
-    assert (gone.status, gone.reason_code, gone.restart_times) == (
-        JobStatus.QUEUING, "NodeLost", 0)
+    assert (gone.status, gone.reason_code, gone.restart_times) == (JobStatus.QUEUING, "NodeLost", 0)
     assert not gone.restarts.get().counted
     assert kept.pods.get().status == PodStatus.RUNNING  # its agent still reports
     billing_accrue(now=market.at(10))
     base = int(market.NOW.timestamp()) // 60
-    assert [m - base for m in BillLine.objects.filter(pod=pod).order_by("minute")
-            .values_list("minute", flat=True)] == [0, 1, 2, 3]
+    assert [
+        m - base
+        for m in BillLine.objects.filter(pod=pod)
+        .order_by("minute")
+        .values_list("minute", flat=True)
+    ] == [0, 1, 2, 3]
 
 
 def test_it_keeps_a_requeued_jobs_place_in_the_queue(personas):
@@ -213,16 +221,19 @@ def test_it_keeps_a_requeued_jobs_place_in_the_queue(personas):
 # --- what an agent reports -------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("reason", "exit_code", "message"), [
-    ("AgentRestarted", None, "The agent agent@test restarted and the pod's process is gone"),
-    ("AgentStopped", 143, "The agent agent@test stopped, and stopped its pods"),
-])
-def test_it_requeues_the_job_of_a_pod_its_agent_lost(personas, sent, reason, exit_code,
-                                                     message):
+@pytest.mark.parametrize(
+    ("reason", "exit_code", "message"),
+    [
+        ("AgentRestarted", None, "The agent agent@test restarted and the pod's process is gone"),
+        ("AgentStopped", 143, "The agent agent@test stopped, and stopped its pods"),
+    ],
+)
+def test_it_requeues_the_job_of_a_pod_its_agent_lost(personas, sent, reason, exit_code, message):
     job = submit(personas, pods=2)
     first, second = run_all(job)
-    services.pod_report_exit(pod_id=first.pod_id, exit_code=exit_code, now=timezone.now(),
-                             reason=reason, message=message)
+    services.pod_report_exit(
+        pod_id=first.pod_id, exit_code=exit_code, now=timezone.now(), reason=reason, message=message
+    )
     job.refresh_from_db()
     first.refresh_from_db()
     second.refresh_from_db()
@@ -241,8 +252,13 @@ def test_it_requeues_the_job_of_a_pod_its_agent_lost(personas, sent, reason, exi
 def test_it_requeues_an_aimaster_job_its_agent_lost_without_a_restart(personas, sent):
     job = submit(personas, pods=1, aimaster=True, max_restarts=3)
     [pod] = run_all(job)
-    services.pod_report_exit(pod_id=pod.pod_id, exit_code=None, now=timezone.now(),
-                             reason="AgentRestarted", message="The agent restarted")
+    services.pod_report_exit(
+        pod_id=pod.pod_id,
+        exit_code=None,
+        now=timezone.now(),
+        reason="AgentRestarted",
+        message="The agent restarted",
+    )
     job.refresh_from_db()
     assert (job.restart_times, job.attempt) == (0, 1)
     assert "AIMaster's budget 0/3 is not used" in requeue(job).reason_message
@@ -268,18 +284,25 @@ def test_a_pod_failure_still_spends_the_aimaster_budget(personas, sent):
     assert (restart.cause, restart.counted, restart.number) == ("PodFailed", True, 1)
 
 
-def test_a_spot_job_its_agent_stopped_goes_back_to_bidding_at_once(personas, replay,
-                                                                   settings):
+def test_a_spot_job_its_agent_stopped_goes_back_to_bidding_at_once(personas, replay, settings):
     settings.SCHEDULER_REQUEUE_BACKOFF_SECONDS = 600  # an AIMaster requeue would wait this
     replay([(market.NOW, market.G7, "0.30")])
     job = market.submit(personas, discount="0.9", name="spot")
     market.step(market.at(0))
     pod = job.pods.get()
-    services.pod_report_exit(pod_id=pod.pod_id, exit_code=143, now=market.at(1),
-                             reason="AgentStopped", message="The agent stopped")
+    services.pod_report_exit(
+        pod_id=pod.pod_id,
+        exit_code=143,
+        now=market.at(1),
+        reason="AgentStopped",
+        message="The agent stopped",
+    )
     job.refresh_from_db()
     assert (job.status, job.reason_code, job.restart_times) == (
-        JobStatus.BIDDING, "AgentStopped", 0)
+        JobStatus.BIDDING,
+        "AgentStopped",
+        0,
+    )
     assert job.not_before is None and not job.restarts.get().counted
     assert "back to the spot market" in job.events.get(kind="Requeued").message
     market.step(market.at(1, 5))
@@ -300,22 +323,33 @@ def test_one_batch_sends_each_job_where_aimaster_decides(personas, replay, sent,
     run_all(plain)
     now = timezone.now()
     with transaction.atomic():
-        jobs = {j.display_name: j for j in Job.objects.select_for_update().filter(
-            pk__in=[spot.pk, quota.pk, plain.pk])}
-        jobs_requeue_or_fail(interruptions=[
-            Interruption(jobs["spot"], "NodeLost", "Node gone", 0.0, platform=True),
-            Interruption(jobs["quota"], "JobPreempted", "Preempted by q", 0.0),
-            Interruption(jobs["plain"], "JobPreempted", "Preempted by q", 0.0),
-        ], now=now)
+        jobs = {
+            j.display_name: j
+            for j in Job.objects.select_for_update().filter(pk__in=[spot.pk, quota.pk, plain.pk])
+        }
+        jobs_requeue_or_fail(
+            interruptions=[
+                Interruption(jobs["spot"], "NodeLost", "Node gone", 0.0, platform=True),
+                Interruption(jobs["quota"], "JobPreempted", "Preempted by q", 0.0),
+                Interruption(jobs["plain"], "JobPreempted", "Preempted by q", 0.0),
+            ],
+            now=now,
+        )
     for job in (spot, quota, plain):
         job.refresh_from_db()
     assert (spot.status, spot.restart_times, spot.not_before) == (JobStatus.BIDDING, 0, None)
     assert "back to the spot market" in spot.events.get(kind="Requeued").message
     assert (quota.status, quota.restart_times, quota.not_before) == (
-        JobStatus.QUEUING, 1, now + timedelta(seconds=600))
+        JobStatus.QUEUING,
+        1,
+        now + timedelta(seconds=600),
+    )
     assert "back to the queue" in quota.events.get(kind="Requeued").message
     assert (plain.status, plain.reason_code, plain.reason_message) == (
-        JobStatus.FAILED, "JobPreempted", "Preempted by q (no automatic fault tolerance)")
+        JobStatus.FAILED,
+        "JobPreempted",
+        "Preempted by q (no automatic fault tolerance)",
+    )
     assert not plain.restarts.exists()
 
 
@@ -338,8 +372,9 @@ def test_a_drain_cordons_the_node_and_moves_its_jobs_with_their_grace(personas, 
         pod.refresh_from_db()
         assert (pod.status, pod.reason) == (PodStatus.STOPPED, "NodeDrained")
     stops = [c for c in sent if c[0] == "pod_stop_task"]
-    assert sorted(stops) == sorted(("pod_stop_task", (p.pod_id, 45), f"node.{node.name}")
-                                   for p in pods)
+    assert sorted(stops) == sorted(
+        ("pod_stop_task", (p.pod_id, 45), f"node.{node.name}") for p in pods
+    )
     moved.refresh_from_db()
     assert (moved.restart_times, moved.attempt) == (0, 1)
     assert moved.pods.filter(attempt=1).exclude(node=node).count() == 2  # placed elsewhere
@@ -379,15 +414,20 @@ def test_a_cordoned_node_that_goes_silent_loses_its_pods_and_stays_cordoned(pers
     assert (pod.status, pod.reason) == (PodStatus.FAILED, "NodeLost")
     node.refresh_from_db()
     assert node.status == Node.Status.CORDONED
-    services.agent_heartbeat(worker="agent@back", hostname="h", address="10.0.0.9",
-                             nodes=[node.name], public=False, sandbox="strict",
-                             now=now + timedelta(seconds=2))
+    services.agent_heartbeat(
+        worker="agent@back",
+        hostname="h",
+        address="10.0.0.9",
+        nodes=[node.name],
+        public=False,
+        sandbox="strict",
+        now=now + timedelta(seconds=2),
+    )
     node.refresh_from_db()
     assert node.status == Node.Status.CORDONED  # its agent's return does not undo the cordon
 
 
-def test_the_job_page_shows_a_platform_interruption_as_not_counted(personas, alice_client,
-                                                                     sent):
+def test_the_job_page_shows_a_platform_interruption_as_not_counted(personas, alice_client, sent):
     """A node lost (not counted), then a pod failure (AIMaster's first restart): each row
     numbers its attempt, and only the counted one takes a place in the budget."""
     job = submit(personas, pods=1, aimaster=True, max_restarts=3)
@@ -400,14 +440,16 @@ def test_the_job_page_shows_a_platform_interruption_as_not_counted(personas, ali
     job.refresh_from_db()
     assert (job.attempt, job.restart_times) == (2, 1)
     assert [(r.number, r.cause, r.counted) for r in job.restarts.all()] == [
-        (1, "NodeLost", False), (2, "PodFailed", True)]
+        (1, "NodeLost", False),
+        (2, "PodFailed", True),
+    ]
     content = alice_client.get(reverse("jobs:detail", args=[job.job_id])).content.decode()
-    restarts = content[content.index('id="restarts"'):content.index('id="checkpoints"')]
+    restarts = content[content.index('id="restarts"') : content.index('id="checkpoints"')]
     assert restarts.count('class="restart-platform"') == 1
     assert ">not counted</span>" in restarts and '<td class="num">1/3</td>' in restarts
     assert "without spending AIMaster's budget" in restarts
-    assert "AIMaster restarts</dt><dd id=\"restart-count\"><strong>1/3" in content
-    first = content[content.index('id="attempt-0"'):]
-    assert "by a platform interruption, not counted," in first[:first.index("</h3>")]
-    second = content[content.index('id="attempt-1"'):]
-    assert "by restart 1/3" in second[:second.index("</h3>")]
+    assert 'AIMaster restarts</dt><dd id="restart-count"><strong>1/3' in content
+    first = content[content.index('id="attempt-0"') :]
+    assert "by a platform interruption, not counted," in first[: first.index("</h3>")]
+    second = content[content.index('id="attempt-1"') :]
+    assert "by restart 1/3" in second[: second.index("</h3>")]

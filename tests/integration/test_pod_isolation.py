@@ -34,8 +34,14 @@ from tests.integration.test_agent_pods import (  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-LIMITS = {"POD_DISK_QUOTA_MIB": "64", "POD_MAX_FILES": "3000", "POD_PIDS_MAX": "64",
-          "POD_TMP_MIB": "16", "POD_SHM_MIB": "16", "POD_DISK_CHECK_SECONDS": "0.5"}
+LIMITS = {
+    "POD_DISK_QUOTA_MIB": "64",
+    "POD_MAX_FILES": "3000",
+    "POD_PIDS_MAX": "64",
+    "POD_TMP_MIB": "16",
+    "POD_SHM_MIB": "16",
+    "POD_DISK_CHECK_SECONDS": "0.5",
+}
 
 
 @pytest.fixture(scope="module")
@@ -87,8 +93,9 @@ def events(job, kind: str) -> list[str]:
 
 def host_addresses() -> list[str]:
     """This host's own non-loopback IPv4 addresses (a pod must not reach them either)."""
-    out = subprocess.run(["ip", "-4", "-o", "addr", "show", "scope", "global"],
-                         capture_output=True, text=True).stdout
+    out = subprocess.run(
+        ["ip", "-4", "-o", "addr", "show", "scope", "global"], capture_output=True, text=True
+    ).stdout
     return [line.split()[3].split("/")[0] for line in out.splitlines() if len(line.split()) > 3]
 
 
@@ -126,8 +133,7 @@ def listener():
     abstract.close()
 
 
-def test_a_pod_runs_as_its_jobs_uid_with_no_privilege_and_cannot_remount(personas,
-                                                                        agent_backend):
+def test_a_pod_runs_as_its_jobs_uid_with_no_privilege_and_cannot_remount(personas, agent_backend):
     venv_site = Path(sys.prefix) / "lib"
     planted = Path(django_settings.BASE_DIR) / "paiweb-planted"
     command = (
@@ -149,12 +155,30 @@ def test_a_pod_runs_as_its_jobs_uid_with_no_privilege_and_cannot_remount(persona
     log = pod_log(job.pods.get())
     uid = django_settings.POD_UID_BASE + job.pk
     assert f"\n{uid}\n{uid}\n{uid}\n" in log, log  # uid, gid and the only group
-    for line in ("CapEff:\t0000000000000000", "CapPrm:\t0000000000000000",
-                 "CapBnd:\t0000000000000000", "CapAmb:\t0000000000000000",
-                 "NoNewPrivs:\t1", "Seccomp:\t2"):
+    for line in (
+        "CapEff:\t0000000000000000",
+        "CapPrm:\t0000000000000000",
+        "CapBnd:\t0000000000000000",
+        "CapAmb:\t0000000000000000",
+        "NoNewPrivs:\t1",
+        "Seccomp:\t2",
+    ):
         assert line in log, log
-    for attempt in ("umount-tmp", "umount-proc", "remount-root", "remount-usr", "mount",
-                    "userns", "mountns", "nsenter", "pth", "repo", "usr", "suid", "su"):
+    for attempt in (
+        "umount-tmp",
+        "umount-proc",
+        "remount-root",
+        "remount-usr",
+        "mount",
+        "userns",
+        "mountns",
+        "nsenter",
+        "pth",
+        "repo",
+        "usr",
+        "suid",
+        "su",
+    ):
         assert f"\n{attempt}=" in log and f"\n{attempt}=0\n" not in log, (attempt, log)
     assert not list(venv_site.glob("evil.pth")) and not planted.exists()
     assert not Path("/usr/evil").exists()
@@ -162,25 +186,38 @@ def test_a_pod_runs_as_its_jobs_uid_with_no_privilege_and_cannot_remount(persona
 
 
 def test_a_pod_sees_no_secret_of_the_platform_nor_another_job(personas, agent_backend):
-    victim = submit(personas, command="echo bobs-secret > secret.txt; sleep 60", user="bob",
-                    name="victim")
+    victim = submit(
+        personas, command="echo bobs-secret > secret.txt; sleep 60", user="bob", name="victim"
+    )
     job_in(victim, JobStatus.RUNNING, agent=agent_backend)
     victim_dir = Path(PodProcess.objects.get(pod=victim.pods.get()).work_dir)
-    wait_for(lambda: (victim_dir / "secret.txt").exists(), what="the victim's file",
-             agent=agent_backend)
+    wait_for(
+        lambda: (victim_dir / "secret.txt").exists(), what="the victim's file", agent=agent_backend
+    )
     db_name = str(connection.settings_dict["NAME"])
-    paths = [victim_dir / "secret.txt", victim_dir, Path(db_name),
-             Path(django_settings.BASE_DIR) / "paiweb" / "settings.py",
-             Path(django_settings.VAR_DIR), agent_backend.var_dir,
-             agent_backend.pod_work_root, Path("/etc/shadow"), Path("/root"),
-             Path("/var/run/postgresql"), Path("/run")]
-    command = "; ".join(f"cat {p} 2>/dev/null | head -c 100; ls {p} 2>/dev/null | head -5"
-                        for p in paths)
-    command += ("; echo PROCS=$(ls /proc | grep -c '^[0-9]'); "
-                "cat /proc/*/environ 2>/dev/null | tr '\\0' '\\n' | grep -E "
-                "'DATABASE_URL|REDIS_URL|SECRET_KEY|DJANGO' || echo no-platform-env; "
-                "kill -9 -1; echo killed-all=$?; "
-                "echo SHADOW-COVERED=$(grep -c ' /etc/shadow ' /proc/self/mountinfo); true")
+    paths = [
+        victim_dir / "secret.txt",
+        victim_dir,
+        Path(db_name),
+        Path(django_settings.BASE_DIR) / "paiweb" / "settings.py",
+        Path(django_settings.VAR_DIR),
+        agent_backend.var_dir,
+        agent_backend.pod_work_root,
+        Path("/etc/shadow"),
+        Path("/root"),
+        Path("/var/run/postgresql"),
+        Path("/run"),
+    ]
+    command = "; ".join(
+        f"cat {p} 2>/dev/null | head -c 100; ls {p} 2>/dev/null | head -5" for p in paths
+    )
+    command += (
+        "; echo PROCS=$(ls /proc | grep -c '^[0-9]'); "
+        "cat /proc/*/environ 2>/dev/null | tr '\\0' '\\n' | grep -E "
+        "'DATABASE_URL|REDIS_URL|SECRET_KEY|DJANGO' || echo no-platform-env; "
+        "kill -9 -1; echo killed-all=$?; "
+        "echo SHADOW-COVERED=$(grep -c ' /etc/shadow ' /proc/self/mountinfo); true"
+    )
     job = submit(personas, command=command, user="charlie", ws="ws_b", quota="team-b")
     job_in(job, JobStatus.SUCCEEDED, agent=agent_backend)
     log = pod_log(job.pods.get())
@@ -195,15 +232,20 @@ def test_a_pod_sees_no_secret_of_the_platform_nor_another_job(personas, agent_ba
 
 
 def test_a_pod_reaches_no_service_of_the_platform_and_the_platform_keeps_working(
-        personas, agent_backend, listener):
+    personas, agent_backend, listener
+):
     victim = submit(personas, command="echo up; sleep 60", user="bob", name="victim")
     job_in(victim, JobStatus.RUNNING, agent=agent_backend)
-    targets = [("127.0.0.1", port) for port in (5432, 6379, 5672, 8000, 5555,
-                                                listener["port"])]
-    targets += [(address, port) for address in host_addresses()
-                for port in (5432, 6379, listener["port"])]
-    unix = ["/var/run/postgresql/.s.PGSQL.5432", "/run/postgresql/.s.PGSQL.5432",
-            django_settings.REDIS_URL.removeprefix("unix://"), "\0" + listener["abstract"]]
+    targets = [("127.0.0.1", port) for port in (5432, 6379, 5672, 8000, 5555, listener["port"])]
+    targets += [
+        (address, port) for address in host_addresses() for port in (5432, 6379, listener["port"])
+    ]
+    unix = [
+        "/var/run/postgresql/.s.PGSQL.5432",
+        "/run/postgresql/.s.PGSQL.5432",
+        django_settings.REDIS_URL.removeprefix("unix://"),
+        "\0" + listener["abstract"],
+    ]
     script = f"""
         import socket
         for host, port in {targets!r}:
@@ -234,12 +276,16 @@ def test_a_pod_reaches_no_service_of_the_platform_and_the_platform_keeps_working
     job_stop(job=victim, by=personas["bob"])
 
 
-def test_the_pods_of_one_job_talk_and_another_jobs_pod_cannot_reach_them(personas,
-                                                                        agent_backend):
+def test_the_pods_of_one_job_talk_and_another_jobs_pod_cannot_reach_them(personas, agent_backend):
     script = PAIR
     pair = submit(personas, command=python(script), pods=2, name="pair")
-    port = wait_for(lambda: PodProcess.objects.filter(pod__job=pair).values_list(
-        "master_port", flat=True).first(), what="the pair's port", agent=agent_backend)
+    port = wait_for(
+        lambda: (
+            PodProcess.objects.filter(pod__job=pair).values_list("master_port", flat=True).first()
+        ),
+        what="the pair's port",
+        agent=agent_backend,
+    )
     probe = f"""
         import socket, time
         found = []
@@ -253,8 +299,9 @@ def test_the_pods_of_one_job_talk_and_another_jobs_pod_cannot_reach_them(persona
             time.sleep(0.2)
         print("INTRUDED" if found else "unreachable")
     """
-    other = submit(personas, command=python(probe), user="charlie", ws="ws_b", quota="team-b",
-                   name="other")
+    other = submit(
+        personas, command=python(probe), user="charlie", ws="ws_b", quota="team-b", name="other"
+    )
     job_in(pair, JobStatus.SUCCEEDED, agent=agent_backend)
     job_in(other, JobStatus.SUCCEEDED, agent=agent_backend)
     master = min(pair.pods.all(), key=lambda p: p.index)
@@ -303,11 +350,15 @@ def test_a_fork_bomb_stops_at_the_process_limit(personas, agent_backend):
     assert "limit of 64 processes" in pod.message
 
 
-@pytest.mark.parametrize("command, why", [
-    ("head -c 100M /dev/zero > big; exit $?", "disk quota of 64 MiB"),
-    ("for i in $(seq 20); do head -c 10M /dev/zero > f$i; done; sleep 30", "quota of 64 MiB"),
-    ("mkdir d && cd d && for i in $(seq 5000); do : > $i; done; sleep 30", "3,000 files"),
-], ids=["one-big-file", "many-files-of-size", "too-many-files"])
+@pytest.mark.parametrize(
+    "command, why",
+    [
+        ("head -c 100M /dev/zero > big; exit $?", "disk quota of 64 MiB"),
+        ("for i in $(seq 20); do head -c 10M /dev/zero > f$i; done; sleep 30", "quota of 64 MiB"),
+        ("mkdir d && cd d && for i in $(seq 5000); do : > $i; done; sleep 30", "3,000 files"),
+    ],
+    ids=["one-big-file", "many-files-of-size", "too-many-files"],
+)
 def test_a_pod_over_its_disk_quota_is_stopped(personas, agent_backend, limits, command, why):
     job = submit(personas, command=command, name="filler")
     job_in(job, JobStatus.FAILED, agent=agent_backend)
@@ -318,10 +369,12 @@ def test_a_pod_over_its_disk_quota_is_stopped(personas, agent_backend, limits, c
 
 
 def test_tmp_and_shm_are_small_private_and_size_capped(personas, agent_backend):
-    command = ("head -c 40M /dev/zero > /tmp/x; echo tmp=$?; "
-               "head -c 40M /dev/zero > /dev/shm/x; echo shm=$?; "
-               "echo TMP=$(df -m --output=size /tmp | tail -1 | tr -d ' '); "
-               "echo SHM=$(df -m --output=size /dev/shm | tail -1 | tr -d ' '); true")
+    command = (
+        "head -c 40M /dev/zero > /tmp/x; echo tmp=$?; "
+        "head -c 40M /dev/zero > /dev/shm/x; echo shm=$?; "
+        "echo TMP=$(df -m --output=size /tmp | tail -1 | tr -d ' '); "
+        "echo SHM=$(df -m --output=size /dev/shm | tail -1 | tr -d ' '); true"
+    )
     job = submit(personas, command=command, name="tmp")
     job_in(job, JobStatus.SUCCEEDED, agent=agent_backend)
     log = pod_log(job.pods.get())
@@ -329,8 +382,9 @@ def test_tmp_and_shm_are_small_private_and_size_capped(personas, agent_backend):
     assert "TMP=16" in log and "SHM=16" in log
 
 
-def test_a_fifo_manifest_neither_hangs_the_agent_nor_leaves_the_job_running(personas,
-                                                                           agent_backend):
+def test_a_fifo_manifest_neither_hangs_the_agent_nor_leaves_the_job_running(
+    personas, agent_backend
+):
     command = 'mkfifo "$PAIWEB_CHECKPOINT_DIR/manifest.jsonl" && sleep 2 && echo done'
     job = submit(personas, command=command, name="fifo")
     job_in(job, JobStatus.SUCCEEDED, agent=agent_backend)
@@ -344,11 +398,20 @@ def test_a_fifo_manifest_neither_hangs_the_agent_nor_leaves_the_job_running(pers
 def test_the_agent_refuses_to_start_where_it_cannot_isolate_pods(tmp_path):
     bare = tmp_path / "bin"  # a PATH without bubblewrap, iproute2 or util-linux
     bare.mkdir()
-    env = {**os.environ, "PATH": str(bare), "SANDBOX": "strict",
-           "PAIWEB_VAR_DIR": str(tmp_path / "var")}
-    done = subprocess.run([sys.executable, "manage.py", "agent", "--nodes", "gpu-node-0"],
-                          cwd=django_settings.BASE_DIR, env=env, capture_output=True,
-                          text=True, timeout=60)
+    env = {
+        **os.environ,
+        "PATH": str(bare),
+        "SANDBOX": "strict",
+        "PAIWEB_VAR_DIR": str(tmp_path / "var"),
+    }
+    done = subprocess.run(
+        [sys.executable, "manage.py", "agent", "--nodes", "gpu-node-0"],
+        cwd=django_settings.BASE_DIR,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode != 0
     assert "cannot isolate pods" in done.stderr and "bubblewrap is not installed" in done.stderr
     assert "SANDBOX=insecure" in done.stderr

@@ -41,8 +41,9 @@ def servers(_redis_for_tests):
 
 
 def _https(servers: Servers, method: str, path: str, **kwargs) -> http.client.HTTPResponse:
-    connection = http.client.HTTPSConnection("127.0.0.1", servers.https_port, timeout=10,
-                                             context=servers.tls_context())
+    connection = http.client.HTTPSConnection(
+        "127.0.0.1", servers.https_port, timeout=10, context=servers.tls_context()
+    )
     connection.request(method, path, **kwargs)
     response = connection.getresponse()
     response.body = response.read()
@@ -60,9 +61,15 @@ def _http(port: int, path: str) -> http.client.HTTPResponse:
 
 
 def test_it_keeps_answering_probes_while_64_slow_clients_hold_connections(servers):
-    probes, slow = attack(port=servers.https_port, tls=servers.tls_context(), clients=64,
-                          seconds=CLIENT_HEADER_TIMEOUT, reconnect=False, stall_after=3,
-                          wait_for_cuts=CLIENT_BODY_TIMEOUT + 2 * SLACK)
+    probes, slow = attack(
+        port=servers.https_port,
+        tls=servers.tls_context(),
+        clients=64,
+        seconds=CLIENT_HEADER_TIMEOUT,
+        reconnect=False,
+        stall_after=3,
+        wait_for_cuts=CLIENT_BODY_TIMEOUT + 2 * SLACK,
+    )
 
     assert not probes.failures, probes.summary()
     assert len(probes.latencies) >= 15, probes.summary()
@@ -72,12 +79,14 @@ def test_it_keeps_answering_probes_while_64_slow_clients_hold_connections(server
     bodies = [c for c in slow if c.mode == "body"]
     # A head sent a byte a second is cut client_header_timeout after its first byte.
     assert all(len(c.cuts) == 1 for c in heads), [c.cuts for c in heads]
-    assert all(CLIENT_HEADER_TIMEOUT - 1 <= c.cuts[0] <= CLIENT_HEADER_TIMEOUT + SLACK
-               for c in heads), sorted(c.cuts[0] for c in heads)
+    assert all(
+        CLIENT_HEADER_TIMEOUT - 1 <= c.cuts[0] <= CLIENT_HEADER_TIMEOUT + SLACK for c in heads
+    ), sorted(c.cuts[0] for c in heads)
     # A body that stalls after 3 bytes (3 s) is cut client_body_timeout later.
     assert all(len(c.cuts) == 1 for c in bodies), [c.cuts for c in bodies]
-    assert all(CLIENT_BODY_TIMEOUT <= c.cuts[0] <= 3 + CLIENT_BODY_TIMEOUT + SLACK
-               for c in bodies), sorted(c.cuts[0] for c in bodies)
+    assert all(
+        CLIENT_BODY_TIMEOUT <= c.cuts[0] <= 3 + CLIENT_BODY_TIMEOUT + SLACK for c in bodies
+    ), sorted(c.cuts[0] for c in bodies)
     # nginx passes on only whole requests: gunicorn saw the probes, never a slow request.
     log = (servers.workdir / "gunicorn.log").read_text(errors="replace")
     assert "GET /healthz" in log and "POST /api/v1/jobs" not in log
@@ -106,11 +115,21 @@ def test_it_accepts_a_login_form_posted_over_https_on_another_port(servers):
     cookie = page.getheader("Set-Cookie").split(";")[0]
     token = re.search(rb'name="csrfmiddlewaretoken" value="([^"]+)"', page.body).group(1)
     origin = f"https://127.0.0.1:{servers.https_port}"
-    body = urlencode({"csrfmiddlewaretoken": token.decode(), "username": "nobody",
-                      "password": "wrong"})
-    response = _https(servers, "POST", "/login/", body=body, headers={
-        "Cookie": cookie, "Origin": origin, "Referer": f"{origin}/login/",
-        "Content-Type": "application/x-www-form-urlencoded"})
+    body = urlencode(
+        {"csrfmiddlewaretoken": token.decode(), "username": "nobody", "password": "wrong"}
+    )
+    response = _https(
+        servers,
+        "POST",
+        "/login/",
+        body=body,
+        headers={
+            "Cookie": cookie,
+            "Origin": origin,
+            "Referer": f"{origin}/login/",
+            "Content-Type": "application/x-www-form-urlencoded",
+        },
+    )
     assert response.status == 200, response.body[:500]
     assert b"Please enter a correct username and password" in response.body
 
@@ -138,8 +157,9 @@ def test_it_overrides_a_forwarded_proto_the_client_sends(servers):
 
 def test_it_refuses_bodies_over_the_limit_before_reading_them(servers):
     body = b"x" * (4 * 1024 * 1024)
-    response = _https(servers, "POST", "/api/v1/jobs", body=body,
-                      headers={"Content-Type": "application/json"})
+    response = _https(
+        servers, "POST", "/api/v1/jobs", body=body, headers={"Content-Type": "application/json"}
+    )
     assert response.status == 413
 
 

@@ -21,11 +21,26 @@ def _fast_scheduler(settings):
     settings.SCHEDULER_REQUEUE_BACKOFF_SECONDS = 0
 
 
-def submit(personas, *, ws="ws_a", user="alice", quota="team-a", pods=1, gpu=1, idle="off",
-           aimaster=False, name="job", priority=1) -> Job:
+def submit(
+    personas,
+    *,
+    ws="ws_a",
+    user="alice",
+    quota="team-a",
+    pods=1,
+    gpu=1,
+    idle="off",
+    aimaster=False,
+    name="job",
+    priority=1,
+) -> Job:
     spec = JobSpec(
-        display_name=name, user_command="python train.py", quota=quota, idle_mode=idle,
-        enable_aimaster=aimaster, priority=priority,
+        display_name=name,
+        user_command="python train.py",
+        quota=quota,
+        idle_mode=idle,
+        enable_aimaster=aimaster,
+        priority=priority,
         roles=[RoleSpec(pod_count=pods, cpu=4000, memory=16384, gpu=gpu)],
     )
     job = job_submit(workspace=personas[ws], user=personas[user], spec=spec)
@@ -37,7 +52,11 @@ def test_it_runs_a_regular_job_in_quota(personas):
     job = submit(personas, pods=2, gpu=2)
     assert job.status == JobStatus.RUNNING
     assert [t.status for t in job.status_history.all()] == [
-        "Creating", "Queuing", "EnvPreparing", "Running"]
+        "Creating",
+        "Queuing",
+        "EnvPreparing",
+        "Running",
+    ]
     pods = list(job.pods.all())
     assert len(pods) == 2 and all(p.in_quota and p.status == PodStatus.RUNNING for p in pods)
     kinds = list(job.events.values_list("kind", flat=True))
@@ -60,8 +79,17 @@ def test_it_lets_an_acceptable_job_borrow_idle_room(personas):
 
 
 def test_it_reclaims_from_a_borrower_and_requeues_it_with_aimaster(personas):
-    borrower = submit(personas, ws="ws_b", user="charlie", quota="team-b", pods=4, gpu=4,
-                      idle="only_idle", aimaster=True, name="borrower")
+    borrower = submit(
+        personas,
+        ws="ws_b",
+        user="charlie",
+        quota="team-b",
+        pods=4,
+        gpu=4,
+        idle="only_idle",
+        aimaster=True,
+        name="borrower",
+    )
     assert borrower.status == JobStatus.RUNNING
     assert not any(borrower.pods.values_list("in_quota", flat=True))
 
@@ -86,8 +114,16 @@ def test_it_reclaims_from_a_borrower_and_requeues_it_with_aimaster(personas):
 
 
 def test_it_fails_a_preempted_job_without_aimaster(personas):
-    borrower = submit(personas, ws="ws_b", user="charlie", quota="team-b", pods=4, gpu=4,
-                      idle="only_idle", name="fragile")
+    borrower = submit(
+        personas,
+        ws="ws_b",
+        user="charlie",
+        quota="team-b",
+        pods=4,
+        gpu=4,
+        idle="only_idle",
+        name="fragile",
+    )
     submit(personas, pods=1, gpu=4, name="owner")
     borrower.refresh_from_db()
     assert borrower.status == JobStatus.FAILED
@@ -97,12 +133,18 @@ def test_it_fails_a_preempted_job_without_aimaster(personas):
 def test_it_changes_nothing_on_a_repeated_tick(personas):
     submit(personas, pods=2, gpu=2)
     submit(personas, pods=2, gpu=4, name="waits")
-    before = (Pod.objects.count(), JobEvent.objects.count(),
-              list(Job.objects.values_list("status", "pending_reason", "queue_position")))
+    before = (
+        Pod.objects.count(),
+        JobEvent.objects.count(),
+        list(Job.objects.values_list("status", "pending_reason", "queue_position")),
+    )
     scheduler_tick(now=timezone.now())
     scheduler_tick(now=timezone.now())
-    after = (Pod.objects.count(), JobEvent.objects.count(),
-             list(Job.objects.values_list("status", "pending_reason", "queue_position")))
+    after = (
+        Pod.objects.count(),
+        JobEvent.objects.count(),
+        list(Job.objects.values_list("status", "pending_reason", "queue_position")),
+    )
     assert before == after
 
 
@@ -118,8 +160,17 @@ def test_it_admits_the_next_job_when_a_running_job_stops(personas):
 def test_it_waits_for_preempted_processes_to_exit_before_placing_the_owner(personas):
     from apps.agent.models import PodProcess
 
-    borrower = submit(personas, ws="ws_b", user="charlie", quota="team-b", pods=4, gpu=4,
-                      idle="only_idle", aimaster=True, name="borrower")
+    borrower = submit(
+        personas,
+        ws="ws_b",
+        user="charlie",
+        quota="team-b",
+        pods=4,
+        gpu=4,
+        idle="only_idle",
+        aimaster=True,
+        name="borrower",
+    )
     now = timezone.now()
     PodProcess.objects.bulk_create(
         PodProcess(pod=pod, state="running", queue=f"node.{pod.node.name}", queued_at=now)

@@ -29,20 +29,34 @@ from tests.api.conftest import config
 BASE_DIR = Path(settings.BASE_DIR)
 DEMO = BASE_DIR / "examples" / "demo-cluster.toml"
 REAL_KEY = "a-real-key-" + "k" * 50
-ISOLATED = ("SECRET_KEY", "ACCESS_KEY_ENCRYPTION_SECRET", "DEBUG", "PAIWEB_VAR_DIR",
-            "DATABASE_URL", "REDIS_URL")
+ISOLATED = (
+    "SECRET_KEY",
+    "ACCESS_KEY_ENCRYPTION_SECRET",
+    "DEBUG",
+    "PAIWEB_VAR_DIR",
+    "DATABASE_URL",
+    "REDIS_URL",
+)
 
 
 def manage(var_dir: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
     environ = {k: v for k, v in os.environ.items() if k not in ISOLATED}
     environ.update(PAIWEB_VAR_DIR=str(var_dir), DJANGO_SETTINGS_MODULE="paiweb.settings", **env)
-    return subprocess.run([sys.executable, str(BASE_DIR / "manage.py"), *args], env=environ,
-                          cwd=BASE_DIR, capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, str(BASE_DIR / "manage.py"), *args],
+        env=environ,
+        cwd=BASE_DIR,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def setting(var_dir: Path, expression: str, **env: str) -> str:
-    code = ("from django.conf import settings; from apps.workspaces.crypto import fernet_key; "
-            f"print({expression})")
+    code = (
+        "from django.conf import settings; from apps.workspaces.crypto import fernet_key; "
+        f"print({expression})"
+    )
     result = manage(var_dir, "shell", "-v", "0", "-c", code, **env)
     assert result.returncode == 0, result.stderr
     return result.stdout.strip().splitlines()[-1]
@@ -54,8 +68,10 @@ def setting(var_dir: Path, expression: str, **env: str) -> str:
         ({}, "SECRET_KEY is not set, and DEBUG is false"),
         ({"SECRET_KEY": ""}, "SECRET_KEY is not set, and DEBUG is false"),
         ({"SECRET_KEY": PUBLIC_DEFAULT_SECRET_KEY}, "SECRET_KEY is the public development"),
-        ({"SECRET_KEY": REAL_KEY, "ACCESS_KEY_ENCRYPTION_SECRET": PUBLIC_DEFAULT_SECRET_KEY},
-         "ACCESS_KEY_ENCRYPTION_SECRET is the public development"),
+        (
+            {"SECRET_KEY": REAL_KEY, "ACCESS_KEY_ENCRYPTION_SECRET": PUBLIC_DEFAULT_SECRET_KEY},
+            "ACCESS_KEY_ENCRYPTION_SECRET is the public development",
+        ),
     ],
     ids=["unset", "empty", "public-default", "public-encryption-secret"],
 )
@@ -73,8 +89,15 @@ def test_outside_debug_a_real_key_starts_and_is_used(tmp_path):
     assert result.returncode == 0, result.stderr
     assert "no issues" in result.stdout
 
-    assert setting(tmp_path, "settings.SECRET_KEY == settings.ACCESS_KEY_ENCRYPTION_SECRET",
-                   DEBUG="false", SECRET_KEY=REAL_KEY) == "True"
+    assert (
+        setting(
+            tmp_path,
+            "settings.SECRET_KEY == settings.ACCESS_KEY_ENCRYPTION_SECRET",
+            DEBUG="false",
+            SECRET_KEY=REAL_KEY,
+        )
+        == "True"
+    )
     assert not (tmp_path / INSTALLATION_SECRET_FILE).exists()
 
 
@@ -91,8 +114,10 @@ def test_in_debug_without_a_key_it_generates_one_per_installation(tmp_path):
     assert key_file.read_text().strip() == key
     assert setting(tmp_path, "settings.SECRET_KEY", DEBUG="true") == key
     # The public default counts as unset.
-    assert setting(tmp_path, "settings.SECRET_KEY", DEBUG="true",
-                   SECRET_KEY=PUBLIC_DEFAULT_SECRET_KEY) == key
+    assert (
+        setting(tmp_path, "settings.SECRET_KEY", DEBUG="true", SECRET_KEY=PUBLIC_DEFAULT_SECRET_KEY)
+        == key
+    )
     other_installation = tmp_path / "other"
     other_installation.mkdir()
     assert generated(other_installation) != key
@@ -104,8 +129,11 @@ def test_the_encryption_key_never_derives_from_the_public_default(tmp_path):
     assert derived != fernet_key(PUBLIC_DEFAULT_SECRET_KEY).decode()
     key = (tmp_path / INSTALLATION_SECRET_FILE).read_text().strip()
     assert derived == fernet_key(key).decode()
-    explicit = setting(tmp_path, "fernet_key(settings.ACCESS_KEY_ENCRYPTION_SECRET).decode()",
-                       ACCESS_KEY_ENCRYPTION_SECRET="an-explicit-encryption-secret")
+    explicit = setting(
+        tmp_path,
+        "fernet_key(settings.ACCESS_KEY_ENCRYPTION_SECRET).decode()",
+        ACCESS_KEY_ENCRYPTION_SECRET="an-explicit-encryption-secret",
+    )
     assert explicit == fernet_key("an-explicit-encryption-secret").decode() != derived
 
 

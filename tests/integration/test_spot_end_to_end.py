@@ -47,9 +47,15 @@ def hm(hour: int, minute: int, second: int = 0) -> datetime:
 def job_finish(*, job: Job, now: datetime) -> None:
     """Stand-in for the execution layer: every live pod exits 0 and the job succeeds."""
     job.pods.filter(status=PodStatus.RUNNING).update(
-        status=PodStatus.SUCCEEDED, exit_code=0, finished_at=now)
-    job_transition(job=job, status=JobStatus.SUCCEEDED, now=now, reason_code="JobSucceeded",
-                   reason_message="All workers exited 0")
+        status=PodStatus.SUCCEEDED, exit_code=0, finished_at=now
+    )
+    job_transition(
+        job=job,
+        status=JobStatus.SUCCEEDED,
+        now=now,
+        reason_code="JobSucceeded",
+        reason_message="All workers exited 0",
+    )
 
 
 def run(job: Job, *, until: datetime, finish_at: datetime | None = None) -> list[tuple]:
@@ -77,7 +83,8 @@ def trace_bill(pod_runs: list[tuple[datetime, datetime]]) -> Decimal:
     with TRACE.open() as f:
         points = sorted(
             (datetime.fromisoformat(row["timestamp"]), Decimal(row["price"]))
-            for row in csv.DictReader(f) if row["instance_type"] == G7
+            for row in csv.DictReader(f)
+            if row["instance_type"] == G7
         )
     total = Decimal(0)
     for start, end in pod_runs:
@@ -91,8 +98,7 @@ def trace_bill(pod_runs: list[tuple[datetime, datetime]]) -> Decimal:
 
 
 def test_a_spot_job_with_aimaster_survives_a_price_spike_and_is_billed_to_the_cent(personas):
-    job = submit(personas, discount="0.8", pods=2, aimaster=True, now=hm(8, 59, 40),
-                 name="spiky")
+    job = submit(personas, discount="0.8", pods=2, aimaster=True, now=hm(8, 59, 40), name="spiky")
     assert job.status == JobStatus.BIDDING
 
     seen = run(job, until=hm(10, 45), finish_at=hm(10, 40, 20))
@@ -105,16 +111,32 @@ def test_a_spot_job_with_aimaster_survives_a_price_spike_and_is_billed_to_the_ce
     ]
     job.refresh_from_db()
     assert [t.status for t in job.status_history.all()] == [
-        "Creating", "Bidding", "EnvPreparing", "Running", "Bidding", "EnvPreparing", "Running",
-        "Succeeded"]
+        "Creating",
+        "Bidding",
+        "EnvPreparing",
+        "Running",
+        "Bidding",
+        "EnvPreparing",
+        "Running",
+        "Succeeded",
+    ]
     assert (job.restart_times, job.attempt) == (1, 1)
     restart = job.restarts.get()
     assert restart.cause == "SpotPriceExceeded" and restart.at == hm(9, 30)
     kinds = list(job.events.values_list("kind", flat=True))
-    assert kinds == ["Submitted", "Bidding", "BidAccepted", "Reclaimed", "Requeued",
-                     "BidAccepted", "Resumed"]
-    assert job.events.filter(kind="BidAccepted").first().message == \
-        "Bid accepted at ¥0.64/h (market ¥0.24/h)"
+    assert kinds == [
+        "Submitted",
+        "Bidding",
+        "BidAccepted",
+        "Reclaimed",
+        "Requeued",
+        "BidAccepted",
+        "Resumed",
+    ]
+    assert (
+        job.events.filter(kind="BidAccepted").first().message
+        == "Bid accepted at ¥0.64/h (market ¥0.24/h)"
+    )
 
     pods = list(job.pods.order_by("attempt", "index"))
     assert [(p.attempt, p.status, p.started_at, p.finished_at) for p in pods] == [
@@ -134,8 +156,9 @@ def test_a_spot_job_with_aimaster_survives_a_price_spike_and_is_billed_to_the_ce
 
     billing_accrue(now=hm(11, 30))  # a late, repeated run bills nothing more
     assert job_cost(job=job) == expected
-    [day] = workspace_daily_bills(user=personas["alice"], workspace=personas["ws_a"],
-                                  now=hm(11, 30))
+    [day] = workspace_daily_bills(
+        user=personas["alice"], workspace=personas["ws_a"], now=hm(11, 30)
+    )
     assert day.spot == expected and not day.complete
 
     history = job_bid_history(job=job, now=hm(11, 0))

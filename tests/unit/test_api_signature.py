@@ -22,11 +22,16 @@ NOW = datetime(2026, 11, 29, 10, 0, 0, tzinfo=UTC)
 
 def _sdk_signers():
     found = []
-    for module, attr in (("alibabacloud_tea_openapi.utils", "Utils"),
-                         ("alibabacloud_openapi_util.client", "Client")):
+    for module, attr in (
+        ("alibabacloud_tea_openapi.utils", "Utils"),
+        ("alibabacloud_openapi_util.client", "Client"),
+    ):
         try:
-            found.append(pytest.param(getattr(importlib.import_module(module), attr)
-                                      .get_authorization, id=module))
+            found.append(
+                pytest.param(
+                    getattr(importlib.import_module(module), attr).get_authorization, id=module
+                )
+            )
         except (ImportError, AttributeError):
             continue
     return found
@@ -55,25 +60,40 @@ BODY = b'{"WorkspaceId": "1", "DisplayName": "sample-spot-job", "JobSpecs": [{"P
 VECTORS = {
     "create-job": sig.SignedRequest("POST", "/api/v1/jobs", {}, _headers(BODY), BODY),
     "get-job": sig.SignedRequest(
-        "GET", "/api/v1/jobs/dlc1a2b3c4d5e6f70", {"NeedDetail": "True"},
+        "GET",
+        "/api/v1/jobs/dlc1a2b3c4d5e6f70",
+        {"NeedDetail": "True"},
         _headers(b"", **{"x-acs-action": "GetJob"}),
     ),
     "list-jobs-odd-query": sig.SignedRequest(
-        "GET", "/api/v1/jobs",
-        {"DisplayName": "spot job*~/+ä", "ShowOwn": "True", "Status": "Bidding",
-         "StartTime": "2026-11-29T00:00:00Z", "PageSize": "10", "Empty": ""},
+        "GET",
+        "/api/v1/jobs",
+        {
+            "DisplayName": "spot job*~/+ä",
+            "ShowOwn": "True",
+            "Status": "Bidding",
+            "StartTime": "2026-11-29T00:00:00Z",
+            "PageSize": "10",
+            "Empty": "",
+        },
         _headers(b"", **{"x-acs-action": "ListJobs"}),
     ),
-    "encoded-path": sig.SignedRequest("GET", "/api/v1/jobs/dlc%20x%2Ay/pods/p~1/logs", {},
-                                      _headers(b"")),
+    "encoded-path": sig.SignedRequest(
+        "GET", "/api/v1/jobs/dlc%20x%2Ay/pods/p~1/logs", {}, _headers(b"")
+    ),
 }
 
 
 def _sdk_authorization(sdk_sign, request: sig.SignedRequest) -> str:
-    tea_request = SimpleNamespace(method=request.method, pathname=request.path,
-                                  query=dict(request.query), headers=dict(request.headers))
-    return sdk_sign(tea_request, "ACS3-HMAC-SHA256", sig.hashed_payload(request.body),
-                    KEY_ID, SECRET)
+    tea_request = SimpleNamespace(
+        method=request.method,
+        pathname=request.path,
+        query=dict(request.query),
+        headers=dict(request.headers),
+    )
+    return sdk_sign(
+        tea_request, "ACS3-HMAC-SHA256", sig.hashed_payload(request.body), KEY_ID, SECRET
+    )
 
 
 @pytest.mark.parametrize("sdk_sign", SDK_SIGNERS)
@@ -134,8 +154,14 @@ def _signed(request: sig.SignedRequest) -> sig.Authorization:
 def test_it_rejects_a_request_changed_after_signing(change):
     original = VECTORS["create-job"]
     auth = _signed(original)
-    fields = {"method": original.method, "path": original.path, "query": original.query,
-              "headers": original.headers, "body": original.body, **change}
+    fields = {
+        "method": original.method,
+        "path": original.path,
+        "query": original.query,
+        "headers": original.headers,
+        "body": original.body,
+        **change,
+    }
     with pytest.raises(sig.SignatureError) as caught:
         sig.verify(sig.SignedRequest(**fields), auth, secret=SECRET)
     assert caught.value.code == "SignatureDoesNotMatch"
@@ -158,8 +184,9 @@ def test_it_accepts_the_path_as_the_server_decoded_it_if_told():
     sig.verify(decoded, auth, secret=SECRET, paths=[request.path])
 
 
-@pytest.mark.parametrize("offset", [timedelta(0), timedelta(minutes=14, seconds=59),
-                                    -timedelta(minutes=15)])
+@pytest.mark.parametrize(
+    "offset", [timedelta(0), timedelta(minutes=14, seconds=59), -timedelta(minutes=15)]
+)
 def test_it_accepts_a_timestamp_within_15_minutes(offset):
     stamp = (NOW + offset).strftime(sig.TIMESTAMP_FORMAT)
     assert sig.check_timestamp(stamp, now=NOW) == NOW + offset
@@ -198,15 +225,20 @@ def test_it_parses_the_authorization_header():
     auth = sig.parse_authorization(
         "ACS3-HMAC-SHA256 Credential=LTAI5tX,SignedHeaders=host;x-acs-date,Signature=ABCdef01"
     )
-    assert auth == sig.Authorization("ACS3-HMAC-SHA256", "LTAI5tX", ("host", "x-acs-date"),
-                                      "abcdef01")
+    assert auth == sig.Authorization(
+        "ACS3-HMAC-SHA256", "LTAI5tX", ("host", "x-acs-date"), "abcdef01"
+    )
 
 
 @pytest.mark.parametrize("name", ["x-acs-date", "x-acs-signature-nonce", "host"])
 def test_it_requires_date_nonce_and_host_to_be_signed(name):
     request = VECTORS["get-job"]
-    unsigned = sig.SignedRequest(request.method, request.path, request.query,
-                                 {k: v for k, v in request.headers.items() if k != name})
+    unsigned = sig.SignedRequest(
+        request.method,
+        request.path,
+        request.query,
+        {k: v for k, v in request.headers.items() if k != name},
+    )
     auth = _signed(unsigned)
     with pytest.raises(sig.SignatureError) as caught:
         sig.check_signed_headers(auth, request)

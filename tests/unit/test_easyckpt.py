@@ -44,7 +44,9 @@ def test_it_saves_asynchronously_and_loads_the_latest(ckpt_dir):
     assert files(ckpt_dir) == ["ckpt-000000000010.pkl", "ckpt-000000000020.pkl"]
     entries = [json.loads(line) for line in (ckpt_dir / "manifest.jsonl").read_text().splitlines()]
     assert [(e["step"], e["file"]) for e in entries] == [
-        (10, "ckpt-000000000010.pkl"), (20, "ckpt-000000000020.pkl")]
+        (10, "ckpt-000000000010.pkl"),
+        (20, "ckpt-000000000020.pkl"),
+    ]
     assert all(e["bytes"] == (ckpt_dir / e["file"]).stat().st_size for e in entries)
 
 
@@ -97,14 +99,30 @@ def test_it_raises_a_failed_background_save_in_wait(tmp_path, monkeypatch):
 
 
 def test_train_py_resumes_from_its_latest_checkpoint(tmp_path):
-    env = {**os.environ, "PYTHONPATH": str(EASYCKPT_DIR), "PAIWEB_CHECKPOINT_DIR":
-           str(tmp_path / "ckpt"), "STEP_SECONDS": "0", "CKPT_EVERY": "10", "RANK": "0"}
-    first = subprocess.run([sys.executable, str(TRAIN)], env={**env, "TOTAL_STEPS": "30"},
-                           capture_output=True, text=True, timeout=60)
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(EASYCKPT_DIR),
+        "PAIWEB_CHECKPOINT_DIR": str(tmp_path / "ckpt"),
+        "STEP_SECONDS": "0",
+        "CKPT_EVERY": "10",
+        "RANK": "0",
+    }
+    first = subprocess.run(
+        [sys.executable, str(TRAIN)],
+        env={**env, "TOTAL_STEPS": "30"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert first.returncode == 0, first.stderr  # needs numpy (a project dependency)
     assert "starting from scratch" in first.stdout and "final step 30" in first.stdout
-    second = subprocess.run([sys.executable, str(TRAIN)], env={**env, "TOTAL_STEPS": "50"},
-                            capture_output=True, text=True, timeout=60)
+    second = subprocess.run(
+        [sys.executable, str(TRAIN)],
+        env={**env, "TOTAL_STEPS": "50"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert second.returncode == 0, second.stderr
     assert "resumed from step 30" in second.stdout and "final step 50" in second.stdout
     loss = float(second.stdout.strip().rsplit(" ", 1)[1])

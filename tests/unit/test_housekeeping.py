@@ -56,8 +56,9 @@ def test_it_counts_files_of_known_size_exactly(tmp_path):
     usage = disk_usage(root)
     entries = all_entries(root)
     assert len(entries) == 6  # 4 files, sub and sub/deeper
-    assert usage == DiskUsage(bytes=blocks(root) + sum(blocks(p) for p in entries), files=6,
-                              complete=True)
+    assert usage == DiskUsage(
+        bytes=blocks(root) + sum(blocks(p) for p in entries), files=6, complete=True
+    )
     assert usage.bytes >= sum(sizes.values())  # allocated space holds at least the data
     assert usage.bytes < sum(sizes.values()) + 64 * 1024  # and not much more
 
@@ -189,8 +190,11 @@ def test_the_thread_runs_rounds_and_survives_errors(monkeypatch, settings, tmp_p
 
     closed = []
     monkeypatch.setattr(housekeeping, "job_dirs_sweep", sweep)
-    monkeypatch.setattr(housekeeping, "connection",
-                        type("Connection", (), {"close": staticmethod(lambda: closed.append(1))}))
+    monkeypatch.setattr(
+        housekeeping,
+        "connection",
+        type("Connection", (), {"close": staticmethod(lambda: closed.append(1))}),
+    )
     monkeypatch.setattr(housekeeping, "_thread", None)
     stop = threading.Event()
     thread = housekeeping.start_housekeeping(interval=0.01, stop=stop)
@@ -207,9 +211,17 @@ def test_the_thread_runs_rounds_and_survives_errors(monkeypatch, settings, tmp_p
     assert len(closed) >= 2  # the connection is closed after every round, failed or not
 
 
-@pytest.mark.parametrize("value, text", [(None, "—"), (0, "0 B"), (1023, "1023 B"),
-                                         (1024, "1.0 KiB"), (12.3 * 1024**2, "12.3 MiB"),
-                                         (5 * 1024**4, "5.0 TiB")])
+@pytest.mark.parametrize(
+    "value, text",
+    [
+        (None, "—"),
+        (0, "0 B"),
+        (1023, "1023 B"),
+        (1024, "1.0 KiB"),
+        (12.3 * 1024**2, "12.3 MiB"),
+        (5 * 1024**4, "5.0 TiB"),
+    ],
+)
 def test_binary_size(value, text):
     from apps.jobs.templatetags.jobs_extras import binary_size
 

@@ -20,12 +20,26 @@ EXPECTED = {
     "Creating": {"Queuing", "Bidding", "Stopped", "Failed"},
     "Queuing": {"EnvPreparing", "Running", "Stopped", "Failed"},
     "Bidding": {"EnvPreparing", "Running", "Stopped", "Failed"},
-    "EnvPreparing": {"Running", "Stopping", "Stopped", "Failed", "Queuing", "Bidding",
-                     "Restarting", "Succeeded"},
-    "Running": {"Succeeded", "Failed", "Stopping", "Stopped", "Queuing", "Bidding",
-                "Restarting"},
-    "Restarting": {"Queuing", "Bidding", "EnvPreparing", "Running", "Stopping", "Stopped",
-                   "Failed"},
+    "EnvPreparing": {
+        "Running",
+        "Stopping",
+        "Stopped",
+        "Failed",
+        "Queuing",
+        "Bidding",
+        "Restarting",
+        "Succeeded",
+    },
+    "Running": {"Succeeded", "Failed", "Stopping", "Stopped", "Queuing", "Bidding", "Restarting"},
+    "Restarting": {
+        "Queuing",
+        "Bidding",
+        "EnvPreparing",
+        "Running",
+        "Stopping",
+        "Stopped",
+        "Failed",
+    },
     "Stopping": {"Stopped", "Failed", "Succeeded"},
 }
 STATUSES = [s.value for s in JobStatus]
@@ -77,8 +91,10 @@ def test_it_treats_an_unknown_status_as_having_no_way_on():
 
 
 def test_it_imports_no_django():
-    code = ("import sys; import apps.jobs.transitions; "
-            "assert not [m for m in sys.modules if m.split('.')[0] in ('django', 'celery')]")
+    code = (
+        "import sys; import apps.jobs.transitions; "
+        "assert not [m for m in sys.modules if m.split('.')[0] in ('django', 'celery')]"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)
 
 

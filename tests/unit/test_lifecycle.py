@@ -28,36 +28,37 @@ from apps.scheduler.lifecycle import (
 
 
 def test_it_counts_lost_work_from_the_last_checkpoint():
-    assert lost_gpu_seconds(gpus=8, started_at=1000.0, last_checkpoint_at=1060.0,
-                            now=1100.0) == 8 * 40
+    assert (
+        lost_gpu_seconds(gpus=8, started_at=1000.0, last_checkpoint_at=1060.0, now=1100.0) == 8 * 40
+    )
 
 
 def test_it_counts_lost_work_from_the_start_without_a_checkpoint():
-    assert lost_gpu_seconds(gpus=2, started_at=1000.0, last_checkpoint_at=None,
-                            now=1100.0) == 2 * 100
+    assert (
+        lost_gpu_seconds(gpus=2, started_at=1000.0, last_checkpoint_at=None, now=1100.0) == 2 * 100
+    )
 
 
 def test_it_counts_from_the_attempt_start_after_resuming_from_an_old_checkpoint():
     # The attempt resumed from the checkpoint at 500: nothing from before 1000 is lost now.
-    assert lost_gpu_seconds(gpus=1, started_at=1000.0, last_checkpoint_at=500.0,
-                            now=1100.0) == 100
+    assert lost_gpu_seconds(gpus=1, started_at=1000.0, last_checkpoint_at=500.0, now=1100.0) == 100
 
 
 def test_it_loses_nothing_right_at_a_checkpoint():
-    assert lost_gpu_seconds(gpus=4, started_at=1000.0, last_checkpoint_at=1100.0,
-                            now=1100.0) == 0
+    assert lost_gpu_seconds(gpus=4, started_at=1000.0, last_checkpoint_at=1100.0, now=1100.0) == 0
 
 
 def test_it_never_counts_negative_work():
-    assert lost_gpu_seconds(gpus=4, started_at=1000.0, last_checkpoint_at=1200.0,
-                            now=1100.0) == 0  # a checkpoint stamped after the interruption
-    assert lost_gpu_seconds(gpus=4, started_at=1200.0, last_checkpoint_at=None,
-                            now=1100.0) == 0  # a start after it
+    assert (
+        lost_gpu_seconds(gpus=4, started_at=1000.0, last_checkpoint_at=1200.0, now=1100.0) == 0
+    )  # a checkpoint stamped after the interruption
+    assert (
+        lost_gpu_seconds(gpus=4, started_at=1200.0, last_checkpoint_at=None, now=1100.0) == 0
+    )  # a start after it
 
 
 def test_it_counts_nothing_for_a_job_without_gpus():
-    assert lost_gpu_seconds(gpus=0, started_at=1000.0, last_checkpoint_at=None,
-                            now=1100.0) == 0
+    assert lost_gpu_seconds(gpus=0, started_at=1000.0, last_checkpoint_at=None, now=1100.0) == 0
 
 
 # --- properties --------------------------------------------------------------------------
@@ -67,25 +68,23 @@ counts = st.integers(min_value=0, max_value=64)
 
 
 @given(gpus=counts, started=times, checkpoint=st.none() | times, now=times)
-def test_lost_work_is_never_negative_nor_more_than_the_attempt_ran(gpus, started, checkpoint,
-                                                                   now):
-    lost = lost_gpu_seconds(gpus=gpus, started_at=started, last_checkpoint_at=checkpoint,
-                            now=now)
+def test_lost_work_is_never_negative_nor_more_than_the_attempt_ran(gpus, started, checkpoint, now):
+    lost = lost_gpu_seconds(gpus=gpus, started_at=started, last_checkpoint_at=checkpoint, now=now)
     assert 0 <= lost <= gpus * max(0.0, now - started)
 
 
 @given(gpus=counts, started=times, gap=times)
 def test_a_checkpoint_at_now_leaves_nothing_to_lose(gpus, started, gap):
     now = started + gap
-    assert lost_gpu_seconds(gpus=gpus, started_at=started, last_checkpoint_at=now,
-                            now=now) == 0
+    assert lost_gpu_seconds(gpus=gpus, started_at=started, last_checkpoint_at=now, now=now) == 0
 
 
 @given(gpus=counts, started=times, checkpoint=st.none() | times, now=times, later=times)
 def test_lost_work_only_grows_while_the_attempt_runs(gpus, started, checkpoint, now, later):
     def at(moment: float) -> float:
-        return lost_gpu_seconds(gpus=gpus, started_at=started, last_checkpoint_at=checkpoint,
-                                now=moment)
+        return lost_gpu_seconds(
+            gpus=gpus, started_at=started, last_checkpoint_at=checkpoint, now=moment
+        )
 
     assert at(now) <= at(now + later)
 
@@ -94,9 +93,9 @@ def test_lost_work_only_grows_while_the_attempt_runs(gpus, started, checkpoint, 
 def test_a_checkpoint_from_an_earlier_attempt_is_the_same_as_none(gpus, started, older, ran):
     old = started - older  # saved before this attempt started: it resumed from it
     now = started + ran
-    assert lost_gpu_seconds(gpus=gpus, started_at=started, last_checkpoint_at=old,
-                            now=now) == lost_gpu_seconds(gpus=gpus, started_at=started,
-                                                         last_checkpoint_at=None, now=now)
+    assert lost_gpu_seconds(
+        gpus=gpus, started_at=started, last_checkpoint_at=old, now=now
+    ) == lost_gpu_seconds(gpus=gpus, started_at=started, last_checkpoint_at=None, now=now)
 
 
 @st.composite
@@ -107,8 +106,9 @@ def attempts(draw) -> list[tuple[float, float, list[float]]]:
     for _ in range(draw(st.integers(min_value=1, max_value=6))):
         start = moment + draw(st.integers(min_value=0, max_value=600))
         end = start + draw(st.integers(min_value=0, max_value=3600))
-        saved = sorted(draw(st.lists(st.integers(min_value=int(start), max_value=int(end)),
-                                     max_size=3)))
+        saved = sorted(
+            draw(st.lists(st.integers(min_value=int(start), max_value=int(end)), max_size=3))
+        )
         life.append((start, end, [float(s) for s in saved]))
         moment = end
     return life
@@ -123,8 +123,7 @@ def test_interruptions_never_lose_more_than_the_job_ran_across_attempts(gpus, li
     for start, end, saved in life:
         if saved:
             checkpoint = saved[-1]
-        lost = lost_gpu_seconds(gpus=gpus, started_at=start, last_checkpoint_at=checkpoint,
-                                now=end)
+        lost = lost_gpu_seconds(gpus=gpus, started_at=start, last_checkpoint_at=checkpoint, now=end)
         assert lost <= gpus * (end - start)
         total_lost += lost
     assert total_lost <= gpus * sum(end - start for start, end, _ in life)
@@ -138,23 +137,29 @@ def pod(role: str, index: int, status: str) -> PodState:
 
 
 def test_it_succeeds_all_workers_once_every_pod_has():
-    pods = [pod("Master", 0, "Succeeded"), pod("Worker", 0, "Succeeded"),
-            pod("Worker", 1, "Running")]
+    pods = [
+        pod("Master", 0, "Succeeded"),
+        pod("Worker", 0, "Succeeded"),
+        pod("Worker", 1, "Running"),
+    ]
     assert success_outcome(policy="AllWorkers", pods=pods) is None
     done = [*pods[:2], pod("Worker", 1, "Succeeded")]
     assert success_outcome(policy="AllWorkers", pods=done) == Succeeded("All pods succeeded")
 
 
 def test_it_succeeds_chief_worker_once_the_master_has():
-    pods = [pod("Worker", 0, "Running"), pod("Master", 0, "Succeeded"),
-            pod("Worker", 1, "Pending")]
+    pods = [pod("Worker", 0, "Running"), pod("Master", 0, "Succeeded"), pod("Worker", 1, "Pending")]
     assert success_outcome(policy="ChiefWorker", pods=pods) == Succeeded(
-        "The chief pod j-master-0-a1 succeeded")
+        "The chief pod j-master-0-a1 succeeded"
+    )
 
 
 def test_it_waits_for_the_chief_whatever_the_workers_do():
-    pods = [pod("Chief", 0, "Running"), pod("Worker", 0, "Succeeded"),
-            pod("Worker", 1, "Succeeded")]
+    pods = [
+        pod("Chief", 0, "Running"),
+        pod("Worker", 0, "Succeeded"),
+        pod("Worker", 1, "Succeeded"),
+    ]
     assert success_outcome(policy="ChiefWorker", pods=pods) is None
 
 
@@ -163,7 +168,8 @@ def test_it_takes_worker_0_as_the_chief_of_a_job_of_workers():
     assert success_outcome(policy="ChiefWorker", pods=pods) is None
     pods = [pod("Worker", 1, "Running"), pod("Worker", 0, "Succeeded"), pod("PS", 0, "Running")]
     assert success_outcome(policy="ChiefWorker", pods=pods) == Succeeded(
-        "The chief pod j-worker-0-a1 succeeded")
+        "The chief pod j-worker-0-a1 succeeded"
+    )
 
 
 def test_it_ranks_master_chief_launcher_head_worker_ps_evaluator_then_the_rest():
@@ -198,12 +204,27 @@ OFF = Budget(aimaster=False, max_restarts=3, restart_times=0)
 SPENT = Budget(aimaster=True, max_restarts=3, restart_times=3)
 
 
-def pod_failed(budget: Budget = ON, *, platform: bool = False, policy: str = "OnFailure",
-               exit_code: int | None = 1, spot: bool = False, async_mode: bool = False,
-               pod_node_ready: bool = True, nodes_ready: bool = True):
-    return after_pod_failure(budget=budget, platform=platform, restart_policy=policy,
-                             exit_code=exit_code, spot=spot, async_mode=async_mode,
-                             pod_node_ready=pod_node_ready, nodes_ready=nodes_ready)
+def pod_failed(
+    budget: Budget = ON,
+    *,
+    platform: bool = False,
+    policy: str = "OnFailure",
+    exit_code: int | None = 1,
+    spot: bool = False,
+    async_mode: bool = False,
+    pod_node_ready: bool = True,
+    nodes_ready: bool = True,
+):
+    return after_pod_failure(
+        budget=budget,
+        platform=platform,
+        restart_policy=policy,
+        exit_code=exit_code,
+        spot=spot,
+        async_mode=async_mode,
+        pod_node_ready=pod_node_ready,
+        nodes_ready=nodes_ready,
+    )
 
 
 def test_it_fails_a_failed_pod_without_aimaster():
@@ -219,8 +240,9 @@ def test_it_restarts_only_the_failed_pod_under_async():
 
 
 def test_it_places_the_whole_job_again_when_a_node_is_gone():
-    assert pod_failed(ON, async_mode=True, pod_node_ready=False, nodes_ready=False) == \
-        Requeue(rebid=False, counted=True)
+    assert pod_failed(ON, async_mode=True, pod_node_ready=False, nodes_ready=False) == Requeue(
+        rebid=False, counted=True
+    )
     assert pod_failed(ON, nodes_ready=False) == Requeue(rebid=False, counted=True)
     assert pod_failed(ON, nodes_ready=False, spot=True) == Requeue(rebid=True, counted=True)
 
@@ -240,9 +262,11 @@ def test_it_never_restarts_under_restart_policy_never():
 
 def test_it_restarts_under_exit_code_only_after_a_signal_or_a_vanished_process():
     assert pod_failed(ON, policy="ExitCode", exit_code=1) == Fail(
-        "exit code 1 is permanent under restart policy ExitCode")
+        "exit code 1 is permanent under restart policy ExitCode"
+    )
     assert pod_failed(ON, policy="ExitCode", exit_code=127) == Fail(
-        "exit code 127 is permanent under restart policy ExitCode")
+        "exit code 127 is permanent under restart policy ExitCode"
+    )
     assert pod_failed(ON, policy="ExitCode", exit_code=128) == RestartInPlace(pods_only=False)
     assert pod_failed(ON, policy="ExitCode", exit_code=137) == RestartInPlace(pods_only=False)
     assert pod_failed(ON, policy="ExitCode", exit_code=None) == RestartInPlace(pods_only=False)
@@ -255,43 +279,55 @@ def test_it_restarts_under_on_failure_and_always():
 
 def test_it_requeues_a_preempted_job_with_aimaster():
     assert after_interruption(budget=ON, platform=False, spot=False) == Requeue(
-        rebid=False, counted=True)
+        rebid=False, counted=True
+    )
 
 
 def test_it_fails_a_preempted_job_without_aimaster():
     assert after_interruption(budget=OFF, platform=False, spot=False) == Fail(
-        "no automatic fault tolerance")
+        "no automatic fault tolerance"
+    )
 
 
 def test_it_sends_a_reclaimed_spot_job_back_to_bidding():
     assert after_interruption(budget=ON, platform=False, spot=True) == Requeue(
-        rebid=True, counted=True)
+        rebid=True, counted=True
+    )
     assert after_interruption(budget=OFF, platform=False, spot=True) == Fail(
-        "no automatic fault tolerance")
+        "no automatic fault tolerance"
+    )
 
 
 def test_it_fails_an_interrupted_job_whose_budget_is_spent():
     assert after_interruption(budget=SPENT, platform=False, spot=False) == Fail(
-        "restarts exhausted (3/3)")
+        "restarts exhausted (3/3)"
+    )
     assert after_interruption(budget=Budget(True, 0, 0), platform=False, spot=True) == Fail(
-        "restarts exhausted (0/0)")
+        "restarts exhausted (0/0)"
+    )
 
 
 def test_it_requeues_a_platform_interruption_uncounted_whatever_aimaster_says():
     for budget in (ON, OFF, SPENT):
         assert after_interruption(budget=budget, platform=True, spot=False) == Requeue(
-            rebid=False, counted=False)
+            rebid=False, counted=False
+        )
         assert after_interruption(budget=budget, platform=True, spot=True) == Requeue(
-            rebid=True, counted=False)
+            rebid=True, counted=False
+        )
         assert pod_failed(budget, platform=True, policy="Never") == Requeue(
-            rebid=False, counted=False)
+            rebid=False, counted=False
+        )
 
 
 def test_it_says_a_platform_interruption_spends_nothing():
-    assert lifecycle.platform_note(Budget(True, 3, 1)) == \
-        "a platform interruption: AIMaster's budget 1/3 is not used"
-    assert lifecycle.platform_note(OFF) == \
-        "a platform interruption: requeued although AIMaster is off"
+    assert (
+        lifecycle.platform_note(Budget(True, 3, 1))
+        == "a platform interruption: AIMaster's budget 1/3 is not used"
+    )
+    assert (
+        lifecycle.platform_note(OFF) == "a platform interruption: requeued although AIMaster is off"
+    )
 
 
 def test_its_names_are_the_models():
@@ -304,35 +340,63 @@ def test_its_names_are_the_models():
 
 
 def test_it_imports_nothing_of_django_celery_or_the_apps():
-    code = ("import sys; import apps.scheduler.lifecycle; "
-            "assert not [m for m in sys.modules if m.split('.')[0] in ('django', 'celery')]; "
-            "assert not [m for m in sys.modules if m.startswith('apps.') "
-            "and m not in ('apps.scheduler', 'apps.scheduler.lifecycle')]")
+    code = (
+        "import sys; import apps.scheduler.lifecycle; "
+        "assert not [m for m in sys.modules if m.split('.')[0] in ('django', 'celery')]; "
+        "assert not [m for m in sys.modules if m.startswith('apps.') "
+        "and m not in ('apps.scheduler', 'apps.scheduler.lifecycle')]"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
 # --- AIMaster and the success policy: properties -----------------------------------------
 
-budgets = st.builds(Budget, aimaster=st.booleans(), max_restarts=st.integers(0, 100),
-                    restart_times=st.integers(0, 100))
+budgets = st.builds(
+    Budget,
+    aimaster=st.booleans(),
+    max_restarts=st.integers(0, 100),
+    restart_times=st.integers(0, 100),
+)
 restart_policies = st.sampled_from(get_args(lifecycle.RestartPolicy))
 exit_codes = st.none() | st.integers(0, 255)
 policies = st.sampled_from(get_args(lifecycle.SuccessPolicy))
 roles = st.sampled_from([*lifecycle.ROLE_ORDER, "Custom"])
-statuses = st.sampled_from(["Pending", "Running", "Succeeded", "Failed", "Preempted",
-                            "Stopped"])
+statuses = st.sampled_from(["Pending", "Running", "Succeeded", "Failed", "Preempted", "Stopped"])
 
 
-@given(budget=budgets, spot=st.booleans(), policy=restart_policies, code=exit_codes,
-       async_mode=st.booleans(), pod_ready=st.booleans(), ready=st.booleans())
+@given(
+    budget=budgets,
+    spot=st.booleans(),
+    policy=restart_policies,
+    code=exit_codes,
+    async_mode=st.booleans(),
+    pod_ready=st.booleans(),
+    ready=st.booleans(),
+)
 def test_a_platform_interruption_never_spends_the_budget_nor_fails_the_job(
-    budget, spot, policy, code, async_mode, pod_ready, ready,
+    budget,
+    spot,
+    policy,
+    code,
+    async_mode,
+    pod_ready,
+    ready,
 ):
     uncounted = Requeue(rebid=spot, counted=False)
     assert after_interruption(budget=budget, platform=True, spot=spot) == uncounted
-    assert after_pod_failure(budget=budget, platform=True, restart_policy=policy,
-                             exit_code=code, spot=spot, async_mode=async_mode,
-                             pod_node_ready=pod_ready, nodes_ready=ready) == uncounted
+    assert (
+        after_pod_failure(
+            budget=budget,
+            platform=True,
+            restart_policy=policy,
+            exit_code=code,
+            spot=spot,
+            async_mode=async_mode,
+            pod_node_ready=pod_ready,
+            nodes_ready=ready,
+        )
+        == uncounted
+    )
 
 
 @st.composite
@@ -346,9 +410,16 @@ def lives(draw) -> tuple[int, list[tuple[str, bool]]]:
 def _decide(kind: str, budget: Budget, platform: bool):
     if kind in ("preempted", "reclaimed"):
         return after_interruption(budget=budget, platform=platform, spot=kind == "reclaimed")
-    return after_pod_failure(budget=budget, platform=platform, restart_policy="OnFailure",
-                             exit_code=1, spot=False, async_mode=False, pod_node_ready=True,
-                             nodes_ready=kind == "pod failed")
+    return after_pod_failure(
+        budget=budget,
+        platform=platform,
+        restart_policy="OnFailure",
+        exit_code=1,
+        spot=False,
+        async_mode=False,
+        pod_node_ready=True,
+        nodes_ready=kind == "pod failed",
+    )
 
 
 @given(life=lives())
@@ -383,14 +454,34 @@ def test_an_interruption_fails_a_job_exactly_when_aimaster_declines(budget, plat
         assert decision.rebid == spot and decision.counted == (not platform)
 
 
-@given(budget=budgets, policy=restart_policies, code=exit_codes, spot=st.booleans(),
-       async_mode=st.booleans(), pod_ready=st.booleans(), ready=st.booleans())
+@given(
+    budget=budgets,
+    policy=restart_policies,
+    code=exit_codes,
+    spot=st.booleans(),
+    async_mode=st.booleans(),
+    pod_ready=st.booleans(),
+    ready=st.booleans(),
+)
 def test_a_failed_pod_fails_the_job_only_when_aimaster_or_its_restart_policy_declines(
-    budget, policy, code, spot, async_mode, pod_ready, ready,
+    budget,
+    policy,
+    code,
+    spot,
+    async_mode,
+    pod_ready,
+    ready,
 ):
-    decision = after_pod_failure(budget=budget, platform=False, restart_policy=policy,
-                                 exit_code=code, spot=spot, async_mode=async_mode,
-                                 pod_node_ready=pod_ready, nodes_ready=ready)
+    decision = after_pod_failure(
+        budget=budget,
+        platform=False,
+        restart_policy=policy,
+        exit_code=code,
+        spot=spot,
+        async_mode=async_mode,
+        pod_node_ready=pod_ready,
+        nodes_ready=ready,
+    )
     why = lifecycle.aimaster_declines(budget) or lifecycle.restart_policy_declines(policy, code)
     assert (decision == Fail(why)) if why else not isinstance(decision, Fail)
     if isinstance(decision, Requeue):
@@ -399,17 +490,23 @@ def test_a_failed_pod_fails_the_job_only_when_aimaster_or_its_restart_policy_dec
 
 def pod_states(min_size: int = 0, status=statuses):
     """An attempt's pods: distinct (role, index) pairs with any statuses."""
-    return st.lists(st.tuples(roles, st.integers(0, 7)), unique=True, min_size=min_size,
-                    max_size=12).flatmap(lambda keys: st.tuples(*(
-                        st.builds(pod, st.just(r), st.just(i), status) for r, i in keys))
-                    ).map(list)
+    return (
+        st.lists(st.tuples(roles, st.integers(0, 7)), unique=True, min_size=min_size, max_size=12)
+        .flatmap(
+            lambda keys: st.tuples(
+                *(st.builds(pod, st.just(r), st.just(i), status) for r, i in keys)
+            )
+        )
+        .map(list)
+    )
 
 
 @given(policy=policies, pods=pod_states(), data=st.data())
 def test_the_outcome_does_not_depend_on_the_order_of_the_pods(policy, pods, data):
     shuffled = data.draw(st.permutations(pods))
-    assert success_outcome(policy=policy, pods=shuffled) == success_outcome(policy=policy,
-                                                                             pods=pods)
+    assert success_outcome(policy=policy, pods=shuffled) == success_outcome(
+        policy=policy, pods=pods
+    )
 
 
 @given(policy=policies, pods=pod_states(min_size=1, status=st.just("Succeeded")))
@@ -432,8 +529,10 @@ def test_chief_worker_follows_the_rank_0_pod_and_all_workers_every_pod(pods):
         return
     chief = min(pods, key=lambda p: lifecycle.rank_key(p.role, p.index))
     chief_worker = success_outcome(policy="ChiefWorker", pods=pods)
-    assert chief_worker == (Succeeded(f"The chief pod {chief.name} succeeded")
-                            if chief.status == "Succeeded" else None)
+    assert chief_worker == (
+        Succeeded(f"The chief pod {chief.name} succeeded") if chief.status == "Succeeded" else None
+    )
     all_workers = success_outcome(policy="AllWorkers", pods=pods)
-    assert all_workers == (Succeeded("All pods succeeded")
-                           if all(p.status == "Succeeded" for p in pods) else None)
+    assert all_workers == (
+        Succeeded("All pods succeeded") if all(p.status == "Succeeded" for p in pods) else None
+    )

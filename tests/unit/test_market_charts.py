@@ -72,6 +72,8 @@ def test_an_empty_series_draws_no_line():
 
 
 def test_it_imports_no_django():
-    code = ("import sys; import apps.market.charts; "
-            "assert not [m for m in sys.modules if m.split('.')[0] in ('django', 'celery')]")
+    code = (
+        "import sys; import apps.market.charts; "
+        "assert not [m for m in sys.modules if m.split('.')[0] in ('django', 'celery')]"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -601,5 +601,9 @@ def test_it_counts_one_instance_in_the_singular():
 
 def test_it_writes_prices_with_two_to_four_decimals():
     assert [yuan(D(p)) for p in ("0.3", "0.2950", "0.1234", "12")] == [
-        "¥0.30", "¥0.295", "¥0.1234", "¥12.00"]
+        "¥0.30",
+        "¥0.295",
+        "¥0.1234",
+        "¥12.00",
+    ]
     assert yuan(None) == "—"

@@ -270,23 +270,34 @@ def test_it_plans_the_same_without_the_bids_below_the_asked_price(scenario):
     prices = scenario.step().prices  # prices follow the markets and the seed, not the bids
     markets = {m.instance_type: m for m in scenario.markets}
     averages = scenario.averages or {}
-    asked = {t: asked_price(m.resource_type, prices[t], averages.get(t))[0]
-             for t, m in markets.items()}
+    asked = {
+        t: asked_price(m.resource_type, prices[t], averages.get(t))[0] for t, m in markets.items()
+    }
     edge = [
-        SpotRequest(job_id=1000 + 3 * i + k, needs=((t, 1, asked[t] + (k - 1) * D("0.0001")),),
-                    running=False, submitted_at=NOW - i)
-        for i, t in enumerate(markets) for k in range(3)
+        SpotRequest(
+            job_id=1000 + 3 * i + k,
+            needs=((t, 1, asked[t] + (k - 1) * D("0.0001")),),
+            running=False,
+            submitted_at=NOW - i,
+        )
+        for i, t in enumerate(markets)
+        for k in range(3)
     ]
     spot = [*scenario.spot, *edge]
 
     def below(request: SpotRequest) -> bool:
         return not request.running and any(
-            t in asked and bid < asked[t] for t, _, bid in request.needs)
+            t in asked and bid < asked[t] for t, _, bid in request.needs
+        )
 
     kept = [r for r in spot if not below(r)]
     plan, lean = scenario.step(spot=spot), scenario.step(spot=kept)
     assert (lean.prices, lean.starts, lean.reclaims, lean.stock) == (
-        plan.prices, plan.starts, plan.reclaims, plan.stock)
+        plan.prices,
+        plan.starts,
+        plan.reclaims,
+        plan.stock,
+    )
     left_out = {r.job_id for r in spot} - {r.job_id for r in kept}
     assert left_out <= {w.job_id for w in plan.waiting}
     assert set(lean.waiting) == {w for w in plan.waiting if w.job_id not in left_out}
@@ -302,33 +313,63 @@ def test_it_plans_the_same_without_the_jobs_that_need_more_than_the_headroom(sce
     payg_requests = scenario.payg if payg else ()
     prices = scenario.step().prices
     running = [r for r in scenario.spot if r.running]
-    headroom = spot_headroom(scenario.markets, running, prices=prices,
-                             averages=scenario.averages, payg_waiting=bool(payg_requests))
+    headroom = spot_headroom(
+        scenario.markets,
+        running,
+        prices=prices,
+        averages=scenario.averages,
+        payg_waiting=bool(payg_requests),
+    )
     if payg_requests:
         assert headroom is None
         return
     markets = {m.instance_type: m for m in scenario.markets}
     edge = [
-        SpotRequest(job_id=2000 + 3 * i + k,
-                    needs=((t, max(1, headroom[t] + k - 1), m.original_price),),
-                    running=False, submitted_at=NOW - i)
-        for i, (t, m) in enumerate(markets.items()) for k in range(3)
+        SpotRequest(
+            job_id=2000 + 3 * i + k,
+            needs=((t, max(1, headroom[t] + k - 1), m.original_price),),
+            running=False,
+            submitted_at=NOW - i,
+        )
+        for i, (t, m) in enumerate(markets.items())
+        for k in range(3)
     ]
     spot = [*scenario.spot, *edge]
 
     def step(requests):
-        return market_step(scenario.markets, requests, payg_requests, params=scenario.params,
-                           rng=random.Random(scenario.seed), now=NOW,
-                           averages=scenario.averages, replay=scenario.replay)
+        return market_step(
+            scenario.markets,
+            requests,
+            payg_requests,
+            params=scenario.params,
+            rng=random.Random(scenario.seed),
+            now=NOW,
+            averages=scenario.averages,
+            replay=scenario.replay,
+        )
 
     plan = step(spot)
-    kept = [r for r in spot if r.running or all(
-        t not in headroom or n <= headroom[t] for t, n, _ in r.needs)]
+    kept = [
+        r
+        for r in spot
+        if r.running or all(t not in headroom or n <= headroom[t] for t, n, _ in r.needs)
+    ]
     lean = step(kept)
     assert (lean.prices, lean.starts, lean.reclaims, lean.stock) == (
-        plan.prices, plan.starts, plan.reclaims, plan.stock)
-    assert all(n <= headroom[t] for s in plan.starts if s.kind == "spot"
-               for r in spot if r.job_id == s.job_id for t, n, _ in r.needs if t in headroom)
+        plan.prices,
+        plan.starts,
+        plan.reclaims,
+        plan.stock,
+    )
+    assert all(
+        n <= headroom[t]
+        for s in plan.starts
+        if s.kind == "spot"
+        for r in spot
+        if r.job_id == s.job_id
+        for t, n, _ in r.needs
+        if t in headroom
+    )
 
 
 @FAST

@@ -51,9 +51,15 @@ def spec(root: Path, command: str, *, mode: str = "none", name: str = "pod-0", *
                 Path(path).mkdir(parents=True, exist_ok=True)
                 os.chown(path, POD_UID, POD_UID)
     work_dir.mkdir(parents=True, exist_ok=True)
-    return runner.PodSpec(name=name, command=command, work_dir=work_dir,
-                          log_path=root / "pods" / "job-a" / "logs" / f"{name}.log",
-                          env={**ENV, **kwargs.pop("env", {})}, isolation=isolation, **kwargs)
+    return runner.PodSpec(
+        name=name,
+        command=command,
+        work_dir=work_dir,
+        log_path=root / "pods" / "job-a" / "logs" / f"{name}.log",
+        env={**ENV, **kwargs.pop("env", {})},
+        isolation=isolation,
+        **kwargs,
+    )
 
 
 def run(pod_spec: runner.PodSpec) -> tuple[int, str]:
@@ -151,8 +157,14 @@ def test_it_hides_other_jobs_and_paiwebs_files_from_a_sandboxed_pod(root):
 
 @pytest.mark.parametrize("mode", MODES)
 def test_it_caps_the_log_with_a_notice(root, mode):
-    code, log = run(spec(root, "head -c 50000 /dev/zero | tr '\\0' x; echo; echo the end",
-                         mode=mode, log_max_bytes=4096))
+    code, log = run(
+        spec(
+            root,
+            "head -c 50000 /dev/zero | tr '\\0' x; echo; echo the end",
+            mode=mode,
+            log_max_bytes=4096,
+        )
+    )
     assert code == 0
     assert "[log truncated: output beyond POD_LOG_MAX_BYTES=4096 bytes is discarded]" in log
     assert "the end" not in log
@@ -206,12 +218,26 @@ def test_it_reports_the_isolation_it_would_use():
 
 
 def test_it_says_what_a_host_lacks_and_refuses_strict_then():
-    lacking = runner.Isolation(requested="strict", missing=("bubblewrap is not installed",),
-                               bwrap=None, root=True, netns=True, cgroups=1, seccomp=True)
+    lacking = runner.Isolation(
+        requested="strict",
+        missing=("bubblewrap is not installed",),
+        bwrap=None,
+        root=True,
+        netns=True,
+        cgroups=1,
+        seccomp=True,
+    )
     assert not lacking.can_run and lacking.mode == "insecure"
     assert lacking.detail == "INSECURE: bubblewrap is not installed"
-    assert runner.Isolation(requested="insecure", missing=lacking.missing, bwrap=None,
-                            root=True, netns=True, cgroups=1, seccomp=True).can_run
+    assert runner.Isolation(
+        requested="insecure",
+        missing=lacking.missing,
+        bwrap=None,
+        root=True,
+        netns=True,
+        cgroups=1,
+        seccomp=True,
+    ).can_run
 
 
 def _wait_for_text(path: Path, text: str, timeout: float = 10) -> None:
@@ -224,17 +250,24 @@ def _wait_for_text(path: Path, text: str, timeout: float = 10) -> None:
 
 
 def test_it_runs_a_strict_pod_as_its_uid_with_no_capabilities_and_seccomp(root):
-    command = ("id -u; id -G; grep -E '^(CapEff|CapPrm|CapBnd|NoNewPrivs|Seccomp):' "
-               "/proc/self/status; "
-               "umount -l /tmp; echo umount=$?; mount -o remount,rw /usr; echo remount=$?; "
-               "unshare -r true; echo userns=$?; touch /usr/evil; echo write=$?; "
-               "whoami; grep -c ' /etc/shadow ' /proc/self/mountinfo; "
-               "ls /proc | grep -c '^[0-9]'")
+    command = (
+        "id -u; id -G; grep -E '^(CapEff|CapPrm|CapBnd|NoNewPrivs|Seccomp):' "
+        "/proc/self/status; "
+        "umount -l /tmp; echo umount=$?; mount -o remount,rw /usr; echo remount=$?; "
+        "unshare -r true; echo userns=$?; touch /usr/evil; echo write=$?; "
+        "whoami; grep -c ' /etc/shadow ' /proc/self/mountinfo; "
+        "ls /proc | grep -c '^[0-9]'"
+    )
     code, log = run(spec(root, command, mode="strict"))
     assert code == 0, log
     assert f"\n{POD_UID}\n{POD_UID}\n" in log
-    for line in ("CapEff:\t0000000000000000", "CapPrm:\t0000000000000000",
-                 "CapBnd:\t0000000000000000", "NoNewPrivs:\t1", "Seccomp:\t2"):
+    for line in (
+        "CapEff:\t0000000000000000",
+        "CapPrm:\t0000000000000000",
+        "CapBnd:\t0000000000000000",
+        "NoNewPrivs:\t1",
+        "Seccomp:\t2",
+    ):
         assert line in log, log
     for attempt in ("umount", "remount", "userns", "write"):
         assert f"{attempt}=0" not in log, log
@@ -310,9 +343,14 @@ def _start_elsewhere(root: Path, command: str) -> tuple[Path, Path, int]:
 
     work, log, state = root / "work", root / "logs" / "pod-0.log", root / "state" / "pod-0"
     work.mkdir(parents=True)
-    done = subprocess.run([sys.executable, "-c", STARTER, command, work, log, state],
-                          cwd=Path(__file__).resolve().parents[2], capture_output=True,
-                          text=True, timeout=30, check=True)
+    done = subprocess.run(
+        [sys.executable, "-c", STARTER, command, work, log, state],
+        cwd=Path(__file__).resolve().parents[2],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
     return state, log, int(done.stdout.split()[0])
 
 
@@ -332,7 +370,8 @@ def test_a_pod_outlives_its_starter_and_is_adopted_with_its_real_exit(root):
 
 def test_an_adopted_pod_is_stopped_with_its_grace_and_escalation(root):
     state, log, pid = _start_elsewhere(
-        root, "trap 'echo got TERM' TERM; echo ready; while true; do sleep 0.1; done")
+        root, "trap 'echo got TERM' TERM; echo ready; while true; do sleep 0.1; done"
+    )
     _wait_for_text(log, "ready")
     process = runner.PodProcess.adopt(state)
     started = time.monotonic()
@@ -352,8 +391,10 @@ def test_a_pod_whose_shim_is_killed_dies_with_it_and_is_reported_vanished(root):
     deadline = time.monotonic() + 10
     while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not os.path.exists(f"/proc/{pid}") or \
-        Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    assert (
+        not os.path.exists(f"/proc/{pid}")
+        or Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    )
 
 
 def test_nothing_is_adopted_where_no_pod_started(root):
@@ -366,7 +407,7 @@ def test_a_command_of_any_size_reaches_the_pod(root, mode):
     """The command is handed over as a script (a file in the sandbox, a descriptor
     outside it), never as an argument: a megabyte of it runs, past the kernel's 128 KiB
     limit on one argument."""
-    command = "# " + "x" * (1 << 20) + "\necho \"$((6 * 7)) from a big command\"\n"
+    command = "# " + "x" * (1 << 20) + '\necho "$((6 * 7)) from a big command"\n'
     pod_spec = spec(root, command, mode=mode)
     process = runner.start(pod_spec)
     assert process.wait(timeout=30) == 0

@@ -39,37 +39,81 @@ def machines(*ids: int, pool: int = 1, gpu: int = 8, schedulable: bool = True) -
     return [Node(id=i, pool_id=pool, capacity=capacity, schedulable=schedulable) for i in ids]
 
 
-def quota(qid: int, name: str, min_gpu: int, *, parent: int | None = None, pool: int = 1,
-          strategy: str = "StrictFIFO") -> Quota:
-    return Quota(id=qid, name=name, parent_id=parent, pool_id=pool,
-                 min=Resources(cpu=10**6, memory=10**8, gpu=min_gpu), strategy=strategy)
+def quota(
+    qid: int,
+    name: str,
+    min_gpu: int,
+    *,
+    parent: int | None = None,
+    pool: int = 1,
+    strategy: str = "StrictFIFO",
+) -> Quota:
+    return Quota(
+        id=qid,
+        name=name,
+        parent_id=parent,
+        pool_id=pool,
+        min=Resources(cpu=10**6, memory=10**8, gpu=min_gpu),
+        strategy=strategy,
+    )
 
 
-def queued(jid: int, quota_id: int, *sizes: int, idle: str = "off", priority: int = 1,
-           submitted: float | None = None, not_before: float | None = None,
-           name: str | None = None) -> PendingJob:
+def queued(
+    jid: int,
+    quota_id: int,
+    *sizes: int,
+    idle: str = "off",
+    priority: int = 1,
+    submitted: float | None = None,
+    not_before: float | None = None,
+    name: str | None = None,
+) -> PendingJob:
     return PendingJob(
-        job_id=jid, name=name or f"job-{jid}", quota_id=quota_id, idle_mode=idle,
-        priority=priority, submitted_at=NOW - 1000 + jid if submitted is None else submitted,
+        job_id=jid,
+        name=name or f"job-{jid}",
+        quota_id=quota_id,
+        idle_mode=idle,
+        priority=priority,
+        submitted_at=NOW - 1000 + jid if submitted is None else submitted,
         pods=tuple(PodRequest(key=f"worker-{i}", resources=gpus(g)) for i, g in enumerate(sizes)),
         not_before=not_before,
     )
 
 
-def running(jid: int, quota_id: int | None, *on: tuple[int, int], idle: str = "only_idle",
-            in_quota: bool = False, started: float = NOW - 3600, checkpoint: float | None = None,
-            priority: int = 1, stopping: bool = False, name: str | None = None) -> RunningJob:
+def running(
+    jid: int,
+    quota_id: int | None,
+    *on: tuple[int, int],
+    idle: str = "only_idle",
+    in_quota: bool = False,
+    started: float = NOW - 3600,
+    checkpoint: float | None = None,
+    priority: int = 1,
+    stopping: bool = False,
+    name: str | None = None,
+) -> RunningJob:
     """A running job; `on` lists (node id, GPUs) for each pod."""
-    pods = tuple(RunningPod(pod_id=jid * 100 + i, node_id=node, resources=gpus(g),
-                            in_quota=in_quota) for i, (node, g) in enumerate(on))
-    return RunningJob(job_id=jid, name=name or f"job-{jid}", quota_id=quota_id, idle_mode=idle,
-                      priority=priority, started_at=started, last_checkpoint_at=checkpoint,
-                      pods=pods, stopping=stopping)
+    pods = tuple(
+        RunningPod(pod_id=jid * 100 + i, node_id=node, resources=gpus(g), in_quota=in_quota)
+        for i, (node, g) in enumerate(on)
+    )
+    return RunningJob(
+        job_id=jid,
+        name=name or f"job-{jid}",
+        quota_id=quota_id,
+        idle_mode=idle,
+        priority=priority,
+        started_at=started,
+        last_checkpoint_at=checkpoint,
+        pods=pods,
+        stopping=stopping,
+    )
 
 
 def snapshot(nodes, quotas, run=(), pending=()) -> Snapshot:
-    return Snapshot(nodes=tuple(nodes), quotas=tuple(quotas), running=tuple(run),
-                    pending=tuple(pending))
+    return Snapshot(
+        nodes=tuple(nodes), quotas=tuple(quotas), running=tuple(run), pending=tuple(pending)
+    )
 
 
 def admitted(result) -> dict[int, dict[str, int]]:
@@ -104,23 +148,34 @@ def test_it_adds_subtracts_and_compares_resources():
 
 def test_it_places_only_on_schedulable_nodes_of_the_quota_pool():
     nodes = machines(1, schedulable=False) + machines(2) + machines(3, pool=2)
-    result = plan(snapshot(nodes, [quota(1, "team-a", 16)],
-                           pending=[queued(1, 1, 8), queued(2, 1, 8)]), now=NOW)
+    result = plan(
+        snapshot(nodes, [quota(1, "team-a", 16)], pending=[queued(1, 1, 8), queued(2, 1, 8)]),
+        now=NOW,
+    )
     assert admitted(result) == {1: {"worker-0": 2}}
     assert waiting(result, 2).reason.startswith("no node has room")
 
 
 def test_it_counts_running_pods_against_node_room():
-    run = [running(9, 2, (1, 6), idle="off", in_quota=True),
-           running(10, 2, (2, 4), idle="off", in_quota=True)]
-    result = plan(snapshot(machines(1, 2), [TEAM_A, quota(2, "team-b", 16)], run,
-                           [queued(1, 1, 4)]), now=NOW)
+    run = [
+        running(9, 2, (1, 6), idle="off", in_quota=True),
+        running(10, 2, (2, 4), idle="off", in_quota=True),
+    ]
+    result = plan(
+        snapshot(machines(1, 2), [TEAM_A, quota(2, "team-b", 16)], run, [queued(1, 1, 4)]), now=NOW
+    )
     assert admitted(result) == {1: {"worker-0": 2}}
 
 
 def test_it_counts_admissions_earlier_in_the_same_plan():
-    result = plan(snapshot(machines(1), [quota(1, "team-a", 16, strategy="BestEffortFIFO")],
-                           pending=[queued(1, 1, 6), queued(2, 1, 6)]), now=NOW)
+    result = plan(
+        snapshot(
+            machines(1),
+            [quota(1, "team-a", 16, strategy="BestEffortFIFO")],
+            pending=[queued(1, 1, 6), queued(2, 1, 6)],
+        ),
+        now=NOW,
+    )
     assert list(admitted(result)) == [1]
     assert waiting(result, 2).reason.startswith("no node has room")
 
@@ -129,8 +184,14 @@ def test_it_counts_admissions_earlier_in_the_same_plan():
 def test_a_job_read_without_pods_is_never_admitted(idle):
     # Nothing to place "fits" anywhere: admitted, it would wait in EnvPreparing for pods
     # that never come (the live loader once read a job before its roles).
-    result = plan(snapshot(machines(1), [quota(1, "team-a", 16)],
-                           pending=[queued(1, 1, idle=idle), queued(2, 1, 1, idle=idle)]), now=NOW)
+    result = plan(
+        snapshot(
+            machines(1),
+            [quota(1, "team-a", 16)],
+            pending=[queued(1, 1, idle=idle), queued(2, 1, 1, idle=idle)],
+        ),
+        now=NOW,
+    )
     assert list(admitted(result)) == [2]
     assert waiting(result, 1).reason == "it has no pods to place"
 
@@ -139,8 +200,9 @@ def test_a_job_read_without_pods_is_never_admitted(idle):
 
 
 def test_it_runs_every_pod_of_a_regular_job_in_quota():
-    result = plan(snapshot(machines(1, 2), [quota(1, "team-a", 16)],
-                           pending=[queued(1, 1, 8, 8)]), now=NOW)
+    result = plan(
+        snapshot(machines(1, 2), [quota(1, "team-a", 16)], pending=[queued(1, 1, 8, 8)]), now=NOW
+    )
     assert [p.in_quota for p in result.admissions[0].placements] == [True, True]
 
 
@@ -152,8 +214,11 @@ def test_it_keeps_a_regular_job_waiting_when_its_quota_is_short():
 
 
 def test_it_checks_the_free_min_of_every_ancestor():
-    quotas = [quota(1, "team-a", 16), quota(2, "team-a1", 16, parent=1),
-              quota(3, "team-a2", 16, parent=1)]
+    quotas = [
+        quota(1, "team-a", 16),
+        quota(2, "team-a1", 16, parent=1),
+        quota(3, "team-a2", 16, parent=1),
+    ]
     run = [running(9, 3, (1, 8), (2, 4), idle="off", in_quota=True)]
     result = plan(snapshot(machines(1, 2, 3, 4), quotas, run, [queued(1, 2, 8)]), now=NOW)
     assert waiting(result, 1).reason == "quota team-a (ancestor of team-a1): needs 8 GPU, 4 free"
@@ -163,8 +228,10 @@ def test_it_checks_the_free_min_of_every_ancestor():
 
 
 def test_it_runs_acceptable_pods_in_quota_first_and_the_rest_on_idle_room():
-    result = plan(snapshot(machines(1, 2), [TEAM_A],
-                           pending=[queued(1, 1, 4, 4, 4, idle="acceptable")]), now=NOW)
+    result = plan(
+        snapshot(machines(1, 2), [TEAM_A], pending=[queued(1, 1, 4, 4, 4, idle="acceptable")]),
+        now=NOW,
+    )
     assert [p.in_quota for p in result.admissions[0].placements] == [True, True, False]
 
 
@@ -180,22 +247,27 @@ def test_it_never_counts_only_idle_pods_against_a_quota():
 
 def test_it_starts_a_gang_whole_or_not_at_all():
     quotas = [quota(1, "team-a", 32, strategy="BestEffortFIFO")]
-    result = plan(snapshot(machines(1, 2), quotas,
-                           pending=[queued(1, 1, 8, 8, 8), queued(2, 1, 8)]), now=NOW)
+    result = plan(
+        snapshot(machines(1, 2), quotas, pending=[queued(1, 1, 8, 8, 8), queued(2, 1, 8)]), now=NOW
+    )
     assert admitted(result) == {2: {"worker-0": 1}}
     assert waiting(result, 1).reason.startswith("no node has room: needs 3×8 GPU")
 
 
 def test_it_packs_a_pod_onto_the_fullest_node_that_holds_it():
     run = [running(9, 2, (2, 4), idle="off", in_quota=True)]
-    result = plan(snapshot(machines(1, 2, 3), [TEAM_A, quota(2, "team-b", 8)], run,
-                           [queued(1, 1, 4)]), now=NOW)
+    result = plan(
+        snapshot(machines(1, 2, 3), [TEAM_A, quota(2, "team-b", 8)], run, [queued(1, 1, 4)]),
+        now=NOW,
+    )
     assert admitted(result) == {1: {"worker-0": 2}}
 
 
 def test_it_compares_gpus_before_cpu_in_best_fit():
-    nodes = [Node(1, 1, Resources(cpu=64_000, memory=10**6, gpu=2)),
-             Node(2, 1, Resources(cpu=CPU_PER_POD, memory=10**6, gpu=4))]
+    nodes = [
+        Node(1, 1, Resources(cpu=64_000, memory=10**6, gpu=2)),
+        Node(2, 1, Resources(cpu=CPU_PER_POD, memory=10**6, gpu=4)),
+    ]
     result = plan(snapshot(nodes, [TEAM_A], pending=[queued(1, 1, 2)]), now=NOW)
     assert admitted(result) == {1: {"worker-0": 1}}
 
@@ -209,8 +281,10 @@ def test_it_finds_a_packing_that_best_fit_misses():
     # Best fit puts 5+4 on one node and then has 1 GPU left on each for the last 2-GPU pod;
     # {5, 3, 2} and {4, 4, 2} fit.
     sizes = (5, 4, 4, 3, 2, 2)
-    result = plan(snapshot(machines(1, 2, gpu=10), [quota(1, "team-a", 20)],
-                           pending=[queued(1, 1, *sizes)]), now=NOW)
+    result = plan(
+        snapshot(machines(1, 2, gpu=10), [quota(1, "team-a", 20)], pending=[queued(1, 1, *sizes)]),
+        now=NOW,
+    )
     placed = admitted(result)[1]
     for node in (1, 2):
         assert sum(sizes[int(k.split("-")[1])] for k, n in placed.items() if n == node) <= 10
@@ -221,8 +295,9 @@ def test_it_finds_a_packing_that_best_fit_misses():
 
 def test_it_preempts_a_borrower_to_give_an_owner_its_quota():
     run = [running(9, 2, (1, 8), name="bob-sweep")]
-    result = plan(snapshot(machines(1), [TEAM_A, TEAM_B], run,
-                           [queued(1, 1, 8, name="alice-train")]), now=NOW)
+    result = plan(
+        snapshot(machines(1), [TEAM_A, TEAM_B], run, [queued(1, 1, 8, name="alice-train")]), now=NOW
+    )
     (preemption,) = result.preemptions
     assert (preemption.job_id, preemption.by_job_id, preemption.by_quota_id) == (9, 1, 1)
     assert "alice-train" in preemption.reason and "team-a" in preemption.reason
@@ -240,16 +315,20 @@ def test_it_measures_lost_work_from_the_last_checkpoint():
 def test_it_measures_lost_work_from_the_attempt_start_after_an_old_checkpoint():
     """Job 9 was requeued and resumed from its checkpoint of 600 s ago 100 s ago: it loses
     100 s of 8 GPUs, less than job 10 (150 s since its checkpoint), so it goes first."""
-    run = [running(9, 2, (1, 8), started=NOW - 100, checkpoint=NOW - 600),
-           running(10, 2, (2, 8), started=NOW - 3600, checkpoint=NOW - 150)]
+    run = [
+        running(9, 2, (1, 8), started=NOW - 100, checkpoint=NOW - 600),
+        running(10, 2, (2, 8), started=NOW - 3600, checkpoint=NOW - 150),
+    ]
     result = plan(snapshot(machines(1, 2), [TEAM_A, TEAM_B], run, [queued(1, 1, 8)]), now=NOW)
     assert victims(result) == [9]
     assert result.preemptions[0].lost_gpu_seconds == 8 * 100
 
 
 def test_it_preempts_the_borrower_that_loses_least_work():
-    run = [running(9, 2, (1, 8), started=NOW - 3600),
-           running(10, 2, (2, 8), started=NOW - 7200, checkpoint=NOW - 60)]
+    run = [
+        running(9, 2, (1, 8), started=NOW - 3600),
+        running(10, 2, (2, 8), started=NOW - 7200, checkpoint=NOW - 60),
+    ]
     result = plan(snapshot(machines(1, 2), [TEAM_A, TEAM_B], run, [queued(1, 1, 8)]), now=NOW)
     assert victims(result) == [10]
 
@@ -261,15 +340,19 @@ def test_it_preempts_the_lower_priority_borrower_when_lost_work_ties():
 
 
 def test_it_preempts_the_newest_borrower_when_lost_work_and_priority_tie():
-    run = [running(9, 2, (1, 8), started=NOW - 1000, checkpoint=NOW - 100),
-           running(10, 2, (2, 8), started=NOW - 500, checkpoint=NOW - 100)]
+    run = [
+        running(9, 2, (1, 8), started=NOW - 1000, checkpoint=NOW - 100),
+        running(10, 2, (2, 8), started=NOW - 500, checkpoint=NOW - 100),
+    ]
     result = plan(snapshot(machines(1, 2), [TEAM_A, TEAM_B], run, [queued(1, 1, 8)]), now=NOW)
     assert victims(result) == [10]
 
 
 def test_it_never_preempts_regular_or_wholly_in_quota_jobs():
-    run = [running(9, 2, (1, 8), idle="off", in_quota=True),
-           running(10, 2, (2, 8), idle="acceptable", in_quota=True)]
+    run = [
+        running(9, 2, (1, 8), idle="off", in_quota=True),
+        running(10, 2, (2, 8), idle="acceptable", in_quota=True),
+    ]
     quotas = [TEAM_A, quota(2, "team-b", 16)]
     result = plan(snapshot(machines(1, 2), quotas, run, [queued(1, 1, 8)]), now=NOW)
     assert result.preemptions == ()
@@ -287,30 +370,37 @@ def test_it_only_reclaims_from_borrowers_in_the_owners_pool():
 def test_it_preempts_no_more_borrowers_than_needed():
     # The cheapest borrower sits beside a regular job: preempting it would free nothing
     # the owner can use, so only the borrower on node 2 goes.
-    run = [running(8, 2, (1, 6), idle="off", in_quota=True),
-           running(9, 2, (1, 2), started=NOW - 100),
-           running(10, 2, (2, 8), started=NOW - 3600),
-           running(11, 2, (3, 8), started=NOW - 7200)]
-    result = plan(snapshot(machines(1, 2, 3), [TEAM_A, TEAM_B], run, [queued(1, 1, 8)]),
-                  now=NOW)
+    run = [
+        running(8, 2, (1, 6), idle="off", in_quota=True),
+        running(9, 2, (1, 2), started=NOW - 100),
+        running(10, 2, (2, 8), started=NOW - 3600),
+        running(11, 2, (3, 8), started=NOW - 7200),
+    ]
+    result = plan(snapshot(machines(1, 2, 3), [TEAM_A, TEAM_B], run, [queued(1, 1, 8)]), now=NOW)
     assert victims(result) == [10]
 
 
 def test_it_drops_a_victim_that_later_victims_make_unneeded():
     # Greedy takes 9 and 10 (node 1) before 11 (node 2); with 11 gone, one of node 1's
     # borrowers is enough for the 4-GPU pod, so the costlier of the two is spared.
-    run = [running(9, 2, (1, 4), started=NOW - 100), running(10, 2, (1, 4), started=NOW - 200),
-           running(11, 2, (2, 8), started=NOW - 3600)]
-    result = plan(snapshot(machines(1, 2), [quota(1, "team-a", 16), TEAM_B], run,
-                           [queued(1, 1, 8, 4)]), now=NOW)
+    run = [
+        running(9, 2, (1, 4), started=NOW - 100),
+        running(10, 2, (1, 4), started=NOW - 200),
+        running(11, 2, (2, 8), started=NOW - 3600),
+    ]
+    result = plan(
+        snapshot(machines(1, 2), [quota(1, "team-a", 16), TEAM_B], run, [queued(1, 1, 8, 4)]),
+        now=NOW,
+    )
     assert sorted(victims(result)) == [9, 11]
 
 
 def test_it_holds_the_quota_of_a_reclaiming_owner():
     run = [running(9, 2, (1, 8)), running(10, 2, (2, 8)), running(11, 2, (3, 8))]
     quotas = [quota(1, "team-a", 16, strategy="BestEffortFIFO"), TEAM_B]
-    result = plan(snapshot(machines(1, 2, 3), quotas, run, [queued(1, 1, 8, 8), queued(2, 1, 8)]),
-                  now=NOW)
+    result = plan(
+        snapshot(machines(1, 2, 3), quotas, run, [queued(1, 1, 8, 8), queued(2, 1, 8)]), now=NOW
+    )
     assert {p.by_job_id for p in result.preemptions} == {1}
     assert waiting(result, 2).reason == "quota team-a: needs 8 GPU, 0 free"
 
@@ -325,24 +415,30 @@ def test_it_clears_the_cheapest_node_when_cheap_borrowers_are_scattered():
         for i in range(8):
             age = 100 + node * 10 + i if i < 6 else lost
             run.append(running(node * 10 + i, 2, (node, 1), started=NOW - age))
-    result = plan(snapshot(machines(1, 2, 3, 4), [TEAM_A, TEAM_B], run, [queued(1, 1, 8)]),
-                  now=NOW)
+    result = plan(snapshot(machines(1, 2, 3, 4), [TEAM_A, TEAM_B], run, [queued(1, 1, 8)]), now=NOW)
     assert sorted(victims(result)) == list(range(30, 38))
 
 
 def test_it_gives_each_reclaiming_owner_its_own_victims():
-    run = [running(9, 2, (1, 8), started=NOW - 100), running(10, 2, (2, 8), started=NOW - 200),
-           running(11, 2, (3, 8), started=NOW - 300)]
+    run = [
+        running(9, 2, (1, 8), started=NOW - 100),
+        running(10, 2, (2, 8), started=NOW - 200),
+        running(11, 2, (3, 8), started=NOW - 300),
+    ]
     quotas = [quota(1, "team-a", 16, strategy="BestEffortFIFO"), TEAM_B]
-    result = plan(snapshot(machines(1, 2, 3), quotas, run, [queued(1, 1, 8), queued(2, 1, 8)]),
-                  now=NOW)
+    result = plan(
+        snapshot(machines(1, 2, 3), quotas, run, [queued(1, 1, 8), queued(2, 1, 8)]), now=NOW
+    )
     assert [(p.job_id, p.by_job_id) for p in result.preemptions] == [(9, 1), (10, 2)]
 
 
 def test_it_spares_borrowers_younger_than_the_minimum_run_time():
     run = [running(9, 2, (1, 8), started=NOW - 10)]
-    result = plan(snapshot(machines(1), [TEAM_A, TEAM_B], run, [queued(1, 1, 8)]), now=NOW,
-                  config=Config(min_run_seconds=60))
+    result = plan(
+        snapshot(machines(1), [TEAM_A, TEAM_B], run, [queued(1, 1, 8)]),
+        now=NOW,
+        config=Config(min_run_seconds=60),
+    )
     assert result.preemptions == ()
     assert "minimum 60 s" in waiting(result, 1).reason
 
@@ -350,8 +446,7 @@ def test_it_spares_borrowers_younger_than_the_minimum_run_time():
 def test_it_holds_reclaimed_room_from_the_borrowers_behind():
     run = [running(9, 2, (1, 8))]
     pending = [queued(1, 1, 8, 8), queued(2, 2, 8, idle="only_idle")]
-    result = plan(snapshot(machines(1, 2), [quota(1, "team-a", 16), TEAM_B], run, pending),
-                  now=NOW)
+    result = plan(snapshot(machines(1, 2), [quota(1, "team-a", 16), TEAM_B], run, pending), now=NOW)
     assert victims(result) == [9]
     assert result.admissions == ()
     assert {p.node_id for p in waiting(result, 1).reserved} == {1, 2}
@@ -367,8 +462,7 @@ def test_it_does_not_preempt_again_while_the_victims_stop():
 
 def test_it_admits_the_owner_once_the_borrowers_are_gone():
     pending = [queued(1, 1, 8)]
-    first = plan(snapshot(machines(1), [TEAM_A, TEAM_B], [running(9, 2, (1, 8))], pending),
-                 now=NOW)
+    first = plan(snapshot(machines(1), [TEAM_A, TEAM_B], [running(9, 2, (1, 8))], pending), now=NOW)
     assert victims(first) == [9]
     second = plan(snapshot(machines(1), [TEAM_A, TEAM_B], [], pending), now=NOW + 30)
     assert admitted(second) == {1: {"worker-0": 1}}
@@ -378,9 +472,11 @@ def test_it_admits_the_owner_once_the_borrowers_are_gone():
 
 
 def test_it_orders_the_queue_by_priority_then_submission_time():
-    pending = [queued(1, 1, 8, priority=1, submitted=NOW - 300),
-               queued(2, 1, 8, priority=5, submitted=NOW - 100),
-               queued(3, 1, 8, priority=5, submitted=NOW - 200)]
+    pending = [
+        queued(1, 1, 8, priority=1, submitted=NOW - 300),
+        queued(2, 1, 8, priority=5, submitted=NOW - 100),
+        queued(3, 1, 8, priority=5, submitted=NOW - 200),
+    ]
     quotas = [quota(1, "team-a", 8, strategy="BestEffortFIFO")]
     result = plan(snapshot(machines(1, 2), quotas, pending=pending), now=NOW)
     assert list(admitted(result)) == [3]
@@ -447,15 +543,27 @@ def test_it_tells_each_waiting_job_its_place_in_its_quotas_queue():
     pending = [queued(1, 1, 8), queued(2, 2, 8), queued(3, 1, 8), queued(4, 1, 8)]
     result = plan(snapshot(machines(1), quotas, pending=pending), now=NOW)
     assert [(w.job_id, w.position, w.queue_size) for w in result.waiting] == [
-        (1, 1, 3), (2, 1, 1), (3, 2, 3), (4, 3, 3)]
+        (1, 1, 3),
+        (2, 1, 1),
+        (3, 2, 3),
+        (4, 3, 3),
+    ]
 
 
 def test_it_says_when_no_node_has_room_for_the_gang():
     run = [running(9, 2, (1, 4), (2, 4), idle="off", in_quota=True)]
-    result = plan(snapshot(machines(1, 2), [quota(1, "team-a", 32), quota(2, "team-b", 8)],
-                           run, [queued(1, 1, 8, 8, 8, 8)]), now=NOW)
+    result = plan(
+        snapshot(
+            machines(1, 2),
+            [quota(1, "team-a", 32), quota(2, "team-b", 8)],
+            run,
+            [queued(1, 1, 8, 8, 8, 8)],
+        ),
+        now=NOW,
+    )
     assert waiting(result, 1).reason == (
-        "no node has room: needs 4×8 GPU (8 GPU free in pool, at most 4 GPU on one node)")
+        "no node has room: needs 4×8 GPU (8 GPU free in pool, at most 4 GPU on one node)"
+    )
 
 
 def test_it_keeps_a_job_of_an_unknown_quota_waiting():
@@ -467,14 +575,25 @@ def test_it_keeps_a_job_of_an_unknown_quota_waiting():
 
 
 def test_it_plans_the_same_snapshot_the_same_way():
-    run = [running(9, 2, (1, 8)), running(10, 2, (2, 4), started=NOW - 20),
-           running(11, 1, (3, 4), idle="off", in_quota=True)]
-    pending = [queued(1, 1, 4, 4), queued(2, 2, 8, idle="only_idle"),
-               queued(3, 1, 8, idle="acceptable"), queued(4, 2, 2, priority=3)]
+    run = [
+        running(9, 2, (1, 8)),
+        running(10, 2, (2, 4), started=NOW - 20),
+        running(11, 1, (3, 4), idle="off", in_quota=True),
+    ]
+    pending = [
+        queued(1, 1, 4, 4),
+        queued(2, 2, 8, idle="only_idle"),
+        queued(3, 1, 8, idle="acceptable"),
+        queued(4, 2, 2, priority=3),
+    ]
     shot = snapshot(machines(1, 2, 3, 4), [quota(1, "team-a", 16), TEAM_B], run, pending)
     rng = random.Random(7)
-    shuffled = Snapshot(*(tuple(rng.sample(part, len(part))) for part in
-                          (shot.nodes, shot.quotas, shot.running, shot.pending)))
+    shuffled = Snapshot(
+        *(
+            tuple(rng.sample(part, len(part)))
+            for part in (shot.nodes, shot.quotas, shot.running, shot.pending)
+        )
+    )
     assert plan(shot, now=NOW) == plan(shot, now=NOW) == plan(shuffled, now=NOW)
 
 
@@ -483,9 +602,11 @@ def test_it_plans_the_same_snapshot_the_same_way():
 
 def test_it_reports_in_quota_use_of_a_quota_and_its_descendants():
     quotas = [quota(1, "team-a", 16), quota(2, "team-a1", 8, parent=1), quota(3, "team-b", 8)]
-    run = [running(9, 2, (1, 4), idle="off", in_quota=True),
-           running(10, 1, (2, 2), idle="off", in_quota=True),
-           running(11, 2, (3, 8))]
+    run = [
+        running(9, 2, (1, 4), idle="off", in_quota=True),
+        running(10, 1, (2, 2), idle="off", in_quota=True),
+        running(11, 2, (3, 8)),
+    ]
     usage = quota_usage(snapshot(machines(1, 2, 3), quotas, run))
     assert {qid: r.gpu for qid, r in usage.items()} == {1: 6, 2: 4, 3: 0}
 
@@ -511,9 +632,11 @@ def test_it_rejects_duplicate_node_ids():
 
 
 def test_it_imports_nothing_of_django_celery_or_the_other_apps():
-    code = ("import sys; import apps.scheduler.engine; "
-            "assert not [m for m in sys.modules if m.split('.')[0] in ('django', 'celery')]; "
-            "assert not [m for m in sys.modules if m.startswith('apps.') "
-            "and not m.startswith('apps.scheduler.engine') "
-            "and m not in ('apps.scheduler', 'apps.scheduler.lifecycle')]")
+    code = (
+        "import sys; import apps.scheduler.engine; "
+        "assert not [m for m in sys.modules if m.split('.')[0] in ('django', 'celery')]; "
+        "assert not [m for m in sys.modules if m.startswith('apps.') "
+        "and not m.startswith('apps.scheduler.engine') "
+        "and m not in ('apps.scheduler', 'apps.scheduler.lifecycle')]"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -43,6 +43,7 @@ def planned(shot: Snapshot, chooser: str = "greedy first") -> Plan:
     with mock.patch.object(reclaim, "_GREEDY_BUDGET", budget):
         return plan(shot, now=NOW, config=CONFIG)
 
+
 Vec = tuple[int, int, int]
 
 
@@ -99,12 +100,23 @@ def snapshots(draw) -> Snapshot:
     nodes: list[Node] = []
     for pool in range(1, draw(st.integers(1, 2)) + 1):
         for _ in range(draw(st.integers(1, 4))):
-            capacity = Resources(gpu=8, cpu=32000, memory=65536) if crowded else Resources(
-                gpu=draw(st.sampled_from([8, 4, 2, 0])),
-                cpu=draw(st.sampled_from([4000, 8000, 16000])),
-                memory=draw(st.sampled_from([8192, 16384, 32768])))
-            nodes.append(Node(id=len(nodes) + 1, pool_id=pool, capacity=capacity,
-                              schedulable=crowded or draw(st.integers(0, 5)) > 0))
+            capacity = (
+                Resources(gpu=8, cpu=32000, memory=65536)
+                if crowded
+                else Resources(
+                    gpu=draw(st.sampled_from([8, 4, 2, 0])),
+                    cpu=draw(st.sampled_from([4000, 8000, 16000])),
+                    memory=draw(st.sampled_from([8192, 16384, 32768])),
+                )
+            )
+            nodes.append(
+                Node(
+                    id=len(nodes) + 1,
+                    pool_id=pool,
+                    capacity=capacity,
+                    schedulable=crowded or draw(st.integers(0, 5)) > 0,
+                )
+            )
     pools = sorted({n.pool_id for n in nodes})
     quotas: dict[int, Quota] = {}
     for qid in range(1, draw(st.integers(1, 4)) + 1):
@@ -112,10 +124,15 @@ def snapshots(draw) -> Snapshot:
         parents = [q.id for q in quotas.values() if q.pool_id == pool]
         parent = draw(st.sampled_from([None, *parents])) if parents else None
         quotas[qid] = Quota(
-            id=qid, name=f"q{qid}", parent_id=parent, pool_id=pool,
-            min=Resources(gpu=draw(st.sampled_from([16, 24, 8] if crowded else [16, 8, 4, 0])),
-                          cpu=10**6 if crowded else draw(st.sampled_from([64000, 8000, 0])),
-                          memory=10**7 if crowded else draw(st.sampled_from([131072, 16384, 0]))),
+            id=qid,
+            name=f"q{qid}",
+            parent_id=parent,
+            pool_id=pool,
+            min=Resources(
+                gpu=draw(st.sampled_from([16, 24, 8] if crowded else [16, 8, 4, 0])),
+                cpu=10**6 if crowded else draw(st.sampled_from([64000, 8000, 0])),
+                memory=10**7 if crowded else draw(st.sampled_from([131072, 16384, 0])),
+            ),
             strategy=draw(st.sampled_from(["StrictFIFO", "BestEffortFIFO"])),
         )
     room = {n.id: vec(n.capacity) for n in nodes}
@@ -125,20 +142,30 @@ def snapshots(draw) -> Snapshot:
         job = _running(draw, jid, quotas, nodes, room, used, crowded)
         if job is not None:
             running.append(job)
-    pending = [_pending(draw, jid, quotas, crowded)
-               for jid in range(1, draw(st.integers(1 if crowded else 0, 6)) + 1)]
-    return Snapshot(nodes=tuple(nodes), quotas=tuple(quotas.values()), running=tuple(running),
-                    pending=tuple(pending))
+    pending = [
+        _pending(draw, jid, quotas, crowded)
+        for jid in range(1, draw(st.integers(1 if crowded else 0, 6)) + 1)
+    ]
+    return Snapshot(
+        nodes=tuple(nodes),
+        quotas=tuple(quotas.values()),
+        running=tuple(running),
+        pending=tuple(pending),
+    )
 
 
 def _running(draw, jid, quotas, nodes, room, used, crowded) -> RunningJob | None:
     """A running job placed validly (node room, quota min), or None when it does not fit."""
     qid = draw(st.sampled_from(sorted(quotas)))
-    modes = ["only_idle", "acceptable"] * 3 + ["off"] if crowded else [
-        "only_idle", "acceptable", "off", "only_idle"]
+    modes = (
+        ["only_idle", "acceptable"] * 3 + ["off"]
+        if crowded
+        else ["only_idle", "acceptable", "off", "only_idle"]
+    )
     mode = draw(st.sampled_from(modes))
-    sizes = draw(st.lists(st.sampled_from(POD_SIZES[:3] if crowded else POD_SIZES),
-                          min_size=1, max_size=3))
+    sizes = draw(
+        st.lists(st.sampled_from(POD_SIZES[:3] if crowded else POD_SIZES), min_size=1, max_size=3)
+    )
     pool_nodes = [n.id for n in nodes if n.pool_id == quotas[qid].pool_id]
     ancestors = chain(quotas, qid)
     pods, free, taken = [], dict(room), dict(used)
@@ -148,38 +175,63 @@ def _running(draw, jid, quotas, nodes, room, used, crowded) -> RunningJob | None
             return None
         node = draw(st.sampled_from(options))
         in_quota = mode != "only_idle" and all(
-            fits(add(taken[q.id], size), vec(q.min)) for q in ancestors)
+            fits(add(taken[q.id], size), vec(q.min)) for q in ancestors
+        )
         if mode == "off" and not in_quota:
             return None
         if in_quota:
             for q in ancestors:
                 taken[q.id] = add(taken[q.id], size)
         free[node] = add(free[node], size, -1)
-        pods.append(RunningPod(pod_id=jid * 10 + i, node_id=node, in_quota=in_quota,
-                               resources=Resources(gpu=size[0], cpu=size[1], memory=size[2])))
+        pods.append(
+            RunningPod(
+                pod_id=jid * 10 + i,
+                node_id=node,
+                in_quota=in_quota,
+                resources=Resources(gpu=size[0], cpu=size[1], memory=size[2]),
+            )
+        )
     room.update(free)
     used.update(taken)
     started = NOW - draw(st.sampled_from([3600, 600, 90, 30, 5]))
     checkpoint = draw(st.sampled_from([None, started + 1, NOW - 10]))
-    return RunningJob(job_id=jid, name=f"r{jid}", quota_id=qid, idle_mode=mode,
-                      priority=draw(st.integers(1, 3)), started_at=started,
-                      last_checkpoint_at=checkpoint, pods=tuple(pods),
-                      stopping=draw(st.integers(0, 9)) == 5)
+    return RunningJob(
+        job_id=jid,
+        name=f"r{jid}",
+        quota_id=qid,
+        idle_mode=mode,
+        priority=draw(st.integers(1, 3)),
+        started_at=started,
+        last_checkpoint_at=checkpoint,
+        pods=tuple(pods),
+        stopping=draw(st.integers(0, 9)) == 5,
+    )
 
 
 def _pending(draw, jid, quotas, crowded) -> PendingJob:
     size = draw(st.sampled_from(POD_SIZES))
     count = draw(st.integers(1, 2 if crowded else 3))
-    sizes = [size] * count if draw(st.booleans()) else draw(
-        st.lists(st.sampled_from(POD_SIZES), min_size=1, max_size=4))
-    modes = ["off", "off", "acceptable", "only_idle"] if crowded else [
-        "off", "acceptable", "only_idle", "off"]
+    sizes = (
+        [size] * count
+        if draw(st.booleans())
+        else draw(st.lists(st.sampled_from(POD_SIZES), min_size=1, max_size=4))
+    )
+    modes = (
+        ["off", "off", "acceptable", "only_idle"]
+        if crowded
+        else ["off", "acceptable", "only_idle", "off"]
+    )
     return PendingJob(
-        job_id=jid, name=f"p{jid}", quota_id=draw(st.sampled_from(sorted(quotas))),
+        job_id=jid,
+        name=f"p{jid}",
+        quota_id=draw(st.sampled_from(sorted(quotas))),
         idle_mode=draw(st.sampled_from(modes)),
-        priority=draw(st.integers(1, 3)), submitted_at=NOW - draw(st.integers(0, 100)),
-        pods=tuple(PodRequest(key=f"worker-{i}", resources=Resources(gpu=g, cpu=c, memory=m))
-                   for i, (g, c, m) in enumerate(sizes)),
+        priority=draw(st.integers(1, 3)),
+        submitted_at=NOW - draw(st.integers(0, 100)),
+        pods=tuple(
+            PodRequest(key=f"worker-{i}", resources=Resources(gpu=g, cpu=c, memory=m))
+            for i, (g, c, m) in enumerate(sizes)
+        ),
         not_before=draw(st.sampled_from([None] * 6 + [NOW - 1, NOW + 30])),
     )
 
@@ -187,13 +239,22 @@ def _pending(draw, jid, quotas, crowded) -> PendingJob:
 @st.composite
 def reclaims(draw) -> Snapshot:
     """One pool full of borrowers (mostly old), and owners of an idle quota queuing."""
-    nodes = [Node(id=i, pool_id=1, capacity=Resources(gpu=8, cpu=32000, memory=65536))
-             for i in range(1, draw(st.integers(2, 4)) + 1)]
+    nodes = [
+        Node(id=i, pool_id=1, capacity=Resources(gpu=8, cpu=32000, memory=65536))
+        for i in range(1, draw(st.integers(2, 4)) + 1)
+    ]
     generous = dict(cpu=10**6, memory=10**7)
-    quotas = {1: Quota(1, "owners", None, 1,
-                       Resources(gpu=draw(st.sampled_from([32, 16, 8])), **generous),
-                       draw(st.sampled_from(["StrictFIFO", "BestEffortFIFO"]))),
-              2: Quota(2, "lenders", None, 1, Resources(gpu=0, **generous))}
+    quotas = {
+        1: Quota(
+            1,
+            "owners",
+            None,
+            1,
+            Resources(gpu=draw(st.sampled_from([32, 16, 8])), **generous),
+            draw(st.sampled_from(["StrictFIFO", "BestEffortFIFO"])),
+        ),
+        2: Quota(2, "lenders", None, 1, Resources(gpu=0, **generous)),
+    }
     room = {n.id: vec(n.capacity) for n in nodes}
     running = []
     for jid in range(100, 100 + draw(st.integers(2, 8))):
@@ -205,18 +266,40 @@ def reclaims(draw) -> Snapshot:
                 break
             node = draw(st.sampled_from(options))
             room[node] = add(room[node], size, -1)
-            pods.append(RunningPod(jid * 10 + i, node, Resources(gpu=size[0], cpu=size[1],
-                                                                 memory=size[2]), False))
+            pods.append(
+                RunningPod(
+                    jid * 10 + i, node, Resources(gpu=size[0], cpu=size[1], memory=size[2]), False
+                )
+            )
         if pods:
             started = NOW - draw(st.sampled_from([3600, 7200, 600, 20]))
-            running.append(RunningJob(
-                jid, f"r{jid}", 2, draw(st.sampled_from(["only_idle", "acceptable"])),
-                draw(st.integers(1, 3)), started,
-                draw(st.sampled_from([None, NOW - 60, NOW - 300])), tuple(pods)))
+            running.append(
+                RunningJob(
+                    jid,
+                    f"r{jid}",
+                    2,
+                    draw(st.sampled_from(["only_idle", "acceptable"])),
+                    draw(st.integers(1, 3)),
+                    started,
+                    draw(st.sampled_from([None, NOW - 60, NOW - 300])),
+                    tuple(pods),
+                )
+            )
     pending = [
-        PendingJob(jid, f"p{jid}", 1, "off", draw(st.integers(1, 2)), NOW - jid, tuple(
-            PodRequest(f"worker-{i}", Resources(gpu=g, cpu=c, memory=m)) for i, (g, c, m) in
-            enumerate(draw(st.lists(st.sampled_from(POD_SIZES[:3]), min_size=1, max_size=3)))))
+        PendingJob(
+            jid,
+            f"p{jid}",
+            1,
+            "off",
+            draw(st.integers(1, 2)),
+            NOW - jid,
+            tuple(
+                PodRequest(f"worker-{i}", Resources(gpu=g, cpu=c, memory=m))
+                for i, (g, c, m) in enumerate(
+                    draw(st.lists(st.sampled_from(POD_SIZES[:3]), min_size=1, max_size=3))
+                )
+            ),
+        )
         for jid in range(1, draw(st.integers(1, 3)) + 1)
     ]
     return Snapshot(tuple(nodes), tuple(quotas.values()), tuple(running), tuple(pending))
@@ -264,10 +347,14 @@ def in_pool(room: dict[int, Vec], shot: Snapshot, pool_id: int) -> dict[int, Vec
 
 def eligible_borrowers(shot: Snapshot, pool_id: int) -> set[int]:
     pools = {n.id: n.pool_id for n in shot.nodes}
-    return {j.job_id for j in shot.running
-            if j.idle_mode != "off" and not j.stopping
-            and NOW - j.started_at >= CONFIG.min_run_seconds
-            and any(not p.in_quota and pools[p.node_id] == pool_id for p in j.pods)}
+    return {
+        j.job_id
+        for j in shot.running
+        if j.idle_mode != "off"
+        and not j.stopping
+        and NOW - j.started_at >= CONFIG.min_run_seconds
+        and any(not p.in_quota and pools[p.node_id] == pool_id for p in j.pods)
+    }
 
 
 # --- properties ------------------------------------------------------------------------
@@ -304,8 +391,9 @@ def test_it_keeps_in_quota_use_and_held_quota_within_every_min(shot, chooser):
     quotas = {q.id: q for q in shot.quotas}
     used = {qid: (0, 0, 0) for qid in quotas}
     pods = [(j.quota_id, vec(p.resources)) for j in shot.running for p in j.pods if p.in_quota]
-    pods += [(job.quota_id, size) for _, size, in_quota, job in admitted_pods(shot, result)
-             if in_quota]
+    pods += [
+        (job.quota_id, size) for _, size, in_quota, job in admitted_pods(shot, result) if in_quota
+    ]
     pods += [(job.quota_id, size) for _, size, job in held_pods(shot, result)]
     for qid, size in pods:
         for q in chain(quotas, qid):
@@ -323,8 +411,9 @@ def test_it_gives_no_one_the_room_held_for_a_reclaiming_owner(shot, chooser):
     the set it will preempt then, old members included, without preempting any yet)."""
     result = planned(shot, chooser)
     waits_for_young = any("minimum" in w.reason for w in result.waiting)
-    leaving = {j.job_id for j in shot.running
-               if j.stopping or (waits_for_young and j.idle_mode != "off")}
+    leaving = {
+        j.job_id for j in shot.running if j.stopping or (waits_for_young and j.idle_mode != "off")
+    }
     room = room_without(shot, leaving | {p.job_id for p in result.preemptions})
     for node_id, size, _, _ in admitted_pods(shot, result):
         room[node_id] = add(room[node_id], size, -1)
@@ -402,8 +491,7 @@ def test_it_preempts_minimal_sets(shot, chooser):
             if w.reserved and queue_key(jobs[w.job_id]) < queue_key(owner):
                 sizes = {p.key: vec(p.resources) for p in jobs[w.job_id].pods}
                 for placement in w.reserved:
-                    room[placement.node_id] = add(room[placement.node_id],
-                                                  sizes[placement.key], -1)
+                    room[placement.node_id] = add(room[placement.node_id], sizes[placement.key], -1)
         room = in_pool(room, shot, quotas[owner.quota_id].pool_id)
         pods = [vec(p.resources) for p in owner.pods]
         for victim in chosen:
@@ -435,7 +523,8 @@ def test_it_gives_the_queue_head_its_quota_back_from_borrowers(shot, chooser):
     for pod in head.pods:
         need = add(need, vec(pod.resources))
     if head.idle_mode != "off" or not all(
-            fits(add(used[q.id], need), vec(q.min)) for q in chain(quotas, head.quota_id)):
+        fits(add(used[q.id], need), vec(q.min)) for q in chain(quotas, head.quota_id)
+    ):
         return
     pool = quotas[head.quota_id].pool_id
     stopping = {j.job_id for j in shot.running if j.stopping}
@@ -455,24 +544,35 @@ def test_it_gives_the_queue_head_its_quota_back_from_borrowers(shot, chooser):
 @given(snapshots())
 def test_it_decides_owners_the_same_whatever_borrowers_queue(shot):
     """Pending only_idle jobs change nothing for regular jobs: no starvation by borrowers."""
-    owners_only = Snapshot(shot.nodes, shot.quotas, shot.running,
-                           tuple(j for j in shot.pending if j.idle_mode != "only_idle"))
+    owners_only = Snapshot(
+        shot.nodes,
+        shot.quotas,
+        shot.running,
+        tuple(j for j in shot.pending if j.idle_mode != "only_idle"),
+    )
     regular = {j.job_id for j in shot.pending if j.idle_mode == "off"}
 
     def owners_view(result: Plan):
-        return ([a for a in result.admissions if a.job_id in regular], result.preemptions,
-                [(w.job_id, w.reason, w.reserved) for w in result.waiting
-                 if w.job_id in regular])
+        return (
+            [a for a in result.admissions if a.job_id in regular],
+            result.preemptions,
+            [(w.job_id, w.reason, w.reserved) for w in result.waiting if w.job_id in regular],
+        )
 
     assert owners_view(plan(shot, now=NOW, config=CONFIG)) == owners_view(
-        plan(owners_only, now=NOW, config=CONFIG))
+        plan(owners_only, now=NOW, config=CONFIG)
+    )
 
 
 @FAST
 @given(snapshots(), st.randoms(use_true_random=False))
 def test_it_plans_deterministically(shot, rng: random.Random):
-    shuffled = Snapshot(*(tuple(rng.sample(part, len(part))) for part in
-                          (shot.nodes, shot.quotas, shot.running, shot.pending)))
+    shuffled = Snapshot(
+        *(
+            tuple(rng.sample(part, len(part)))
+            for part in (shot.nodes, shot.quotas, shot.running, shot.pending)
+        )
+    )
     first = plan(shot, now=NOW, config=CONFIG)
     assert first == plan(shot, now=NOW, config=CONFIG) == plan(shuffled, now=NOW, config=CONFIG)
 

@@ -25,8 +25,17 @@ import pytest
 from apps.agent import seccomp
 
 ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"}
-BWRAP = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--unshare-pid",
-         "--die-with-parent"]
+BWRAP = [
+    "--ro-bind",
+    "/",
+    "/",
+    "--dev",
+    "/dev",
+    "--proc",
+    "/proc",
+    "--unshare-pid",
+    "--die-with-parent",
+]
 HOST_ARCH = seccomp.normalize_arch()
 EPERM = seccomp.SECCOMP_RET_ERRNO | errno.EPERM
 ENOSYS = seccomp.SECCOMP_RET_ERRNO | errno.ENOSYS
@@ -47,14 +56,21 @@ def sandbox(argv: list[str], *, filtered: bool = True) -> subprocess.CompletedPr
     if HOST_ARCH is None:
         pytest.skip(f"no seccomp table for {platform.machine()}")
     if not filtered:
-        return subprocess.run([bwrap, *BWRAP, "--", *argv], env=ENV, capture_output=True,
-                              text=True, timeout=60)
+        return subprocess.run(
+            [bwrap, *BWRAP, "--", *argv], env=ENV, capture_output=True, text=True, timeout=60
+        )
     program = seccomp.pod_filter()
     assert program is not None
     fd = seccomp.filter_fd(program)
     try:
-        return subprocess.run([bwrap, *BWRAP, "--seccomp", str(fd), "--", *argv], env=ENV,
-                              capture_output=True, text=True, timeout=60, pass_fds=[fd])
+        return subprocess.run(
+            [bwrap, *BWRAP, "--seccomp", str(fd), "--", *argv],
+            env=ENV,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            pass_fds=[fd],
+        )
     finally:
         os.close(fd)
 
@@ -72,11 +88,15 @@ def test_the_filter_is_loaded():
     assert result.stdout.split() == ["Seccomp:", "2"]
 
 
-@pytest.mark.parametrize("argv", [
-    ["unshare", "-r", "true"],
-    ["unshare", "-n", "true"],
-    ["mount", "-t", "tmpfs", "none", "/tmp"],
-], ids=["unshare-user", "unshare-net", "mount"])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["unshare", "-r", "true"],
+        ["unshare", "-n", "true"],
+        ["mount", "-t", "tmpfs", "none", "/tmp"],
+    ],
+    ids=["unshare-user", "unshare-net", "mount"],
+)
 def test_escape_commands_work_without_the_filter_and_fail_with_it(argv):
     control = sandbox(argv, filtered=False)
     assert control.returncode == 0, f"control failed, so the test proves nothing: {control}"
@@ -101,19 +121,19 @@ PROBES = {
     # PTRACE_TRACEME from a child of this process: bwrap's pid 1, which has dropped its
     # capabilities, would refuse to be the tracer of its own child anyway.
     "ptrace": "pid = os.fork()\n"
-              "if pid == 0:\n"
-              "    print(*call(NR['ptrace'], L(0), L(0), L(0), L(0)), flush=True)\n"
-              "    os._exit(0)\n"
-              "os.waitpid(pid, 0)\n"
-              "os._exit(0)",
+    "if pid == 0:\n"
+    "    print(*call(NR['ptrace'], L(0), L(0), L(0), L(0)), flush=True)\n"
+    "    os._exit(0)\n"
+    "os.waitpid(pid, 0)\n"
+    "os._exit(0)",
     # KEYCTL_GET_KEYRING_ID of KEY_SPEC_SESSION_KEYRING, creating it
     "keyctl": "r = call(NR['keyctl'], L(0), L(-3), L(1))",
     "add_key": "r = call(NR['add_key'], b'user', b'pw-test', b'v', L(1), L(-2))",
     "bpf": "r = call(NR['bpf'], L(5), None, L(0))",  # BPF_PROG_LOAD with no attr
     "unshare": f"r = call(NR['unshare'], L({CLONE_NEWUSER}))",
     "clone": f"r = call(NR['clone'], L({CLONE_NEWUSER | SIGCHLD}), None, None, None, L(0))\n"
-             "if r[0] == 0: os._exit(0)\n"
-             "if r[0] > 0: os.waitpid(r[0], 0)",
+    "if r[0] == 0: os._exit(0)\n"
+    "if r[0] > 0: os.waitpid(r[0], 0)",
     "personality": "r = call(NR['personality'], L(0x0040000))",  # ADDR_NO_RANDOMIZE
     "clone3": "r = call(NR['clone3'], None, L(0))",
 }
@@ -133,8 +153,9 @@ def probe(name: str, *, filtered: bool = True) -> tuple[int, int]:
     return int(ret), int(err)
 
 
-@pytest.mark.parametrize("name", ["ptrace", "keyctl", "add_key", "bpf", "unshare", "clone",
-                                  "personality"])
+@pytest.mark.parametrize(
+    "name", ["ptrace", "keyctl", "add_key", "bpf", "unshare", "clone", "personality"]
+)
 def test_the_filter_refuses_dangerous_calls_with_eperm(name):
     control = probe(name, filtered=False)
     assert control[1] != errno.EPERM, f"{name} is refused even without the filter: {control}"
@@ -154,17 +175,21 @@ def test_x32_calls_are_refused():
 
 
 def test_personality_queries_still_work():
-    code = (f"{PROBE}\nNR = {host_table()!r}\n"
-            "print(call(NR['personality'], L(0xFFFFFFFF))[0], call(NR['personality'], L(0))[0])")
+    code = (
+        f"{PROBE}\nNR = {host_table()!r}\n"
+        "print(call(NR['personality'], L(0xFFFFFFFF))[0], call(NR['personality'], L(0))[0])"
+    )
     result = python(code)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["0", "0"]
 
 
 def test_a_shell_with_pipes_subshells_and_background_jobs_runs():
-    script = ("set -e; seq 1 5000 | sort -rn | head -1 | grep -qx 5000; "
-              "(sleep 0.1; echo bg > /dev/null) & sleep 0.05 & wait; "
-              "x=$(echo sub | tr a-z A-Z); test \"$x\" = SUB; echo ok")
+    script = (
+        "set -e; seq 1 5000 | sort -rn | head -1 | grep -qx 5000; "
+        "(sleep 0.1; echo bg > /dev/null) & sleep 0.05 & wait; "
+        'x=$(echo sub | tr a-z A-Z); test "$x" = SUB; echo ok'
+    )
     result = sandbox(["bash", "-c", script])
     assert result.returncode == 0, result.stderr
     assert result.stdout == "ok\n"
@@ -261,11 +286,24 @@ def test_the_program_decides_as_documented(arch):
     assert run_bpf(prog, table["clone3"], audit) == ENOSYS
     assert run_bpf(prog, table["clone"], audit, (THREAD_FLAGS,)) == ALLOW
     assert run_bpf(prog, table["clone"], audit, (SIGCHLD,)) == ALLOW
-    for flag in (0x80, 0x20000, 0x02000000, 0x04000000, 0x08000000, 0x10000000, 0x20000000,
-                 0x40000000):
+    for flag in (
+        0x80,
+        0x20000,
+        0x02000000,
+        0x04000000,
+        0x08000000,
+        0x10000000,
+        0x20000000,
+        0x40000000,
+    ):
         assert run_bpf(prog, table["clone"], audit, (flag | SIGCHLD,)) == EPERM, hex(flag)
-    for persona, verdict in ((0, ALLOW), (0xFFFFFFFF, ALLOW), (0x0040000, EPERM),
-                             (0x0400000, EPERM), (0x0008, EPERM)):
+    for persona, verdict in (
+        (0, ALLOW),
+        (0xFFFFFFFF, ALLOW),
+        (0x0040000, EPERM),
+        (0x0400000, EPERM),
+        (0x0008, EPERM),
+    ):
         assert run_bpf(prog, table["personality"], audit, (persona,)) == verdict, hex(persona)
     special = set(table.values())
     for nr in range(0, 460):  # every other call, e.g. read, write, openat, execve
@@ -308,21 +346,26 @@ def test_filter_fd_holds_the_program_at_offset_zero():
 
 def _header_numbers(path: Path) -> dict[str, int]:
     text = path.read_text()
-    return {m[1]: int(m[2]) for m in re.finditer(r"^#define __NR_(\w+)\s+(\d+)\s*$", text,
-                                                  re.MULTILINE)}
+    return {
+        m[1]: int(m[2]) for m in re.finditer(r"^#define __NR_(\w+)\s+(\d+)\s*$", text, re.MULTILINE)
+    }
 
 
 @pytest.mark.optional
-@pytest.mark.parametrize("arch, header", [
-    ("x86_64", "/usr/include/x86_64-linux-gnu/asm/unistd_64.h"),
-    ("aarch64", "/usr/include/asm-generic/unistd.h"),
-])
+@pytest.mark.parametrize(
+    "arch, header",
+    [
+        ("x86_64", "/usr/include/x86_64-linux-gnu/asm/unistd_64.h"),
+        ("aarch64", "/usr/include/asm-generic/unistd.h"),
+    ],
+)
 def test_the_tables_match_the_kernel_headers(arch, header):
     path = Path(header)
     if not path.is_file():
         pytest.skip(f"{header} is not installed")
     assert seccomp.syscall_table(arch) == {
-        name: number for name, number in _header_numbers(path).items()
+        name: number
+        for name, number in _header_numbers(path).items()
         if name in seccomp.syscall_table(arch)
     }
     assert set(seccomp.syscall_table(arch)) <= set(_header_numbers(path))

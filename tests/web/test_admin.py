@@ -26,17 +26,32 @@ def _fast_passwords(settings):
 def job(personas, cluster):
     now = timezone.now()
     job = Job.objects.create(
-        workspace=personas["ws_a"], user=personas["alice"], display_name="resnet-50",
-        user_command="python train.py", resource_source="quota", quota=cluster["team_a"],
-        status="Running", submitted_at=now, status_changed_at=now,
+        workspace=personas["ws_a"],
+        user=personas["alice"],
+        display_name="resnet-50",
+        user_command="python train.py",
+        resource_source="quota",
+        quota=cluster["team_a"],
+        status="Running",
+        submitted_at=now,
+        status_changed_at=now,
     )
-    role = JobRole.objects.create(job=job, role_type="Worker", pod_count=1, cpu=8000,
-                                  memory=32768, gpu=2)
-    pod = Pod.objects.create(job=job, role=role, index=0, pod_id=f"{job.job_id}-worker-0",
-                             node=cluster["nodes"][0], in_quota=True, status="Running")
+    role = JobRole.objects.create(
+        job=job, role_type="Worker", pod_count=1, cpu=8000, memory=32768, gpu=2
+    )
+    pod = Pod.objects.create(
+        job=job,
+        role=role,
+        index=0,
+        pod_id=f"{job.job_id}-worker-0",
+        node=cluster["nodes"][0],
+        in_quota=True,
+        status="Running",
+    )
     StatusTransition.objects.create(job=job, status="Running", started_at=now)
-    JobEvent.objects.create(job=job, pod=pod, at=now, kind="Scheduled",
-                            message="placed on gpu-node-0")
+    JobEvent.objects.create(
+        job=job, pod=pod, at=now, kind="Scheduled", message="placed on gpu-node-0"
+    )
     return job
 
 
@@ -64,8 +79,13 @@ def test_it_renders_every_changelist_and_add_page(admin_client, job):
 
 def test_it_shows_a_job_with_roles_pods_history_and_events(admin_client, job):
     body = admin_client.get(reverse("admin:jobs_job_change", args=[job.pk])).content.decode()
-    for text in ("Worker", f"{job.job_id}-worker-0", "Status history", "placed on gpu-node-0",
-                 "gpu-node-0"):
+    for text in (
+        "Worker",
+        f"{job.job_id}-worker-0",
+        "Status history",
+        "placed on gpu-node-0",
+        "gpu-node-0",
+    ):
         assert text in body, text
     assert admin_client.get(reverse("admin:jobs_job_add")).status_code == 403
 
@@ -84,15 +104,19 @@ def test_it_shows_nodes_under_a_pool(admin_client, cluster):
 
 def test_it_cordons_nodes(admin_client, cluster):
     ids = [n.pk for n in cluster["nodes"][:2]]
-    admin_client.post(reverse("admin:cluster_node_changelist"),
-                      {"action": "cordon", "_selected_action": ids})
+    admin_client.post(
+        reverse("admin:cluster_node_changelist"), {"action": "cordon", "_selected_action": ids}
+    )
     assert Node.objects.filter(status=Node.Status.CORDONED).count() == 2
 
 
 def test_it_drains_nodes_moving_their_jobs_off(admin_client, job, cluster):
     node = cluster["nodes"][0]
-    response = admin_client.post(reverse("admin:cluster_node_changelist"),
-                                 {"action": "drain", "_selected_action": [node.pk]}, follow=True)
+    response = admin_client.post(
+        reverse("admin:cluster_node_changelist"),
+        {"action": "drain", "_selected_action": [node.pk]},
+        follow=True,
+    )
     assert "Drained 1 node(s): cordoned, 1 job(s) moved off" in response.content.decode()
     node.refresh_from_db()
     job.refresh_from_db()
@@ -103,11 +127,20 @@ def test_it_drains_nodes_moving_their_jobs_off(admin_client, job, cluster):
 
 def test_it_refuses_a_quota_edit_that_breaks_the_tree(admin_client, cluster, personas):
     team_a = cluster["team_a"]
-    response = admin_client.post(reverse("admin:cluster_quota_change", args=[team_a.pk]), {
-        "name": "team-a", "parent": cluster["root"].pk, "pool": cluster["dedicated"].pk,
-        "resource_type": "ECS", "min_cpu": team_a.min_cpu, "min_memory": team_a.min_memory,
-        "min_gpu": 12, "queue_strategy": "StrictFIFO", "workspaces": [personas["ws_a"].pk],
-    })
+    response = admin_client.post(
+        reverse("admin:cluster_quota_change", args=[team_a.pk]),
+        {
+            "name": "team-a",
+            "parent": cluster["root"].pk,
+            "pool": cluster["dedicated"].pk,
+            "resource_type": "ECS",
+            "min_cpu": team_a.min_cpu,
+            "min_memory": team_a.min_memory,
+            "min_gpu": 12,
+            "queue_strategy": "StrictFIFO",
+            "workspaces": [personas["ws_a"].pk],
+        },
+    )
     assert response.status_code == 200
     assert "the children of &#x27;root-ecs&#x27; need 20 GPU" in response.content.decode()
     team_a.refresh_from_db()
@@ -116,11 +149,20 @@ def test_it_refuses_a_quota_edit_that_breaks_the_tree(admin_client, cluster, per
 
 def test_it_accepts_a_quota_edit_that_fits(admin_client, cluster, personas):
     team_a = cluster["team_a"]
-    response = admin_client.post(reverse("admin:cluster_quota_change", args=[team_a.pk]), {
-        "name": "team-a", "parent": cluster["root"].pk, "pool": cluster["dedicated"].pk,
-        "resource_type": "ECS", "min_cpu": team_a.min_cpu, "min_memory": team_a.min_memory,
-        "min_gpu": 6, "queue_strategy": "BestEffortFIFO", "workspaces": [personas["ws_a"].pk],
-    })
+    response = admin_client.post(
+        reverse("admin:cluster_quota_change", args=[team_a.pk]),
+        {
+            "name": "team-a",
+            "parent": cluster["root"].pk,
+            "pool": cluster["dedicated"].pk,
+            "resource_type": "ECS",
+            "min_cpu": team_a.min_cpu,
+            "min_memory": team_a.min_memory,
+            "min_gpu": 6,
+            "queue_strategy": "BestEffortFIFO",
+            "workspaces": [personas["ws_a"].pk],
+        },
+    )
     assert response.status_code == 302
     assert Quota.objects.get(pk=team_a.pk).min_gpu == 6
 
@@ -129,9 +171,15 @@ def test_it_accepts_a_quota_edit_that_fits(admin_client, cluster, personas):
 
 
 def test_it_shows_a_new_secret_once(admin_client, personas):
-    response = admin_client.post(reverse("admin:workspaces_accesskey_add"), {
-        "user": personas["alice"].pk, "description": "laptop", "enabled": "on",
-    }, follow=True)
+    response = admin_client.post(
+        reverse("admin:workspaces_accesskey_add"),
+        {
+            "user": personas["alice"].pk,
+            "description": "laptop",
+            "enabled": "on",
+        },
+        follow=True,
+    )
     assert response.status_code == 200
     key = AccessKey.objects.get(description="laptop")
     secret = key.secret()
@@ -151,8 +199,15 @@ def test_it_never_shows_or_edits_an_existing_secret(admin_client, personas):
     body = admin_client.get(url).content.decode()
     assert secret not in body and key.secret_encrypted not in body
     assert 'name="secret' not in body and 'name="key_id"' not in body
-    admin_client.post(url, {"description": "renamed", "enabled": "on",
-                            "secret_encrypted": "forged", "key_id": "LTAIforged"})
+    admin_client.post(
+        url,
+        {
+            "description": "renamed",
+            "enabled": "on",
+            "secret_encrypted": "forged",
+            "key_id": "LTAIforged",
+        },
+    )
     key.refresh_from_db()
     assert key.description == "renamed"
     assert key.secret() == secret and key.key_id != "LTAIforged"
@@ -160,9 +215,11 @@ def test_it_never_shows_or_edits_an_existing_secret(admin_client, personas):
 
 def test_it_rotates_a_secret_and_shows_the_new_one_once(admin_client, personas):
     key, old = make_access_key(personas["bob"])
-    response = admin_client.post(reverse("admin:workspaces_accesskey_changelist"),
-                                 {"action": "rotate_secret", "_selected_action": [key.pk]},
-                                 follow=True)
+    response = admin_client.post(
+        reverse("admin:workspaces_accesskey_changelist"),
+        {"action": "rotate_secret", "_selected_action": [key.pk]},
+        follow=True,
+    )
     key.refresh_from_db()
     assert key.secret() != old
     assert key.secret() in response.content.decode()

@@ -31,16 +31,24 @@ def billed(personas):
     start = timezone.now().replace(second=0, microsecond=0) - timedelta(minutes=3)
     spot = submit(personas, discount="0.9", now=start, name="spot-train")
     payg = submit(personas, source="public", now=start, name="payg-train")
-    theirs = submit(personas, source="public", now=start, name="charlies-job", ws="ws_b",
-                    user="charlie")
+    theirs = submit(
+        personas, source="public", now=start, name="charlies-job", ws="ws_b", user="charlie"
+    )
     market_step(now=start, rng=random.Random(1))
     billing_accrue(now=start + timedelta(minutes=2, seconds=30))
     line = BillLine.objects.filter(job=payg).first()
     yesterday = line.day - timedelta(days=1)
-    BillLine.objects.create(workspace=line.workspace, job=payg, pod=line.pod,
-                            minute=line.minute - 1440, day=yesterday,
-                            instance_type=line.instance_type, price_per_hour=D("0.8"),
-                            amount=D("0.013333"), pay_type="postpaid")
+    BillLine.objects.create(
+        workspace=line.workspace,
+        job=payg,
+        pod=line.pod,
+        minute=line.minute - 1440,
+        day=yesterday,
+        instance_type=line.instance_type,
+        price_per_hour=D("0.8"),
+        amount=D("0.013333"),
+        pay_type="postpaid",
+    )
     return {"spot": spot, "payg": payg, "theirs": theirs, "yesterday": yesterday}
 
 
@@ -68,8 +76,11 @@ def test_it_pages_the_job_bills(alice_client, billed, settings):
     settings.JOBS_PAGE_SIZE = 1
     first = alice_client.get(reverse("billing:index"))
     assert first.context["page"].paginator.num_pages == 3
-    second = alice_client.get(reverse("billing:index"), {"page": 2},
-                              headers={"HX-Request": "true", "HX-Target": "job-bills"})
+    second = alice_client.get(
+        reverse("billing:index"),
+        {"page": 2},
+        headers={"HX-Request": "true", "HX-Target": "job-bills"},
+    )
     html = second.content.decode()
     assert html.lstrip().startswith('<div id="job-bills"') and "Page 2 of 3" in html
 
@@ -79,8 +90,11 @@ def test_it_keeps_other_workspaces_bills_out_of_sight(client, personas, billed):
     html = client.get(reverse("billing:index")).content.decode()
     assert "charlies-job" in html
     assert "spot-train" not in html and "payg-train" not in html
-    rows = list(csv.reader(io.StringIO(b"".join(
-        client.get(reverse("billing:export")).streaming_content).decode())))
+    rows = list(
+        csv.reader(
+            io.StringIO(b"".join(client.get(reverse("billing:export")).streaming_content).decode())
+        )
+    )
     assert {r[3] for r in rows[1:]} == {"charlies-job"}
 
 
@@ -90,12 +104,29 @@ def test_it_exports_the_bills_as_csv(alice_client, billed):
     assert response["Content-Type"].startswith("text/csv")
     assert 'filename="bills-team-a-postpaid.csv"' in response["Content-Disposition"]
     rows = list(csv.reader(io.StringIO(b"".join(response.streaming_content).decode())))
-    assert rows[0] == ["day", "workspace", "job_id", "job_name", "pod", "instance_type",
-                       "tag:acs:pai:dlc:payType", "minutes", "amount"]
+    assert rows[0] == [
+        "day",
+        "workspace",
+        "job_id",
+        "job_name",
+        "pod",
+        "instance_type",
+        "tag:acs:pai:dlc:payType",
+        "minutes",
+        "amount",
+    ]
     payg = billed["payg"]
     assert [r[0] for r in rows[1:]] == [billed["yesterday"].isoformat(), rows[2][0]]
-    assert rows[2][1:] == ["team-a", payg.job_id, "payg-train", f"{payg.job_id}-worker-0-a0",
-                           "ecs.g7.xlarge", "postpaid", "3", "0.039999"]
+    assert rows[2][1:] == [
+        "team-a",
+        payg.job_id,
+        "payg-train",
+        f"{payg.job_id}-worker-0-a0",
+        "ecs.g7.xlarge",
+        "postpaid",
+        "3",
+        "0.039999",
+    ]
 
 
 def test_it_exports_a_formula_named_job_as_text(alice_client, billed):
@@ -109,11 +140,21 @@ def test_it_exports_a_formula_named_job_as_text(alice_client, billed):
     assert rows[2][7:] == ["3", "0.039999"]  # numbers stay numbers
 
 
-@pytest.mark.parametrize(("cell", "written"), [
-    ("=1+1", "'=1+1"), ("+1", "'+1"), ("-1+A1", "'-1+A1"), ("@SUM(A1)", "'@SUM(A1)"),
-    ("\t=1", "'\t=1"), ("\r=1", "'\r=1"), ("train=1", "train=1"), ("", ""),
-    (3, 3), (D("-1.5"), D("-1.5")),
-])
+@pytest.mark.parametrize(
+    ("cell", "written"),
+    [
+        ("=1+1", "'=1+1"),
+        ("+1", "'+1"),
+        ("-1+A1", "'-1+A1"),
+        ("@SUM(A1)", "'@SUM(A1)"),
+        ("\t=1", "'\t=1"),
+        ("\r=1", "'\r=1"),
+        ("train=1", "train=1"),
+        ("", ""),
+        (3, 3),
+        (D("-1.5"), D("-1.5")),
+    ],
+)
 def test_it_neutralises_cells_a_spreadsheet_would_run(cell, written):
     from apps.core.csvexport import csv_safe
 
@@ -136,8 +177,14 @@ def test_its_job_cost_partial_shows_cost_for_spot_and_usage_for_quota_jobs(bille
     assert "Cost so far" in html and "acs:pai:dlc:payType=spot" in html
     spot = billed["spot"]
     quota = Job.objects.create(
-        workspace=spot.workspace, user=spot.user, display_name="q", user_command="x",
-        resource_source="quota", quota=spot.workspace.quotas.first(),
-        submitted_at=spot.submitted_at, status_changed_at=spot.submitted_at)
+        workspace=spot.workspace,
+        user=spot.user,
+        display_name="q",
+        user_command="x",
+        resource_source="quota",
+        quota=spot.workspace.quotas.first(),
+        submitted_at=spot.submitted_at,
+        status_changed_at=spot.submitted_at,
+    )
     html = render_to_string("billing/_job_cost.html", {"usage": job_usage(job=quota)})
     assert "PrePaid" in html and "GPU-hours" in html and "Cost so far" not in html

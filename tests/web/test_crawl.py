@@ -29,16 +29,56 @@ NO_POST = {"logout/"}
 
 # Path values as they travel in a URL (already percent-encoded).
 ODD_PATH_VALUES = [
-    "%00", "a%00b", "%00%00" * 8, "x" * 3000, quote("日本語-✓-ü"), quote("😀" * 50), "..", ".",
-    "-1", "0", "9" * 40, "-" + "9" * 40, "%FF", "%25", "%20", "%2F", quote("'\"<>;"), "1e308",
+    "%00",
+    "a%00b",
+    "%00%00" * 8,
+    "x" * 3000,
+    quote("日本語-✓-ü"),
+    quote("😀" * 50),
+    "..",
+    ".",
+    "-1",
+    "0",
+    "9" * 40,
+    "-" + "9" * 40,
+    "%FF",
+    "%25",
+    "%20",
+    "%2F",
+    quote("'\"<>;"),
+    "1e308",
 ]
 # Query values as they are meant (the client encodes them).
 ODD_QUERY_VALUES = ["\x00", "a\x00b", "x" * 3000, "日本語✓", "..", "-1", "9" * 40, "%FF", ""]
-QUERY_KEYS = ["q", "status", "page", "quota", "idle_mode", "payment_type", "pay_type", "window",
-              "tail", "offset", "format", "row", "instance_type", "r0-instance_type", "next"]
+QUERY_KEYS = [
+    "q",
+    "status",
+    "page",
+    "quota",
+    "idle_mode",
+    "payment_type",
+    "pay_type",
+    "window",
+    "tail",
+    "offset",
+    "format",
+    "row",
+    "instance_type",
+    "r0-instance_type",
+    "next",
+]
 # The fragments the pages serve to their own htmx polls.
-HTMX_TARGETS = ["job-live", "spot-bids", "job-table", "log-follow", "market-table",
-                "price-chart", "job-bills", "key-table", "health-panel"]
+HTMX_TARGETS = [
+    "job-live",
+    "spot-bids",
+    "job-table",
+    "log-follow",
+    "market-table",
+    "price-chart",
+    "job-bills",
+    "key-table",
+    "health-panel",
+]
 PERSONAS = ["alice", "bob", "charlie", "admin", "anonymous"]
 
 
@@ -90,21 +130,28 @@ def _no_worker_ping(monkeypatch):
     """The health page waits a second for the Celery workers' pings; the crawl opens it often."""
     from apps.core.selectors import Health
 
-    monkeypatch.setattr("apps.core.views.health_snapshot", lambda **kwargs: Health(
-        beat_last_seen=None, beat_ok=False, workers=[], broker_ok=True, broker_error=""))
+    monkeypatch.setattr(
+        "apps.core.views.health_snapshot",
+        lambda **kwargs: Health(
+            beat_last_seen=None, beat_ok=False, workers=[], broker_ok=True, broker_error=""
+        ),
+    )
 
 
 @pytest.fixture
 def world(personas, admin_user) -> World:
     team_a, team_b = {"alice", "bob", "admin"}, {"charlie", "admin"}
     everyone = {"alice", "bob", "charlie", "admin"}
-    jobs = [make_job(personas, name="alice-job", pods=1),
-            make_job(personas, name="bob-job", user="bob", pods=1),
-            make_job(personas, name="charlie-job", user="charlie", workspace="ws_b", pods=1)]
+    jobs = [
+        make_job(personas, name="alice-job", pods=1),
+        make_job(personas, name="bob-job", user="bob", pods=1),
+        make_job(personas, name="charlie-job", user="charlie", workspace="ws_b", pods=1),
+    ]
     seen_by = {jobs[0].job_id: team_a, jobs[1].job_id: team_a, jobs[2].job_id: team_b}
     pods = {pod.pod_id: seen_by[pod.job.job_id] for pod in Pod.objects.select_related("job")}
-    keys = {make_access_key(personas[name])[0].key_id: {name}
-            for name in ("alice", "bob", "charlie")}
+    keys = {
+        make_access_key(personas[name])[0].key_id: {name} for name in ("alice", "bob", "charlie")
+    }
     keys[make_access_key(admin_user)[0].key_id] = {"admin"}
     real = {
         "job_id": {job_id: who for job_id, who in seen_by.items()},
@@ -192,8 +239,9 @@ def test_it_takes_odd_query_strings_and_htmx_targets_without_5xx_or_leaks(world,
             for odd in ODD_QUERY_VALUES:
                 crawl.visit("GET", url, query={key: odd for key in QUERY_KEYS}, hidden=hidden)
             for target in HTMX_TARGETS:
-                crawl.visit("GET", url, headers={"HX-Request": "true", "HX-Target": target},
-                            hidden=hidden)
+                crawl.visit(
+                    "GET", url, headers={"HX-Request": "true", "HX-Target": target}, hidden=hidden
+                )
     assert not crawl.problems, "\n".join(crawl.problems)
 
 
@@ -201,17 +249,27 @@ def test_it_reaches_the_pages_it_crawls(world):
     """The crawl proves something only if the real ids open the pages for those who may."""
     alice_job, _, charlie_job = world.jobs
     pod = alice_job.pods.get()
-    for persona, url in (("alice", f"/jobs/{alice_job.job_id}/"),
-                         ("bob", f"/jobs/{alice_job.job_id}/"),
-                         ("admin", f"/jobs/{charlie_job.job_id}/"),
-                         ("bob", f"/pods/{pod.pod_id}/logs/"),
-                         ("charlie", "/market/ecs.g7.xlarge/")):
+    for persona, url in (
+        ("alice", f"/jobs/{alice_job.job_id}/"),
+        ("bob", f"/jobs/{alice_job.job_id}/"),
+        ("admin", f"/jobs/{charlie_job.job_id}/"),
+        ("bob", f"/pods/{pod.pod_id}/logs/"),
+        ("charlie", "/market/ecs.g7.xlarge/"),
+    ):
         assert world.clients[persona].get(url).status_code == 200, (persona, url)
     assert world.clients["charlie"].get(f"/jobs/{alice_job.job_id}/").status_code == 404
 
 
-@pytest.mark.parametrize("url", ["/jobs/%00/", "/pods/%00/logs/", "/market/%00/",
-                                 "/jobs/a%00b/stop/", "/workspaces/access-keys/%00/delete/"])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "/jobs/%00/",
+        "/pods/%00/logs/",
+        "/market/%00/",
+        "/jobs/a%00b/stop/",
+        "/workspaces/access-keys/%00/delete/",
+    ],
+)
 def test_it_answers_404_for_a_nul_in_the_path(world, url):
     client = world.clients["alice"]
     assert client.get(url).status_code == 404
@@ -235,6 +293,7 @@ def test_it_switches_workspace_only_to_a_real_one(world, value):
     from urllib.parse import unquote
 
     client = world.clients["bob"]
-    status = client.post("/workspaces/switch/", {"workspace_id": unquote(value),
-                                                 "next": unquote(value)}).status_code
+    status = client.post(
+        "/workspaces/switch/", {"workspace_id": unquote(value), "next": unquote(value)}
+    ).status_code
     assert status in (400, 404)

@@ -40,11 +40,26 @@ def _fast_scheduler(settings):
     settings.SCHEDULER_REQUEUE_BACKOFF_SECONDS = 0
 
 
-def submit(personas, *, ws="ws_a", user="alice", quota="team-a", pods=1, gpu=1, idle="off",
-           aimaster=False, name="job", ckpt=False) -> Job:
+def submit(
+    personas,
+    *,
+    ws="ws_a",
+    user="alice",
+    quota="team-a",
+    pods=1,
+    gpu=1,
+    idle="off",
+    aimaster=False,
+    name="job",
+    ckpt=False,
+) -> Job:
     spec = JobSpec(
-        display_name=name, user_command="python train.py", quota=quota, idle_mode=idle,
-        enable_aimaster=aimaster, enable_easyckpt=ckpt,
+        display_name=name,
+        user_command="python train.py",
+        quota=quota,
+        idle_mode=idle,
+        enable_aimaster=aimaster,
+        enable_easyckpt=ckpt,
         roles=[RoleSpec(pod_count=pods, cpu=4000, memory=16384, gpu=gpu)],
     )
     job = job_submit(workspace=personas[ws], user=personas[user], spec=spec)
@@ -77,13 +92,28 @@ def section(response, element_id: str) -> str:
 def story(personas):
     """charlie's only-idle borrower (AIMaster, EasyCkpt) fills the 4×4-GPU pool for 30 min,
     checkpoints at step 1200 10 min in; then alice's regular team-a job reclaims 4 GPUs."""
-    borrower = submit(personas, ws="ws_b", user="charlie", quota="team-b", pods=4, gpu=4,
-                      idle="only_idle", aimaster=True, ckpt=True, name="borrower")
+    borrower = submit(
+        personas,
+        ws="ws_b",
+        user="charlie",
+        quota="team-b",
+        pods=4,
+        gpu=4,
+        idle="only_idle",
+        aimaster=True,
+        ckpt=True,
+        name="borrower",
+    )
     assert borrower.status == JobStatus.RUNNING
     started = timezone.now() - timedelta(minutes=30)
     borrower.pods.update(started_at=started)
-    checkpoint_report(job_pk=borrower.pk, step=CKPT_STEP, path="/ckpt/step-1200",
-                      size_bytes=3 * 1024**2, at=started + timedelta(minutes=10))
+    checkpoint_report(
+        job_pk=borrower.pk,
+        step=CKPT_STEP,
+        path="/ckpt/step-1200",
+        size_bytes=3 * 1024**2,
+        at=started + timedelta(minutes=10),
+    )
     owner = submit(personas, pods=1, gpu=4, name="owner")
     scheduler_tick(now=timezone.now() + timedelta(seconds=1))  # places the owner
     borrower.refresh_from_db()
@@ -115,8 +145,11 @@ def test_it_shows_the_preempted_pods_with_the_preemptor_and_quota(charlie_client
     assert history.count('<span class="tag tag-out">Not in Quota</span>') == 4
     assert "4 from earlier attempts" in history
     attempt = text_of(section(response, "attempt-0"))
-    assert re.search(r"Attempt 0 · 4 pods · replaced [\d-]+ [\d:]+ by restart 1/3 "
-                     r"\( JobPreempted \), 5\.33 GPU-hours lost", attempt), attempt
+    assert re.search(
+        r"Attempt 0 · 4 pods · replaced [\d-]+ [\d:]+ by restart 1/3 "
+        r"\( JobPreempted \), 5\.33 GPU-hours lost",
+        attempt,
+    ), attempt
     # The shared end is said once above the pods, not on each row.
     assert history.count("preempted by job owner") == 1
 
@@ -151,8 +184,9 @@ def test_it_says_why_the_borrower_waits_and_where_it_stands(charlie_client, stor
     assert f"resumes from the checkpoint at step {CKPT_STEP}" in pending
 
 
-def test_it_shows_the_resume_from_the_checkpoint_once_it_runs_again(charlie_client, story,
-                                                                    personas):
+def test_it_shows_the_resume_from_the_checkpoint_once_it_runs_again(
+    charlie_client, story, personas
+):
     job_stop(job=story["owner"], by=personas["alice"])
     borrower = story["borrower"]
     borrower.refresh_from_db()
@@ -195,8 +229,9 @@ def test_it_hides_the_story_from_another_workspace(alice_client, story):
 
 
 def test_it_serves_the_story_in_the_live_fragment(charlie_client, story):
-    response = detail(charlie_client, story["borrower"], **{"HX-Request": "true",
-                                                            "HX-Target": "job-live"})
+    response = detail(
+        charlie_client, story["borrower"], **{"HX-Request": "true", "HX-Target": "job-live"}
+    )
     body = response.content.decode()
     assert response.status_code == 200 and body.lstrip().startswith('<div id="job-live"')
     for element in ('id="pending"', 'id="history-pods"', 'id="restarts"', 'id="job-cost"'):
@@ -204,8 +239,9 @@ def test_it_serves_the_story_in_the_live_fragment(charlie_client, story):
     assert 'id="configuration"' not in body and "<html" not in body
 
 
-def test_it_reads_the_story_in_a_fixed_number_of_queries(charlie_client, story, personas,
-                                                         django_assert_max_num_queries):
+def test_it_reads_the_story_in_a_fixed_number_of_queries(
+    charlie_client, story, personas, django_assert_max_num_queries
+):
     borrower = story["borrower"]
     url = reverse("jobs:detail", args=[borrower.job_id])
     with CaptureQueriesContext(connection) as before:
@@ -215,14 +251,24 @@ def test_it_reads_the_story_in_a_fixed_number_of_queries(charlie_client, story, 
     now = timezone.now()
     for attempt in range(2, 4):
         for i in range(4):
-            Pod.objects.create(job=borrower, role=role, index=i, attempt=attempt - 1,
-                               pod_id=f"{borrower.job_id}-extra-{attempt}-{i}",
-                               node=Node.objects.get(name=f"gpu-node-{i}"), in_quota=False,
-                               status=PodStatus.PREEMPTED, started_at=now, finished_at=now)
-        JobEvent.objects.create(job=borrower, pod=borrower.pods.first(), kind="Preempted",
-                                message="again", at=now)
-        borrower.restarts.create(number=attempt, at=now, cause="JobPreempted", message="again",
-                                 lost_gpu_seconds=60)
+            Pod.objects.create(
+                job=borrower,
+                role=role,
+                index=i,
+                attempt=attempt - 1,
+                pod_id=f"{borrower.job_id}-extra-{attempt}-{i}",
+                node=Node.objects.get(name=f"gpu-node-{i}"),
+                in_quota=False,
+                status=PodStatus.PREEMPTED,
+                started_at=now,
+                finished_at=now,
+            )
+        JobEvent.objects.create(
+            job=borrower, pod=borrower.pods.first(), kind="Preempted", message="again", at=now
+        )
+        borrower.restarts.create(
+            number=attempt, at=now, cause="JobPreempted", message="again", lost_gpu_seconds=60
+        )
         checkpoint_report(job_pk=borrower.pk, step=attempt * 1000, path="", size_bytes=1, at=now)
     with django_assert_max_num_queries(len(before.captured_queries)):
         response = charlie_client.get(url)
@@ -238,10 +284,15 @@ def test_it_reads_the_story_in_a_fixed_number_of_queries(charlie_client, story, 
 def spot_job(personas):
     """alice's spot job, SpotDiscountLimit 0.5 on ecs.g7.xlarge (¥0.40/h), started by a
     market step and billed for its first minutes."""
-    spec = JobSpec(display_name="spot-train", user_command="python train.py",
-                   resource_source="spot", enable_aimaster=True,
-                   roles=[RoleSpec(pod_count=2, instance_type="ecs.g7.xlarge",
-                                   spot_discount_limit=Decimal("0.5"))])
+    spec = JobSpec(
+        display_name="spot-train",
+        user_command="python train.py",
+        resource_source="spot",
+        enable_aimaster=True,
+        roles=[
+            RoleSpec(pod_count=2, instance_type="ecs.g7.xlarge", spot_discount_limit=Decimal("0.5"))
+        ],
+    )
     job = job_submit(workspace=personas["ws_a"], user=personas["alice"], spec=spec)
     now = timezone.now()
     job_admit(job_pk=job.pk, now=now)
@@ -294,8 +345,9 @@ def test_it_stops_polling_the_spot_chart_once_the_job_ended(alice_client, person
 def test_it_hints_why_a_job_waits_in_the_list(charlie_client, story):
     response = charlie_client.get(reverse("jobs:list"))
     borrower = story["borrower"]
-    hint = re.search(r'<div class="sub pending-hint" title="([^"]*)">([^<]*)</div>',
-                     response.content.decode())
+    hint = re.search(
+        r'<div class="sub pending-hint" title="([^"]*)">([^<]*)</div>', response.content.decode()
+    )
     assert hint, "no pending hint"
     assert html.unescape(hint[1]).startswith(borrower.pending_reason)
     assert len(html.unescape(hint[2])) <= 48
@@ -312,18 +364,28 @@ def test_it_gives_no_hint_for_a_running_job(alice_client, story):
 def quiet_broker(monkeypatch):
     from apps.core.selectors import Health
 
-    monkeypatch.setattr("apps.core.views.health_snapshot", lambda **kw: Health(
-        beat_last_seen=None, beat_ok=False, workers=[], broker_ok=True, broker_error=""))
+    monkeypatch.setattr(
+        "apps.core.views.health_snapshot",
+        lambda **kw: Health(
+            beat_last_seen=None, beat_ok=False, workers=[], broker_ok=True, broker_error=""
+        ),
+    )
 
 
 def _isolation(requested: str, missing: tuple[str, ...] = ()) -> Isolation:
-    return Isolation(requested=requested, missing=missing, bwrap="/usr/bin/bwrap", root=True,
-                     netns=True, cgroups=1, seccomp=True)
+    return Isolation(
+        requested=requested,
+        missing=missing,
+        bwrap="/usr/bin/bwrap",
+        root=True,
+        netns=True,
+        cgroups=1,
+        seccomp=True,
+    )
 
 
 def test_it_shows_the_pod_sandbox(admin_client, cluster, quiet_broker, monkeypatch):
-    monkeypatch.setattr("apps.core.views.isolation_status", lambda requested: _isolation(
-        requested))
+    monkeypatch.setattr("apps.core.views.isolation_status", lambda requested: _isolation(requested))
     response = admin_client.get(reverse("core:health"))
     sandbox = text_of(section(response, "sandbox"))
     assert "Pod sandbox Isolated (strict) Isolated: bubblewrap (/usr/bin/bwrap), own uid" in sandbox
@@ -331,10 +393,13 @@ def test_it_shows_the_pod_sandbox(admin_client, cluster, quiet_broker, monkeypat
     assert 'id="sandbox-alert"' not in response.content.decode()
 
 
-def test_it_says_in_red_that_a_strict_host_refuses_pods(admin_client, cluster, quiet_broker,
-                                                        monkeypatch):
-    monkeypatch.setattr("apps.core.views.isolation_status", lambda requested: _isolation(
-        "strict", ("bubblewrap is not installed",)))
+def test_it_says_in_red_that_a_strict_host_refuses_pods(
+    admin_client, cluster, quiet_broker, monkeypatch
+):
+    monkeypatch.setattr(
+        "apps.core.views.isolation_status",
+        lambda requested: _isolation("strict", ("bubblewrap is not installed",)),
+    )
     content = admin_client.get(reverse("core:health")).content.decode()
     assert 'class="alert alert-error health-wide" role="alert" id="sandbox-alert"' in content
     assert "This host refuses to run pods" in content
@@ -342,30 +407,31 @@ def test_it_says_in_red_that_a_strict_host_refuses_pods(admin_client, cluster, q
     assert '<p class="health-state is-bad">Refusing pods (strict)</p>' in content
 
 
-def test_it_says_in_red_that_pods_run_insecurely(admin_client, cluster, quiet_broker,
-                                                 monkeypatch):
-    monkeypatch.setattr("apps.core.views.isolation_status", lambda requested: _isolation(
-        "insecure", ("the agent does not run as root",)))
+def test_it_says_in_red_that_pods_run_insecurely(admin_client, cluster, quiet_broker, monkeypatch):
+    monkeypatch.setattr(
+        "apps.core.views.isolation_status",
+        lambda requested: _isolation("insecure", ("the agent does not run as root",)),
+    )
     content = admin_client.get(reverse("core:health")).content.decode()
     assert 'class="alert alert-error health-wide"' in content
     assert "Pods run INSECURELY on this host" in content
     assert '<p class="health-state is-bad">Insecure (SANDBOX=insecure)</p>' in content
 
 
-def test_it_says_in_red_what_work_waits_too_long(admin_client, personas, cluster,
-                                                  quiet_broker):
+def test_it_says_in_red_what_work_waits_too_long(admin_client, personas, cluster, quiet_broker):
     from apps.agent.models import PodProcess
 
-    assert "Nothing behind" in text_of(section(admin_client.get(reverse("core:health")),
-                                               "backlog"))
+    assert "Nothing behind" in text_of(section(admin_client.get(reverse("core:health")), "backlog"))
     job = submit(personas, pods=2)
     long_ago = timezone.now() - timedelta(minutes=5)
     first, second = job.pods.order_by("index")
     for pod, state in ((first, "queued"), (second, "starting")):
-        PodProcess.objects.create(pod=pod, state=state, queue=f"node.{pod.node.name}",
-                                  queued_at=long_ago)
+        PodProcess.objects.create(
+            pod=pod, state=state, queue=f"node.{pod.node.name}", queued_at=long_ago
+        )
     Job.objects.filter(pk=submit(personas, name="stuck").pk).update(
-        status=JobStatus.CREATING, submitted_at=long_ago)
+        status=JobStatus.CREATING, submitted_at=long_ago
+    )
     backlog = text_of(section(admin_client.get(reverse("core:health")), "backlog"))
     assert "Nothing behind" not in backlog
     assert "Pod starts waiting for an agent: 1 Waiting since" in backlog
@@ -377,8 +443,14 @@ def test_it_says_in_red_what_work_waits_too_long(admin_client, personas, cluster
 def test_it_says_in_red_which_agents_run_pods_insecurely(admin_client, cluster, quiet_broker):
     now = timezone.now()
     for worker, mode, node in (("agent@a", "strict", 0), ("agent@b", "insecure", 1)):
-        NodeAgent.objects.create(node=cluster["nodes"][node], worker=worker, hostname="h",
-                                 address="10.0.0.5", sandbox=mode, last_seen=now)
+        NodeAgent.objects.create(
+            node=cluster["nodes"][node],
+            worker=worker,
+            hostname="h",
+            address="10.0.0.5",
+            sandbox=mode,
+            last_seen=now,
+        )
     content = admin_client.get(reverse("core:health")).content.decode()
     assert "<strong>Pods run INSECURELY</strong> under agent@b (" in content
     NodeAgent.objects.filter(worker="agent@b").update(sandbox="strict")
@@ -388,11 +460,19 @@ def test_it_says_in_red_which_agents_run_pods_insecurely(admin_client, cluster, 
 def test_it_lists_node_agents_and_their_heartbeats(admin_client, cluster, quiet_broker):
     now = timezone.now()
     for i, node in enumerate(cluster["nodes"][:2]):
-        NodeAgent.objects.create(node=node, worker="agent@host-1", hostname="host-1",
-                                 address="10.0.0.5", sandbox="strict",
-                                 last_seen=now - timedelta(seconds=3 + 100 * i))
-    heartbeat_record(name="agent:agent@host-1", now=now - timedelta(seconds=3),
-                     detail="host-1 (10.0.0.5): 2 node(s); sandbox strict")
+        NodeAgent.objects.create(
+            node=node,
+            worker="agent@host-1",
+            hostname="host-1",
+            address="10.0.0.5",
+            sandbox="strict",
+            last_seen=now - timedelta(seconds=3 + 100 * i),
+        )
+    heartbeat_record(
+        name="agent:agent@host-1",
+        now=now - timedelta(seconds=3),
+        detail="host-1 (10.0.0.5): 2 node(s); sandbox strict",
+    )
     heartbeat_record(name="beat", now=now)
     response = admin_client.get(reverse("core:health"))
     agents = section(response, "agents")

@@ -48,9 +48,15 @@ def spot_form(**overrides) -> dict:
 
 def quota_form(**overrides) -> dict:
     data = spot_form(
-        resource_source="quota", quota="team-a",
-        **{"roles-0-instance_type": "", "roles-0-cpu_cores": "8", "roles-0-memory_gib": "32",
-           "roles-0-gpus": "1", "roles-0-spot_discount_limit": ""},
+        resource_source="quota",
+        quota="team-a",
+        **{
+            "roles-0-instance_type": "",
+            "roles-0-cpu_cores": "8",
+            "roles-0-memory_gib": "32",
+            "roles-0-gpus": "1",
+            "roles-0-spot_discount_limit": "",
+        },
     )
     data.update(overrides)
     return data
@@ -60,33 +66,60 @@ def field_error(response, field_id: str) -> str:
     """The error text shown beside the input with id `field_id` (its `<id>_error` block)."""
     content = response.content.decode()
     assert 'id="form-errors"' in content  # "The job was not created" above the form
-    match = re.search(rf'<div class="field-errors" id="{re.escape(field_id)}_error">(.*?)</div>',
-                      content, re.S)
+    match = re.search(
+        rf'<div class="field-errors" id="{re.escape(field_id)}_error">(.*?)</div>', content, re.S
+    )
     assert match, f"no error shown beside {field_id}"
     # the error block sits in the same field container as the input
     container = content.rfind('<div class="field', 0, match.start())
     container = max(container, content.rfind('<fieldset class="field', 0, match.start()))
-    assert f'id="{field_id}"' in content[container:match.start()], f"error not beside {field_id}"
+    assert f'id="{field_id}"' in content[container : match.start()], f"error not beside {field_id}"
     return html_lib.unescape(re.sub(r"<[^>]+>", " ", match[1])).strip()
 
 
-def make_job(personas, *, status=JobStatus.RUNNING, name="train", workspace="ws_a",
-             user="alice", source="quota", idle_mode="off", created=None, pods=0) -> Job:
+def make_job(
+    personas,
+    *,
+    status=JobStatus.RUNNING,
+    name="train",
+    workspace="ws_a",
+    user="alice",
+    source="quota",
+    idle_mode="off",
+    created=None,
+    pods=0,
+) -> Job:
     now = created or timezone.now()
     quota = personas["ws_a"].quotas.get(name="team-a") if source == "quota" else None
     job = Job.objects.create(
-        workspace=personas[workspace], user=personas[user], display_name=name,
-        user_command="python train.py", resource_source=source, quota=quota,
-        idle_mode=idle_mode, status=status, submitted_at=now, status_changed_at=now,
+        workspace=personas[workspace],
+        user=personas[user],
+        display_name=name,
+        user_command="python train.py",
+        resource_source=source,
+        quota=quota,
+        idle_mode=idle_mode,
+        status=status,
+        submitted_at=now,
+        status_changed_at=now,
         started_at=now if status not in (JobStatus.QUEUING, JobStatus.BIDDING) else None,
-        finished_at=now + timedelta(minutes=5) if status in ("Succeeded", "Failed", "Stopped")
+        finished_at=now + timedelta(minutes=5)
+        if status in ("Succeeded", "Failed", "Stopped")
         else None,
     )
-    role = JobRole.objects.create(job=job, role_type="Worker", pod_count=max(pods, 1),
-                                  cpu=4000, memory=16384)
+    role = JobRole.objects.create(
+        job=job, role_type="Worker", pod_count=max(pods, 1), cpu=4000, memory=16384
+    )
     for i in range(pods):
-        Pod.objects.create(job=job, role=role, index=i, pod_id=f"{job.job_id}-worker-{i}",
-                           status="Running", in_quota=True, started_at=now)
+        Pod.objects.create(
+            job=job,
+            role=role,
+            index=i,
+            pod_id=f"{job.job_id}-worker-{i}",
+            status="Running",
+            in_quota=True,
+            started_at=now,
+        )
     StatusTransition.objects.create(job=job, status=status, started_at=now)
     if created is not None:  # auto_now_add ignores the value given at create
         Job.objects.filter(pk=job.pk).update(created_at=created)
@@ -100,19 +133,52 @@ def test_it_renders_every_section_of_the_create_form(alice_client):
     response = alice_client.get(reverse("jobs:create"))
     assert response.status_code == 200
     content = response.content.decode()
-    for section in ("Basics", "Resource information", "Roles", "VPC",
-                    "Fault tolerance and diagnosis"):
+    for section in (
+        "Basics",
+        "Resource information",
+        "Roles",
+        "VPC",
+        "Fault tolerance and diagnosis",
+    ):
         assert f"<h2>{section}</h2>" in content
-    for name in ("display_name", "job_type", "image", "user_command", "envs", "data_sources",
-                 "code_source_uri", "code_source_branch", "priority", "max_running_time_minutes",
-                 "success_policy", "resource_type", "resource_source", "quota", "idle_mode",
-                 "vpc_id", "vswitch_id", "security_group_id", "enable_aimaster", "max_restarts",
-                 "execution_mode", "enable_easyckpt"):
+    for name in (
+        "display_name",
+        "job_type",
+        "image",
+        "user_command",
+        "envs",
+        "data_sources",
+        "code_source_uri",
+        "code_source_branch",
+        "priority",
+        "max_running_time_minutes",
+        "success_policy",
+        "resource_type",
+        "resource_source",
+        "quota",
+        "idle_mode",
+        "vpc_id",
+        "vswitch_id",
+        "security_group_id",
+        "enable_aimaster",
+        "max_restarts",
+        "execution_mode",
+        "enable_easyckpt",
+    ):
         assert f'name="{name}"' in content, name
     for i in range(4):
-        for name in ("role_type", "pod_count", "instance_type", "cpu_cores", "memory_gib",
-                     "gpus", "restart_policy", "spot_limit_type", "spot_discount_limit",
-                     "spot_price_limit"):
+        for name in (
+            "role_type",
+            "pod_count",
+            "instance_type",
+            "cpu_cores",
+            "memory_gib",
+            "gpus",
+            "restart_policy",
+            "spot_limit_type",
+            "spot_discount_limit",
+            "spot_price_limit",
+        ):
             assert f'name="roles-{i}-{name}"' in content, (i, name)
     assert 'name="roles-0-enabled"' not in content  # the first role is always used
     assert 'name="roles-1-enabled"' in content
@@ -152,11 +218,19 @@ def test_it_submits_a_spot_job_and_shows_it_bidding(alice_client, personas):
 
 @pytest.mark.django_db(transaction=True)
 def test_it_submits_a_quota_job_with_a_resource_config_and_two_roles(alice_client, personas):
-    data = quota_form(**{"roles-1-enabled": "on", "roles-1-pod_count": "2",
-                         "roles-1-cpu_cores": "0.5", "roles-1-memory_gib": "1.5",
-                         "envs": "A=1\nB = two words", "data_sources": "oss://b/d imagenet",
-                         "code_source_uri": "https://git.local/repo.git",
-                         "code_source_branch": "main", "enable_aimaster": "on"})
+    data = quota_form(
+        **{
+            "roles-1-enabled": "on",
+            "roles-1-pod_count": "2",
+            "roles-1-cpu_cores": "0.5",
+            "roles-1-memory_gib": "1.5",
+            "envs": "A=1\nB = two words",
+            "data_sources": "oss://b/d imagenet",
+            "code_source_uri": "https://git.local/repo.git",
+            "code_source_branch": "main",
+            "enable_aimaster": "on",
+        }
+    )
     response = alice_client.post(reverse("jobs:create"), data)
     assert response.status_code == 302
     job = Job.objects.get()
@@ -213,8 +287,9 @@ def test_it_rejects_both_spot_limits_beside_the_price_field(alice_client):
 
 
 def test_it_rejects_a_discount_off_the_list(alice_client):
-    response = alice_client.post(reverse("jobs:create"),
-                                 spot_form(**{"roles-0-spot_discount_limit": "0.45"}))
+    response = alice_client.post(
+        reverse("jobs:create"), spot_form(**{"roles-0-spot_discount_limit": "0.45"})
+    )
     assert response.status_code == 200
     message = field_error(response, "id_roles-0-spot_discount_limit")
     assert message == "must be one of 0.1, 0.2 … 0.9"
@@ -222,8 +297,13 @@ def test_it_rejects_a_discount_off_the_list(alice_client):
 
 
 def test_it_puts_the_second_roles_error_on_the_second_row(alice_client):
-    data = spot_form(**{"roles-1-enabled": "on", "roles-1-instance_type": "ecs.g7.xlarge",
-                        "roles-1-spot_discount_limit": "0.45"})
+    data = spot_form(
+        **{
+            "roles-1-enabled": "on",
+            "roles-1-instance_type": "ecs.g7.xlarge",
+            "roles-1-spot_discount_limit": "0.45",
+        }
+    )
     response = alice_client.post(reverse("jobs:create"), data)
     assert "must be one of" in field_error(response, "id_roles-1-spot_discount_limit")
     assert 'id="id_roles-0-spot_discount_limit_error"' not in response.content.decode()
@@ -245,8 +325,7 @@ def test_it_rejects_a_pod_count_of_zero(alice_client):
 
 
 def test_it_requires_a_vpc_for_lingjun_spot(alice_client):
-    data = spot_form(resource_type="Lingjun",
-                     **{"roles-0-instance_type": "ml.gu8xf.8xlarge-gu108"})
+    data = spot_form(resource_type="Lingjun", **{"roles-0-instance_type": "ml.gu8xf.8xlarge-gu108"})
     response = alice_client.post(reverse("jobs:create"), data)
     assert response.status_code == 200
     for field in ("vpc_id", "vswitch_id", "security_group_id"):
@@ -255,8 +334,13 @@ def test_it_requires_a_vpc_for_lingjun_spot(alice_client):
 
 
 def test_it_rejects_a_price_limit_outside_the_range(alice_client):
-    data = spot_form(**{"roles-0-spot_limit_type": "price", "roles-0-spot_discount_limit": "",
-                        "roles-0-spot_price_limit": "0.02"})
+    data = spot_form(
+        **{
+            "roles-0-spot_limit_type": "price",
+            "roles-0-spot_discount_limit": "",
+            "roles-0-spot_price_limit": "0.02",
+        }
+    )
     response = alice_client.post(reverse("jobs:create"), data)
     assert response.status_code == 200
     message = field_error(response, "id_roles-0-spot_price_limit")
@@ -265,8 +349,9 @@ def test_it_rejects_a_price_limit_outside_the_range(alice_client):
 
 
 def test_it_lists_parse_errors_and_rule_errors_together(alice_client):
-    data = spot_form(display_name="", priority="high", envs="NOT A PAIR",
-                     **{"roles-0-pod_count": "0"})
+    data = spot_form(
+        display_name="", priority="high", envs="NOT A PAIR", **{"roles-0-pod_count": "0"}
+    )
     response = alice_client.post(reverse("jobs:create"), data)
     assert response.status_code == 200
     assert field_error(response, "id_display_name") == "is required"
@@ -281,8 +366,9 @@ def test_it_keeps_the_input_of_a_rejected_form(alice_client):
     content = alice_client.post(reverse("jobs:create"), data).content.decode()
     assert 'value="keep-me"' in content
     assert '<option value="0.4" selected>' in content
-    assert re.search(r'<input type="radio" name="resource_source" value="spot"[^>]*checked',
-                     content)
+    assert re.search(
+        r'<input type="radio" name="resource_source" value="spot"[^>]*checked', content
+    )
 
 
 def test_it_rejects_a_quota_of_another_workspace(alice_client):
@@ -293,10 +379,17 @@ def test_it_rejects_a_quota_of_another_workspace(alice_client):
 
 
 def test_it_shows_the_price_info_of_an_instance_type(alice_client):
-    response = alice_client.get(reverse("jobs:price-info"), {
-        "row": "1", "roles-1-enabled": "on", "roles-1-instance_type": "ecs.g7.xlarge",
-        "roles-1-spot_discount_limit": "0.4", "roles-1-spot_price_limit": "0.011",
-    }, headers={"HX-Request": "true"})
+    response = alice_client.get(
+        reverse("jobs:price-info"),
+        {
+            "row": "1",
+            "roles-1-enabled": "on",
+            "roles-1-instance_type": "ecs.g7.xlarge",
+            "roles-1-spot_discount_limit": "0.4",
+            "roles-1-spot_price_limit": "0.011",
+        },
+        headers={"HX-Request": "true"},
+    )
     assert response.status_code == 200
     content = response.content.decode()
     assert "<html" not in content
@@ -308,9 +401,14 @@ def test_it_shows_the_price_info_of_an_instance_type(alice_client):
 
 
 def test_it_warns_when_the_price_limit_is_outside_the_range(alice_client):
-    response = alice_client.get(reverse("jobs:price-info"), {
-        "row": "0", "roles-0-instance_type": "ecs.g7.xlarge", "roles-0-spot_price_limit": "0.5",
-    })
+    response = alice_client.get(
+        reverse("jobs:price-info"),
+        {
+            "row": "0",
+            "roles-0-instance_type": "ecs.g7.xlarge",
+            "roles-0-spot_price_limit": "0.5",
+        },
+    )
     assert "outside the range" in response.content.decode()
 
 
@@ -334,14 +432,17 @@ def test_it_lists_without_a_query_per_job(alice_client, personas, django_assert_
         alice_client.get(reverse("jobs:list"))
 
 
-@pytest.mark.parametrize(("query", "expected"), [
-    ({"status": "Succeeded"}, {"done"}),
-    ({"payment_type": "PrePaid"}, {"done", "borrower"}),
-    ({"payment_type": "PostPaid"}, {"spotty"}),
-    ({"quota": "team-a"}, {"done", "borrower"}),
-    ({"idle_mode": "acceptable"}, {"borrower"}),
-    ({"q": "SPOT"}, {"spotty"}),
-])
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        ({"status": "Succeeded"}, {"done"}),
+        ({"payment_type": "PrePaid"}, {"done", "borrower"}),
+        ({"payment_type": "PostPaid"}, {"spotty"}),
+        ({"quota": "team-a"}, {"done", "borrower"}),
+        ({"idle_mode": "acceptable"}, {"borrower"}),
+        ({"q": "SPOT"}, {"spotty"}),
+    ],
+)
 def test_it_filters_the_list(alice_client, personas, query, expected):
     make_job(personas, name="done", status=JobStatus.SUCCEEDED)
     make_job(personas, name="borrower", idle_mode="acceptable")
@@ -360,8 +461,11 @@ def test_it_finds_a_job_by_its_id(alice_client, personas):
 
 def test_it_answers_htmx_filters_with_the_table_only(alice_client, personas):
     make_job(personas, name="done", status=JobStatus.SUCCEEDED)
-    response = alice_client.get(reverse("jobs:list"), {"status": "Succeeded"},
-                                headers={"HX-Request": "true", "HX-Target": "job-table"})
+    response = alice_client.get(
+        reverse("jobs:list"),
+        {"status": "Succeeded"},
+        headers={"HX-Request": "true", "HX-Target": "job-table"},
+    )
     content = response.content.decode()
     assert content.lstrip().startswith('<div id="job-table"')
     assert "<html" not in content and "done" in content
@@ -418,10 +522,21 @@ def test_it_shows_a_job_with_its_pods_and_history(alice_client, personas):
         attempt=1, restart_times=1, enable_aimaster=True, pending_reason="", sub_status="Training"
     )
     role = job.roles.get()
-    Pod.objects.filter(job=job).update(attempt=0, status="Preempted", reason="Preempted",
-                                       message="preempted by dlc-x of quota team-b")
-    Pod.objects.create(job=job, role=role, index=0, attempt=1, pod_id="current-pod",
-                       status="Running", in_quota=False)
+    Pod.objects.filter(job=job).update(
+        attempt=0,
+        status="Preempted",
+        reason="Preempted",
+        message="preempted by dlc-x of quota team-b",
+    )
+    Pod.objects.create(
+        job=job,
+        role=role,
+        index=0,
+        attempt=1,
+        pod_id="current-pod",
+        status="Running",
+        in_quota=False,
+    )
     content = alice_client.get(reverse("jobs:detail", args=[job.job_id])).content.decode()
     pods, history = content.split('id="history-pods"')
     assert "current-pod" in pods and f"{job.job_id}-worker-0" not in pods
@@ -446,8 +561,7 @@ def test_it_shows_why_a_job_is_pending_and_its_queue_position(alice_client, pers
 def test_it_hints_why_a_pending_job_waits_in_the_list(alice_client, personas):
     reason = "quota team-a: needs 8 GPU, 2 free; blocked behind three earlier jobs of the quota"
     waiting = make_job(personas, status=JobStatus.QUEUING, name="waiting")
-    Job.objects.filter(pk=waiting.pk).update(pending_reason=reason, queue_position=3,
-                                             queue_size=7)
+    Job.objects.filter(pk=waiting.pk).update(pending_reason=reason, queue_position=3, queue_size=7)
     stale = make_job(personas, name="running")  # a reason left behind is not shown
     Job.objects.filter(pk=stale.pk).update(pending_reason="old reason")
     content = alice_client.get(reverse("jobs:list")).content.decode()
@@ -522,8 +636,10 @@ def test_it_refuses_to_stop_with_get(alice_client, personas):
 
 def test_it_polls_the_live_fragment_while_the_job_runs(alice_client, personas):
     job = make_job(personas, pods=1)
-    response = alice_client.get(reverse("jobs:detail", args=[job.job_id]),
-                                headers={"HX-Request": "true", "HX-Target": "job-live"})
+    response = alice_client.get(
+        reverse("jobs:detail", args=[job.job_id]),
+        headers={"HX-Request": "true", "HX-Target": "job-live"},
+    )
     assert response.status_code == 200
     content = response.content.decode()
     assert content.lstrip().startswith('<div id="job-live"')
@@ -533,8 +649,10 @@ def test_it_polls_the_live_fragment_while_the_job_runs(alice_client, personas):
 
 def test_it_stops_polling_with_286_once_the_job_has_finished(alice_client, personas):
     job = make_job(personas, status=JobStatus.FAILED)
-    response = alice_client.get(reverse("jobs:detail", args=[job.job_id]),
-                                headers={"HX-Request": "true", "HX-Target": "job-live"})
+    response = alice_client.get(
+        reverse("jobs:detail", args=[job.job_id]),
+        headers={"HX-Request": "true", "HX-Target": "job-live"},
+    )
     assert response.status_code == 286
     content = response.content.decode()
     assert 'class="badge badge-failed">Failed</span>' in content
@@ -561,14 +679,16 @@ def test_it_shows_why_a_spot_job_bids_from_the_last_market_step(
     assert "stock: needs 25 instances of ecs.g7.xlarge, 20 free" in listing
 
 
-@pytest.mark.parametrize("field, value, says", [
-    ("roles-0-cpu_cores", "1" + "0" * 40, "must be at most 10,000 cores per pod"),
-    ("roles-0-cpu_cores", "1e308", "must be at most 10,000 cores per pod"),
-    ("roles-0-memory_gib", "1e308", "must be at most 65,536 GiB per pod"),
-    ("roles-0-gpus", "9" * 40, "must be at most 1,024 GPUs per pod"),
-])
-def test_it_refuses_a_resource_config_no_node_could_ever_hold(alice_client, field, value,
-                                                              says):
+@pytest.mark.parametrize(
+    "field, value, says",
+    [
+        ("roles-0-cpu_cores", "1" + "0" * 40, "must be at most 10,000 cores per pod"),
+        ("roles-0-cpu_cores", "1e308", "must be at most 10,000 cores per pod"),
+        ("roles-0-memory_gib", "1e308", "must be at most 65,536 GiB per pod"),
+        ("roles-0-gpus", "9" * 40, "must be at most 1,024 GPUs per pod"),
+    ],
+)
+def test_it_refuses_a_resource_config_no_node_could_ever_hold(alice_client, field, value, says):
     response = alice_client.post(reverse("jobs:create"), quota_form(**{field: value}))
     assert response.status_code == 200  # the form again, with the error beside the field
     assert says in response.content.decode()
@@ -579,15 +699,22 @@ def test_it_refuses_a_quota_job_that_could_never_start(alice_client):
     """team-a guarantees 8 GPU: 3 pods of 4 could never start without idle resources (in a
     StrictFIFO queue they would block every job behind them), and no node holds a pod of
     5 GPU at all. With idle resources the 12 GPU may be borrowed: accepted."""
-    response = alice_client.post(reverse("jobs:create"), quota_form(**{
-        "roles-0-pod_count": "3", "roles-0-gpus": "4"}))
+    response = alice_client.post(
+        reverse("jobs:create"), quota_form(**{"roles-0-pod_count": "3", "roles-0-gpus": "4"})
+    )
     content = html_lib.unescape(response.content.decode())
-    assert "the job needs 24 cores, 96 GiB, 12 GPU in all, more than quota team-a " \
-           "guarantees" in content and "it could never start" in content
+    assert (
+        "the job needs 24 cores, 96 GiB, 12 GPU in all, more than quota team-a guarantees"
+        in content
+        and "it could never start" in content
+    )
     response = alice_client.post(reverse("jobs:create"), quota_form(**{"roles-0-gpus": "5"}))
-    assert "more than any node of pool ecs-dedicated holds (the largest:" in \
-        html_lib.unescape(response.content.decode())
+    assert "more than any node of pool ecs-dedicated holds (the largest:" in html_lib.unescape(
+        response.content.decode()
+    )
     assert not Job.objects.exists()
-    response = alice_client.post(reverse("jobs:create"), quota_form(**{
-        "roles-0-pod_count": "3", "roles-0-gpus": "4", "idle_mode": "acceptable"}))
+    response = alice_client.post(
+        reverse("jobs:create"),
+        quota_form(**{"roles-0-pod_count": "3", "roles-0-gpus": "4", "idle_mode": "acceptable"}),
+    )
     assert response.status_code == 302 and Job.objects.count() == 1

@@ -43,8 +43,14 @@ def test_it_sends_anonymous_users_to_the_login_page(client, db):
 
 def test_it_links_every_page_in_the_nav(alice_client, settings):
     html = alice_client.get(reverse("jobs:list")).content.decode()
-    for name in ("jobs:list", "jobs:create", "cluster:quotas", "workspaces:access-keys",
-                 "market:index", "billing:index"):
+    for name in (
+        "jobs:list",
+        "jobs:create",
+        "cluster:quotas",
+        "workspaces:access-keys",
+        "market:index",
+        "billing:index",
+    ):
         assert f'href="{reverse(name)}"' in html, name
     # alice is not staff: no operations links at all
     assert reverse("core:health") not in html
@@ -66,8 +72,9 @@ def test_it_offers_the_workspace_switcher(client, personas):
     personas["alice"].workspaces.add(ws_c, through_defaults={"role": "member"})
     client.force_login(personas["alice"])
     html = client.get(reverse("jobs:list")).content.decode()
-    form = re.search(r'<form class="ws-switch" method="post" action="([^"]+)">(.*?)</form>',
-                     html, re.S)
+    form = re.search(
+        r'<form class="ws-switch" method="post" action="([^"]+)">(.*?)</form>', html, re.S
+    )
     assert form and form[1] == reverse("workspaces:switch")
     assert 'name="workspace_id"' in form[2]
     assert "csrfmiddlewaretoken" in form[2]

@@ -73,8 +73,11 @@ def test_it_does_not_check_the_password_while_locked(client, alice, password, mo
     fail(client, times=5)
     checked = []
     original = ModelBackend.authenticate
-    monkeypatch.setattr(ModelBackend, "authenticate",
-                        lambda self, *a, **kw: checked.append(1) or original(self, *a, **kw))
+    monkeypatch.setattr(
+        ModelBackend,
+        "authenticate",
+        lambda self, *a, **kw: checked.append(1) or original(self, *a, **kw),
+    )
     for attempt in (WRONG, password, WRONG):
         assert sign_in(client, "alice", attempt).status_code == 429
     assert checked == []
@@ -164,12 +167,22 @@ def test_it_counts_failures_from_every_process(client, alice, password):
         "for _ in range(int(sys.argv[2])):\n"
         "    assert authenticate(request, username='alice', password='wrong') is None\n"
     )
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "paiweb.settings", "DEBUG": "true",
-           "DATABASE_URL": database_url(connection.settings_dict),
-           "REDIS_URL": settings.REDIS_URL, "PAIWEB_VAR_DIR": tempfile.mkdtemp(prefix="pw-")}
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "paiweb.settings",
+        "DEBUG": "true",
+        "DATABASE_URL": database_url(connection.settings_dict),
+        "REDIS_URL": settings.REDIS_URL,
+        "PAIWEB_VAR_DIR": tempfile.mkdtemp(prefix="pw-"),
+    }
     for times in ("3", "2"):
-        subprocess.run([sys.executable, "-c", script, settings.THROTTLE_KEY_PREFIX, times],
-                       cwd=settings.BASE_DIR, env=env, check=True, timeout=60)
+        subprocess.run(
+            [sys.executable, "-c", script, settings.THROTTLE_KEY_PREFIX, times],
+            cwd=settings.BASE_DIR,
+            env=env,
+            check=True,
+            timeout=60,
+        )
     response = sign_in(client, "alice", password)
     assert response.status_code == 429
     assert ACCOUNT_LOCKED in response.content.decode()

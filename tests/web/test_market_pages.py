@@ -46,8 +46,9 @@ def test_it_lists_every_type_of_the_public_pool_with_price_range_and_stock(alice
 
 
 def test_it_returns_only_the_table_to_its_own_poll(alice_client, market):
-    response = alice_client.get(reverse("market:index"), headers={
-        "HX-Request": "true", "HX-Target": "market-table"})
+    response = alice_client.get(
+        reverse("market:index"), headers={"HX-Request": "true", "HX-Target": "market-table"}
+    )
     html = response.content.decode()
     assert html.lstrip().startswith('<div id="market-table"')
     assert "<html" not in html
@@ -75,8 +76,9 @@ def test_it_answers_404_for_a_type_the_public_pool_does_not_sell(alice_client, m
 
 
 def test_its_price_panel_shows_the_live_price_and_range(alice_client, market):
-    response = alice_client.get(reverse("market:price-panel"), {"r0-instance_type": G7},
-                                headers={"HX-Request": "true"})
+    response = alice_client.get(
+        reverse("market:price-panel"), {"r0-instance_type": G7}, headers={"HX-Request": "true"}
+    )
     assert response.status_code == 200
     html = response.content.decode()
     assert 'class="price-panel"' in html and f'data-instance-type="{G7}"' in html
@@ -86,13 +88,15 @@ def test_its_price_panel_shows_the_live_price_and_range(alice_client, market):
 
 def test_its_price_panel_speaks_json_too(alice_client, market):
     market_params_set(floor_ratio="0.2")
-    data = alice_client.get(reverse("market:price-panel"),
-                            {"instance_type": G7, "format": "json"}).json()
+    data = alice_client.get(
+        reverse("market:price-panel"), {"instance_type": G7, "format": "json"}
+    ).json()
     assert data["available"] and data["instance_type"] == G7
     assert data["original_per_hour"] == "0.8000" and data["floor_per_hour"] == "0.1600"
     assert data["stock"] == 17 and data["price_per_hour"] is not None
-    missing = alice_client.get(reverse("market:price-panel"),
-                               {"instance_type": "x", "format": "json"})
+    missing = alice_client.get(
+        reverse("market:price-panel"), {"instance_type": "x", "format": "json"}
+    )
     assert missing.status_code == 404
     assert missing.json() == {"instance_type": "x", "available": False}
 

@@ -23,21 +23,36 @@ def _fast_passwords(settings):
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
-def make_job(personas, quota, *, pods, cpu=8000, memory=32 * GIB, gpu=2, status="Running",
-             idle_mode="off"):
+def make_job(
+    personas, quota, *, pods, cpu=8000, memory=32 * GIB, gpu=2, status="Running", idle_mode="off"
+):
     """A quota job whose pods are given as (status, node name or None, in_quota)."""
     now = timezone.now()
     job = Job.objects.create(
-        workspace=personas["ws_a"], user=personas["alice"], display_name="train",
-        user_command="python train.py", resource_source="quota", quota=quota,
-        idle_mode=idle_mode, status=status, submitted_at=now, status_changed_at=now,
+        workspace=personas["ws_a"],
+        user=personas["alice"],
+        display_name="train",
+        user_command="python train.py",
+        resource_source="quota",
+        quota=quota,
+        idle_mode=idle_mode,
+        status=status,
+        submitted_at=now,
+        status_changed_at=now,
     )
-    role = JobRole.objects.create(job=job, role_type="Worker", pod_count=len(pods), cpu=cpu,
-                                  memory=memory, gpu=gpu)
+    role = JobRole.objects.create(
+        job=job, role_type="Worker", pod_count=len(pods), cpu=cpu, memory=memory, gpu=gpu
+    )
     for i, (pod_status, node, in_quota) in enumerate(pods):
-        Pod.objects.create(job=job, role=role, index=i, pod_id=f"{job.job_id}-worker-{i}",
-                           node=Node.objects.get(name=node) if node else None,
-                           in_quota=in_quota, status=pod_status)
+        Pod.objects.create(
+            job=job,
+            role=role,
+            index=i,
+            pod_id=f"{job.job_id}-worker-{i}",
+            node=Node.objects.get(name=node) if node else None,
+            in_quota=in_quota,
+            status=pod_status,
+        )
     return job
 
 
@@ -45,17 +60,38 @@ def make_job(personas, quota, *, pods, cpu=8000, memory=32 * GIB, gpu=2, status=
 def busy(cluster, personas):
     """team-a: 2 In Quota pods (4 GPU) and a borrower pod (2 GPU, Not in Quota); team-b: one
     placed pending pod (1 GPU), one unplaced; finished pods count for nothing."""
-    make_job(personas, cluster["team_a"], pods=[
-        (PodStatus.RUNNING, "gpu-node-0", True), (PodStatus.RUNNING, "gpu-node-0", True),
-        (PodStatus.SUCCEEDED, "gpu-node-1", True),
-    ])
-    make_job(personas, cluster["team_a"], idle_mode="acceptable",
-             pods=[(PodStatus.RUNNING, "gpu-node-1", False)])
-    make_job(personas, cluster["team_b"], gpu=1, memory=16 * GIB, status=JobStatus.QUEUING, pods=[
-        (PodStatus.PENDING, "gpu-node-2", True), (PodStatus.PENDING, None, None),
-    ])
-    make_job(personas, cluster["team_b"], status=JobStatus.FAILED,
-             pods=[(PodStatus.PREEMPTED, "gpu-node-3", False)])
+    make_job(
+        personas,
+        cluster["team_a"],
+        pods=[
+            (PodStatus.RUNNING, "gpu-node-0", True),
+            (PodStatus.RUNNING, "gpu-node-0", True),
+            (PodStatus.SUCCEEDED, "gpu-node-1", True),
+        ],
+    )
+    make_job(
+        personas,
+        cluster["team_a"],
+        idle_mode="acceptable",
+        pods=[(PodStatus.RUNNING, "gpu-node-1", False)],
+    )
+    make_job(
+        personas,
+        cluster["team_b"],
+        gpu=1,
+        memory=16 * GIB,
+        status=JobStatus.QUEUING,
+        pods=[
+            (PodStatus.PENDING, "gpu-node-2", True),
+            (PodStatus.PENDING, None, None),
+        ],
+    )
+    make_job(
+        personas,
+        cluster["team_b"],
+        status=JobStatus.FAILED,
+        pods=[(PodStatus.PREEMPTED, "gpu-node-3", False)],
+    )
     return cluster
 
 
@@ -85,8 +121,9 @@ def test_it_shows_borrowed_and_lent(busy):
     assert _row(rows, "lingjun-a").gpu.lent == 0
 
 
-def test_it_reads_usage_in_four_queries_whatever_the_size(busy, personas,
-                                                          django_assert_max_num_queries):
+def test_it_reads_usage_in_four_queries_whatever_the_size(
+    busy, personas, django_assert_max_num_queries
+):
     for _ in range(5):
         make_job(personas, busy["team_b"], pods=[(PodStatus.RUNNING, "gpu-node-3", True)] * 2)
     with django_assert_max_num_queries(4):
@@ -109,9 +146,17 @@ def test_it_renders_the_quota_tree(alice_client, busy):
     response = alice_client.get(reverse("cluster:quotas"))
     assert response.status_code == 200
     body = response.content.decode()
-    for text in ("root-ecs", "team-a", "lingjun-a", "General computing (ECS)", "Lingjun",
-                 'aria-label="4 of 8 GPU in use (50%)"', 'style="width: 50%"',
-                 'class="quota-mine"', 'hx-trigger="every 10s"'):
+    for text in (
+        "root-ecs",
+        "team-a",
+        "lingjun-a",
+        "General computing (ECS)",
+        "Lingjun",
+        'aria-label="4 of 8 GPU in use (50%)"',
+        'style="width: 50%"',
+        'class="quota-mine"',
+        'hx-trigger="every 10s"',
+    ):
         assert text in body, text
 
 
@@ -134,8 +179,13 @@ def test_it_says_when_there_are_no_quotas(alice_client, personas):
 
 
 def _snapshot(**overrides) -> Health:
-    values = {"beat_last_seen": timezone.now() - timedelta(seconds=4), "beat_ok": True,
-              "workers": ["celery@agent-1"], "broker_ok": True, "broker_error": ""}
+    values = {
+        "beat_last_seen": timezone.now() - timedelta(seconds=4),
+        "beat_ok": True,
+        "workers": ["celery@agent-1"],
+        "broker_ok": True,
+        "broker_error": "",
+    }
     return Health(**{**values, **overrides})
 
 
@@ -157,15 +207,22 @@ def test_it_shows_beat_workers_nodes_and_jobs(admin_client, busy, fake_health):
     body = admin_client.get(reverse("core:health")).content.decode()
     assert "Running" in body and "Last heartbeat 4 s ago" in body
     assert "1 worker answered a ping" in body and "celery@agent-1" in body
-    assert "<span>Ready</span><span class=\"count\">4</span>" in body
-    assert "<span>Lost</span><span class=\"count health-state is-bad\">1</span>" in body
-    assert "<span>Queuing</span><span class=\"count\">1</span>" in body
+    assert '<span>Ready</span><span class="count">4</span>' in body
+    assert '<span>Lost</span><span class="count health-state is-bad">1</span>' in body
+    assert '<span>Queuing</span><span class="count">1</span>' in body
     assert reverse("core:healthz") in body and 'hx-trigger="every 10s"' in body
 
 
 def test_it_shows_a_stale_beat_and_a_down_broker(admin_client, db, fake_health):
-    fake_health(_snapshot(beat_ok=False, beat_last_seen=None, workers=[], broker_ok=False,
-                          broker_error="ConnectionError: refused"))
+    fake_health(
+        _snapshot(
+            beat_ok=False,
+            beat_last_seen=None,
+            workers=[],
+            broker_ok=False,
+            broker_error="ConnectionError: refused",
+        )
+    )
     body = admin_client.get(reverse("core:health")).content.decode()
     assert "Never seen" in body and "Broker unreachable" in body
     assert "ConnectionError: refused" in body
@@ -214,5 +271,7 @@ def test_it_answers_503_when_the_database_does_not(client, db, monkeypatch):
     monkeypatch.setattr("apps.core.views.connection", Down())
     response = client.get(reverse("core:healthz"))
     assert response.status_code == 503
-    assert response.json() == {"status": "error",
-                               "checks": {"database": "unreachable (OperationalError)"}}
+    assert response.json() == {
+        "status": "error",
+        "checks": {"database": "unreachable (OperationalError)"},
+    }

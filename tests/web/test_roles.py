@@ -41,14 +41,17 @@ def status_of(job) -> str:
 # --- the rule ----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("persona", "owner", "allowed"), [
-    ("alice", "alice", True),  # her own
-    ("alice", "bob", True),  # she owns team-a
-    ("bob", "bob", True),  # his own
-    ("bob", "alice", False),  # a member: view only
-    ("charlie", "alice", False),  # another workspace
-    ("charlie", "charlie", True),
-])
+@pytest.mark.parametrize(
+    ("persona", "owner", "allowed"),
+    [
+        ("alice", "alice", True),  # her own
+        ("alice", "bob", True),  # she owns team-a
+        ("bob", "bob", True),  # his own
+        ("bob", "alice", False),  # a member: view only
+        ("charlie", "alice", False),  # another workspace
+        ("charlie", "charlie", True),
+    ],
+)
 def test_it_lets_submitters_and_owners_manage_jobs(personas, jobs, persona, owner, allowed):
     assert job_can_manage(user=personas[persona], job=jobs[owner]) is allowed
 
@@ -98,13 +101,17 @@ def test_it_lets_bob_view_but_not_stop_alices_job(client, personas, jobs):
     content = page.content.decode()
     assert 'id="stop-job"' not in content and reverse("jobs:stop", args=[job.job_id]) not in content
     assert "Only alice, an owner of Team A or a platform admin can stop this job." in content
-    live = bob.get(reverse("jobs:detail", args=[job.job_id]),
-                   headers={"HX-Request": "true", "HX-Target": "job-live"}).content.decode()
+    live = bob.get(
+        reverse("jobs:detail", args=[job.job_id]),
+        headers={"HX-Request": "true", "HX-Target": "job-live"},
+    ).content.decode()
     assert 'id="stop-job"' not in live and 'id="stop-not-allowed"' in live
     refused = stop(bob, job)
     assert refused.status_code == 403
-    assert (f"You cannot stop job {job.job_id}: only the user who submitted it, an owner of "
-            "workspace team-a or a platform admin can.") in refused.content.decode()
+    assert (
+        f"You cannot stop job {job.job_id}: only the user who submitted it, an owner of "
+        "workspace team-a or a platform admin can."
+    ) in refused.content.decode()
     assert status_of(job) == JobStatus.RUNNING
 
 
@@ -153,13 +160,16 @@ def test_it_hides_team_as_jobs_from_charlie(client, personas, jobs):
 def quiet_health(monkeypatch):
     from apps.core.selectors import Health
 
-    monkeypatch.setattr("apps.core.views.health_snapshot", lambda **kwargs: Health(
-        beat_last_seen=None, beat_ok=False, workers=[], broker_ok=True, broker_error=""))
+    monkeypatch.setattr(
+        "apps.core.views.health_snapshot",
+        lambda **kwargs: Health(
+            beat_last_seen=None, beat_ok=False, workers=[], broker_ok=True, broker_error=""
+        ),
+    )
 
 
 @pytest.mark.parametrize("persona", ["alice", "bob", "charlie"])
-def test_it_refuses_the_health_page_to_non_staff(client, personas, persona, quiet_health,
-                                                  settings):
+def test_it_refuses_the_health_page_to_non_staff(client, personas, persona, quiet_health, settings):
     user = login(client, personas[persona])
     response = user.get(reverse("core:health"))
     assert response.status_code == 403
@@ -169,8 +179,7 @@ def test_it_refuses_the_health_page_to_non_staff(client, personas, persona, quie
     assert reverse("core:health") not in page and settings.FLOWER_URL not in page
 
 
-def test_it_shows_the_health_page_and_flower_to_staff(client, personas, quiet_health,
-                                                       settings):
+def test_it_shows_the_health_page_and_flower_to_staff(client, personas, quiet_health, settings):
     alice = personas["alice"]
     alice.is_staff = True
     alice.save()

@@ -72,6 +72,7 @@ def test_it_lets_a_superuser_switch_anywhere(admin_client, personas):
 
 
 def test_it_redirects_htmx_requests_on_the_client(alice_client, personas):
-    response = alice_client.post(URL, {"workspace_id": personas["ws_a"].pk, "next": "/jobs/"},
-                                 headers={"HX-Request": "true"})
+    response = alice_client.post(
+        URL, {"workspace_id": personas["ws_a"].pk, "next": "/jobs/"}, headers={"HX-Request": "true"}
+    )
     assert response["HX-Redirect"] == "/jobs/"

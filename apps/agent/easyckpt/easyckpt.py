@@ -81,8 +81,9 @@ def _write(directory: Path, step: int, payload: bytes, keep: int) -> None:
     finally:
         tmp.unlink(missing_ok=True)
     _fsync_dir(directory)
-    line = json.dumps({"step": step, "file": final.name, "bytes": final.stat().st_size,
-                       "time": time.time()})
+    line = json.dumps(
+        {"step": step, "file": final.name, "bytes": final.stat().st_size, "time": time.time()}
+    )
     with open(directory / MANIFEST, "a", encoding="utf-8") as manifest:
         manifest.write(line + "\n")
         manifest.flush()
@@ -165,7 +166,7 @@ def _read(path: Path) -> tuple[int, Any] | None:
         return None
     if not data.startswith(MAGIC):
         return None
-    header, _, payload = data[len(MAGIC):].partition(b"\n")
+    header, _, payload = data[len(MAGIC) :].partition(b"\n")
     if hashlib.sha256(payload).hexdigest().encode() != header:
         return None
     try:

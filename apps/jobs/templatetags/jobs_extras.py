@@ -13,11 +13,19 @@ register = template.Library()
 
 # Status → badge colour family. Anything unknown is neutral.
 BADGE_KINDS = {
-    "Creating": "pending", "Queuing": "pending", "Bidding": "bidding",
-    "EnvPreparing": "starting", "SanityChecking": "starting",
-    "Running": "running", "Restarting": "warning", "Stopping": "warning",
-    "Succeeded": "succeeded", "Failed": "failed", "Stopped": "stopped",
-    "Pending": "pending", "Preempted": "warning",
+    "Creating": "pending",
+    "Queuing": "pending",
+    "Bidding": "bidding",
+    "EnvPreparing": "starting",
+    "SanityChecking": "starting",
+    "Running": "running",
+    "Restarting": "warning",
+    "Stopping": "warning",
+    "Succeeded": "succeeded",
+    "Failed": "failed",
+    "Stopped": "stopped",
+    "Pending": "pending",
+    "Preempted": "warning",
 }
 
 

@@ -200,7 +200,9 @@ def subtree_use(
     use = {qid: [0, 0, 0] for qid in chains}
     for job in running:
         chain = chains.get(job.quota_id) if job.quota_id is not None else None
-        for pod in job.pods if chain else ():
+        if not chain:
+            continue
+        for pod in job.pods:
             if pod.in_quota == in_quota:
                 for quota in chain:
                     grow(use[quota.id], vec(pod.resources))

@@ -89,9 +89,11 @@ class _Planner:
     """State of one `plan` call. Room and usage are mutated as decisions are made."""
 
     def __init__(self, snapshot: Snapshot, *, now: float, config: Config) -> None:
-        for what, ids in (("node", [n.id for n in snapshot.nodes]),
-                          ("quota", [q.id for q in snapshot.quotas]),
-                          ("pending job", [j.job_id for j in snapshot.pending])):
+        for what, ids in (
+            ("node", [n.id for n in snapshot.nodes]),
+            ("quota", [q.id for q in snapshot.quotas]),
+            ("pending job", [j.job_id for j in snapshot.pending]),
+        ):
             if len(set(ids)) != len(ids):
                 raise SchedulerError(f"duplicate {what} ids in the snapshot")
         self.snapshot = snapshot
@@ -206,15 +208,19 @@ class _Planner:
                 i = next(i for i in range(3) if job.need[i] > free[i])
                 own = job.chain[0].name
                 where = own if quota is job.chain[0] else f"{quota.name} (ancestor of {own})"
-                return (f"quota {where}: needs {amount(i, job.need[i])}, "
-                        f"{value(i, max(free[i], 0))} free")
+                return (
+                    f"quota {where}: needs {amount(i, job.need[i])}, "
+                    f"{value(i, max(free[i], 0))} free"
+                )
         return None
 
     def _split(self, job: _Pending) -> list[bool]:
         """Which pods of an acceptable job run In Quota: those the chain's free min holds."""
-        free = [min(q.min.gpu - self.usage[q.id][0] for q in job.chain),
-                min(q.min.cpu - self.usage[q.id][1] for q in job.chain),
-                min(q.min.memory - self.usage[q.id][2] for q in job.chain)]
+        free = [
+            min(q.min.gpu - self.usage[q.id][0] for q in job.chain),
+            min(q.min.cpu - self.usage[q.id][1] for q in job.chain),
+            min(q.min.memory - self.usage[q.id][2] for q in job.chain),
+        ]
         flags = []
         for pod in job.pods:
             held = fits(pod, free)
@@ -257,8 +263,10 @@ class _Planner:
         pool = job.pool
         assert pool is not None
         i = 0 if job.need[0] else 1
-        return (f"needs {shape(job.pods)} ({amount(i, pool.free[i])} free in pool, "
-                f"at most {amount(i, pool.max_free(i))} on one node)")
+        return (
+            f"needs {shape(job.pods)} ({amount(i, pool.free[i])} free in pool, "
+            f"at most {amount(i, pool.max_free(i))} on one node)"
+        )
 
     # -- reclaim --
 
@@ -290,9 +298,14 @@ class _Planner:
         self.reclaimer.claim(victims)
         if young_ok:
             young = sum(v.young for v in victims)
-            self._hold(job, nodes, (
-                f"borrowers to reclaim have run less than the minimum "
-                f"{self.config.min_run_seconds:g} s: {plural(young, 'job')}"))
+            self._hold(
+                job,
+                nodes,
+                (
+                    f"borrowers to reclaim have run less than the minimum "
+                    f"{self.config.min_run_seconds:g} s: {plural(young, 'job')}"
+                ),
+            )
             return
         for victim in victims:
             self.preemptions.append(preemption(victim, by=job.job, quota=quota))
@@ -305,8 +318,10 @@ class _Planner:
         for pod, n in zip(job.pods, nodes, strict=True):
             pool.reserve(n, pod)
         self._use(job, job.need)
-        reserved = tuple(Placement(key=r.key, node_id=n, in_quota=True)
-                         for r, n in zip(job.job.pods, nodes, strict=True))
+        reserved = tuple(
+            Placement(key=r.key, node_id=n, in_quota=True)
+            for r, n in zip(job.job.pods, nodes, strict=True)
+        )
         self._stuck(job, reason, reserved)
 
     def _waiting(self, jobs: list[_Pending]) -> tuple[Waiting, ...]:

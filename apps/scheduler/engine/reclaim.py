@@ -29,9 +29,12 @@ class Borrower:
 
     def __init__(self, job: RunningJob, *, now: float, min_run: float) -> None:
         self.job = job
-        self.lost = lost_gpu_seconds(gpus=sum(p.resources.gpu for p in job.pods),
-                                     started_at=job.started_at,
-                                     last_checkpoint_at=job.last_checkpoint_at, now=now)
+        self.lost = lost_gpu_seconds(
+            gpus=sum(p.resources.gpu for p in job.pods),
+            started_at=job.started_at,
+            last_checkpoint_at=job.last_checkpoint_at,
+            now=now,
+        )
         # least lost work, then lower priority, then newest first
         self.order = (self.lost, job.priority, -job.started_at, job.job_id)
         self.young = now - job.started_at < min_run
@@ -41,11 +44,18 @@ class Borrower:
 
 def preemption(victim: Borrower, *, by: PendingJob, quota: Quota) -> Preemption:
     """The record of a victim preempted by an owner of `quota`, with the reason it shows."""
-    reason = (f"preempted by job {by.name} of quota {quota.name}, which reclaims its "
-              f"guaranteed resources; {victim.lost:,.0f} GPU-seconds of work since the "
-              f"last checkpoint lost")
-    return Preemption(job_id=victim.job.job_id, by_job_id=by.job_id,
-                      by_quota_id=quota.id, lost_gpu_seconds=victim.lost, reason=reason)
+    reason = (
+        f"preempted by job {by.name} of quota {quota.name}, which reclaims its "
+        f"guaranteed resources; {victim.lost:,.0f} GPU-seconds of work since the "
+        f"last checkpoint lost"
+    )
+    return Preemption(
+        job_id=victim.job.job_id,
+        by_job_id=by.job_id,
+        by_quota_id=quota.id,
+        lost_gpu_seconds=victim.lost,
+        reason=reason,
+    )
 
 
 @dataclass(slots=True)
@@ -129,7 +139,12 @@ class Reclaimer:
         return chosen, nodes
 
     def _choose_greedy(
-        self, pods: list[Vec], pool: Pool, base: dict[int, Vec], *, young_ok: bool,
+        self,
+        pods: list[Vec],
+        pool: Pool,
+        base: dict[int, Vec],
+        *,
+        young_ok: bool,
         budget: int | None,
     ) -> tuple[tuple[list[Borrower], _Fit] | None, bool]:
         """Victims in victim order until the gang fits; True as well if it gave up at
@@ -175,8 +190,7 @@ class Reclaimer:
         is cached until that node's room changes, so a queue of reclaiming owners does not
         rescan every borrower of the pool each time.
         """
-        envelope = (max(p[0] for p in pods), max(p[1] for p in pods),
-                    max(p[2] for p in pods))
+        envelope = (max(p[0] for p in pods), max(p[1] for p in pods), max(p[2] for p in pods))
         room: dict[int, Vec] = {}  # nodes this selection touched: their room now
         slots: dict[int, int] = {}
         at: dict[int, int] = {}  # where a touched node's next step starts
@@ -235,7 +249,8 @@ class Reclaimer:
         nodes = self.slot_nodes.get(key)
         if nodes is None:
             nodes = self.slot_nodes[key] = sorted(
-                n for n, cap in pool.cap.items() if fits(envelope, cap))
+                n for n, cap in pool.cap.items() if fits(envelope, cap)
+            )
         return nodes
 
     def _first_step(
@@ -252,8 +267,16 @@ class Reclaimer:
         self.first_steps[key] = (pool.version[n], free, step)
         return free, step
 
-    def _step(self, pool: Pool, n: int, envelope: Vec, young_ok: bool, room: Vec,
-              start: int, taken: set[int]) -> _Step | None:
+    def _step(
+        self,
+        pool: Pool,
+        n: int,
+        envelope: Vec,
+        young_ok: bool,
+        room: Vec,
+        start: int,
+        taken: set[int],
+    ) -> _Step | None:
         """Node n's borrowers, from `start` on, to preempt for one more slot there."""
         slots = how_many(room, envelope)
         victims: list[Borrower] = []

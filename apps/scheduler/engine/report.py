@@ -65,8 +65,15 @@ def quota_report(snapshot: Snapshot) -> dict[int, QuotaReport]:
         unguaranteed = _floor0(sub(capacity, guaranteed))
         _share(_floor0(sub(idle_use, unguaranteed)), roots, free, children, lent)
     return {
-        qid: QuotaReport(qid, q.name, q.min, _res(used[qid]), _res(free[qid]),
-                         _res(borrowed[qid]), _res(lent[qid]))
+        qid: QuotaReport(
+            qid,
+            q.name,
+            q.min,
+            _res(used[qid]),
+            _res(free[qid]),
+            _res(borrowed[qid]),
+            _res(lent[qid]),
+        )
         for qid, q in quotas.items()
     }
 
@@ -99,8 +106,11 @@ def _pool_totals(snapshot: Snapshot) -> dict[int, tuple[Vec, Vec]]:
 
 
 def _share(
-    amount: Vec, qids: list[int], free: dict[int, Vec],
-    children: dict[int | None, list[int]], lent: dict[int, Vec],
+    amount: Vec,
+    qids: list[int],
+    free: dict[int, Vec],
+    children: dict[int | None, list[int]],
+    lent: dict[int, Vec],
 ) -> None:
     """Split lent room among sibling quotas in proportion to their free min."""
     total = sum_of(free[q] for q in qids)

@@ -124,8 +124,10 @@ def _sandbox_line(sandbox: str) -> str:
     isolation = isolation_status(sandbox)
     if isolation.complete:
         return "pods are isolated (SANDBOX=strict)"
-    return (f"PODS ARE NOT ISOLATED (SANDBOX={sandbox}): {'; '.join(isolation.missing)}. "
-            "Run the demo as root for isolation.")
+    return (
+        f"PODS ARE NOT ISOLATED (SANDBOX={sandbox}): {'; '.join(isolation.missing)}. "
+        "Run the demo as root for isolation."
+    )
 
 
 def demo_secrets_notice(cluster_file: str) -> list[str]:
@@ -182,8 +184,14 @@ class Supervisor:
         assert process.stdout is not None
         os.set_blocking(process.stdout.fileno(), False)
         colour = COLOURS[len(self.children) % len(COLOURS)]
-        child = Child(name, process, colour, stop_timeout=stop_timeout, argv=tuple(argv),
-                      started_at=time.monotonic())
+        child = Child(
+            name,
+            process,
+            colour,
+            stop_timeout=stop_timeout,
+            argv=tuple(argv),
+            started_at=time.monotonic(),
+        )
         self.children.append(child)
         self.selector.register(process.stdout, selectors.EVENT_READ, child)
         self.say(f"started {name} (pid {process.pid}): {shlex.join(argv)}")
@@ -199,12 +207,14 @@ class Supervisor:
                 self._drain(child)
                 if now - child.started_at >= RESTART_STABLE:
                     child.restarts = 0
-                delay = min(RESTART_BACKOFF_MAX, 2.0 ** child.restarts)
+                delay = min(RESTART_BACKOFF_MAX, 2.0**child.restarts)
                 child.restarts += 1
                 child.restart_at = now + delay
-                self.say(f"{child.name} exited with code {child.process.returncode}: "
-                         f"restarting it in {delay:g}s (restart {child.restarts} in a row); "
-                         "the others keep running")
+                self.say(
+                    f"{child.name} exited with code {child.process.returncode}: "
+                    f"restarting it in {delay:g}s (restart {child.restarts} in a row); "
+                    "the others keep running"
+                )
             elif child.restart_at is not None and now >= child.restart_at:
                 self.children[i] = self._respawn(child)
 
@@ -442,30 +452,86 @@ class Command(BaseCommand):
     def _children(self, options, host: str, port: int, flower_port: int):
         python = sys.executable
         schedule = Path(settings.VAR_DIR) / "celerybeat-schedule"
-        yield "worker", [
-            python, "-m", "celery", "-A", "paiweb", "worker",
-            "-l", options["log_level"], "-Q", options["queues"],
-            "--concurrency", str(options["concurrency"]),
-        ]
+        yield (
+            "worker",
+            [
+                python,
+                "-m",
+                "celery",
+                "-A",
+                "paiweb",
+                "worker",
+                "-l",
+                options["log_level"],
+                "-Q",
+                options["queues"],
+                "--concurrency",
+                str(options["concurrency"]),
+            ],
+        )
         if options["agent"]:
-            yield "agent", [
-                python, str(Path(settings.BASE_DIR) / "manage.py"), "agent", "--nodes", "all",
-                "--log-level", options["log_level"],
-            ]
-        yield "beat", [
-            python, "-m", "celery", "-A", "paiweb", "beat",
-            "-l", options["log_level"], "-s", str(schedule),
-        ]
-        yield "flower", [
-            python, "-m", "celery", "-A", "paiweb", "flower",
-            f"--port={flower_port}", f"--address={host}",
-        ]
-        yield "web", [
-            python, "-m", "gunicorn", "paiweb.wsgi:application",
-            "--bind", f"{host}:{port}", "--workers", "2", "--threads", "4",
-            "--graceful-timeout", "5", "--access-logfile", "-", "--error-logfile", "-",
-            *_gunicorn_no_control_socket(),
-        ]
+            yield (
+                "agent",
+                [
+                    python,
+                    str(Path(settings.BASE_DIR) / "manage.py"),
+                    "agent",
+                    "--nodes",
+                    "all",
+                    "--log-level",
+                    options["log_level"],
+                ],
+            )
+        yield (
+            "beat",
+            [
+                python,
+                "-m",
+                "celery",
+                "-A",
+                "paiweb",
+                "beat",
+                "-l",
+                options["log_level"],
+                "-s",
+                str(schedule),
+            ],
+        )
+        yield (
+            "flower",
+            [
+                python,
+                "-m",
+                "celery",
+                "-A",
+                "paiweb",
+                "flower",
+                f"--port={flower_port}",
+                f"--address={host}",
+            ],
+        )
+        yield (
+            "web",
+            [
+                python,
+                "-m",
+                "gunicorn",
+                "paiweb.wsgi:application",
+                "--bind",
+                f"{host}:{port}",
+                "--workers",
+                "2",
+                "--threads",
+                "4",
+                "--graceful-timeout",
+                "5",
+                "--access-logfile",
+                "-",
+                "--error-logfile",
+                "-",
+                *_gunicorn_no_control_socket(),
+            ],
+        )
 
     def _banner(self, supervisor, options, host, port, flower_url, redis_url) -> None:
         base = f"http://{host}:{port}"
@@ -505,30 +571,41 @@ def _debug_line() -> str:
     if not settings.DEBUG:
         return "DEBUG=false (from the environment)"
     why = "from the environment" if os.environ.get("DEBUG", "").strip() else "the demo's default"
-    return (f"DEBUG=true ({why}): error pages show tracebacks and settings; "
-            "never run this in production")
+    return (
+        f"DEBUG=true ({why}): error pages show tracebacks and settings; "
+        "never run this in production"
+    )
 
 
 def _gunicorn_no_control_socket() -> list[str]:
     """Gunicorn 24+ opens a control socket in ~/.gunicorn by default; the demo needs none."""
     from gunicorn.config import KNOWN_SETTINGS
 
-    return ["--no-control-socket"] if any(
-        s.name == "control_socket_disable" for s in KNOWN_SETTINGS
-    ) else []
+    return (
+        ["--no-control-socket"]
+        if any(s.name == "control_socket_disable" for s in KNOWN_SETTINGS)
+        else []
+    )
 
 
 def _redis_argv(socket_path: Path) -> list[str]:
     """The embedded server as `paiweb.embedded_redis.start` runs it, in the foreground."""
     return [
         embedded_redis.redis_server_binary(),
-        "--port", "0",
-        "--unixsocket", str(socket_path),
-        "--unixsocketperm", "700",
-        "--save", "",
-        "--appendonly", "no",
-        "--dir", str(socket_path.parent),
-        "--loglevel", "warning",
+        "--port",
+        "0",
+        "--unixsocket",
+        str(socket_path),
+        "--unixsocketperm",
+        "700",
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+        "--dir",
+        str(socket_path.parent),
+        "--loglevel",
+        "warning",
     ]
 
 

@@ -39,8 +39,9 @@ def selfsigned_cert(*, names: list[str], now: datetime.datetime) -> tuple[bytes,
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .sign(key, hashes.SHA256())
     )
-    key_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                serialization.NoEncryption())
+    key_pem = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
     return cert.public_bytes(serialization.Encoding.PEM), key_pem
 
 
@@ -58,9 +59,11 @@ class Command(BaseCommand):
     def add_arguments(self, parser) -> None:
         parser.add_argument("directory", type=Path)
         parser.add_argument(
-            "--name", action="append", dest="names",
+            "--name",
+            action="append",
+            dest="names",
             help="a host name or IP address the certificate is for (repeatable; "
-                 "default: localhost, 127.0.0.1 and ::1)",
+            "default: localhost, 127.0.0.1 and ::1)",
         )
 
     def handle(self, *args, directory: Path, names: list[str] | None, **options) -> None:
@@ -76,5 +79,7 @@ class Command(BaseCommand):
             os.fchmod(out.fileno(), 0o600)
             out.write(key)
         cert_path.write_bytes(cert)
-        self.stdout.write(f"wrote a self-signed certificate for {', '.join(names)} "
-                          f"to {cert_path} (key {key_path}); replace both with a real one")
+        self.stdout.write(
+            f"wrote a self-signed certificate for {', '.join(names)} "
+            f"to {cert_path} (key {key_path}); replace both with a real one"
+        )
