@@ -23,30 +23,22 @@ def is_answering(socket_path: Path) -> bool:
         return False
 
 
+def server_argv(socket_path: Path) -> list[str]:
+    """redis-server on `socket_path` only (no TCP port, nothing kept on disk), in the
+    foreground: what `start` runs, and what `manage.py demo` supervises."""
+    return [
+        redis_server_binary(),
+        *("--port", "0", "--unixsocket", str(socket_path), "--unixsocketperm", "700"),
+        *("--save", "", "--appendonly", "no", "--dir", str(socket_path.parent)),
+        *("--loglevel", "warning"),
+    ]
+
+
 def start(socket_path: Path, *, timeout: float = 10.0) -> subprocess.Popen:
     """Start redis-server on `socket_path` (no TCP port, nothing kept on disk)."""
     socket_path.parent.mkdir(parents=True, exist_ok=True)
     socket_path.unlink(missing_ok=True)
-    process = subprocess.Popen(
-        [
-            redis_server_binary(),
-            "--port",
-            "0",
-            "--unixsocket",
-            str(socket_path),
-            "--unixsocketperm",
-            "700",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            str(socket_path.parent),
-            "--loglevel",
-            "warning",
-        ],
-        stdout=subprocess.DEVNULL,
-    )
+    process = subprocess.Popen(server_argv(socket_path), stdout=subprocess.DEVNULL)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:

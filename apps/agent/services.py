@@ -781,16 +781,6 @@ def public_pods_lost(*, cutoff: datetime, now: datetime) -> list[str]:
                     message=message,
                     now=now,
                 )
-                job_event(job=job, kind="NodeLost", message=message, now=now)
-                if job.status in RUNNABLE_JOB_STATUSES:
-                    _job_requeue(
-                        job=job,
-                        current=_current_pods(job),
-                        now=now,
-                        cause="NodeLost",
-                        message=message,
-                        platform=True,
-                    )
     if silent:
         _tick_soon()
     return silent
@@ -817,16 +807,6 @@ def node_fail_pods(*, node: Node, now: datetime) -> int:
                 message=message,
                 now=now,
             )
-            job_event(job=job, kind="NodeLost", message=message, now=now)
-            if job.status in RUNNABLE_JOB_STATUSES:
-                _job_requeue(
-                    job=job,
-                    current=_current_pods(job),
-                    now=now,
-                    cause="NodeLost",
-                    message=message,
-                    platform=True,
-                )
     return len(job_pks)
 
 
@@ -851,7 +831,7 @@ def _pods_lost(
     """Fail the job's live `pods`, lost with their node or agent, as of `seen` (its last
     heartbeat: the last time anything knew their processes were alive), so their bills (cut
     at Pod.finished_at) and lost work stop there; never before a pod started. A process
-    that still runs is told to stop."""
+    that still runs is told to stop, and the job (locked by the caller) is requeued."""
     seen = min(seen or now, now)
     for pod in pods:
         Pod.objects.filter(pk=pod.pk, status__in=LIVE_POD_STATUSES).update(
@@ -861,6 +841,16 @@ def _pods_lost(
             finished_at=max(seen, pod.started_at or seen),
         )
     pods_terminate(job=job, pods=pods, now=now, reason=message)
+    job_event(job=job, kind="NodeLost", message=message, now=now)
+    if job.status in RUNNABLE_JOB_STATUSES:  # a platform interruption: requeued, not counted
+        _job_requeue(
+            job=job,
+            current=_current_pods(job),
+            now=now,
+            cause="NodeLost",
+            message=message,
+            platform=True,
+        )
 
 
 def node_drain(*, node: Node, now: datetime) -> int:

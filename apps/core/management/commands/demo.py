@@ -411,7 +411,7 @@ class Command(BaseCommand):
         redis_child = None
         try:
             if not os.environ.get("REDIS_URL"):
-                redis_child = supervisor.start("redis", _redis_argv(socket_path))
+                redis_child = supervisor.start("redis", embedded_redis.server_argv(socket_path))
                 supervisor.wait_for(
                     lambda: embedded_redis.is_answering(socket_path),
                     timeout=15,
@@ -586,27 +586,6 @@ def _gunicorn_no_control_socket() -> list[str]:
         if any(s.name == "control_socket_disable" for s in KNOWN_SETTINGS)
         else []
     )
-
-
-def _redis_argv(socket_path: Path) -> list[str]:
-    """The embedded server as `paiweb.embedded_redis.start` runs it, in the foreground."""
-    return [
-        embedded_redis.redis_server_binary(),
-        "--port",
-        "0",
-        "--unixsocket",
-        str(socket_path),
-        "--unixsocketperm",
-        "700",
-        "--save",
-        "",
-        "--appendonly",
-        "no",
-        "--dir",
-        str(socket_path.parent),
-        "--loglevel",
-        "warning",
-    ]
 
 
 def _check_embedded_socket(socket_path: Path) -> None:
