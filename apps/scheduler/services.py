@@ -291,11 +291,6 @@ def _apply_admissions(admissions: tuple[engine.Admission, ...], *, now: datetime
                 )
             )
     Pod.objects.bulk_create(pods)
-    pks = [job.pk for job in jobs]
-    Job.objects.filter(pk__in=pks).update(
-        pending_reason="", queue_position=None, queue_size=None, not_before=None
-    )
-    Job.objects.filter(pk__in=pks, started_at__isnull=True).update(started_at=now)
     dequeued = {job.pk: f"Dequeued from quota {job.quota.name}" for job in jobs}
     JobEvent.objects.bulk_create(_admission_events(jobs, planned, nodes, dequeued, now))
     jobs_transition_bulk(
@@ -304,6 +299,7 @@ def _apply_admissions(admissions: tuple[engine.Admission, ...], *, now: datetime
         now=now,
         reason_code="JobDequeued",
         reason_messages=dequeued,
+        started=True,  # started_at if unset; no backoff, reason or queue place any more
     )
     pods_placed(jobs=jobs, now=now)
     return len(jobs)
