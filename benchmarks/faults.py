@@ -2,7 +2,7 @@
 
     python benchmarks/faults.py [--jobs 300] [--kills 60] [--window 900] [--seed 1]
 
-It runs `apps.core.faults.run`: `manage.py demo` (web, worker, beat, node agent, Flower, an
+It runs `apps.ops.faults.run`: `manage.py demo` (web, worker, beat, node agent, Flower, an
 embedded Redis) on a fresh PostgreSQL database on PAIWEB_FAULTS_PG (default
 postgresql://postgres@127.0.0.1:5432, dropped afterwards), --jobs jobs of every kind, --kills
 SIGKILLs of the worker, beat, agent and web at random moments over --window seconds, then
@@ -36,7 +36,7 @@ def main() -> int:
     import django
 
     django.setup()
-    from apps.core.faults import run
+    from apps.ops.faults import run
 
     report = run(
         jobs=args.jobs,

@@ -22,8 +22,8 @@ urlpatterns = [
     path("jobs/", include("apps.jobs.urls")),
     path("pods/", include("apps.agent.urls")),
     path("workspaces/", include("apps.workspaces.urls")),
-    path("cluster/", include("apps.cluster.urls")),
+    path("cluster/", include("apps.scheduler.urls")),
     path("market/", include("apps.market.urls")),
     path("bills/", include("apps.billing.urls")),
-    path("", include("apps.core.urls")),
+    path("", include("apps.ops.urls")),
 ]

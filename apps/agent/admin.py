@@ -1,11 +1,19 @@
-"""Node agents and pod processes in the admin: for looking only (agents write them)."""
+"""Nodes, node agents and pod processes in the admin. Nodes are where agents run pods: the
+Nodes page cordons, drains (moving their pods off) and readies them; agents and processes
+are for looking only (agents write them)."""
 
 from __future__ import annotations
 
-from django.contrib import admin
+from django.contrib import admin, messages
+from django.db.models import QuerySet
 from django.http import HttpRequest
+from django.utils import timezone
 
 from apps.agent.models import NodeAgent, PodProcess
+from apps.agent.services import node_drain
+from apps.cluster.admin import cores_text, gib_text
+from apps.cluster.models import Node
+from apps.cluster.services import node_set_status
 
 
 class _ReadOnly(admin.ModelAdmin):
@@ -41,3 +49,59 @@ class PodProcessAdmin(_ReadOnly):
     search_fields = ("pod__pod_id", "agent")
     list_select_related = ("pod",)
     raw_id_fields = ("pod",)
+
+
+@admin.register(Node)
+class NodeAdmin(admin.ModelAdmin):
+    list_display = (
+        "name",
+        "pool",
+        "instance_type",
+        "status",
+        "gpu",
+        "gpu_model",
+        "vcpus",
+        "memory_gib",
+        "last_heartbeat",
+    )
+    list_filter = ("status", "pool", "gpu_model")
+    list_select_related = ("pool", "instance_type")
+    search_fields = ("name", "gpu_model", "instance_type__name")
+    autocomplete_fields = ("instance_type",)
+    readonly_fields = ("last_heartbeat",)
+    actions = ["cordon", "drain", "uncordon"]
+
+    @admin.display(description="vCPUs", ordering="cpu")
+    def vcpus(self, obj: Node) -> str:
+        return cores_text(obj.cpu)
+
+    @admin.display(description="memory (GiB)", ordering="memory")
+    def memory_gib(self, obj: Node) -> str:
+        return gib_text(obj.memory)
+
+    @admin.action(description="Cordon: schedule no new pods on the selected nodes")
+    def cordon(self, request: HttpRequest, queryset: QuerySet[Node]) -> None:
+        changed = node_set_status(nodes=queryset, status=Node.Status.CORDONED)
+        self.message_user(request, f"Cordoned {changed} node(s).", messages.SUCCESS)
+
+    @admin.action(description="Drain: cordon the selected nodes and move their jobs elsewhere")
+    def drain(self, request: HttpRequest, queryset: QuerySet[Node]) -> None:
+        now = timezone.now()
+        # All cordoned first, so a job on two of them is not placed back onto the second.
+        node_set_status(
+            nodes=queryset.filter(status=Node.Status.READY), status=Node.Status.CORDONED
+        )
+        moved = sum(node_drain(node=node, now=now) for node in queryset)
+        self.message_user(
+            request,
+            f"Drained {len(queryset)} node(s): cordoned, {moved} job(s) moved off. Their pods "
+            "get SIGTERM and the job's grace period to checkpoint; the jobs are requeued as a "
+            "platform interruption, spending no AIMaster restart. Mark the nodes Ready to use "
+            "them again.",
+            messages.SUCCESS,
+        )
+
+    @admin.action(description="Mark the selected nodes Ready")
+    def uncordon(self, request: HttpRequest, queryset: QuerySet[Node]) -> None:
+        changed = node_set_status(nodes=queryset, status=Node.Status.READY)
+        self.message_user(request, f"Marked {changed} node(s) Ready.", messages.SUCCESS)

@@ -3,23 +3,20 @@ from __future__ import annotations
 from dataclasses import replace
 
 from django import forms
-from django.contrib import admin, messages
+from django.contrib import admin
 from django.db.models import Count, QuerySet, Sum
 from django.http import HttpRequest
-from django.utils import timezone
 
-from apps.agent.services import node_drain
 from apps.cluster.clusterfile import cluster_file_check, path_of
 from apps.cluster.models import InstanceType, Node, Quota, ResourcePool
 from apps.cluster.selectors import cluster_state
-from apps.cluster.services import node_set_status
 
 
-def _cores(millicores: int) -> str:
+def cores_text(millicores: int) -> str:
     return f"{millicores / 1000:g}"
 
 
-def _gib(mib: int) -> str:
+def gib_text(mib: int) -> str:
     return f"{mib / 1024:g}"
 
 
@@ -41,11 +38,11 @@ class InstanceTypeAdmin(admin.ModelAdmin):
 
     @admin.display(description="vCPUs", ordering="cpu")
     def vcpus_(self, obj: InstanceType) -> str:
-        return _cores(obj.cpu)
+        return cores_text(obj.cpu)
 
     @admin.display(description="memory (GiB)", ordering="memory")
     def memory_gib_(self, obj: InstanceType) -> str:
-        return _gib(obj.memory)
+        return gib_text(obj.memory)
 
 
 class NodeInline(admin.TabularInline):
@@ -95,62 +92,6 @@ class ResourcePoolAdmin(admin.ModelAdmin):
     @admin.display(description="quotas", ordering="_quotas")
     def quota_count(self, obj) -> int:
         return obj._quotas
-
-
-@admin.register(Node)
-class NodeAdmin(admin.ModelAdmin):
-    list_display = (
-        "name",
-        "pool",
-        "instance_type",
-        "status",
-        "gpu",
-        "gpu_model",
-        "vcpus",
-        "memory_gib",
-        "last_heartbeat",
-    )
-    list_filter = ("status", "pool", "gpu_model")
-    list_select_related = ("pool", "instance_type")
-    search_fields = ("name", "gpu_model", "instance_type__name")
-    autocomplete_fields = ("instance_type",)
-    readonly_fields = ("last_heartbeat",)
-    actions = ["cordon", "drain", "uncordon"]
-
-    @admin.display(description="vCPUs", ordering="cpu")
-    def vcpus(self, obj: Node) -> str:
-        return _cores(obj.cpu)
-
-    @admin.display(description="memory (GiB)", ordering="memory")
-    def memory_gib(self, obj: Node) -> str:
-        return _gib(obj.memory)
-
-    @admin.action(description="Cordon: schedule no new pods on the selected nodes")
-    def cordon(self, request: HttpRequest, queryset: QuerySet[Node]) -> None:
-        changed = node_set_status(nodes=queryset, status=Node.Status.CORDONED)
-        self.message_user(request, f"Cordoned {changed} node(s).", messages.SUCCESS)
-
-    @admin.action(description="Drain: cordon the selected nodes and move their jobs elsewhere")
-    def drain(self, request: HttpRequest, queryset: QuerySet[Node]) -> None:
-        now = timezone.now()
-        # All cordoned first, so a job on two of them is not placed back onto the second.
-        node_set_status(
-            nodes=queryset.filter(status=Node.Status.READY), status=Node.Status.CORDONED
-        )
-        moved = sum(node_drain(node=node, now=now) for node in queryset)
-        self.message_user(
-            request,
-            f"Drained {len(queryset)} node(s): cordoned, {moved} job(s) moved off. Their pods "
-            "get SIGTERM and the job's grace period to checkpoint; the jobs are requeued as a "
-            "platform interruption, spending no AIMaster restart. Mark the nodes Ready to use "
-            "them again.",
-            messages.SUCCESS,
-        )
-
-    @admin.action(description="Mark the selected nodes Ready")
-    def uncordon(self, request: HttpRequest, queryset: QuerySet[Node]) -> None:
-        changed = node_set_status(nodes=queryset, status=Node.Status.READY)
-        self.message_user(request, f"Marked {changed} node(s) Ready.", messages.SUCCESS)
 
 
 class QuotaForm(forms.ModelForm):
@@ -213,11 +154,11 @@ class QuotaAdmin(admin.ModelAdmin):
 
     @admin.display(description="min cores", ordering="min_cpu")
     def min_cores(self, obj: Quota) -> str:
-        return _cores(obj.min_cpu)
+        return cores_text(obj.min_cpu)
 
     @admin.display(description="min memory (GiB)", ordering="min_memory")
     def min_memory_gib(self, obj: Quota) -> str:
-        return _gib(obj.min_memory)
+        return gib_text(obj.min_memory)
 
     @admin.display(description="workspaces")
     def workspace_names(self, obj: Quota) -> str:

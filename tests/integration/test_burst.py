@@ -47,8 +47,8 @@ from alibabacloud_tea_openapi.models import Config
 from django.conf import settings
 
 from apps.agent.models import PodProcess
-from apps.core.testing import DemoProcess
 from apps.jobs.models import Job, JobEvent, Pod
+from apps.ops.testing import DemoProcess
 from apps.workspaces.models import Workspace
 
 pytestmark = pytest.mark.own_database  # a demo on a PostgreSQL database of its own

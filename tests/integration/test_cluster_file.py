@@ -17,9 +17,9 @@ from django.core.management import CommandError, ManagementUtility, call_command
 from apps.cluster.clusterfile import cluster_file_check
 from apps.cluster.models import InstanceType, Node, Quota, ResourcePool
 from apps.cluster.selectors import cluster_state
-from apps.cluster.services import cluster_apply
 from apps.market import pricing
 from apps.market.models import MarketParameters
+from apps.ops.services import cluster_apply
 from apps.workspaces.models import AccessKey, Membership, Workspace
 
 DEMO = Path(settings.BASE_DIR) / "examples" / "demo-cluster.toml"

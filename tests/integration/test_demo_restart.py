@@ -12,7 +12,7 @@ import time
 import pytest
 
 from apps.agent.runner import process_alive
-from apps.core.testing import DemoProcess
+from apps.ops.testing import DemoProcess
 
 pytestmark = pytest.mark.own_database  # each demo has its own SQLite file and Redis
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from apps.core.management.commands.demo import _debug_line
+from apps.ops.management.commands.demo import _debug_line
 from benchmarks.slow_clients import (
     BASE_DIR,
     compose_service,

@@ -1,13 +1,13 @@
 """Fault injection, bounded: a real paiweb on PostgreSQL with over a hundred jobs of every
 kind, its worker, beat, agent and web SIGKILLed a dozen times at random moments (the demo
-starts each again), and every invariant of apps.core.faults holding afterwards. The longer
+starts each again), and every invariant of apps.ops.faults holding afterwards. The longer
 soak is `benchmarks/faults.py`."""
 
 from __future__ import annotations
 
 import pytest
 
-from apps.core.faults import VICTIMS, run
+from apps.ops.faults import VICTIMS, run
 
 pytestmark = pytest.mark.own_database
 

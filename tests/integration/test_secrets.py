@@ -18,8 +18,8 @@ from django.conf import settings
 
 from apps.cluster.clusterfile import cluster_file_check
 from apps.cluster.selectors import cluster_state
-from apps.cluster.services import cluster_apply
-from apps.core.management.commands.demo import demo_secrets_notice
+from apps.ops.management.commands.demo import demo_secrets_notice
+from apps.ops.services import cluster_apply
 from apps.workspaces.crypto import fernet_key
 from apps.workspaces.models import AccessKey
 from paiweb.secret_key import INSTALLATION_SECRET_FILE, PUBLIC_DEFAULT_SECRET_KEY

@@ -131,7 +131,7 @@ def _no_worker_ping(monkeypatch):
     from apps.core.selectors import Health
 
     monkeypatch.setattr(
-        "apps.core.views.health_snapshot",
+        "apps.ops.views.health_snapshot",
         lambda **kwargs: Health(
             beat_last_seen=None, beat_ok=False, workers=[], broker_ok=True, broker_error=""
         ),

@@ -365,7 +365,7 @@ def quiet_broker(monkeypatch):
     from apps.core.selectors import Health
 
     monkeypatch.setattr(
-        "apps.core.views.health_snapshot",
+        "apps.ops.views.health_snapshot",
         lambda **kw: Health(
             beat_last_seen=None, beat_ok=False, workers=[], broker_ok=True, broker_error=""
         ),
@@ -385,8 +385,8 @@ def _isolation(requested: str, missing: tuple[str, ...] = ()) -> Isolation:
 
 
 def test_it_shows_the_pod_sandbox(admin_client, cluster, quiet_broker, monkeypatch):
-    monkeypatch.setattr("apps.core.views.isolation_status", lambda requested: _isolation(requested))
-    response = admin_client.get(reverse("core:health"))
+    monkeypatch.setattr("apps.ops.views.isolation_status", lambda requested: _isolation(requested))
+    response = admin_client.get(reverse("ops:health"))
     sandbox = text_of(section(response, "sandbox"))
     assert "Pod sandbox Isolated (strict) Isolated: bubblewrap (/usr/bin/bwrap), own uid" in sandbox
     assert "(this host, SANDBOX=strict )" in sandbox
@@ -397,10 +397,10 @@ def test_it_says_in_red_that_a_strict_host_refuses_pods(
     admin_client, cluster, quiet_broker, monkeypatch
 ):
     monkeypatch.setattr(
-        "apps.core.views.isolation_status",
+        "apps.ops.views.isolation_status",
         lambda requested: _isolation("strict", ("bubblewrap is not installed",)),
     )
-    content = admin_client.get(reverse("core:health")).content.decode()
+    content = admin_client.get(reverse("ops:health")).content.decode()
     assert 'class="alert alert-error health-wide" role="alert" id="sandbox-alert"' in content
     assert "This host refuses to run pods" in content
     assert "What is missing: bubblewrap is not installed." in content
@@ -409,10 +409,10 @@ def test_it_says_in_red_that_a_strict_host_refuses_pods(
 
 def test_it_says_in_red_that_pods_run_insecurely(admin_client, cluster, quiet_broker, monkeypatch):
     monkeypatch.setattr(
-        "apps.core.views.isolation_status",
+        "apps.ops.views.isolation_status",
         lambda requested: _isolation("insecure", ("the agent does not run as root",)),
     )
-    content = admin_client.get(reverse("core:health")).content.decode()
+    content = admin_client.get(reverse("ops:health")).content.decode()
     assert 'class="alert alert-error health-wide"' in content
     assert "Pods run INSECURELY on this host" in content
     assert '<p class="health-state is-bad">Insecure (SANDBOX=insecure)</p>' in content
@@ -421,7 +421,7 @@ def test_it_says_in_red_that_pods_run_insecurely(admin_client, cluster, quiet_br
 def test_it_says_in_red_what_work_waits_too_long(admin_client, personas, cluster, quiet_broker):
     from apps.agent.models import PodProcess
 
-    assert "Nothing behind" in text_of(section(admin_client.get(reverse("core:health")), "backlog"))
+    assert "Nothing behind" in text_of(section(admin_client.get(reverse("ops:health")), "backlog"))
     job = submit(personas, pods=2)
     long_ago = timezone.now() - timedelta(minutes=5)
     first, second = job.pods.order_by("index")
@@ -432,7 +432,7 @@ def test_it_says_in_red_what_work_waits_too_long(admin_client, personas, cluster
     Job.objects.filter(pk=submit(personas, name="stuck").pk).update(
         status=JobStatus.CREATING, submitted_at=long_ago
     )
-    backlog = text_of(section(admin_client.get(reverse("core:health")), "backlog"))
+    backlog = text_of(section(admin_client.get(reverse("ops:health")), "backlog"))
     assert "Nothing behind" not in backlog
     assert "Pod starts waiting for an agent: 1 Waiting since" in backlog
     assert f"on node.{first.node.name} (1) (more than 60 s)" in backlog
@@ -451,10 +451,10 @@ def test_it_says_in_red_which_agents_run_pods_insecurely(admin_client, cluster, 
             sandbox=mode,
             last_seen=now,
         )
-    content = admin_client.get(reverse("core:health")).content.decode()
+    content = admin_client.get(reverse("ops:health")).content.decode()
     assert "<strong>Pods run INSECURELY</strong> under agent@b (" in content
     NodeAgent.objects.filter(worker="agent@b").update(sandbox="strict")
-    assert 'id="sandbox-alert"' not in admin_client.get(reverse("core:health")).content.decode()
+    assert 'id="sandbox-alert"' not in admin_client.get(reverse("ops:health")).content.decode()
 
 
 def test_it_lists_node_agents_and_their_heartbeats(admin_client, cluster, quiet_broker):
@@ -474,7 +474,7 @@ def test_it_lists_node_agents_and_their_heartbeats(admin_client, cluster, quiet_
         detail="host-1 (10.0.0.5): 2 node(s); sandbox strict",
     )
     heartbeat_record(name="beat", now=now)
-    response = admin_client.get(reverse("core:health"))
+    response = admin_client.get(reverse("ops:health"))
     agents = section(response, "agents")
     page = text_of(agents)
     assert "Node agents (1 agent, 2 nodes)" in page
@@ -486,7 +486,7 @@ def test_it_lists_node_agents_and_their_heartbeats(admin_client, cluster, quiet_
 
 
 def test_it_says_when_no_agent_has_reported(admin_client, cluster, quiet_broker):
-    assert "No agent has reported yet" in text(admin_client.get(reverse("core:health")))
+    assert "No agent has reported yet" in text(admin_client.get(reverse("ops:health")))
 
 
 def text_of(fragment: str) -> str:

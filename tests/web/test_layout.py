@@ -46,14 +46,14 @@ def test_it_links_every_page_in_the_nav(alice_client, settings):
     for name in (
         "jobs:list",
         "jobs:create",
-        "cluster:quotas",
+        "scheduler:quotas",
         "workspaces:access-keys",
         "market:index",
         "billing:index",
     ):
         assert f'href="{reverse(name)}"' in html, name
     # alice is not staff: no operations links at all
-    assert reverse("core:health") not in html
+    assert reverse("ops:health") not in html
     assert settings.FLOWER_URL not in html
     assert reverse("admin:index") not in html
 
@@ -63,7 +63,7 @@ def test_it_links_health_flower_and_the_admin_for_staff(client, alice, settings)
     alice.save()
     client.force_login(alice)
     html = client.get(reverse("jobs:list")).content.decode()
-    for url in (reverse("core:health"), settings.FLOWER_URL, reverse("admin:index")):
+    for url in (reverse("ops:health"), settings.FLOWER_URL, reverse("admin:index")):
         assert f'href="{url}"' in html, url
 
 

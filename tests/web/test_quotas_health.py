@@ -10,10 +10,10 @@ from django.urls import reverse
 from django.utils import timezone
 
 from apps.cluster.models import Node
-from apps.cluster.selectors import quota_usage_rows
 from apps.core.selectors import Health
 from apps.core.services import heartbeat_record
 from apps.jobs.models import Job, JobRole, JobStatus, Pod, PodStatus
+from apps.scheduler.selectors import quota_usage_rows
 
 GIB = 1024
 
@@ -137,13 +137,13 @@ def test_it_computes_bar_widths(busy):
 
 
 def test_it_requires_a_login_for_quotas(client, db):
-    response = client.get(reverse("cluster:quotas"))
+    response = client.get(reverse("scheduler:quotas"))
     assert response.status_code == 302
     assert response["Location"].startswith(reverse("login"))
 
 
 def test_it_renders_the_quota_tree(alice_client, busy):
-    response = alice_client.get(reverse("cluster:quotas"))
+    response = alice_client.get(reverse("scheduler:quotas"))
     assert response.status_code == 200
     body = response.content.decode()
     for text in (
@@ -161,7 +161,7 @@ def test_it_renders_the_quota_tree(alice_client, busy):
 
 
 def test_it_serves_the_quota_tables_as_a_fragment(alice_client, busy):
-    response = alice_client.get(reverse("cluster:quotas"), headers={"HX-Request": "true"})
+    response = alice_client.get(reverse("scheduler:quotas"), headers={"HX-Request": "true"})
     body = response.content.decode()
     assert body.lstrip().startswith('<div id="quota-tables"')
     assert "<html" not in body and "team-b" in body
@@ -172,7 +172,7 @@ def test_it_says_when_there_are_no_quotas(alice_client, personas):
 
     Quota.objects.filter(parent__isnull=False).delete()
     Quota.objects.all().delete()
-    assert "No quotas yet" in alice_client.get(reverse("cluster:quotas")).content.decode()
+    assert "No quotas yet" in alice_client.get(reverse("scheduler:quotas")).content.decode()
 
 
 # --- Health -------------------------------------------------------------------------------
@@ -192,25 +192,25 @@ def _snapshot(**overrides) -> Health:
 @pytest.fixture
 def fake_health(monkeypatch):
     def use(snapshot: Health) -> None:
-        monkeypatch.setattr("apps.core.views.health_snapshot", lambda **kwargs: snapshot)
+        monkeypatch.setattr("apps.ops.views.health_snapshot", lambda **kwargs: snapshot)
 
     return use
 
 
 def test_it_requires_a_login_for_health(client, db):
-    assert client.get(reverse("core:health")).status_code == 302
+    assert client.get(reverse("ops:health")).status_code == 302
 
 
 def test_it_shows_beat_workers_nodes_and_jobs(admin_client, busy, fake_health):
     fake_health(_snapshot())
     Node.objects.filter(name="gpu-node-3").update(status=Node.Status.LOST)
-    body = admin_client.get(reverse("core:health")).content.decode()
+    body = admin_client.get(reverse("ops:health")).content.decode()
     assert "Running" in body and "Last heartbeat 4 s ago" in body
     assert "1 worker answered a ping" in body and "celery@agent-1" in body
     assert '<span>Ready</span><span class="count">4</span>' in body
     assert '<span>Lost</span><span class="count health-state is-bad">1</span>' in body
     assert '<span>Queuing</span><span class="count">1</span>' in body
-    assert reverse("core:healthz") in body and 'hx-trigger="every 10s"' in body
+    assert reverse("ops:healthz") in body and 'hx-trigger="every 10s"' in body
 
 
 def test_it_shows_a_stale_beat_and_a_down_broker(admin_client, db, fake_health):
@@ -223,24 +223,24 @@ def test_it_shows_a_stale_beat_and_a_down_broker(admin_client, db, fake_health):
             broker_error="ConnectionError: refused",
         )
     )
-    body = admin_client.get(reverse("core:health")).content.decode()
+    body = admin_client.get(reverse("ops:health")).content.decode()
     assert "Never seen" in body and "Broker unreachable" in body
     assert "ConnectionError: refused" in body
 
 
 def test_it_shows_health_only_to_staff(alice_client, admin_client, db, fake_health, settings):
     fake_health(_snapshot())
-    refused = alice_client.get(reverse("core:health"))
+    refused = alice_client.get(reverse("ops:health"))
     assert refused.status_code == 403
     assert "The health page is for platform staff." in refused.content.decode()
-    body = admin_client.get(reverse("core:health")).content.decode()
+    body = admin_client.get(reverse("ops:health")).content.decode()
     assert f'href="{reverse("admin:index")}"' in body
     assert f'href="{settings.FLOWER_URL}"' in body
 
 
 def test_it_serves_the_health_panel_as_a_fragment(admin_client, db, fake_health):
     fake_health(_snapshot())
-    response = admin_client.get(reverse("core:health"), headers={"HX-Request": "true"})
+    response = admin_client.get(reverse("ops:health"), headers={"HX-Request": "true"})
     body = response.content.decode()
     assert body.lstrip().startswith('<div id="health-panel"')
     assert "<html" not in body
@@ -248,7 +248,7 @@ def test_it_serves_the_health_panel_as_a_fragment(admin_client, db, fake_health)
 
 def test_it_reads_a_real_snapshot(admin_client, db):
     heartbeat_record(name="beat", now=timezone.now())
-    body = admin_client.get(reverse("core:health")).content.decode()
+    body = admin_client.get(reverse("ops:health")).content.decode()
     assert "Running" in body and "Broker reachable" in body
 
 
@@ -268,8 +268,8 @@ def test_it_answers_503_when_the_database_does_not(client, db, monkeypatch):
         def cursor(self):
             raise OperationalError("could not connect")
 
-    monkeypatch.setattr("apps.core.views.connection", Down())
-    response = client.get(reverse("core:healthz"))
+    monkeypatch.setattr("apps.ops.views.connection", Down())
+    response = client.get(reverse("ops:healthz"))
     assert response.status_code == 503
     assert response.json() == {
         "status": "error",

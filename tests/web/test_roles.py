@@ -161,7 +161,7 @@ def quiet_health(monkeypatch):
     from apps.core.selectors import Health
 
     monkeypatch.setattr(
-        "apps.core.views.health_snapshot",
+        "apps.ops.views.health_snapshot",
         lambda **kwargs: Health(
             beat_last_seen=None, beat_ok=False, workers=[], broker_ok=True, broker_error=""
         ),
@@ -171,22 +171,22 @@ def quiet_health(monkeypatch):
 @pytest.mark.parametrize("persona", ["alice", "bob", "charlie"])
 def test_it_refuses_the_health_page_to_non_staff(client, personas, persona, quiet_health, settings):
     user = login(client, personas[persona])
-    response = user.get(reverse("core:health"))
+    response = user.get(reverse("ops:health"))
     assert response.status_code == 403
     assert "The health page is for platform staff." in response.content.decode()
-    assert user.get(reverse("core:health"), headers={"HX-Request": "true"}).status_code == 403
+    assert user.get(reverse("ops:health"), headers={"HX-Request": "true"}).status_code == 403
     page = user.get(reverse("jobs:list")).content.decode()
-    assert reverse("core:health") not in page and settings.FLOWER_URL not in page
+    assert reverse("ops:health") not in page and settings.FLOWER_URL not in page
 
 
 def test_it_shows_the_health_page_and_flower_to_staff(client, personas, quiet_health, settings):
     alice = personas["alice"]
     alice.is_staff = True
     alice.save()
-    response = login(client, alice).get(reverse("core:health"))
+    response = login(client, alice).get(reverse("ops:health"))
     assert response.status_code == 200
     assert f'href="{settings.FLOWER_URL}"' in response.content.decode()
 
 
 def test_it_keeps_healthz_public(client, db):
-    assert client.get(reverse("core:healthz")).status_code == 200
+    assert client.get(reverse("ops:healthz")).status_code == 200

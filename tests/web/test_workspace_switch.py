@@ -35,7 +35,7 @@ def test_it_switches_to_a_workspace_of_the_user(team_b_member, personas):
 
 def test_it_makes_the_choice_current_on_later_requests(team_b_member, personas):
     team_b_member.post(URL, {"workspace_id": personas["ws_b"].pk})
-    response = team_b_member.get(reverse("cluster:quotas"))
+    response = team_b_member.get(reverse("scheduler:quotas"))
     assert response.wsgi_request.workspace == personas["ws_b"]
 
 

@@ -1,8 +1,8 @@
 from django.urls import path
 
-from apps.cluster import views
+from apps.scheduler import views
 
-app_name = "cluster"
+app_name = "scheduler"
 urlpatterns = [
     path("quotas/", views.quota_tree, name="quotas"),
 ]

@@ -1,8 +1,8 @@
 from django.urls import path
 
-from apps.core import views
+from apps.ops import views
 
-app_name = "core"
+app_name = "ops"
 urlpatterns = [
     path("health/", views.health, name="health"),
     path("healthz", views.healthz, name="healthz"),

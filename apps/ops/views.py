@@ -19,10 +19,10 @@ from django.views.decorators.http import require_GET, require_safe
 from apps.agent.models import NodeAgent
 from apps.agent.runner import isolation_status
 from apps.agent.selectors import backlog
-from apps.cluster.selectors import cluster_counts
 from apps.core.http import HtmxHttpRequest
 from apps.core.models import Heartbeat
 from apps.core.selectors import health_snapshot
+from apps.ops.selectors import cluster_counts
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,7 @@ def health(request: HtmxHttpRequest) -> HttpResponse:
     snapshot = health_snapshot(now=now)
     behind = backlog(now=now)
     beat_age = (now - snapshot.beat_last_seen).total_seconds() if snapshot.beat_last_seen else None
-    template = "core/health.html"
+    template = "ops/health.html"
     if request.htmx:
         template += "#health-panel"
     context = {

@@ -367,7 +367,7 @@ def run(
     """One round: a demo on a fresh database, `jobs` jobs, `kills` SIGKILLs spread over
     `window` seconds (every victim at least once when kills ≥ 4), then up to `settle`
     seconds for every job to settle, then the checks. The database is dropped after."""
-    from apps.core.testing import DemoProcess
+    from apps.ops.testing import DemoProcess
 
     rng, report = random.Random(seed), Report(jobs=jobs)
     name = _create_database(server)
@@ -383,7 +383,7 @@ def run(
         )
         demo.wait_for(r"paiweb demo is running")
         kinds = demo.python(
-            "import json; from apps.core.faults import submit_workload; "
+            "import json; from apps.ops.faults import submit_workload; "
             f"print(json.dumps(submit_workload({jobs}, {seed})))"
         )
         say(f"submitted {len(kinds)} jobs; killing for {window:.0f} s")
@@ -392,7 +392,7 @@ def run(
             target=demo.python,
             daemon=True,
             args=(
-                f"from apps.core.faults import sample_loop; sample_loop({str(samples)!r}, "
+                f"from apps.ops.faults import sample_loop; sample_loop({str(samples)!r}, "
                 f"{str(stop)!r}); print('{{}}')",
             ),
             kwargs={"timeout": None},
@@ -405,7 +405,7 @@ def run(
         sampler.join(timeout=30)
         _read_samples(samples, down, report)
         checked = demo.python(
-            "import json; from apps.core.faults import final_check; "
+            "import json; from apps.ops.faults import final_check; "
             f"print(json.dumps(final_check({json.dumps(kinds)})))"
         )
         report.problems += checked["problems"]
@@ -436,7 +436,7 @@ def _settle(
     deadline, calm_since, seen = since + timeout, None, None
     while True:
         state = demo.python(
-            "import json; from apps.core.faults import settled; "
+            "import json; from apps.ops.faults import settled; "
             f"print(json.dumps(settled({json.dumps(kinds)})))"
         )
         now = time.time()

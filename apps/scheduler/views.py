@@ -9,8 +9,8 @@ from django.utils.cache import patch_vary_headers
 from django.views.decorators.http import require_GET
 
 from apps.cluster.models import ResourceType
-from apps.cluster.selectors import quota_usage_rows
 from apps.core.http import HtmxHttpRequest
+from apps.scheduler.selectors import quota_usage_rows
 
 
 @login_required
@@ -19,7 +19,7 @@ def quota_tree(request: HtmxHttpRequest) -> HttpResponse:
     """The whole tree: every team sees every quota, since idle capacity is shared."""
     rows = quota_usage_rows()
     groups = [(rt, ResourceType(rt).label, rows[rt]) for rt in ResourceType.values if rt in rows]
-    template = "cluster/quotas.html"
+    template = "scheduler/quotas.html"
     if request.htmx:
         template += "#quota-tables"
     response = render(request, template, {"groups": groups})

@@ -11,7 +11,7 @@ from django.db import transaction
 
 from apps.cluster.clusterfile import cluster_file_check
 from apps.cluster.selectors import cluster_state
-from apps.cluster.services import KINDS, OUTCOMES, ApplyReport, cluster_apply
+from apps.ops.services import KINDS, OUTCOMES, ApplyReport, cluster_apply
 
 
 class Command(BaseCommand):
