@@ -9,3 +9,9 @@ class AgentConfig(AppConfig):
     name = "apps.agent"
     label = "agent"
     verbose_name = "Node agents"
+
+    def ready(self) -> None:
+        from apps.agent import services
+        from apps.jobs.execution import executor_register
+
+        executor_register(services)  # placed pods reach the agents through apps.jobs.execution

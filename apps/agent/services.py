@@ -25,6 +25,7 @@ from apps.agent.models import NodeAgent, PodProcess
 from apps.cluster.models import Node
 from apps.core.models import Heartbeat
 from apps.core.services import heartbeat_record
+from apps.core.tasks import task_soon
 from apps.jobs.models import (
     LIVE_POD_STATUSES,
     Checkpoint,
@@ -36,7 +37,8 @@ from apps.jobs.models import (
     PodStatus,
     ResourceSource,
 )
-from apps.jobs.services import job_event, job_transition
+from apps.jobs.services import SCHEDULER_TICK_TASK, job_event, job_transition
+from apps.jobs.signals import paid_pods_created
 from apps.scheduler import lifecycle
 from apps.scheduler.services import aimaster_budget, pods_lost_gpu_seconds
 
@@ -66,9 +68,7 @@ def _lock_job(job_pk: int) -> Job:
 
 
 def _tick_soon() -> None:
-    from apps.scheduler.tasks import scheduler_tick_soon
-
-    scheduler_tick_soon()
+    task_soon(SCHEDULER_TICK_TASK)
 
 
 # --- launch and terminate (the execution hook) ---------------------------------------------
@@ -479,12 +479,14 @@ def _replacements(*, job: Job, pods: Iterable[Pod], now: datetime) -> None:
     ]
     Pod.objects.bulk_create(new)
     if job.resource_source != ResourceSource.QUOTA:
-        from apps.billing.services import pod_meters_open
-
-        pod_meters_open(
-            pod_ids=Pod.objects.filter(
-                job=job, attempt=job.attempt, status=PodStatus.PENDING
-            ).values_list("pk", flat=True)
+        paid_pods_created.send(
+            sender=Pod,
+            pod_ids=list(
+                Pod.objects.filter(
+                    job=job, attempt=job.attempt, status=PodStatus.PENDING
+                ).values_list("pk", flat=True)
+            ),
+            new=False,
         )
     job_transition(
         job=job,

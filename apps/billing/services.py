@@ -31,6 +31,7 @@ from apps.cluster.models import InstanceType
 from apps.core.db import Epoch, pks_update, rows_insert
 from apps.jobs.models import LIVE_POD_STATUSES, Pod, PodStatus, ResourceSource
 from apps.market import pricing
+from apps.market.selectors import price_histories
 
 log = logging.getLogger(__name__)
 
@@ -247,8 +248,6 @@ def _minute_charge(price: Decimal) -> Decimal:
 
 
 def _price_book(meters: list[_Meter], plans: dict, now: datetime) -> _PriceBook:
-    from apps.market.selectors import price_histories
-
     spot = [m for m in meters if m.source == ResourceSource.SPOT and plans[m.pod_id][0]]
     histories = {}
     if spot:

@@ -6,28 +6,55 @@ The scheduler and the market place pods and call `pods_placed`; `job_stop` and r
   (apps.agent; docs/execution.md);
 - "none": no processes; placed pods count as running at once. The scheduler's and the
   market's own tests use it to examine placement without waiting for processes.
+
+The agent app registers itself as the executor when Django starts (`AgentConfig.ready`), so
+the jobs app, below it, never imports it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
+from typing import Protocol
 
 from django.conf import settings
 
 from apps.jobs.models import Job, JobStatus, Pod, PodStatus
 
 
+class Executor(Protocol):
+    """What runs pods: node agents (`apps.agent.services`)."""
+
+    def pods_launch(self, *, job: Job, now: datetime) -> object: ...
+
+    def pods_terminate(
+        self, *, job: Job, pods: Sequence[Pod], now: datetime, reason: str
+    ) -> object: ...
+
+
+_executor: Executor | None = None
+
+
+def executor_register(executor: Executor) -> None:
+    global _executor
+    _executor = executor
+
+
+def executor() -> Executor:
+    if _executor is None:
+        raise RuntimeError("EXECUTION_BACKEND is agent, but the agent app is not installed")
+    return _executor
+
+
 def pods_placed(*, jobs: Sequence[Job], now: datetime) -> None:
     """The current pods of these jobs (each in EnvPreparing, locked) have nodes or public
     instances: start them."""
     if settings.EXECUTION_BACKEND == "agent":
-        from apps.agent.services import pods_launch
-
+        launch = executor().pods_launch
         for job in jobs:
-            pods_launch(job=job, now=now)
+            launch(job=job, now=now)
         return
-    from apps.jobs.services import jobs_transition_bulk
+    from apps.jobs.services import jobs_transition_bulk  # it imports this module
 
     # Only the current attempt has Pending pods: earlier ones ended before it was placed.
     Pod.objects.filter(job__in=list(jobs), status=PodStatus.PENDING).update(
@@ -45,6 +72,4 @@ def pods_placed(*, jobs: Sequence[Job], now: datetime) -> None:
 def pods_stopping(*, job: Job, pods: Sequence[Pod], now: datetime, reason: str) -> None:
     """Pods were marked stopped or preempted: make their processes go away."""
     if settings.EXECUTION_BACKEND == "agent":
-        from apps.agent.services import pods_terminate
-
-        pods_terminate(job=job, pods=pods, now=now, reason=reason)
+        executor().pods_terminate(job=job, pods=pods, now=now, reason=reason)

@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from apps.core.db import db_datetime, rows_insert
 from apps.core.errors import ApplicationError
+from apps.core.tasks import task_soon
 from apps.jobs import transitions
 from apps.jobs.execution import pods_stopping
 from apps.jobs.models import (
@@ -31,6 +32,9 @@ from apps.jobs.models import (
 from apps.jobs.specs import JobSpec, job_spec_resolve
 
 CHUNK = 2000  # ids per IN (...) list
+
+# The scheduler's tick, asked for by name (`task_soon`): the scheduler imports this app.
+SCHEDULER_TICK_TASK = "apps.scheduler.tasks.scheduler_tick_task"
 
 
 @dataclass(frozen=True)
@@ -296,9 +300,7 @@ def job_admit(*, job_pk: int, now: datetime) -> bool:
 
 
 def _tick_soon() -> None:
-    from apps.scheduler.tasks import scheduler_tick_soon  # the scheduler imports this module
-
-    scheduler_tick_soon()
+    task_soon(SCHEDULER_TICK_TASK)
 
 
 def jobs_admit_creating(*, now: datetime) -> int:

@@ -46,7 +46,6 @@ from django.db.models import (
     When,
 )
 
-from apps.billing.services import pod_meters_open
 from apps.cluster.models import InstanceType, ResourceType
 from apps.core.db import Epoch, db_datetime, rows_insert
 from apps.core.errors import ValidationFailed
@@ -63,6 +62,7 @@ from apps.jobs.models import (
     ResourceSource,
 )
 from apps.jobs.services import Via, jobs_transition_bulk, resumed_events
+from apps.jobs.signals import paid_pods_created
 from apps.market import pricing
 from apps.market.models import MarketParameters, MarketState, PricePoint
 from apps.market.selectors import (
@@ -686,7 +686,7 @@ def _apply_starts(snapshot: MarketSnapshot, plan: pricing.MarketPlan) -> int:
             for i in range(role.pod_count)
         ],
     )
-    pod_meters_open(pod_ids=pod_ids, new=True)
+    paid_pods_created.send(sender=Pod, pod_ids=pod_ids, new=True)
     events, codes, whys = [], {}, {}
     for job in jobs:
         spot = kinds[job.pk] == "spot"
