@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from apps.market.pricing import (  # noqa: E402
+from apps.core.pricing import (  # noqa: E402
     MarketParams,
     PaygRequest,
     SpotRequest,

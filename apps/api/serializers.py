@@ -15,9 +15,9 @@ from decimal import Decimal
 from typing import Any
 
 from apps.cluster.models import InstanceType, Quota
+from apps.core import pricing
 from apps.jobs.models import Job, JobEvent, JobRole, Pod, ResourceSource, StatusTransition
 from apps.jobs.specs import spot_price_range_per_minute
-from apps.market import pricing
 from apps.workspaces.models import Workspace
 
 # Job.idle_mode ↔ DLC's Settings.OversoldType

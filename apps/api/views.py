@@ -36,6 +36,7 @@ from apps.api.errors import (
 )
 from apps.cluster.models import InstanceType, Quota
 from apps.core.errors import ApplicationError, ValidationFailed
+from apps.core.pricing import hour_to_per_minute
 from apps.jobs.models import (
     Job,
     JobEvent,
@@ -55,7 +56,6 @@ from apps.jobs.selectors import (
 from apps.jobs.services import job_delete, job_priority_update, job_stop, job_submit
 from apps.jobs.specs import spot_price_range_per_minute
 from apps.market.models import MarketState
-from apps.market.pricing import hour_to_per_minute
 from apps.market.selectors import TypeUsage, market_usage, price_histories
 from apps.workspaces.models import AccessKey, Membership, Workspace
 from apps.workspaces.selectors import workspace_for_user, workspace_list

@@ -28,9 +28,9 @@ from django.db import connection, transaction
 
 from apps.billing.models import BillLine, PayType, PodMeter
 from apps.cluster.models import InstanceType
+from apps.core import pricing
 from apps.core.db import Epoch, pks_update, rows_insert
 from apps.jobs.models import LIVE_POD_STATUSES, Pod, PodStatus, ResourceSource
-from apps.market import pricing
 from apps.market.selectors import price_histories
 
 log = logging.getLogger(__name__)

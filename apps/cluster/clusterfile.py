@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from apps.market.pricing import MarketParams
+from apps.core.pricing import MarketParams
 
 RESOURCE_TYPES = ("ECS", "Lingjun")
 POOL_KINDS = ("dedicated", "public")

@@ -1,4 +1,4 @@
-"""Reads of the cluster: what the cluster file is checked against, and quota usage."""
+"""Reads of the cluster: what the cluster file is checked against, and the market's tuning."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from apps.cluster.clusterfile import (
     QuotaDecl,
     Resources,
 )
-from apps.cluster.models import InstanceType, Node, Quota, ResourcePool
+from apps.cluster.models import InstanceType, MarketParameters, Node, Quota, ResourcePool
+from apps.core import pricing
 from apps.workspaces.models import AccessKey, Workspace
 
 
@@ -66,3 +67,8 @@ def cluster_state() -> ClusterState:
         users=frozenset(User.objects.values_list(User.USERNAME_FIELD, flat=True)),
         access_keys=dict(AccessKey.objects.values_list("key_id", f"user__{User.USERNAME_FIELD}")),
     )
+
+
+def market_params() -> pricing.MarketParams:
+    """The market's tuning as the pure core takes it (the admin's or the cluster file's)."""
+    return MarketParameters.load().to_params()

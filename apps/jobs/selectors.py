@@ -29,6 +29,7 @@ from django.http import Http404
 
 from apps.billing.selectors import JobUsage, job_usage
 from apps.cluster.models import InstanceType, Quota, ResourceType
+from apps.core import pricing
 from apps.core.errors import ApplicationError
 from apps.jobs.models import (
     Checkpoint,
@@ -42,7 +43,6 @@ from apps.jobs.models import (
     StatusTransition,
 )
 from apps.jobs.specs import spot_price_range_per_minute
-from apps.market import pricing
 from apps.workspaces.models import Membership, Workspace
 from apps.workspaces.selectors import workspace_list, workspace_role
 

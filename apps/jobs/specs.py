@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 
 from apps.cluster.models import InstanceType, Quota, ResourceType
+from apps.cluster.selectors import market_params
+from apps.core import pricing
 from apps.core.errors import ValidationFailed
 from apps.jobs.models import (
     ExecutionMode,
@@ -21,7 +23,6 @@ from apps.jobs.models import (
     ResourceSource,
     SuccessPolicy,
 )
-from apps.market import pricing
 
 SPOT_DISCOUNTS = tuple(Decimal(f"0.{n}") for n in range(1, 10))
 MAX_PODS_PER_ROLE = 1000
@@ -103,8 +104,6 @@ def spot_price_range_per_minute(
     (`pricing.price_limit_range`). The floor follows the market's configured ratio (the
     cluster file's [market] table)."""
     if floor_ratio is None:
-        from apps.market.selectors import market_params  # the market imports the jobs app
-
         floor_ratio = market_params().floor_ratio
     return pricing.price_limit_range(instance_type.price_per_hour, floor_ratio)
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 from django.contrib import admin
 from django.http import HttpRequest
 
-from apps.market.models import MarketParameters, MarketState, PricePoint
+from apps.cluster.models import MarketParameters
+from apps.market.models import MarketState, PricePoint
 
 
 @admin.register(MarketParameters)

@@ -1,75 +1,14 @@
-"""The spot market's state: tuning, the current price per instance type, and price history.
+"""The spot market's state: the current price per instance type, and price history (its tuning,
+`MarketParameters`, is declared with the cluster: apps/cluster/models.py).
 
-Prices are CNY per instance-HOUR on the 0.0001 grid of `apps.market.pricing`.
+Prices are CNY per instance-HOUR on the 0.0001 grid of `apps.core.pricing`.
 """
 
 from __future__ import annotations
 
-from decimal import Decimal
-
-from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 
-from apps.market import pricing
-
-_DEFAULTS = pricing.MarketParams()
-
-
-class MarketParameters(models.Model):
-    """The market's tuning: a single row (pk 1), edited in the admin or by the cluster file
-    through `market_params_set`. Defaults are `pricing.MarketParams()`."""
-
-    floor_ratio = models.DecimalField(
-        max_digits=4,
-        decimal_places=3,
-        default=_DEFAULTS.floor_ratio,
-        validators=[MinValueValidator(Decimal("0.001")), MaxValueValidator(Decimal(1))],
-        help_text="floor = this share of the original price (0.1: up to 90% saving)",
-    )
-    smoothing = models.FloatField(
-        default=_DEFAULTS.smoothing,
-        validators=[MinValueValidator(0), MaxValueValidator(1)],
-        help_text="share of the gap to the demand target closed per tick",
-    )
-    volatility = models.FloatField(
-        default=_DEFAULTS.volatility,
-        validators=[MinValueValidator(0), MaxValueValidator(1)],
-        help_text="seeded random part of each move, relative to the price",
-    )
-    sensitivity = models.FloatField(
-        default=_DEFAULTS.sensitivity,
-        validators=[MinValueValidator(0)],
-        help_text="how strongly demand against supply moves the target",
-    )
-    average_window_seconds = models.FloatField(
-        default=_DEFAULTS.average_window_seconds,
-        validators=[MinValueValidator(1)],
-        help_text="window of Lingjun's system average price",
-    )
-    updated_at = models.DateTimeField(auto_now=True)
-
-    class Meta:
-        verbose_name = verbose_name_plural = "market parameters"
-
-    def __str__(self) -> str:
-        return "Market parameters"
-
-    def save(self, *args, **kwargs) -> None:
-        self.pk = 1  # a singleton: every save writes the one row
-        super().save(*args, **kwargs)
-
-    @classmethod
-    def load(cls) -> MarketParameters:
-        return cls.objects.get_or_create(pk=1)[0]
-
-    def to_params(self) -> pricing.MarketParams:
-        return pricing.MarketParams(
-            floor_ratio=Decimal(self.floor_ratio),
-            smoothing=self.smoothing,
-            volatility=self.volatility,
-            sensitivity=self.sensitivity,
-            average_window_seconds=self.average_window_seconds,
-        )
+from apps.core import pricing
 
 
 class MarketState(models.Model):

@@ -19,6 +19,8 @@ from django.http import Http404
 from django.utils import timezone
 
 from apps.cluster.models import InstanceType, ResourceType
+from apps.cluster.selectors import market_params
+from apps.core import pricing
 from apps.core.db import Epoch
 from apps.jobs.models import (
     LIVE_POD_STATUSES,
@@ -29,9 +31,8 @@ from apps.jobs.models import (
     ResourceSource,
 )
 from apps.jobs.selectors import role_bid_per_hour
-from apps.market import pricing
 from apps.market.charts import Chart, chart_build
-from apps.market.models import MarketParameters, MarketState, PricePoint
+from apps.market.models import MarketState, PricePoint
 
 MARKET_SOURCES = (ResourceSource.PUBLIC, ResourceSource.SPOT)
 CHART_WINDOWS = {
@@ -194,10 +195,6 @@ class MarketRow:
     @property
     def is_lingjun(self) -> bool:
         return self.instance_type.resource_type == ResourceType.LINGJUN
-
-
-def market_params() -> pricing.MarketParams:
-    return MarketParameters.load().to_params()
 
 
 def market_overview(*, now: datetime | None = None) -> list[MarketRow]:

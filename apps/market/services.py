@@ -1,5 +1,5 @@
 """The live market tick: read a snapshot from the database and publish the tick's prices,
-plan with the pure core (`apps.market.pricing.market_step`), apply the plan, all in one
+plan with the pure core (`apps.core.pricing.market_step`), apply the plan, all in one
 transaction.
 
 A spot job whose bid is below its type's asked price can only wait, so the snapshot does not
@@ -46,7 +46,8 @@ from django.db.models import (
     When,
 )
 
-from apps.cluster.models import InstanceType, ResourceType
+from apps.cluster.models import InstanceType, MarketParameters, ResourceType
+from apps.core import pricing
 from apps.core.db import Epoch, db_datetime, rows_insert
 from apps.core.errors import ValidationFailed
 from apps.core.perf import gc_paused
@@ -63,8 +64,7 @@ from apps.jobs.models import (
 )
 from apps.jobs.services import Via, jobs_transition_bulk, resumed_events
 from apps.jobs.signals import paid_pods_created
-from apps.market import pricing
-from apps.market.models import MarketParameters, MarketState, PricePoint
+from apps.market.models import MarketState, PricePoint
 from apps.market.selectors import (
     MARKET_SOURCES,
     RoleNeed,

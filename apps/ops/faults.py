@@ -225,8 +225,8 @@ def final_check(kinds: dict[str, str]) -> dict:
     """In the demo, once everything settled: the invariants on the jobs, the bills and the
     processes (see the module docstring)."""
     from apps.billing.models import BillLine
+    from apps.core import pricing
     from apps.jobs.models import Job, Pod
-    from apps.market import pricing
 
     problems, platform_failed, statuses = [], [], {}
     for job in Job.objects.filter(job_id__in=list(kinds)):

@@ -11,8 +11,7 @@ from django.contrib.auth import get_user_model
 from django.db import models, transaction
 
 from apps.cluster.clusterfile import ClusterDeclaration, MarketDecl, UserDecl
-from apps.cluster.models import InstanceType, Node, Quota, ResourcePool
-from apps.market.models import MarketParameters
+from apps.cluster.models import InstanceType, MarketParameters, Node, Quota, ResourcePool
 from apps.market.services import market_params_set
 from apps.workspaces.models import AccessKey, Membership, Workspace
 

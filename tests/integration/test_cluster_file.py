@@ -15,10 +15,9 @@ from django.contrib.auth import get_user_model
 from django.core.management import CommandError, ManagementUtility, call_command
 
 from apps.cluster.clusterfile import cluster_file_check
-from apps.cluster.models import InstanceType, Node, Quota, ResourcePool
+from apps.cluster.models import InstanceType, MarketParameters, Node, Quota, ResourcePool
 from apps.cluster.selectors import cluster_state
-from apps.market import pricing
-from apps.market.models import MarketParameters
+from apps.core import pricing
 from apps.ops.services import cluster_apply
 from apps.workspaces.models import AccessKey, Membership, Workspace
 

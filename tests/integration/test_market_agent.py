@@ -20,10 +20,10 @@ from django.utils import timezone
 from apps.agent.models import PodProcess
 from apps.billing.models import BillLine, PodMeter
 from apps.billing.services import billing_accrue
+from apps.core import pricing
 from apps.jobs.models import Job, JobStatus, Pod, PodStatus
 from apps.jobs.services import job_admit, job_submit
 from apps.jobs.specs import JobSpec, RoleSpec
-from apps.market import pricing
 from apps.market.services import market_step
 from tests.integration.test_agent_pods import (  # noqa: F401 (fixtures)
     agent,

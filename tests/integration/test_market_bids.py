@@ -11,9 +11,9 @@ import pytest
 from django.utils import timezone
 
 from apps.cluster.models import InstanceType
+from apps.core import pricing
 from apps.jobs.models import JobRole
 from apps.jobs.selectors import PriceInfo, role_bid_per_hour
-from apps.market import pricing
 from apps.market.models import MarketState
 from apps.market.services import _with_blocked
 from tests.integration.test_market_step import G7, submit

@@ -8,11 +8,12 @@ from decimal import Decimal as D
 
 import pytest
 
+from apps.cluster.models import MarketParameters
+from apps.core import pricing
 from apps.core.errors import ValidationFailed
 from apps.core.redis import singleton_lock
 from apps.jobs.models import JobStatus
-from apps.market import pricing
-from apps.market.models import MarketParameters, MarketState, PricePoint
+from apps.market.models import MarketState, PricePoint
 from apps.market.selectors import market_overview
 from apps.market.services import market_params_set, market_rng, market_step
 from apps.market.tasks import market_step_task

@@ -7,7 +7,7 @@ from decimal import Decimal as D
 
 import pytest
 
-from apps.market.pricing import (
+from apps.core.pricing import (
     MarketError,
     MarketParams,
     PaygRequest,

@@ -10,7 +10,7 @@ from decimal import Decimal as D
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from apps.market.pricing import (
+from apps.core.pricing import (
     MarketParams,
     PaygRequest,
     SpotRequest,

@@ -2,7 +2,9 @@
 
 Pure Python (no Django, no Celery): frozen dataclasses in, a `MarketPlan` out. The clock
 (`now`) and the random generator (`rng`) are arguments, so the live tick, the tests and the
-simulator get the same answer for the same inputs.
+simulator get the same answer for the same inputs. It lives in apps/core, below every app,
+because more than the market checks against it: the cluster file (the market's parameters),
+the job form and the API (a bid's allowed range) and billing (the minute's charge).
 
 Money is `Decimal`, never float. Market prices and bids are CNY per instance-HOUR on a 0.0001
 grid; the API's SpotPriceLimit is CNY per instance-MINUTE (see `per_minute_to_hour`). A
