@@ -79,6 +79,7 @@ INSTALLED_APPS = [
     "apps.billing",
     "apps.api",
     "apps.agent",
+    "apps.console",
     "apps.ops",
 ]
 

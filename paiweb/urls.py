@@ -19,7 +19,7 @@ urlpatterns = [
     path("admin/login/", throttled_login(admin.site.login)),  # before admin/: it wraps admin's
     path("admin/", admin.site.urls),
     path("api/v1/", include("apps.api.urls")),
-    path("jobs/", include("apps.jobs.urls")),
+    path("jobs/", include("apps.console.urls")),
     path("pods/", include("apps.agent.urls")),
     path("workspaces/", include("apps.workspaces.urls")),
     path("cluster/", include("apps.scheduler.urls")),

@@ -31,6 +31,9 @@ from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
+from apps.agent.models import PodProcess
+from apps.jobs.models import FINISHED_STATUSES, Checkpoint, Job
+
 logger = logging.getLogger(__name__)
 
 # --- Disk use (pure: no Django) ------------------------------------------------------------
@@ -312,8 +315,6 @@ class SweepResult:
 
 def job_disk_report(*, job_pk: int, bytes: int, now: datetime) -> None:
     """Record a job's disk use (one UPDATE)."""
-    from apps.jobs.models import Job
-
     Job.objects.filter(pk=job_pk).update(disk_bytes=max(int(bytes), 0), disk_measured_at=now)
 
 
@@ -321,9 +322,6 @@ def job_dirs_sweep(
     *, root: Path, now: datetime, retention: timedelta, keep_checkpoints: int
 ) -> SweepResult:
     """One round over the job directories under `root` (see the module's docstring)."""
-    from apps.agent.models import PodProcess
-    from apps.jobs.models import FINISHED_STATUSES, Job
-
     try:
         root_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except _GONE:
@@ -503,8 +501,6 @@ def _is_real_dir(dir_fd: int, name: str) -> bool:
 def _prune_checkpoints(job_fd: int, job_pk: int, keep: int) -> None:
     """Keep manifest.jsonl and the newest `keep` checkpoint files the Checkpoint rows name
     (files directly in checkpoints/ that are still there); remove everything else."""
-    from apps.jobs.models import Checkpoint
-
     st = os.lstat(CHECKPOINTS, dir_fd=job_fd)
     ckpt_fd = _open_dir_at(job_fd, CHECKPOINTS, st.st_dev, st.st_ino)
     if ckpt_fd is None:

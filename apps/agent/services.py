@@ -40,7 +40,7 @@ from apps.jobs.models import (
 from apps.jobs.services import SCHEDULER_TICK_TASK, job_event, job_transition
 from apps.jobs.signals import paid_pods_created
 from apps.scheduler import lifecycle
-from apps.scheduler.services import aimaster_budget, pods_lost_gpu_seconds
+from apps.scheduler.services import aimaster_budget, job_requeue_or_fail, pods_lost_gpu_seconds
 
 logger = logging.getLogger(__name__)
 
@@ -549,8 +549,6 @@ def _job_requeue(
     """Stop what still runs of the attempt and send the whole job back to the queue (or the
     spot market: Bidding) through AIMaster, or fail it; a platform interruption is always
     requeued, spending no restart (`apps.scheduler.services.jobs_requeue_or_fail`)."""
-    from apps.scheduler.services import job_requeue_or_fail
-
     lost = pods_lost_gpu_seconds(job=job, pods=current, now=now)
     _pods_end(
         job=job,

@@ -27,20 +27,16 @@ from django.db.models import (
 )
 from django.http import Http404
 
-from apps.billing.selectors import JobUsage, job_usage
 from apps.cluster.models import InstanceType, Quota, ResourceType
 from apps.core import pricing
 from apps.core.errors import ApplicationError
 from apps.jobs.models import (
-    Checkpoint,
     Job,
-    JobEvent,
     JobRestart,
     JobRole,
     Pod,
     PodStatus,
     ResourceSource,
-    StatusTransition,
 )
 from apps.jobs.specs import spot_price_range_per_minute
 from apps.workspaces.models import Membership, Workspace
@@ -197,63 +193,6 @@ class RoleBid:
     per_hour: Decimal | None  # the bid as CNY per instance-hour
 
 
-@dataclass(frozen=True)
-class JobLive:
-    """What the live part of the job page shows; re-read every poll, in a fixed number of
-    queries however many pods, restarts or events the job has."""
-
-    current_pods: list[Pod]
-    history_pods: list[Pod]
-    status_history: list[StatusTransition]
-    events: list[JobEvent]
-    checkpoints: list[Checkpoint]
-    restarts: list[JobRestart]
-    usage: JobUsage
-    resumed: JobEvent | None = None  # the latest "resumed from …" event of a restarted job
-
-    @property
-    def lost_gpu_seconds(self) -> float:
-        """Work lost across every interruption (GPU-seconds since the last checkpoint)."""
-        return sum(r.lost_gpu_seconds for r in self.restarts)
-
-    @property
-    def latest_checkpoint(self) -> Checkpoint | None:
-        return self.checkpoints[0] if self.checkpoints else None
-
-    @property
-    def history_attempts(self) -> list[Attempt]:
-        """History pods by attempt, newest first, each with the restart that ended it."""
-        ended_by = {r.number - 1: r for r in self.restarts}  # restart n starts attempt n
-        attempts: dict[int, list[Pod]] = {}
-        for pod in self.history_pods:
-            attempts.setdefault(pod.attempt, []).append(pod)
-        return [Attempt.of(n, pods, ended_by.get(n)) for n, pods in attempts.items()]
-
-
-@dataclass(frozen=True)
-class Attempt:
-    """One earlier attempt of a job: its pods, the restart (if any) that replaced them, and
-    the reason and message all its pods ended with (a preemption, a reclaim), so the page
-    says it once; both empty when the pods ended differently."""
-
-    number: int
-    pods: list[Pod]
-    restart: JobRestart | None
-    shared_reason: str = ""
-    shared_message: str = ""
-
-    @classmethod
-    def of(cls, number: int, pods: list[Pod], restart: JobRestart | None) -> Attempt:
-        ends = {(p.reason, p.message) for p in pods}
-        reason, message = ends.pop() if len(ends) == 1 else ("", "")
-        return cls(number, pods, restart, reason, message)
-
-
-RESUME_EVENT_KINDS = ("Resumed", "Restarted")
-EVENTS_SHOWN = 200
-CHECKPOINTS_SHOWN = 50
-
-
 def job_roles(*, job: Job) -> list[RoleBid]:
     roles = JobRole.objects.filter(job=job).select_related("instance_type")
     return [RoleBid(role=role, per_hour=role_bid_per_hour(role)) for role in roles]
@@ -272,27 +211,6 @@ def role_bid_per_hour(role: JobRole) -> Decimal | None:
         )
     except pricing.MarketError:
         return None
-
-
-def job_live(*, job: Job) -> JobLive:
-    """Pods (current and history, with role and node), status history, the latest events,
-    checkpoints and restarts, and the job's usage or cost."""
-    pods = list(
-        Pod.objects.filter(job=job)
-        .select_related("role", "node")
-        .order_by("-attempt", "role_id", "index")
-    )
-    events = list(job.events.select_related("pod").order_by("-at", "-id")[:EVENTS_SHOWN])
-    return JobLive(
-        current_pods=[p for p in pods if p.attempt >= job.attempt],
-        history_pods=[p for p in pods if p.attempt < job.attempt],
-        status_history=list(job.status_history.all()),
-        events=events,
-        checkpoints=list(job.checkpoints.all()[:CHECKPOINTS_SHOWN]),
-        restarts=list(job_restarts(job=job)),
-        usage=job_usage(job=job),
-        resumed=next((e for e in events if e.kind in RESUME_EVENT_KINDS), None),
-    )
 
 
 def job_restarts(*, job: Job) -> QuerySet[JobRestart]:

@@ -1,8 +1,8 @@
 from django.urls import path
 
-from apps.jobs import views
+from apps.console import views
 
-app_name = "jobs"
+app_name = "jobs"  # the job pages' URLs keep the jobs namespace: jobs:list, jobs:detail…
 urlpatterns = [
     path("", views.job_list, name="list"),
     path("new/", views.job_create, name="create"),

@@ -1,4 +1,4 @@
-"""The jobs console: list, create, detail (with its live fragment) and stop.
+"""The job pages: list, create, detail (with its live fragment) and stop.
 
 Views are thin: fetch with permission, validate a form, call one service, redirect, or
 render a fragment of the page for htmx.
@@ -17,6 +17,7 @@ from django.utils.cache import patch_vary_headers
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import HTMX_STOP_POLLING
 
+from apps.console.selectors import job_live
 from apps.core.errors import ApplicationError, ValidationFailed
 from apps.core.http import HtmxHttpRequest
 from apps.jobs import selectors
@@ -145,7 +146,7 @@ def job_detail(request: HtmxHttpRequest, job_id: str) -> HttpResponse:
         "retention_hours": settings.POD_WORK_RETENTION_HOURS,
     }
     if target != "spot-bids":
-        context["live"] = selectors.job_live(job=job)
+        context["live"] = job_live(job=job)
         if not job.is_finished:  # the Stop button
             context["can_manage"] = selectors.job_can_manage(user=request.user, job=job)
     if target != "job-live" and job.is_spot:
