@@ -56,7 +56,7 @@ def node_queue(node_name: str) -> str:
 
 def pod_queue(pod: Pod) -> str:
     """The queue of the agent that runs `pod`: its node's, or "public" for the public pool."""
-    return node_queue(pod.node.name) if pod.node_id else PUBLIC_QUEUE
+    return node_queue(pod.node.name) if pod.node else PUBLIC_QUEUE
 
 
 def _rank_key(pod: Pod) -> tuple[int, int]:
@@ -137,12 +137,14 @@ def _assign_gpus(pods: Sequence[Pod]) -> None:
         )
         for ids in holders.values_list("gpu_ids", flat=True):
             used |= _gpu_set(ids)
-        free = [i for i in range(group[0].node.gpu) if i not in used]
+        node = group[0].node
+        assert node is not None  # the pods were grouped by their node
+        free = [i for i in range(node.gpu) if i not in used]
         for pod in group:
             if len(free) < pod.role.gpu:
                 logger.warning(
                     "node %s has %d free GPU indexes for pod %s, which needs %d",
-                    pod.node.name,
+                    node.name,
                     len(free),
                     pod.pod_id,
                     pod.role.gpu,
@@ -179,11 +181,11 @@ def _master(current: Sequence[Pod]) -> tuple[str, int]:
     address = "127.0.0.1"
     if len(hosts) > 1:
         master = current[0]
-        agent = agents.get(master.node_id)
+        agent = agents.get(master.node_id) if master.node_id is not None else None
         if agent and agent.pod_cidr:  # the job's own address on the master's host
             address = netns.job_address(agent.pod_cidr, master.job_id)
         else:
-            address = agent.address if agent else (master.node.name if master.node_id else address)
+            address = agent.address if agent else (master.node.name if master.node else address)
     return address, _free_port()
 
 
@@ -291,7 +293,7 @@ def _launch(proc: PodProcess) -> PodLaunch:
         world_size=proc.world_size,
         master_addr=proc.master_addr,
         master_port=proc.master_port,
-        node_name=pod.node.name if pod.node_id else "",
+        node_name=pod.node.name if pod.node else "",
         gpu_ids=pod.gpu_ids,
         memory_mib=pod.role.memory,
         cpu_millicores=pod.role.cpu,
@@ -324,7 +326,7 @@ def pod_report_running(
         status=PodStatus.RUNNING, started_at=now
     ):
         return False
-    where = pod.node.name if pod.node_id else "the public pool"
+    where = pod.node.name if pod.node else "the public pool"
     job_event(
         job=job,
         pod=pod,
@@ -443,7 +445,7 @@ def _job_after_pod_exit(*, job: Job, pod: Pod, now: datetime) -> None:
 
 
 def _nodes_ready(pods: Iterable[Pod]) -> bool:
-    return all(p.node_id is None or p.node.status == Node.Status.READY for p in pods)
+    return all(p.node is None or p.node.status == Node.Status.READY for p in pods)
 
 
 def _count_restart(*, job: Job, now: datetime, cause: str, message: str, lost: float) -> None:
@@ -643,8 +645,9 @@ def job_timeout(*, job_pk: int, now: datetime) -> bool:
     )
     if job is None:
         return False
-    limit = job.max_running_time_minutes
-    if job.started_at + timedelta(minutes=limit) > now:
+    limit, started = job.max_running_time_minutes, job.started_at
+    assert limit is not None and started is not None  # filtered above
+    if started + timedelta(minutes=limit) > now:
         return False
     _job_end(
         job=job,
@@ -664,7 +667,11 @@ def jobs_timeout_sweep(*, now: datetime) -> int:
         max_running_time_minutes__isnull=False,
         started_at__isnull=False,
     ).values_list("pk", "started_at", "max_running_time_minutes")
-    due = [pk for pk, started, m in candidates if started + timedelta(minutes=m) <= now]
+    due = [
+        pk
+        for pk, started, limit in candidates
+        if started is not None and limit is not None and started + timedelta(minutes=limit) <= now
+    ]
     return sum(job_timeout(job_pk=pk, now=now) for pk in due)
 
 

@@ -37,7 +37,10 @@ log = logging.getLogger(__name__)
 
 CHUNK = 2000
 MAX_MINUTES_PER_RUN = 1440  # per pod: a long outage is billed over several runs
-PAY_TYPES = {ResourceSource.SPOT: PayType.SPOT, ResourceSource.PUBLIC: PayType.POSTPAID}
+PAY_TYPES: dict[str, PayType] = {
+    ResourceSource.SPOT: PayType.SPOT,
+    ResourceSource.PUBLIC: PayType.POSTPAID,
+}
 
 
 def pod_meters_open(*, pod_ids: Iterable[int], new: bool = False) -> None:
@@ -202,10 +205,11 @@ class _PriceBook:
 
     def charges(self, meter: _Meter, minutes: list[int]) -> list[_Line] | None:
         pay_type = PAY_TYPES[meter.source]
-        started = meter.started_at
+        started, type_id = meter.started_at, meter.type_id
+        assert started is not None and type_id is not None  # a meter with minutes has both
         lines = []
         for minute in minutes:
-            price = self._price(meter, minute, started)
+            price = self._price(meter, type_id, minute, started)
             if price is None:
                 log.warning("no market price for pod %s at minute %s", meter.pod_id, minute)
                 return None
@@ -216,7 +220,7 @@ class _PriceBook:
                     meter.pod_id,
                     minute,
                     _day(minute),
-                    meter.type_id,
+                    type_id,
                     price,
                     _minute_charge(price),
                     pay_type,
@@ -224,10 +228,10 @@ class _PriceBook:
             )
         return lines
 
-    def _price(self, meter: _Meter, minute: int, started: float) -> Decimal | None:
+    def _price(self, meter: _Meter, type_id: int, minute: int, started: float) -> Decimal | None:
         if meter.source != ResourceSource.SPOT:
-            return self.originals[meter.type_id]
-        history = self.histories.get(meter.type_id, [])
+            return self.originals[type_id]
+        history = self.histories.get(type_id, [])
         if minute * 60 < started:  # the pod's first, partial minute
             return pricing.replay_price_at(history, started)
         try:
@@ -253,7 +257,7 @@ def _price_book(meters: list[_Meter], plans: dict, now: datetime) -> _PriceBook:
     if spot:
         first = min(plans[m.pod_id][0][0] for m in spot) * 60
         histories = price_histories(
-            type_ids={m.type_id for m in spot},
+            type_ids={m.type_id for m in spot if m.type_id is not None},
             since=datetime.fromtimestamp(first, UTC),
             until=now,
         )

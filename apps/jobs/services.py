@@ -92,7 +92,7 @@ def jobs_transition_bulk(
         except transitions.IllegalTransition as error:
             raise ApplicationError("InvalidJobStatus", str(error), status=409) from None
     codes, messages = reason_codes or {}, reason_messages or {}
-    history = []
+    history: list[tuple[int, str, str, str, datetime, datetime | None]] = []
     for job in jobs:
         if via:
             history.append(
@@ -168,8 +168,8 @@ def _jobs_row_write(
     extra = [when] * sum("%(now)s" in part for part in sets)
     sql = f"UPDATE {Job._meta.db_table} SET {', '.join(sets)}".replace("%(now)s", "%s")
     groups: dict[tuple[str, str, str], list[int]] = {}
-    for pk, *reason in updates:
-        groups.setdefault(tuple(reason), []).append(pk)
+    for pk, status, code, message in updates:
+        groups.setdefault((status, code, message), []).append(pk)
     with connection.cursor() as cursor:
         for (status, code, message), pks in groups.items():
             if len(pks) == 1:
@@ -293,7 +293,7 @@ def job_admit(*, job_pk: int, now: datetime) -> bool:
             reason_code="JobEnqueued",
             reason_message="Waiting in the queue",
         )
-        where = f"quota {job.quota.name}" if job.quota_id else "the public pool"
+        where = f"quota {job.quota.name}" if job.quota else "the public pool"
         job_event(job=job, kind="Enqueued", message=f"Queued on {where}", now=now)
     _tick_soon()
     return True

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
+from typing import cast
 
 from django.conf import settings
 from django.core.exceptions import ValidationError as DjangoValidationError
@@ -180,7 +181,7 @@ def market_snapshot(*, now: datetime, rng: random.Random) -> MarketSnapshot:
         markets.append(
             pricing.TypeMarket(
                 instance_type=t.name,
-                resource_type=t.resource_type,
+                resource_type=cast(pricing.ResourceType, t.resource_type),  # its choices
                 original_price=t.price_per_hour,
                 capacity=t.public_capacity,
                 payg_used=payg_used[t.pk],
@@ -417,7 +418,7 @@ def _add_waiting(snapshot: MarketSnapshot, names: dict[int, str], queuing: list[
             snapshot.spot.append(
                 pricing.SpotRequest(
                     job_id=job_id,
-                    needs=tuple((r.instance_type, r.pod_count, r.bid) for r in roles),
+                    needs=tuple((r.instance_type, r.pod_count, _bid_of(r)) for r in roles),
                     running=False,
                     submitted_at=submitted,
                     aimaster=aimaster,
@@ -525,7 +526,9 @@ def _publish_prices(snapshot: MarketSnapshot) -> int:
         average = (
             snapshot.averages.get(name) if info.resource_type == ResourceType.LINGJUN else None
         )
-        asked, _ = pricing.asked_price(info.resource_type, price, average)
+        asked, _ = pricing.asked_price(
+            cast(pricing.ResourceType, info.resource_type), price, average
+        )
         state = snapshot.states.get(info.id)
         if state is None:
             state = MarketState(instance_type_id=info.id, recorded_at=now)
@@ -753,3 +756,8 @@ def _record_waiting(waiting: dict[int, str], stored: dict[int, str]) -> None:
 def _chunks(ids: list[int]) -> Iterator[list[int]]:
     for start in range(0, len(ids), CHUNK):
         yield ids[start : start + CHUNK]
+
+
+def _bid_of(role: RoleNeed) -> Decimal:
+    assert role.bid is not None  # a spot job's roles without a bid are held, not offered
+    return role.bid

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from cryptography.fernet import InvalidToken
 from django.contrib.auth import get_user_model
@@ -27,6 +28,7 @@ KINDS = (
     "market",
 )
 OUTCOMES = ("created", "updated", "unchanged")
+M = TypeVar("M", bound=models.Model)
 
 
 @dataclass
@@ -212,17 +214,17 @@ def _market_apply(report: ApplyReport, m: MarketDecl) -> None:
 def _upsert(
     report: ApplyReport,
     kind: str,
-    model: type[models.Model],
+    model: type[M],
     label: str,
     *,
     values: dict,
     record: bool = True,
     **lookup,
-) -> tuple[models.Model, str, str]:
+) -> tuple[M, str, str]:
     """Create the row `lookup` names with `values`, or update the fields that differ."""
-    obj = model.objects.filter(**lookup).first()
+    obj = model._default_manager.filter(**lookup).first()
     if obj is None:
-        obj = model.objects.create(**lookup, **values)
+        obj = model._default_manager.create(**lookup, **values)
         outcome, detail = "created", ""
     else:
         changed = {f: (getattr(obj, f), v) for f, v in values.items() if getattr(obj, f) != v}
@@ -297,4 +299,5 @@ def _secret_of(key: AccessKey) -> str | None:
 
 
 def _ids(model: type[models.Model], names: Iterable[str], *, field: str = "name") -> dict:
-    return {getattr(o, field): o.pk for o in model.objects.filter(**{f"{field}__in": set(names)})}
+    rows = model._default_manager.filter(**{f"{field}__in": set(names)})
+    return {getattr(o, field): o.pk for o in rows}

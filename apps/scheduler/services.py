@@ -13,6 +13,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import cast
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -92,7 +93,7 @@ def _load() -> _Loaded:
             parent_id=parent_id,
             pool_id=pool_id,
             min=engine.Resources(cpu, memory, gpu),
-            strategy=strategy,
+            strategy=cast(engine.QueueStrategy, strategy),  # the field's choices
         )
         for pk, name, parent_id, pool_id, cpu, memory, gpu, strategy in Quota.objects.order_by(
             "id"
@@ -174,7 +175,7 @@ def _running_jobs(*, live: bool) -> list[engine.RunningJob]:
             job_id=pk if live else -pk,
             name=name if live else f"{name} (stopping)",
             quota_id=quota_id,
-            idle_mode=idle_mode,
+            idle_mode=cast(engine.IdleMode, idle_mode),  # the field's choices
             priority=priority,
             # Lost work counts from this attempt's start, not the job's first start.
             started_at=(first_start.get(pk) or changed).timestamp(),
@@ -228,7 +229,7 @@ def _pending_jobs() -> tuple[tuple[engine.PendingJob, ...], dict]:
                 job_id=pk,
                 name=name,
                 quota_id=quota_id,
-                idle_mode=idle_mode,
+                idle_mode=cast(engine.IdleMode, idle_mode),  # the field's choices
                 priority=priority,
                 submitted_at=submitted.timestamp(),
                 pods=tuple(requests[pk]),
@@ -291,7 +292,7 @@ def _apply_admissions(admissions: tuple[engine.Admission, ...], *, now: datetime
                 )
             )
     Pod.objects.bulk_create(pods)
-    dequeued = {job.pk: f"Dequeued from quota {job.quota.name}" for job in jobs}
+    dequeued = {job.pk: f"Dequeued from quota {_quota_name(job)}" for job in jobs}
     JobEvent.objects.bulk_create(_admission_events(jobs, planned, nodes, dequeued, now))
     jobs_transition_bulk(
         jobs=jobs,
@@ -510,3 +511,8 @@ def _record_waiting(waiting: tuple[engine.Waiting, ...], shown: dict) -> None:
                 "queue_size = %s WHERE id = %s AND status = %s",
                 rows,
             )
+
+
+def _quota_name(job: Job) -> str:
+    assert job.quota is not None  # the scheduler admits quota jobs only
+    return job.quota.name
