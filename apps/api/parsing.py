@@ -16,7 +16,7 @@ from typing import Any
 
 from apps.api.errors import invalid_parameter, missing_parameter
 from apps.api.serializers import IDLE_MODE
-from apps.cluster.models import InstanceType, Quota, ResourceType
+from apps.cluster.selectors import resource_type_of
 from apps.core.errors import ApplicationError
 from apps.jobs.models import ExecutionMode, IdleMode, ResourceSource
 from apps.jobs.specs import JobSpec, RoleSpec, as_decimal
@@ -477,15 +477,8 @@ def _code_source(p: Problems, body: dict) -> dict:
 
 def _resource_type(quota: str, roles: list[RoleSpec]) -> str:
     """CreateJob has no ResourceType: a quota's type decides, else the first EcsSpec's."""
-    if quota:
-        found = Quota.objects.filter(name=quota).values_list("resource_type", flat=True).first()
-        if found:
-            return found
     names = [r.instance_type for r in roles if r.instance_type]
-    if names:
-        found = InstanceType.objects.filter(name=names[0]).values_list("resource_type", flat=True)
-        return found.first() or ResourceType.ECS
-    return ResourceType.ECS
+    return resource_type_of(quota=quota, instance_type=names[0] if names else "")
 
 
 # --- query parameters --------------------------------------------------------------------

@@ -317,10 +317,12 @@ def ecs_spec(
     spot_in_use: int = 0,
     payg_in_use: int = 0,
     market_price: Decimal | None = None,
+    floor_ratio: Decimal | None = None,
 ) -> dict[str, Any]:
     """ListEcsSpecs' EcsSpec, plus the SpotPriceLimit range (CNY per instance-minute).
-    `market_price` is the spot market's price now, CNY per instance-hour."""
-    low, high = spot_price_range_per_minute(itype)
+    `market_price` is the spot market's price now, CNY per instance-hour; `floor_ratio` the
+    market's, read once for a whole list (else read here)."""
+    low, high = spot_price_range_per_minute(itype, floor_ratio=floor_ratio)
     sold = itype.public_capacity > 0
     spot = sold and itype.spot_enabled
     stock = pricing.spot_stock(itype.public_capacity, payg_in_use, spot_in_use)

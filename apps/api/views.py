@@ -9,7 +9,6 @@ error carries, so bad input is never a 500.
 from __future__ import annotations
 
 import logging
-from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -18,7 +17,7 @@ from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig, TooManyFieldsSent
-from django.db.models import Prefetch, Q, QuerySet
+from django.db.models import Q, QuerySet
 from django.http import Http404, HttpRequest, JsonResponse
 from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
@@ -34,31 +33,33 @@ from apps.api.errors import (
     new_request_id,
     not_found,
 )
-from apps.cluster.models import InstanceType, Quota
+from apps.cluster.models import InstanceType
+from apps.cluster.selectors import instance_type_list, market_params, quota_list
 from apps.core.errors import ApplicationError, ValidationFailed
 from apps.core.pricing import hour_to_per_minute
-from apps.jobs.models import (
-    Job,
-    JobEvent,
-    JobRole,
-    JobStatus,
-    Pod,
-    ResourceSource,
-    StatusTransition,
-)
+from apps.jobs.models import Job, JobStatus, Pod, ResourceSource
 from apps.jobs.selectors import (
     ALL_WORKSPACES,
     JobFilters,
     job_ensure_can_manage,
+    job_events,
     job_get_for_user,
     job_list,
+    job_parts,
+    job_pod,
+    jobs_with_roles,
 )
 from apps.jobs.services import job_delete, job_priority_update, job_stop, job_submit
 from apps.jobs.specs import spot_price_range_per_minute
-from apps.market.models import MarketState
-from apps.market.selectors import TypeUsage, market_usage, price_histories
-from apps.workspaces.models import AccessKey, Membership, Workspace
-from apps.workspaces.selectors import workspace_for_user, workspace_list
+from apps.market.selectors import TypeUsage, market_states, market_usage, price_histories
+from apps.workspaces.models import AccessKey, Workspace
+from apps.workspaces.selectors import (
+    WorkspaceAdmins,
+    workspace_admins,
+    workspace_default,
+    workspace_for_user,
+    workspace_list,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -189,10 +190,6 @@ def _visible_workspaces(call: Call) -> QuerySet[Workspace]:
     return workspace_list(user=call.user)
 
 
-def _roles() -> Prefetch:
-    return Prefetch("roles", queryset=JobRole.objects.select_related("instance_type"))
-
-
 def _job(call: Call, job_id: str) -> Job:
     """The job, if it is in one of the caller's workspaces; 404 otherwise (never 403)."""
     try:
@@ -211,13 +208,10 @@ def create_job(call: Call) -> dict[str, Any]:
 
 def get_job(call: Call, job_id: str) -> dict[str, Any]:
     job = _job(call, job_id)
-    roles = list(JobRole.objects.filter(job=job).select_related("instance_type"))
-    by_id = {role.pk: role for role in roles}
-    pods = list(Pod.objects.filter(job=job).select_related("node").order_by())
-    for pod in pods:
-        pod.role = by_id[pod.role_id]
-    history = list(StatusTransition.objects.filter(job=job))
-    return serializers.job_detail(job, roles=roles, pods=pods, history=history)
+    parts = job_parts(job=job)
+    return serializers.job_detail(
+        job, roles=parts.roles, pods=parts.pods, history=parts.status_history
+    )
 
 
 PAYMENT_TYPES = {
@@ -244,8 +238,7 @@ def list_jobs(call: Call) -> dict[str, Any]:
     total = jobs.count()
     page = _page(call, jobs.order_by(*_order(call, JOB_SORT, default="GmtCreateTime")))
     items = [
-        serializers.job_item(job, roles=list(job.roles.all()))
-        for job in page.prefetch_related(_roles())
+        serializers.job_item(job, roles=list(job.roles.all())) for job in jobs_with_roles(jobs=page)
     ]
     return {"Jobs": items, "TotalCount": total}
 
@@ -338,21 +331,21 @@ def stop_job(call: Call, job_id: str) -> dict[str, Any]:
     return {"JobId": job.job_id}
 
 
-def _events(call: Call, events: QuerySet[JobEvent]) -> list[str]:
+def _events(call: Call, job: Job, pod: Pod | None = None) -> list[str]:
     start = parsing.query_time(call.query, "StartTime") or call.now - DEFAULT_LIST_WINDOW
     end = parsing.query_time(call.query, "EndTime") or call.now
     limit = parsing.query_int(call.query, "MaxEventsNum", default=MAX_EVENTS, maximum=MAX_EVENTS)
-    events = events.filter(at__gte=start, at__lte=end).select_related("pod").order_by("at", "pk")
+    events = job_events(job=job, since=start, until=end, pod=pod)
     return [serializers.event_line(e) for e in events[:limit]]
 
 
 def get_job_events(call: Call, job_id: str) -> dict[str, Any]:
     job = _job(call, job_id)
-    return {"JobId": job.job_id, "Events": _events(call, job.events.all())}
+    return {"JobId": job.job_id, "Events": _events(call, job)}
 
 
 def _pod(call: Call, job: Job, pod_id: str) -> Pod:
-    pod = job.pods.select_related("role").filter(pod_id=pod_id).first()
+    pod = job_pod(job=job, pod_id=pod_id)
     uid = call.query.get("PodUid")
     if pod is None or (uid and uid != serializers.pod_uid(pod)):
         raise not_found("Pod", uid or pod_id)
@@ -366,7 +359,7 @@ def get_pod_events(call: Call, job_id: str, pod_id: str) -> dict[str, Any]:
         "JobId": job.job_id,
         "PodId": pod.pod_id,
         "PodUid": serializers.pod_uid(pod),
-        "Events": _events(call, job.events.filter(pod=pod)),
+        "Events": _events(call, job, pod),
     }
 
 
@@ -394,25 +387,24 @@ ECS_SORT = {"CPU": "cpu", "GPU": "gpu", "Memory": "memory", "GmtCreateTime": "pk
 
 def list_ecs_specs(call: Call) -> dict[str, Any]:
     query = call.query
-    types = InstanceType.objects.all()
-    if accelerator := parsing.query_choice(query, "AcceleratorType", {"CPU": "CPU", "GPU": "GPU"}):
-        types = types.filter(gpu=0) if accelerator == "CPU" else types.filter(gpu__gt=0)
-    if names := [n.strip() for n in query.get("InstanceTypes", "").split(",") if n.strip()]:
-        types = types.filter(name__in=names)
-    if resource_type := parsing.query_choice(
+    accelerator = parsing.query_choice(query, "AcceleratorType", {"CPU": False, "GPU": True})
+    names = [n.strip() for n in query.get("InstanceTypes", "").split(",") if n.strip()]
+    resource_type = parsing.query_choice(
         query, "ResourceType", {"ECS": "ECS", "Lingjun": "Lingjun"}
-    ):
-        types = types.filter(resource_type=resource_type)
+    )
+    types = instance_type_list(gpu=accelerator, names=names, resource_type=resource_type or "")
     total = types.count()
     page = list(_page(call, types.order_by(*_order(call, ECS_SORT, default="GmtCreateTime"))))
     usage = market_usage()
-    prices = MarketState.objects.in_bulk([t.pk for t in page])
+    prices = market_states(types=page)
+    floor_ratio = market_params().floor_ratio
     specs = [
         serializers.ecs_spec(
             t,
             spot_in_use=usage.get(t.pk, NO_USAGE).spot_used,
             payg_in_use=usage.get(t.pk, NO_USAGE).payg_used,
             market_price=getattr(prices.get(t.pk), "price_per_hour", None),
+            floor_ratio=floor_ratio,
         )
         for t in page
     ]
@@ -433,7 +425,7 @@ def spot_prices(call: Call) -> dict[str, Any]:
     name = call.query.get("InstanceType", "").strip()
     if not name:
         raise missing_parameter("InstanceType")
-    itype = InstanceType.objects.filter(name=name).first()
+    itype = instance_type_list(names=[name]).first()
     if itype is None:
         raise invalid_parameter("InstanceType", f"unknown instance type {name!r}")
     if not itype.spot_enabled or itype.public_capacity == 0:
@@ -444,7 +436,7 @@ def spot_prices(call: Call) -> dict[str, Any]:
         raise invalid_parameter("StartTime", "must not be after EndTime")
     low, high = spot_price_range_per_minute(itype)
     points = price_history(itype, start=start, end=end)
-    state = MarketState.objects.filter(instance_type=itype).first()
+    state = market_states(types=[itype]).get(itype.pk)
     return serializers.compact(
         {
             "InstanceType": itype.name,
@@ -469,27 +461,20 @@ WORKSPACE_SORT = {
 }
 
 
-def _workspace_items(call: Call, workspaces: list[Workspace]) -> list[dict[str, Any]]:
-    admins: dict[int, list[str]] = defaultdict(list)
-    owners: dict[int, str] = {}
-    memberships = (
-        Membership.objects.filter(
-            workspace__in=workspaces, role__in=[Membership.Role.OWNER, Membership.Role.ADMIN]
+def _workspace_items(
+    call: Call, workspaces: list[Workspace], admins: dict[int, WorkspaceAdmins]
+) -> list[dict[str, Any]]:
+    default = workspace_default(user=call.user)
+    items = []
+    for w in workspaces:
+        owner = admins[w.pk].owner
+        creator = str(owner.user_id) if owner else None
+        items.append(
+            serializers.workspace_item(
+                w, admins=admins[w.pk].usernames, is_default=w == default, creator=creator
+            )
         )
-        .select_related("user")
-        .order_by("pk")
-    )
-    for m in memberships:
-        admins[m.workspace_id].append(m.user.get_username())
-        if m.role == Membership.Role.OWNER:
-            owners.setdefault(m.workspace_id, str(m.user_id))
-    default = _visible_workspaces(call).values_list("pk", flat=True).first()
-    return [
-        serializers.workspace_item(
-            w, admins=admins[w.pk], is_default=w.pk == default, creator=owners.get(w.pk)
-        )
-        for w in workspaces
-    ]
+    return items
 
 
 def list_workspaces(call: Call) -> dict[str, Any]:
@@ -510,19 +495,15 @@ def list_workspaces(call: Call) -> dict[str, Any]:
         *_order(call, WORKSPACE_SORT, default="WorkspaceName", ascending=True)
     )
     page = list(_page(call, ordered, default_size=20))
-    return {"Workspaces": _workspace_items(call, page), "TotalCount": total}
+    items = _workspace_items(call, page, workspace_admins(workspaces=page))
+    return {"Workspaces": items, "TotalCount": total}
 
 
 def get_workspace(call: Call, workspace_id: str) -> dict[str, Any]:
     workspace = _workspace(call, workspace_id)
-    item = _workspace_items(call, [workspace])[0]
-    owner = (
-        Membership.objects.filter(workspace=workspace, role=Membership.Role.OWNER)
-        .select_related("user")
-        .order_by("pk")
-        .first()
-    )
-    if owner is not None:
+    admins = workspace_admins(workspaces=[workspace])
+    [item] = _workspace_items(call, [workspace], admins)
+    if (owner := admins[workspace.pk].owner) is not None:
         item["Owner"] = {
             "UserId": str(owner.user_id),
             "UserName": owner.user.get_username(),
@@ -533,15 +514,9 @@ def get_workspace(call: Call, workspace_id: str) -> dict[str, Any]:
 
 def list_quotas(call: Call) -> dict[str, Any]:
     """The quotas that serve the caller's workspaces."""
-    visible = list(_visible_workspaces(call).values_list("pk", flat=True))
-    quotas = Quota.objects.filter(workspaces__in=visible).distinct().select_related("parent")
-    if name := call.query.get("Name"):
-        quotas = quotas.filter(name=name)
-    quotas = list(quotas.order_by("name").prefetch_related("workspaces"))
+    quotas = quota_list(user=call.user, name=call.query.get("Name", ""))
     items = [
-        serializers.quota_item(
-            q, workspace_ids=[w.workspace_id for w in q.workspaces.all() if w.pk in visible]
-        )
+        serializers.quota_item(q.quota, workspace_ids=[w.workspace_id for w in q.workspaces])
         for q in quotas
     ]
     return {"Quotas": items, "TotalCount": len(items)}

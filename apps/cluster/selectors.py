@@ -1,8 +1,13 @@
-"""Reads of the cluster: what the cluster file is checked against, and the market's tuning."""
+"""Reads of the cluster: instance types, the quotas a user's workspaces use, what the cluster
+file is checked against, and the market's tuning."""
 
 from __future__ import annotations
 
+from collections.abc import Collection
+from dataclasses import dataclass
+
 from django.contrib.auth import get_user_model
+from django.db.models import Prefetch, QuerySet
 
 from apps.cluster.clusterfile import (
     ClusterState,
@@ -12,9 +17,54 @@ from apps.cluster.clusterfile import (
     QuotaDecl,
     Resources,
 )
-from apps.cluster.models import InstanceType, MarketParameters, Node, Quota, ResourcePool
+from apps.cluster.models import (
+    InstanceType,
+    MarketParameters,
+    Node,
+    Quota,
+    ResourcePool,
+    ResourceType,
+)
 from apps.core import pricing
 from apps.workspaces.models import AccessKey, Workspace
+from apps.workspaces.selectors import workspace_list
+
+
+def instance_type_list(
+    *, gpu: bool | None = None, names: Collection[str] = (), resource_type: str = ""
+) -> QuerySet[InstanceType]:
+    """Every instance type, sold in the public pool or not, narrowed by the filters given:
+    with GPUs (True) or without (False), one of `names`, of `resource_type`."""
+    types = InstanceType.objects.all()
+    if gpu is not None:
+        types = types.filter(gpu__gt=0) if gpu else types.filter(gpu=0)
+    if names:
+        types = types.filter(name__in=list(names))
+    if resource_type:
+        types = types.filter(resource_type=resource_type)
+    return types
+
+
+@dataclass(frozen=True)
+class WorkspaceQuota:
+    """A quota that serves some of a user's workspaces, and which of them."""
+
+    quota: Quota  # with its parent
+    workspaces: list[Workspace]  # the user's workspaces it serves, by name
+
+
+def quota_list(*, user, name: str = "") -> list[WorkspaceQuota]:
+    """The quotas serving a workspace `user` belongs to (every quota serving a workspace,
+    for a superuser), by name; only the one called `name`, when given. A quota's other
+    workspaces are never named. Two queries."""
+    visible = workspace_list(user=user)
+    quotas = Quota.objects.filter(workspaces__in=visible).distinct().select_related("parent")
+    if name:
+        quotas = quotas.filter(name=name)
+    quotas = quotas.order_by("name").prefetch_related(
+        Prefetch("workspaces", queryset=visible, to_attr="visible_workspaces")
+    )
+    return [WorkspaceQuota(quota=q, workspaces=q.visible_workspaces) for q in quotas]
 
 
 def cluster_state() -> ClusterState:
@@ -72,3 +122,21 @@ def cluster_state() -> ClusterState:
 def market_params() -> pricing.MarketParams:
     """The market's tuning as the pure core takes it (the admin's or the cluster file's)."""
     return MarketParameters.load().to_params()
+
+
+def resource_type_of(*, quota: str, instance_type: str) -> str:
+    """The resource type a job takes from its quota (by name), else from its instance type;
+    ECS when neither names a known one."""
+    if quota:
+        found = Quota.objects.filter(name=quota).values_list("resource_type", flat=True).first()
+        if found:
+            return found
+    if instance_type:
+        found = (
+            InstanceType.objects.filter(name=instance_type)
+            .values_list("resource_type", flat=True)
+            .first()
+        )
+        if found:
+            return found
+    return ResourceType.ECS

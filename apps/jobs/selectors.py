@@ -1,5 +1,5 @@
-"""Reads for the jobs console: the job list, one job with everything its page shows, and
-the choices the create-job form offers in a workspace."""
+"""Reads of jobs, for the console and the API alike: the job list, one job with its roles,
+pods, status history and events, and the choices the create-job form offers in a workspace."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from django.db.models import (
     F,
     IntegerField,
     OuterRef,
+    Prefetch,
     Q,
     QuerySet,
     Subquery,
@@ -28,19 +29,22 @@ from django.db.models import (
 from django.http import Http404
 
 from apps.cluster.models import InstanceType, Quota, ResourceType
+from apps.cluster.selectors import instance_type_list
 from apps.core import pricing
 from apps.core.errors import ApplicationError
 from apps.jobs.models import (
     Job,
+    JobEvent,
     JobRestart,
     JobRole,
     Pod,
     PodStatus,
     ResourceSource,
+    StatusTransition,
 )
 from apps.jobs.specs import spot_price_range_per_minute
-from apps.workspaces.models import Membership, Workspace
-from apps.workspaces.selectors import workspace_list, workspace_role
+from apps.workspaces.models import Workspace
+from apps.workspaces.selectors import MANAGING_ROLES, workspace_list, workspace_role
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import AbstractBaseUser
@@ -159,10 +163,6 @@ def job_get_for_user(*, user, job_id: str) -> Job:
     return job
 
 
-# Workspace roles that manage every job of the workspace; a member manages only their own.
-MANAGING_ROLES = frozenset({Membership.Role.OWNER, Membership.Role.ADMIN})
-
-
 def job_can_manage(*, user, job: Job) -> bool:
     """May `user` stop, delete or change (priority…) `job`? Platform admins (staff,
     superusers) and the workspace's owners and administrators may, for every job; the
@@ -187,6 +187,59 @@ def job_ensure_can_manage(*, user, job: Job, action: str = "change") -> None:
         )
 
 
+# --- one job's parts: roles, pods, status history, events ------------------------------------
+
+
+def role_list(*, job: Job) -> QuerySet[JobRole]:
+    """The job's roles in order, each with its instance type."""
+    return _roles_with_types().filter(job=job)
+
+
+def jobs_with_roles(*, jobs: QuerySet[Job]) -> QuerySet[Job]:
+    """`jobs` with `job.roles.all()` (and each role's instance type) read in one more query,
+    whatever the number of jobs."""
+    return jobs.prefetch_related(Prefetch("roles", queryset=_roles_with_types()))
+
+
+def _roles_with_types() -> QuerySet[JobRole]:
+    return JobRole.objects.select_related("instance_type")
+
+
+@dataclass(frozen=True)
+class JobParts:
+    roles: list[JobRole]  # in order, each with its instance type
+    pods: list[Pod]  # of every attempt, newest attempt first, each with its role and node
+    status_history: list[StatusTransition]  # oldest first
+
+
+def job_parts(*, job: Job) -> JobParts:
+    """The job's roles, its pods (the current attempt's and the ones they replaced) and its
+    status history: three queries, however many pods."""
+    roles = list(role_list(job=job))
+    by_id = {role.pk: role for role in roles}
+    pods = list(Pod.objects.filter(job=job).select_related("node"))
+    for pod in pods:
+        pod.role = by_id[pod.role_id]  # the roles just read, with their instance types
+    return JobParts(roles=roles, pods=pods, status_history=list(job.status_history.all()))
+
+
+def job_pod(*, job: Job, pod_id: str) -> Pod | None:
+    """The pod of `job` called `pod_id`, with its role; None for any other id, including
+    a pod of another job."""
+    return job.pods.select_related("role").filter(pod_id=pod_id).first()
+
+
+def job_events(
+    *, job: Job, since: datetime, until: datetime, pod: Pod | None = None
+) -> QuerySet[JobEvent]:
+    """The job's events at `since` or later and at `until` or earlier (only `pod`'s, when
+    given), oldest first, each with its pod."""
+    events = job.events.filter(at__gte=since, at__lte=until)
+    if pod is not None:
+        events = events.filter(pod=pod)
+    return events.select_related("pod").order_by("at", "pk")
+
+
 @dataclass(frozen=True)
 class RoleBid:
     role: JobRole
@@ -194,8 +247,7 @@ class RoleBid:
 
 
 def job_roles(*, job: Job) -> list[RoleBid]:
-    roles = JobRole.objects.filter(job=job).select_related("instance_type")
-    return [RoleBid(role=role, per_hour=role_bid_per_hour(role)) for role in roles]
+    return [RoleBid(role=role, per_hour=role_bid_per_hour(role)) for role in role_list(job=job)]
 
 
 def role_bid_per_hour(role: JobRole) -> Decimal | None:
@@ -241,7 +293,7 @@ def quotas_for(*, workspace) -> list[Quota]:
 
 
 def instance_types() -> list[InstanceType]:
-    return list(InstanceType.objects.order_by("resource_type", "price_per_hour", "name"))
+    return list(instance_type_list().order_by("resource_type", "price_per_hour", "name"))
 
 
 @dataclass

@@ -30,7 +30,7 @@ from apps.jobs.models import (
     Pod,
     ResourceSource,
 )
-from apps.jobs.selectors import role_bid_per_hour
+from apps.jobs.selectors import role_bid_per_hour, role_list
 from apps.market.charts import Chart, chart_build
 from apps.market.models import MarketState, PricePoint
 
@@ -213,9 +213,15 @@ def market_type(*, name: str, now: datetime | None = None) -> MarketRow:
     return _rows([instance_type], now=now or timezone.now())[0]
 
 
+def market_states(*, types: Iterable[InstanceType]) -> dict[int, MarketState]:
+    """Per type id: the market's state now (its price, when it last stepped); types the
+    market has not priced yet are left out. One query."""
+    return MarketState.objects.in_bulk([t.pk for t in types])
+
+
 def _rows(types: list[InstanceType], *, now: datetime) -> list[MarketRow]:
     params = market_params()
-    states = MarketState.objects.in_bulk([t.pk for t in types])
+    states = market_states(types=types)
     usage = market_usage()
     lingjun = [t for t in types if t.resource_type == ResourceType.LINGJUN]
     averages = system_averages(types=lingjun, now=now, window_seconds=params.average_window_seconds)
@@ -312,7 +318,7 @@ def job_bid_history(*, job: Job, now: datetime | None = None) -> BidHistory:
     since = min(job.submitted_at, until - timedelta(minutes=1))
     bids = []
     types: dict[str, InstanceType] = {}
-    for role in JobRole.objects.filter(job=job).select_related("instance_type"):
+    for role in role_list(job=job):
         bid = role_bid_per_hour(role)
         if bid is not None:
             bids.append(RoleBidLine(role.role_type, role.instance_type.name, bid, role.pod_count))

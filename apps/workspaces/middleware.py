@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from apps.workspaces.selectors import workspace_for_user, workspace_list
+from apps.workspaces.selectors import workspace_default, workspace_for_user
 
 SESSION_KEY = "workspace_id"
 
@@ -17,5 +17,5 @@ class CurrentWorkspaceMiddleware:
         if user is not None and user.is_authenticated:
             chosen = request.session.get(SESSION_KEY)
             workspace = workspace_for_user(user=user, workspace_id=chosen) if chosen else None
-            request.workspace = workspace or workspace_list(user=user).first()
+            request.workspace = workspace or workspace_default(user=user)
         return self.get_response(request)

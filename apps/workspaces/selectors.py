@@ -1,8 +1,16 @@
+"""Reads of workspaces: the ones a user belongs to, their roles, owners and administrators."""
+
 from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 
 from django.db.models import QuerySet
 
 from apps.workspaces.models import Membership, Workspace
+
+# The roles that run a workspace: DLC's AdminNames, and who manages every job in it.
+MANAGING_ROLES = frozenset({Membership.Role.OWNER, Membership.Role.ADMIN})
 
 
 def workspace_list(*, user) -> QuerySet[Workspace]:
@@ -12,6 +20,12 @@ def workspace_list(*, user) -> QuerySet[Workspace]:
     if user.is_superuser:
         return Workspace.objects.all()
     return Workspace.objects.filter(membership__user=user).distinct()
+
+
+def workspace_default(*, user) -> Workspace | None:
+    """The user's first workspace (by name): the console's until the user picks another in
+    the switcher, the API's IsDefault one."""
+    return workspace_list(user=user).first()
 
 
 def workspace_for_user(*, user, workspace_id) -> Workspace | None:
@@ -30,3 +44,32 @@ def workspace_role(*, user, workspace_id: int) -> str | None:
         .values_list("role", flat=True)
         .first()
     )
+
+
+@dataclass(frozen=True)
+class WorkspaceAdmins:
+    """A workspace's owners and administrators, in the order they joined."""
+
+    memberships: list[Membership] = field(default_factory=list)  # each with its user
+
+    @property
+    def usernames(self) -> list[str]:
+        return [m.user.get_username() for m in self.memberships]
+
+    @property
+    def owner(self) -> Membership | None:
+        """The first owner (a workspace made by hand may have none)."""
+        return next((m for m in self.memberships if m.role == Membership.Role.OWNER), None)
+
+
+def workspace_admins(*, workspaces: Iterable[Workspace]) -> dict[int, WorkspaceAdmins]:
+    """Per id of each of `workspaces`: its owners and administrators. One query."""
+    ids = [w.pk for w in workspaces]
+    admins: dict[int, WorkspaceAdmins] = {pk: WorkspaceAdmins() for pk in ids}
+    for membership in (
+        Membership.objects.filter(workspace_id__in=ids, role__in=sorted(MANAGING_ROLES))
+        .select_related("user")
+        .order_by("pk")
+    ):
+        admins[membership.workspace_id].memberships.append(membership)
+    return admins
