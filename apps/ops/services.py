@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TypeVar
 
 from cryptography.fernet import InvalidToken
 from django.contrib.auth import get_user_model
@@ -28,7 +27,6 @@ KINDS = (
     "market",
 )
 OUTCOMES = ("created", "updated", "unchanged")
-M = TypeVar("M", bound=models.Model)
 
 
 @dataclass
@@ -211,7 +209,7 @@ def _market_apply(report: ApplyReport, m: MarketDecl) -> None:
     report.record("market", outcome, "parameters", detail)
 
 
-def _upsert(
+def _upsert[M: models.Model](
     report: ApplyReport,
     kind: str,
     model: type[M],
