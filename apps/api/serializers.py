@@ -18,6 +18,7 @@ from apps.cluster.models import InstanceType, Quota
 from apps.core import pricing
 from apps.jobs.models import Job, JobEvent, JobRole, Pod, ResourceSource, StatusTransition
 from apps.jobs.specs import spot_price_range_per_minute
+from apps.jobs.waiting import waiting_text
 from apps.workspaces.models import Workspace
 
 # Job.idle_mode ↔ DLC's Settings.OversoldType
@@ -160,7 +161,8 @@ def _job_common(job: Job, roles: list[JobRole]) -> dict[str, Any]:
         "Status": job.status,
         "SubStatus": job.sub_status or None,
         "ReasonCode": job.reason_code or None,
-        "ReasonMessage": job.reason_message or None,
+        # A pending job says why it waits and where it stands, as its page does.
+        "ReasonMessage": waiting_text(job) or job.reason_message or None,
         "GmtCreateTime": iso(job.created_at),
         "GmtSubmittedTime": iso(job.submitted_at),
         "GmtRunningTime": iso(job.started_at),

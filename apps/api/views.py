@@ -51,7 +51,13 @@ from apps.jobs.selectors import (
 )
 from apps.jobs.services import job_delete, job_priority_update, job_stop, job_submit
 from apps.jobs.specs import spot_price_range_per_minute
-from apps.market.selectors import TypeUsage, market_states, market_usage, price_histories
+from apps.market.selectors import (
+    TypeUsage,
+    market_states,
+    market_usage,
+    price_histories,
+    waiting_show,
+)
 from apps.workspaces.models import AccessKey, Workspace
 from apps.workspaces.selectors import (
     WorkspaceAdmins,
@@ -209,6 +215,7 @@ def create_job(call: Call) -> dict[str, Any]:
 def get_job(call: Call, job_id: str) -> dict[str, Any]:
     job = _job(call, job_id)
     parts = job_parts(job=job)
+    waiting_show(jobs=[job], now=call.now)
     return serializers.job_detail(
         job, roles=parts.roles, pods=parts.pods, history=parts.status_history
     )
@@ -237,9 +244,9 @@ def list_jobs(call: Call) -> dict[str, Any]:
     jobs = job_list(user=call.user, workspace=workspace, filters=_job_filters(call))
     total = jobs.count()
     page = _page(call, jobs.order_by(*_order(call, JOB_SORT, default="GmtCreateTime")))
-    items = [
-        serializers.job_item(job, roles=list(job.roles.all())) for job in jobs_with_roles(jobs=page)
-    ]
+    shown = list(jobs_with_roles(jobs=page))
+    waiting_show(jobs=shown, now=call.now)
+    items = [serializers.job_item(job, roles=list(job.roles.all())) for job in shown]
     return {"Jobs": items, "TotalCount": total}
 
 

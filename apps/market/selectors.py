@@ -375,11 +375,33 @@ def held_reason(
 
 
 def waiting_reasons(*, jobs: Iterable[Job], now: datetime | None = None) -> dict[int, str]:
+    """Why each spot job in Bidding among `jobs` waits (`spot_waits`' words, without codes)."""
+    return {pk: wait.reason for pk, wait in spot_waits(jobs=jobs, now=now).items()}
+
+
+def waiting_show(*, jobs: Iterable[Job], now: datetime | None = None) -> None:
+    """Put each bidding spot job's live reason and its code on the job (in memory: the market
+    does not rewrite thousands of them each tick), as the job pages and the API show it
+    (`apps.jobs.waiting.waiting_text`)."""
+    jobs = list(jobs)
+    waits = spot_waits(jobs=jobs, now=now)
+    for job in jobs:
+        if wait := waits.get(job.pk):
+            if wait.reason:
+                job.pending_reason, job.reason_code = wait.reason, wait.code
+
+
+class SpotWait(NamedTuple):
+    reason: str  # "" when nothing stands in the job's way
+    code: str  # BidBelowMarketPrice, BidBelowAveragePrice, SpotStockShortage, AIMasterBackoff…
+
+
+def spot_waits(*, jobs: Iterable[Job], now: datetime | None = None) -> dict[int, SpotWait]:
     """Why each spot job in Bidding among `jobs` waits, in the market tick's words: a reason
     it sits out the ticks (`held_reason`), else its bids and gang against the quotes the
-    last tick published (`pricing.spot_wait_reason`: asked price, spot stock). "" when
-    nothing stands in its way, or its type has not been priced yet: it is judged on the
-    next tick. Two queries, however many jobs."""
+    last tick published (`pricing.spot_wait_reason`: asked price, spot stock). An empty
+    reason when nothing stands in its way, or its type has not been priced yet: it is judged
+    on the next tick. Two queries, however many jobs."""
     now = now or timezone.now()
     bidding = {
         job.pk: job
@@ -440,15 +462,24 @@ def waiting_reasons(*, jobs: Iterable[Job], now: datetime | None = None) -> dict
             unpriced.add(t.name)
         else:
             quotes[t.name] = state.quote()
-    reasons = {}
+    waits = {}
     for job_id, job in bidding.items():
         roles = needs.get(job_id, [])
         reason = held_reason(
             spot=True, not_before=job.not_before, roles=roles, not_spot=not_spot, now=now
         )
-        if not reason and roles and not any(r.instance_type in unpriced for r in roles):
-            reason, _ = pricing.spot_wait_reason(
-                [(r.instance_type, r.pod_count, r.bid) for r in roles], quotes
+        code = ""
+        if reason:
+            backoff = job.not_before is not None and job.not_before > now
+            code = "AIMasterBackoff" if backoff else "SpotJobHeld"
+        elif roles and not any(r.instance_type in unpriced for r in roles):
+            reason, code = pricing.spot_wait_reason(
+                [(r.instance_type, r.pod_count, _bid_of(r)) for r in roles], quotes
             )
-        reasons[job_id] = reason
-    return reasons
+        waits[job_id] = SpotWait(reason, code)
+    return waits
+
+
+def _bid_of(role: RoleNeed) -> Decimal:
+    assert role.bid is not None  # a role without a readable bid holds the job (held_reason)
+    return role.bid

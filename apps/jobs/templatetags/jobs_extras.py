@@ -8,6 +8,7 @@ from django import template
 from django.utils.html import format_html
 
 from apps.jobs.models import PENDING_STATUSES
+from apps.jobs.waiting import waiting_text
 
 register = template.Library()
 
@@ -40,6 +41,12 @@ def status_badge(status: str) -> str:
 def is_pending(job) -> bool:
     """`{% if job|is_pending %}`: the job waits (Creating, Queuing or Bidding)."""
     return getattr(job, "status", None) in PENDING_STATUSES
+
+
+@register.filter
+def waiting(job) -> str:
+    """`{{ job|waiting }}`: why a pending job waits and where it stands (`waiting_text`)."""
+    return waiting_text(job)
 
 
 @register.filter
