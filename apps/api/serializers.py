@@ -16,7 +16,18 @@ from typing import Any
 
 from apps.cluster.models import InstanceType, Quota
 from apps.core import pricing
-from apps.jobs.models import Job, JobEvent, JobRole, Pod, ResourceSource, StatusTransition
+from apps.jobs.models import (
+    FINISHED_STATUSES,
+    PENDING_STATUSES,
+    Job,
+    JobEvent,
+    JobRestart,
+    JobRole,
+    Pod,
+    PodStatus,
+    ResourceSource,
+    StatusTransition,
+)
 from apps.jobs.specs import spot_price_range_per_minute
 from apps.jobs.waiting import waiting_text
 from apps.workspaces.models import Workspace
@@ -209,7 +220,12 @@ def code_source(source: dict) -> dict[str, Any] | None:
 
 
 def job_detail(
-    job: Job, *, roles: list[JobRole], pods: list[Pod], history: list[StatusTransition]
+    job: Job,
+    *,
+    roles: list[JobRole],
+    pods: list[Pod],
+    history: list[StatusTransition],
+    restarts: list[JobRestart],
 ) -> dict[str, Any]:
     """GetJob's body (without RequestId)."""
     _, gpu, memory = _requests(roles)
@@ -221,6 +237,75 @@ def job_detail(
             "ResourceLevel": resource_level(job, pods),
             "Pods": pod_tree(pods),
             "StatusHistory": [status_transition(t) for t in history],
+            "JobReplicaStatuses": [replica_status(job, role, pods) for role in roles],
+            "RestartRecord": [restart_record(job, r, history) for r in restarts],
+        }
+    )
+
+
+def replica_status(job: Job, role: JobRole, pods: list[Pod]) -> dict[str, Any]:
+    """A role's pods of the current attempt: running (Active), placed and starting
+    (Dequeued), waiting for the scheduler or the market (Queuing)."""
+    current = [p for p in pods if p.role_id == role.pk and p.attempt == job.attempt]
+    active = sum(p.status == PodStatus.RUNNING for p in current)
+    dequeued = sum(p.status == PodStatus.PENDING for p in current)
+    queuing = role.pod_count if job.status in PENDING_STATUSES and not current else 0
+    spot = job.resource_source == ResourceSource.SPOT and role.instance_type is not None
+    return compact(
+        {
+            "Type": role.role_type,
+            "Active": active,
+            "Dequeued": dequeued,
+            "Queuing": queuing,
+            "EstimatedPodCount": role.pod_count,
+            "CurrentSpotInstanceType": role.instance_type.name if spot else None,
+        }
+    )
+
+
+def restart_record(
+    job: Job, restart: JobRestart, history: list[StatusTransition]
+) -> dict[str, Any]:
+    """One interruption that started a new attempt (`JobRestart`): when and why, how long
+    until the job ran again and whether it did, and the work it lost (GPU-seconds since the
+    last checkpoint; `LostGpuSeconds`, paiweb's own, beside the SDK's fields)."""
+    back = next(
+        (t.started_at for t in history if t.status == "Running" and t.started_at > restart.at),
+        None,
+    )
+    if back is not None:
+        status, duration = "Succeeded", int((back - restart.at).total_seconds())
+    elif job.status in FINISHED_STATUSES:
+        status, duration = "Failed", None
+    else:
+        status, duration = "Restarting", None
+    lost_hours = restart.lost_gpu_seconds / 3600
+    spent = (
+        "an AIMaster restart"
+        if restart.counted
+        else "a platform interruption: no AIMaster restart spent"
+    )
+    pod_level = restart.cause == "PodFailed" and job.execution_mode == "Async"
+    return compact(
+        {
+            "JobRestartCount": getattr(restart, "budget", None) if restart.counted else None,
+            "OccurTime": iso(restart.at),
+            "OccurPhase": "Running",
+            "Reason": restart.cause,
+            "RestartDurationInSec": duration,
+            "RestartStatus": status,
+            "RestartFailReason": (job.reason_message or None) if status == "Failed" else None,
+            "RestartLevelType": "PodLevel" if pod_level else "JobLevel",
+            "TriggerID": f"{job.job_id}-restart-{restart.number}",
+            "DetailErrorInfoList": [
+                {
+                    "ErrorCode": restart.cause,
+                    "ErrorMsg": restart.message or restart.cause,
+                    "DetailErrorMsg": f"{spent}; lost {lost_hours:.2f} GPU-hours of work "
+                    "since the last checkpoint",
+                }
+            ],
+            "LostGpuSeconds": round(restart.lost_gpu_seconds, 1),
         }
     )
 

@@ -217,7 +217,11 @@ def get_job(call: Call, job_id: str) -> dict[str, Any]:
     parts = job_parts(job=job)
     waiting_show(jobs=[job], now=call.now)
     return serializers.job_detail(
-        job, roles=parts.roles, pods=parts.pods, history=parts.status_history
+        job,
+        roles=parts.roles,
+        pods=parts.pods,
+        history=parts.status_history,
+        restarts=parts.restarts,
     )
 
 

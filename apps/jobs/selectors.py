@@ -13,7 +13,10 @@ from typing import TYPE_CHECKING, Any, TypedDict
 from django.db.models import (
     Case,
     Count,
+    DateTimeField,
+    DurationField,
     Exists,
+    ExpressionWrapper,
     F,
     IntegerField,
     OuterRef,
@@ -26,17 +29,21 @@ from django.db.models import (
     When,
     Window,
 )
+from django.db.models.functions import Coalesce, Lower
 from django.http import Http404
+from django.utils import timezone
 
 from apps.cluster.models import InstanceType, Quota, ResourceType
 from apps.cluster.selectors import instance_type_list
 from apps.core import pricing
 from apps.core.errors import ApplicationError
 from apps.jobs.models import (
+    LIVE_POD_STATUSES,
     Job,
     JobEvent,
     JobRestart,
     JobRole,
+    JobStatus,
     Pod,
     PodStatus,
     ResourceSource,
@@ -151,6 +158,81 @@ def _filter_jobs(jobs: QuerySet[Job], filters: JobFilters) -> QuerySet[Job]:
     return jobs
 
 
+# The job list's orders, by the name the console's URL gives them (`?sort=-running`).
+JOB_SORT_DEFAULT = "-created"
+JOB_SORT_KEYS = ("name", "status", "created", "running")
+JOB_SORTS = frozenset(JOB_SORT_KEYS) | {f"-{key}" for key in JOB_SORT_KEYS}
+_STATUS_ORDER = Case(
+    *(When(status=status, then=Value(n)) for n, status in enumerate(JobStatus.values)),
+    default=Value(len(JobStatus.values)),
+    output_field=IntegerField(),
+)
+
+
+def job_list_rows(
+    *,
+    user,
+    workspace: Workspace | None,
+    filters: JobFilters | None = None,
+    sort: str = JOB_SORT_DEFAULT,
+    now: datetime | None = None,
+) -> QuerySet[Job]:
+    """`job_list` with what the console's job list shows of each job, in the order `sort`
+    names (one of `JOB_SORTS`; anything else is the default, newest first):
+
+    - `gpus_total`: the GPUs the job asks for (each role's GPUs per pod × its pods);
+    - of the current attempt's pods: `pods_live` (Pending or Running), of them
+      `pods_in_quota` and `pods_not_in_quota`; and how the others ended
+      (`pods_succeeded`, `pods_failed`, `pods_stopped`, `pods_preempted`);
+    - `running_time`: the time the job has spent Running across its attempts (its status
+      history), up to `now` for a job Running now; None if it never ran.
+    """
+    now = now or timezone.now()
+    gpus = (
+        JobRole.objects.filter(job=OuterRef("pk"))
+        .values("job")
+        .annotate(total=Sum(F("gpu") * F("pod_count")))
+        .values("total")
+    )
+    span = ExpressionWrapper(
+        Coalesce(F("ended_at"), Value(now, output_field=DateTimeField())) - F("started_at"),
+        output_field=DurationField(),
+    )
+    running = (
+        StatusTransition.objects.filter(job=OuterRef("pk"), status=JobStatus.RUNNING)
+        .values("job")
+        .annotate(total=Sum(span))
+        .values("total")
+    )
+    current = Q(pods__attempt=F("attempt"))
+    live = current & Q(pods__status__in=LIVE_POD_STATUSES)
+
+    def pods(condition: Q) -> Count:
+        return Count("pods", filter=condition)
+
+    jobs = job_list(user=user, workspace=workspace, filters=filters).annotate(
+        gpus_total=Subquery(gpus, output_field=IntegerField()),
+        running_time=Subquery(running, output_field=DurationField()),
+        pods_live=pods(live),
+        pods_in_quota=pods(live & Q(pods__in_quota=True)),
+        pods_not_in_quota=pods(live & Q(pods__in_quota=False)),
+        pods_succeeded=pods(current & Q(pods__status=PodStatus.SUCCEEDED)),
+        pods_failed=pods(current & Q(pods__status=PodStatus.FAILED)),
+        pods_stopped=pods(current & Q(pods__status=PodStatus.STOPPED)),
+        pods_preempted=pods(current & Q(pods__status=PodStatus.PREEMPTED)),
+    )
+    sort = sort if sort in JOB_SORTS else JOB_SORT_DEFAULT
+    key, descending = sort.lstrip("-"), sort.startswith("-")
+    field = {
+        "name": Lower("display_name"),
+        "status": _STATUS_ORDER,
+        "created": F("created_at"),
+        "running": F("running_time"),
+    }[key]
+    order = field.desc(nulls_last=True) if descending else field.asc(nulls_first=True)
+    return jobs.order_by(order, "-created_at", "-id")
+
+
 def job_get_for_user(*, user, job_id: str) -> Job:
     """The job if `user` belongs to its workspace; Http404 otherwise (never 403: no leaks)."""
     job = (
@@ -163,6 +245,15 @@ def job_get_for_user(*, user, job_id: str) -> Job:
     return job
 
 
+def jobs_get_for_user(*, user, job_ids: Collection[str]) -> dict[str, Job]:
+    """The jobs among `job_ids` in workspaces `user` belongs to, by job id (one query);
+    any other id is left out, as `job_get_for_user` answers 404 for it."""
+    jobs = Job.objects.filter(
+        job_id__in=list(job_ids), workspace__in=workspace_list(user=user)
+    ).select_related("workspace", "quota", "user")
+    return {job.job_id: job for job in jobs}
+
+
 def job_can_manage(*, user, job: Job) -> bool:
     """May `user` stop, delete or change (priority…) `job`? Platform admins (staff,
     superusers) and the workspace's owners and administrators may, for every job; the
@@ -171,8 +262,28 @@ def job_can_manage(*, user, job: Job) -> bool:
         return False
     if user.is_staff or user.is_superuser:
         return True
-    role = workspace_role(user=user, workspace_id=job.workspace_id)
+    return _role_may_manage(workspace_role(user=user, workspace_id=job.workspace_id), user, job)
+
+
+def _role_may_manage(role: str | None, user, job: Job) -> bool:
     return role in MANAGING_ROLES or (role is not None and job.user_id == user.pk)
+
+
+def jobs_can_manage(*, user, jobs: Collection[Job]) -> set[int]:
+    """The pks of `jobs` that `user` may manage, by `job_can_manage`'s rule, with one role
+    lookup per workspace instead of one per job (the job list's Stop buttons)."""
+    if not user.is_authenticated:
+        return set()
+    if user.is_staff or user.is_superuser:
+        return {job.pk for job in jobs}
+    roles: dict[int, str | None] = {}
+    allowed = set()
+    for job in jobs:
+        if job.workspace_id not in roles:
+            roles[job.workspace_id] = workspace_role(user=user, workspace_id=job.workspace_id)
+        if _role_may_manage(roles[job.workspace_id], user, job):
+            allowed.add(job.pk)
+    return allowed
 
 
 def job_ensure_can_manage(*, user, job: Job, action: str = "change") -> None:
@@ -210,17 +321,23 @@ class JobParts:
     roles: list[JobRole]  # in order, each with its instance type
     pods: list[Pod]  # of every attempt, newest attempt first, each with its role and node
     status_history: list[StatusTransition]  # oldest first
+    restarts: list[JobRestart]  # oldest first, each with its `budget` (`job_restarts`)
 
 
 def job_parts(*, job: Job) -> JobParts:
-    """The job's roles, its pods (the current attempt's and the ones they replaced) and its
-    status history: three queries, however many pods."""
+    """The job's roles, its pods (the current attempt's and the ones they replaced), its
+    status history and its restarts: four queries, however many pods."""
     roles = list(role_list(job=job))
     by_id = {role.pk: role for role in roles}
     pods = list(Pod.objects.filter(job=job).select_related("node"))
     for pod in pods:
         pod.role = by_id[pod.role_id]  # the roles just read, with their instance types
-    return JobParts(roles=roles, pods=pods, status_history=list(job.status_history.all()))
+    return JobParts(
+        roles=roles,
+        pods=pods,
+        status_history=list(job.status_history.all()),
+        restarts=list(job_restarts(job=job)),
+    )
 
 
 def job_pod(*, job: Job, pod_id: str) -> Pod | None:

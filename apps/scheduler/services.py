@@ -198,6 +198,7 @@ def _pending_jobs() -> tuple[tuple[engine.PendingJob, ...], dict]:
         queued.order_by("id").values_list(
             "id",
             "display_name",
+            "job_id",
             "quota_id",
             "idle_mode",
             "priority",
@@ -221,13 +222,13 @@ def _pending_jobs() -> tuple[tuple[engine.PendingJob, ...], dict]:
         ]
     pending, shown = [], {}
     for row in rows:
-        pk, name, quota_id, idle_mode, priority, submitted, not_before, *previous = row
+        pk, name, public_id, quota_id, idle_mode, priority, submitted, not_before, *previous = row
         if not requests[pk]:  # read before its roles were: next tick
             continue
         pending.append(
             engine.PendingJob(
                 job_id=pk,
-                name=name,
+                name=f"{name} ({public_id})",  # its reasons name it for other workspaces too
                 quota_id=quota_id,
                 idle_mode=cast(engine.IdleMode, idle_mode),  # the field's choices
                 priority=priority,

@@ -285,11 +285,15 @@ def story(personas, cluster):
 
 def test_it_answers_get_job_with_job_parts(api_get, story, alice):
     job = job_get_for_user(user=alice, job_id=story["job"].job_id)
-    # the key and its last use, the job, then job_parts: roles, pods, status history
-    body = api_get(f"/api/v1/jobs/{job.job_id}", max_queries=6)
+    # the key and its last use, the job, then job_parts: roles, pods, status history, restarts
+    body = api_get(f"/api/v1/jobs/{job.job_id}", max_queries=7)
     parts = job_parts(job=job)
     detail = serializers.job_detail(
-        job, roles=parts.roles, pods=parts.pods, history=parts.status_history
+        job,
+        roles=parts.roles,
+        pods=parts.pods,
+        history=parts.status_history,
+        restarts=parts.restarts,
     )
     assert without_request_id(body) == detail
     assert [spec["Type"] for spec in body["JobSpecs"]] == [r.role_type for r in parts.roles]
@@ -300,10 +304,10 @@ def test_it_answers_get_job_with_job_parts(api_get, story, alice):
     assert [p["PodId"] for p in worker_0["HistoryPods"]] == [story["old_pod"].pod_id]
 
 
-def test_job_parts_reads_pods_with_roles_and_nodes_in_three_queries(
+def test_job_parts_reads_pods_with_roles_and_nodes_in_four_queries(
     story, django_assert_num_queries
 ):
-    with django_assert_num_queries(3):
+    with django_assert_num_queries(4):
         parts = job_parts(job=story["job"])
         seen = {(p.pod_id, p.role.role_type, p.role.instance_type, p.node) for p in parts.pods}
     assert len(seen) == 4

@@ -140,7 +140,8 @@ def test_it_shows_the_preempted_pods_with_the_preemptor_and_quota(charlie_client
     assert response.status_code == 200
     history = section(response, "history-pods")
     assert history.count('class="badge badge-warning">Preempted</span>') == 4
-    assert f"preempted by job {story['owner'].display_name} of quota team-a" in history
+    owner = story["owner"]
+    assert f"preempted by job {owner.display_name} ({owner.job_id}) of quota team-a" in history
     assert "GPU-seconds of work since the last checkpoint lost" in history
     assert history.count('<span class="tag tag-out">Not in Quota</span>') == 4
     assert "4 from earlier attempts" in history
