@@ -22,12 +22,13 @@ VAR_DIR.mkdir(parents=True, exist_ok=True)  # SQLite, the embedded Redis, pod wo
 
 from paiweb.secret_key import env_secret  # noqa: E402
 
-# DEBUG is off unless the environment turns it on, but for two development entry points when
-# DEBUG is unset: `manage.py demo` (it hands DEBUG=true on to its children and its banner says
-# so) and a pytest run (pytest sets PYTEST_VERSION for its session and the demos, agents and
-# commands the tests start inherit it; pytest-django still runs each test with DEBUG False).
+# DEBUG is off unless the environment turns it on, but for three development entry points
+# when DEBUG is unset: `manage.py demo` (it hands DEBUG=true on to its children and its banner
+# says so), `manage.py simulate` (offline: no server, no database) and a pytest run (pytest
+# sets PYTEST_VERSION for its session and the demos, agents and commands the tests start
+# inherit it; pytest-django still runs each test with DEBUG False).
 _DEVELOPMENT = bool(os.environ.get("PYTEST_VERSION")) or (
-    Path(sys.argv[0]).name == "manage.py" and sys.argv[1:2] == ["demo"]
+    Path(sys.argv[0]).name == "manage.py" and sys.argv[1:2] in (["demo"], ["simulate"])
 )
 DEBUG = env_bool("DEBUG", _DEVELOPMENT)
 # Outside DEBUG every process refuses to start without a real SECRET_KEY (unset, empty or the
@@ -75,6 +76,7 @@ INSTALLED_APPS = [
     "apps.cluster",
     "apps.jobs",
     "apps.scheduler",
+    "apps.simulator",
     "apps.market",
     "apps.billing",
     "apps.api",

@@ -24,6 +24,7 @@ from apps.scheduler.engine.model import (
     Node,
     PendingJob,
     Placement,
+    PlacementRule,
     Plan,
     PodRequest,
     Preemption,
@@ -34,6 +35,7 @@ from apps.scheduler.engine.model import (
     RunningPod,
     SchedulerError,
     Snapshot,
+    VictimOrder,
     Waiting,
 )
 from apps.scheduler.engine.plan import plan
@@ -47,6 +49,7 @@ __all__ = [
     "Node",
     "PendingJob",
     "Placement",
+    "PlacementRule",
     "Plan",
     "PodRequest",
     "Preemption",
@@ -58,6 +61,7 @@ __all__ = [
     "RunningPod",
     "SchedulerError",
     "Snapshot",
+    "VictimOrder",
     "Waiting",
     "plan",
     "quota_report",

@@ -15,6 +15,9 @@ from apps.scheduler.engine.vectors import Vec, describe, grow
 
 IdleMode = Literal["off", "acceptable", "only_idle"]
 QueueStrategy = Literal["StrictFIFO", "BestEffortFIFO"]
+# Policies other than the product's, for comparing them in the simulator (Config).
+VictimOrder = Literal["least_lost_work", "kueue", "random"]
+PlacementRule = Literal["best_fit", "worst_fit", "random"]
 
 
 class SchedulerError(ValueError):
@@ -121,7 +124,16 @@ class Snapshot:
 
 @dataclass(frozen=True, slots=True)
 class Config:
+    """How a plan decides. The defaults are the product's rules; the other victim orders
+    and placements exist to be compared with them (the simulator): "kueue" takes the lowest
+    priority, then the newest; "random" a fixed random order per `seed`; "worst_fit" puts
+    each pod on the node left with the most room; "random" placement on any node that fits
+    (drawn from `seed` and `now`)."""
+
     min_run_seconds: float = 60.0  # a borrower younger than this is not preempted yet
+    victim_order: VictimOrder = "least_lost_work"
+    placement: PlacementRule = "best_fit"
+    seed: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,6 +30,8 @@ How a pass runs (design.md §4):
 
 from __future__ import annotations
 
+import random
+
 from apps.scheduler.engine.model import (
     Admission,
     Config,
@@ -106,7 +108,11 @@ class _Planner:
         for node in snapshot.nodes:
             if node.schedulable:
                 by_pool.setdefault(node.pool_id, []).append(node)
-        self.pools = {pid: Pool(pid, nodes) for pid, nodes in sorted(by_pool.items())}
+        rng = random.Random(f"{config.seed}:{now}") if config.placement == "random" else None
+        self.pools = {
+            pid: Pool(pid, nodes, placement=config.placement, rng=rng)
+            for pid, nodes in sorted(by_pool.items())
+        }
         self.pool_of = {n: pool for pool in self.pools.values() for n in pool.cap}
         self.node_pool_id = {n.id: n.pool_id for n in snapshot.nodes}
         self.reclaimer = Reclaimer(self.pools)
@@ -118,7 +124,13 @@ class _Planner:
 
     def _load_running(self) -> None:
         for job in self.snapshot.running:
-            borrower = Borrower(job, now=self.now, min_run=self.config.min_run_seconds)
+            borrower = Borrower(
+                job,
+                now=self.now,
+                min_run=self.config.min_run_seconds,
+                victim_order=self.config.victim_order,
+                seed=self.config.seed,
+            )
             idle_pools = set()
             for pod in job.pods:
                 v = vec(pod.resources)

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from heapq import heapify, heappop, heappush
 
-from apps.scheduler.engine.model import PendingJob, Preemption, Quota, RunningJob
+from apps.scheduler.engine.model import PendingJob, Preemption, Quota, RunningJob, VictimOrder
 from apps.scheduler.engine.room import Pool, place_on
 from apps.scheduler.engine.vectors import Vec, add, fits, how_many, low
 from apps.scheduler.lifecycle import lost_gpu_seconds
@@ -27,7 +27,15 @@ class Borrower:
 
     __slots__ = ("job", "lost", "order", "young", "claimed", "freed")
 
-    def __init__(self, job: RunningJob, *, now: float, min_run: float) -> None:
+    def __init__(
+        self,
+        job: RunningJob,
+        *,
+        now: float,
+        min_run: float,
+        victim_order: VictimOrder = "least_lost_work",
+        seed: int = 0,
+    ) -> None:
         self.job = job
         self.lost = lost_gpu_seconds(
             gpus=sum(p.resources.gpu for p in job.pods),
@@ -36,10 +44,22 @@ class Borrower:
             now=now,
         )
         # least lost work, then lower priority, then newest first
-        self.order = (self.lost, job.priority, -job.started_at, job.job_id)
+        self.order: tuple[float, ...] = (self.lost, job.priority, -job.started_at, job.job_id)
+        if victim_order == "kueue":  # every candidate borrows: lowest priority, newest
+            self.order = (job.priority, -job.started_at, job.job_id)
+        elif victim_order == "random":
+            self.order = (_shuffled(seed, job.job_id), job.job_id)
         self.young = now - job.started_at < min_run
         self.claimed = False
         self.freed: dict[int, dict[int, Vec]] = {}  # pool id -> node id -> room it frees
+
+
+def _shuffled(seed: int, job_id: int) -> int:
+    """A job's place in a fixed random order per seed (splitmix64: no state, no hash salt)."""
+    z = (seed * 0x9E3779B97F4A7C15 + job_id + 1) & 0xFFFFFFFFFFFFFFFF
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & 0xFFFFFFFFFFFFFFFF
+    return z ^ (z >> 31)
 
 
 def preemption(victim: Borrower, *, by: PendingJob, quota: Quota) -> Preemption:

@@ -9,14 +9,16 @@ Placement is gang (all pods or none) and best fit: each pod, largest first, goes
 node that leaves the least free room, GPUs compared first, then CPU, memory, node id. When
 best fit fails on a small problem (≤ 6 pods, ≤ 8 nodes that could take a pod) an exact
 search runs before giving up, so a small gang that fits somehow is always found.
+(`Config.placement` may pick worst fit or a random node instead, to compare policies.)
 """
 
 from __future__ import annotations
 
+import random
 from bisect import bisect_left, insort
 from collections.abc import Sequence
 
-from apps.scheduler.engine.model import Node, vec
+from apps.scheduler.engine.model import Node, PlacementRule, vec
 from apps.scheduler.engine.vectors import Vec, fits, grow, low, sum_of
 
 _EXACT_PODS = 6
@@ -34,8 +36,17 @@ class Pool:
     so a gang shape that failed once fails again: `failed` remembers those.
     """
 
-    def __init__(self, pool_id: int, nodes: list[Node]) -> None:
+    def __init__(
+        self,
+        pool_id: int,
+        nodes: list[Node],
+        *,
+        placement: PlacementRule = "best_fit",
+        rng: random.Random | None = None,
+    ) -> None:
         self.id = pool_id
+        self.placement = placement  # Config.placement; best fit unless compared
+        self.rng = rng
         self.cap = {n.id: vec(n.capacity) for n in nodes}
         self.now = {n: list(v) for n, v in self.cap.items()}
         self.fut = {n: list(v) for n, v in self.cap.items()}
@@ -115,6 +126,8 @@ class Pool:
 
     def best(self, pod: Vec) -> int | None:
         """The node best fit leaves with the least room, or None."""
+        if self.placement != "best_fit":
+            return self._other_fit(pod)
         g, c, m = pod
         buckets = self.buckets
         for b in range(max(g, 0), len(buckets)):
@@ -123,6 +136,22 @@ class Pool:
                 continue
             for j in range(bisect_left(bucket, (c, m)), len(bucket)):
                 entry = bucket[j]
+                if entry[1] >= m:
+                    return entry[2]
+        return None
+
+    def _other_fit(self, pod: Vec) -> int | None:
+        """Worst fit (the node left with the most room) or a random node that fits."""
+        g, c, m = pod
+        if self.placement == "random":
+            nodes = sorted(self.fitting(pod) or {})
+            return self.rng.choice(nodes) if nodes and self.rng is not None else None
+        for b in range(len(self.buckets) - 1, max(g, 0) - 1, -1):
+            bucket = self.buckets[b]
+            for j in range(len(bucket) - 1, -1, -1):
+                entry = bucket[j]
+                if entry[0] < c:
+                    break
                 if entry[1] >= m:
                     return entry[2]
         return None

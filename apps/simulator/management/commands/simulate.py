@@ -1,0 +1,184 @@
+"""manage.py simulate: replay a trace through the scheduling core, one run per policy, and
+write the figures (JSON, CSV) and the HTML report. Needs no database and no Redis."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from apps.simulator import (
+    DEFAULTS,
+    ClusterError,
+    PolicyError,
+    Settings,
+    TraceError,
+    made_up_cluster,
+    parse_policies,
+    read_cluster_file,
+    read_jobs,
+    read_nodes,
+    run_summary,
+    simulate,
+    write_csv,
+)
+from apps.simulator.progress import Bar
+from apps.simulator.report import render
+from apps.simulator.trace import IDLE_MODES
+
+
+class Command(BaseCommand):
+    help = "Replay a trace in virtual time through the scheduler's engine and compare policies."
+    requires_system_checks: list[str] = []  # no database, no broker: nothing to check
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--trace", required=True, help="jobs: an openb pod list or own CSV")
+        parser.add_argument("--nodes", help="node list (openb, spot-GPU or own CSV)")
+        parser.add_argument(
+            "--cluster", help="cluster file (TOML) for quotas, and nodes if no --nodes"
+        )
+        parser.add_argument("--mode", choices=("replay", "fill"), default="replay")
+        parser.add_argument(
+            "--policies", help="comma-separated; default by mode (docs/simulator.md)"
+        )
+        parser.add_argument("--seed", type=int, default=42)
+        parser.add_argument("--quota-rule", choices=("hash", "qos"), default="hash")
+        parser.add_argument("--quotas", type=int, default=1, help="equal quotas without --cluster")
+        parser.add_argument(
+            "--idle-mode",
+            action="append",
+            default=[],
+            metavar="CLASS=MODE",
+            help="idle mode of a QoS class (default LS=off, BE=acceptable, others off)",
+        )
+        parser.add_argument("--queue-strategy", choices=("StrictFIFO", "BestEffortFIFO"))
+        parser.add_argument("--checkpoint-interval", type=float, default=1800.0)
+        parser.add_argument("--min-run", type=float, default=60.0)
+        parser.add_argument("--requeue-backoff", type=float, default=10.0)
+        parser.add_argument("--tick", type=float, default=0.0, help="plan at most every N s")
+        parser.add_argument("--speedup", type=float, default=1.0, help="replay: compress arrivals")
+        parser.add_argument(
+            "--fill-to", type=float, default=1.3, help="fill: GPUs asked ÷ capacity"
+        )
+        parser.add_argument(
+            "--shuffle", action="store_true", help="fill: shuffle arrivals (seeded)"
+        )
+        parser.add_argument("--batch", type=int, default=256, help="fill: arrivals per plan")
+        parser.add_argument("--json", help="write the summary here")
+        parser.add_argument("--csv-dir", help="write series.csv and jobs.csv here")
+        parser.add_argument("--html", help="write the report here (default: beside --json)")
+        parser.add_argument("--progress", action="store_true", default=None)
+        parser.add_argument("--no-progress", dest="progress", action="store_false")
+
+    def handle(self, *args: Any, **o: Any) -> None:
+        try:
+            settings, policies = (
+                self._settings(o),
+                parse_policies(o["policies"] or DEFAULTS[o["mode"]]),
+            )
+            traces = read_jobs(o["trace"])
+            nodes = read_nodes(o["nodes"]) if o["nodes"] else None
+            strategy = o["queue_strategy"] or "BestEffortFIFO"
+            if o["cluster"]:
+                cluster = read_cluster_file(o["cluster"], nodes=nodes)
+            elif nodes is not None:
+                classes = sorted({t.qos for t in traces})
+                quotas: int | list[str] = classes if o["quota_rule"] == "qos" else o["quotas"]
+                cluster = made_up_cluster(nodes, quotas=quotas, strategy=strategy)
+            else:
+                raise CommandError("give --nodes, or --cluster with dedicated pools")
+        except (TraceError, ClusterError, PolicyError, ValueError) as e:
+            raise CommandError(str(e)) from e
+        if not traces:
+            raise CommandError(f"{o['trace']}: no jobs")
+        show = sys.stderr.isatty() if o["progress"] is None else o["progress"]
+        results = []
+        for policy in policies:
+            bar = Bar(f"{settings.mode} {policy.name}", self._raw) if show else None
+            try:
+                results.append(simulate(traces, cluster, policy, settings, progress=bar))
+            except ClusterError as e:
+                raise CommandError(str(e)) from e
+            finally:
+                if bar is not None:
+                    bar.close()
+        summary = run_summary(
+            results=results,
+            traces=traces,
+            settings=settings,
+            sources={"trace": o["trace"], "nodes": o["nodes"], "cluster": o["cluster"]},
+            nodes=len(cluster.nodes),
+            gpus=cluster.gpus,
+        )
+        self._print(summary)
+        self._write(summary, results, o)
+
+    def _raw(self, text: str) -> None:
+        self.stderr.write(text, ending="")
+        self.stderr.flush()
+
+    def _settings(self, o: dict[str, Any]) -> Settings:
+        idle = {"LS": "off", "BE": "acceptable"}
+        for item in o["idle_mode"]:
+            cls, sep, mode = item.partition("=")
+            if not sep or mode not in IDLE_MODES:
+                raise CommandError(f"--idle-mode {item}: expected CLASS=off|acceptable|only_idle")
+            idle[cls] = mode
+        for key in ("checkpoint_interval", "min_run", "requeue_backoff", "tick"):
+            if o[key] < 0:
+                raise CommandError(f"--{key.replace('_', '-')} must be ≥ 0")
+        if o["speedup"] <= 0 or o["fill_to"] <= 0 or o["batch"] < 1:
+            raise CommandError("--speedup and --fill-to must be > 0, --batch ≥ 1")
+        return Settings(
+            mode=o["mode"],
+            seed=o["seed"],
+            quota_rule=o["quota_rule"],
+            idle_modes=idle,  # type: ignore[arg-type]
+            checkpoint_interval=o["checkpoint_interval"],
+            min_run_seconds=o["min_run"],
+            requeue_backoff=o["requeue_backoff"],
+            tick=o["tick"],
+            speedup=o["speedup"],
+            fill_to=o["fill_to"],
+            shuffle=o["shuffle"],
+            batch=o["batch"],
+        )
+
+    def _print(self, summary: dict[str, Any]) -> None:
+        self.stdout.write(
+            f"{summary['mode']}: {summary['jobs']:,} jobs, {summary['nodes']:,} nodes, "
+            f"{summary['capacity_gpus']:,} GPUs; {summary['fractional_pods_rounded_up']:,} "
+            "fractional-GPU pods given a whole GPU"
+        )
+        for p in summary["policies"]:
+            line = f"  {p['policy']:<16} GPU allocation {p['gpu_allocation_ratio']:.2%}"
+            if summary["mode"] == "fill":
+                marks = ", ".join(
+                    f"{float(k):.0%} arrived: {v:.2%}" if v is not None else f"{float(k):.0%}: –"
+                    for k, v in p["allocation_at_arrived"].items()
+                )
+                line += f" ({marks}), {p['pods_unplaced']:,} pods unplaced"
+            else:
+                d = p["delay_seconds"]
+                line += (
+                    f", delay p50/p90/p99 {d['p50']}/{d['p90']}/{d['p99']} s, "
+                    f"{p['preemptions']:,} preemptions, {p['lost_gpu_hours']:,.2f} GPU-h lost"
+                )
+            line += f", {p['wall_seconds']:.2f} s"
+            self.stdout.write(line)
+
+    def _write(self, summary: dict[str, Any], results: list, o: dict[str, Any]) -> None:
+        if o["json"]:
+            Path(o["json"]).write_text(json.dumps(summary, indent=2) + "\n")
+            self.stdout.write(f"summary: {o['json']}")
+        if o["csv_dir"]:
+            paths = write_csv(results, o["csv_dir"])
+            self.stdout.write(f"series: {', '.join(str(p) for p in paths)}")
+        html = o["html"] or (
+            str(Path(o["json"]).with_suffix(".html")) if o["json"] else "simulation-report.html"
+        )
+        Path(html).write_text(render(summary, results))
+        self.stdout.write(f"report: {html}")

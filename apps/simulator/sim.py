@@ -1,0 +1,531 @@
+"""Virtual time: a trace's jobs go through `apps.scheduler.engine.plan`, as the live tick sends
+the database's, and what the plans decide is applied to an in-memory cluster.
+
+Two modes:
+
+- **replay**: jobs arrive at their trace times and leave when their work is done. A plan runs
+  whenever something changed while jobs wait (an arrival, a departure, a backoff or a
+  minimum run time ending), or at most once per `tick` seconds when a tick is set, as the
+  live beat does. Preempted jobs go back to their queue (AIMaster) with the work since their
+  last checkpoint lost, and wait out the requeue backoff.
+- **fill** (the method of the FGD paper, USENIX ATC'23): jobs keep arriving in trace order,
+  and nobody leaves; a job that cannot start when it arrives is dropped. The trace is
+  inflated with seeded copies of its own jobs until the GPUs asked for reach `fill_to` times
+  the capacity. Arrivals are planned in batches when one plan over a batch decides exactly
+  what one plan per arrival would: with no job deferred to the engine's borrowers' pass
+  (the engine walks the queue in arrival order, and room only shrinks); one at a time
+  otherwise.
+
+What the simulator decides itself is only what the trace leaves open: when plans run, how
+long work takes, when checkpoints happen. Every scheduling decision is the engine's.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import random
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Literal
+
+from apps.scheduler.engine import (
+    Config,
+    IdleMode,
+    PendingJob,
+    Plan,
+    PodRequest,
+    Resources,
+    RunningJob,
+    RunningPod,
+    Snapshot,
+    plan,
+)
+from apps.simulator.cluster import Cluster, assign_quota
+from apps.simulator.policy import Policy
+from apps.simulator.trace import TraceJob
+
+Mode = Literal["replay", "fill"]
+Progress = Callable[[int, int], None]  # (done, total)
+
+DEFAULT_IDLE_MODES: Mapping[str, IdleMode] = {"LS": "off", "BE": "acceptable"}
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """What a run assumes where the trace says nothing. Seconds throughout."""
+
+    mode: Mode = "replay"
+    seed: int = 0
+    quota_rule: str = "hash"
+    idle_modes: Mapping[str, IdleMode] = field(default_factory=lambda: dict(DEFAULT_IDLE_MODES))
+    checkpoint_interval: float = 1800.0  # 0: no checkpoints
+    min_run_seconds: float = 60.0
+    requeue_backoff: float = 10.0
+    tick: float = 0.0  # 0: plan at every change
+    speedup: float = 1.0  # replay: arrivals this many times closer together
+    fill_to: float = 1.3
+    shuffle: bool = False
+    batch: int = 256
+
+
+@dataclass(slots=True)
+class Series:
+    """One row per point in time (replay) or per arrival (fill)."""
+
+    x: list[float] = field(default_factory=list)  # time (replay) or arrived share (fill)
+    allocated: list[float] = field(
+        default_factory=list
+    )  # milli-GPU asked by running pods ÷ capacity
+    occupied: list[int] = field(default_factory=list)  # whole GPUs held
+    running: list[int] = field(default_factory=list)
+    pending: list[int] = field(default_factory=list)
+    preemptions: list[int] = field(default_factory=list)  # so far
+    lost_gpu_seconds: list[float] = field(default_factory=list)  # so far
+
+
+@dataclass(slots=True)
+class JobOutcome:
+    name: str
+    qos: str
+    quota: str
+    submit: float
+    first_start: float | None = None
+    finish: float | None = None
+    preemptions: int = 0
+    lost_gpu_seconds: float = 0.0
+    dropped: bool = False  # fill mode: could not start on arrival
+    nodes: tuple[int, ...] = ()  # engine node ids of its pods when it first started
+
+
+@dataclass(slots=True)
+class Result:
+    policy: Policy
+    mode: Mode
+    capacity_gpus: int
+    series: Series
+    jobs: list[JobOutcome]
+    preemptions: int = 0
+    lost_gpu_seconds: float = 0.0
+    plan_calls: int = 0
+    wall_seconds: float = 0.0
+    cpu_seconds: float = 0.0
+    at_arrived: dict[float, float | None] = field(default_factory=dict)  # fill: share → ratio
+
+
+class _Job:
+    """A trace job as the simulator tracks it between plans."""
+
+    __slots__ = (
+        "id",
+        "trace",
+        "quota_id",
+        "idle_mode",
+        "priority",
+        "remaining",
+        "started",
+        "attempt",
+        "checkpoints",
+        "outcome",
+    )
+
+    def __init__(
+        self, jid: int, trace: TraceJob, quota: str, quota_id: int, idle_mode: IdleMode
+    ) -> None:
+        self.id = jid
+        self.trace = trace
+        self.quota_id = quota_id
+        self.idle_mode: IdleMode = idle_mode
+        self.priority = trace.priority
+        self.remaining = trace.duration
+        self.started = 0.0
+        self.attempt = 0
+        self.checkpoints = 0  # of the current attempt, as last shown to the engine
+        self.outcome = JobOutcome(trace.name, trace.qos, quota, trace.submit)
+
+    @property
+    def milli(self) -> int:
+        return self.trace.gpu_milli * self.trace.pods
+
+    @property
+    def gpus(self) -> int:
+        return self.trace.gpu * self.trace.pods
+
+    def pending(self, *, submitted_at: float, not_before: float | None) -> PendingJob:
+        t = self.trace
+        shape = Resources(cpu=t.cpu, memory=t.memory, gpu=t.gpu)
+        return PendingJob(
+            job_id=self.id,
+            name=t.name,
+            quota_id=self.quota_id,
+            idle_mode=self.idle_mode,
+            priority=self.priority,
+            submitted_at=submitted_at,
+            pods=tuple(PodRequest(key=f"pod-{i}", resources=shape) for i in range(t.pods)),
+            not_before=not_before,
+        )
+
+
+class _Cluster:
+    """Jobs running and waiting, and the figures that follow them."""
+
+    def __init__(self, cluster: Cluster, policy: Policy, settings: Settings) -> None:
+        self.cluster = cluster
+        self.capacity = cluster.gpus * 1000  # milli-GPU
+        self.settings = settings
+        self.config: Config = policy.config(
+            seed=settings.seed, min_run_seconds=settings.min_run_seconds
+        )
+        interval = policy.checkpoint_interval
+        self.interval = settings.checkpoint_interval if interval is None else interval
+        self.running: dict[int, RunningJob] = {}
+        self.pending: dict[int, PendingJob] = {}
+        self.jobs: dict[int, _Job] = {}
+        self.allocated = 0  # milli-GPU asked for by running jobs
+        self.occupied = 0  # whole GPUs they hold
+        self.preemptions = 0
+        self.lost = 0.0
+        self.plan_calls = 0
+        self.pod_ids = 0
+
+    def snapshot(self, now: float) -> Snapshot:
+        self._checkpoint(now)
+        return Snapshot(
+            nodes=self.cluster.nodes,
+            quotas=self.cluster.quotas,
+            running=tuple(self.running.values()),
+            pending=tuple(self.pending.values()),
+        )
+
+    def plan(self, now: float) -> Plan:
+        self.plan_calls += 1
+        return plan(self.snapshot(now), now=now, config=self.config)
+
+    def _checkpoint(self, now: float) -> None:
+        """Show the engine each borrower's latest checkpoint (only victims' lost work counts)."""
+        if not self.interval:
+            return
+        for jid, running in self.running.items():
+            if running.idle_mode == "off":
+                continue
+            job = self.jobs[jid]
+            done = int((now - job.started) // self.interval)
+            if done != job.checkpoints:
+                job.checkpoints = done
+                at = job.started + done * self.interval if done > 0 else None
+                self.running[jid] = replace(running, last_checkpoint_at=at)
+
+    def start(
+        self, job: _Job, admission_placements: Sequence[tuple[int, bool]], now: float
+    ) -> None:
+        t = job.trace
+        shape = Resources(cpu=t.cpu, memory=t.memory, gpu=t.gpu)
+        pods = []
+        for node_id, in_quota in admission_placements:
+            self.pod_ids += 1
+            pods.append(RunningPod(self.pod_ids, node_id, shape, in_quota))
+        job.attempt += 1
+        job.started = now
+        job.checkpoints = 0
+        if job.outcome.first_start is None:
+            job.outcome.first_start = now
+            job.outcome.nodes = tuple(node_id for node_id, _ in admission_placements)
+        self.pending.pop(job.id, None)
+        self.running[job.id] = RunningJob(
+            job_id=job.id,
+            name=t.name,
+            quota_id=job.quota_id,
+            idle_mode=job.idle_mode,
+            priority=job.priority,
+            started_at=now,
+            last_checkpoint_at=None,
+            pods=tuple(pods),
+        )
+        self.allocated += job.milli
+        self.occupied += job.gpus
+
+    def stop(self, job: _Job) -> None:
+        del self.running[job.id]
+        self.allocated -= job.milli
+        self.occupied -= job.gpus
+
+    def preempt(self, job: _Job, lost: float, now: float) -> None:
+        """A victim stops now; its work up to the last checkpoint is kept."""
+        self.stop(job)
+        if job.remaining is not None and self.interval:
+            saved = ((now - job.started) // self.interval) * self.interval
+            job.remaining = max(0.0, job.remaining - saved)
+        job.outcome.preemptions += 1
+        job.outcome.lost_gpu_seconds += lost
+        self.preemptions += 1
+        self.lost += lost
+
+    def apply(self, p: Plan, now: float) -> tuple[list[_Job], list[_Job]]:
+        """Start the admitted jobs and stop the victims; returns (started, preempted)."""
+        started, preempted = [], []
+        for victim in p.preemptions:
+            job = self.jobs[victim.job_id]
+            if job.id in self.running:
+                self.preempt(job, victim.lost_gpu_seconds, now)
+                preempted.append(job)
+        for admission in p.admissions:
+            job = self.jobs[admission.job_id]
+            self.start(job, [(pl.node_id, pl.in_quota) for pl in admission.placements], now)
+            started.append(job)
+        return started, preempted
+
+
+def make_jobs(
+    traces: Sequence[TraceJob], cluster: Cluster, settings: Settings
+) -> list[tuple[TraceJob, str, int, IdleMode]]:
+    """Each trace job with its quota (name and id) and idle mode."""
+    out = []
+    for t in traces:
+        quota = assign_quota(t, cluster, settings.quota_rule)
+        quota_id = cluster.quota_id(quota)
+        assert quota_id is not None
+        mode: IdleMode = t.idle_mode or settings.idle_modes.get(t.qos, "off")  # type: ignore[assignment]
+        out.append((t, quota, quota_id, mode))
+    return out
+
+
+def simulate(
+    traces: Sequence[TraceJob],
+    cluster: Cluster,
+    policy: Policy,
+    settings: Settings,
+    *,
+    progress: Progress | None = None,
+) -> Result:
+    """Run one policy over the trace."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    if settings.mode == "fill":
+        result = _fill(traces, cluster, policy, settings, progress)
+    else:
+        result = _replay(traces, cluster, policy, settings, progress)
+    result.wall_seconds = time.perf_counter() - wall
+    result.cpu_seconds = time.process_time() - cpu
+    return result
+
+
+# --- replay ---------------------------------------------------------------------------
+
+_ARRIVE, _FINISH, _WAKE = 0, 1, 2  # at one instant: arrivals, then departures, then a plan
+
+
+def _replay(
+    traces: Sequence[TraceJob],
+    cluster: Cluster,
+    policy: Policy,
+    settings: Settings,
+    progress: Progress | None,
+) -> Result:
+    state = _Cluster(cluster, policy, settings)
+    events: list[tuple[float, int, int, int, int]] = []  # time, kind, seq, job id, attempt
+    seq = 0
+    for i, (t, quota, quota_id, mode) in enumerate(make_jobs(traces, cluster, settings)):
+        if settings.speedup != 1.0:
+            t = replace(t, submit=t.submit / settings.speedup)
+        job = _Job(i + 1, t, quota, quota_id, mode)
+        state.jobs[job.id] = job
+        events.append((t.submit, _ARRIVE, seq, job.id, 0))
+        seq += 1
+    heapq.heapify(events)
+    series = Series()
+    arrived = finished = 0
+    planned_at: float | None = None  # a wake-up already queued for this time
+    total = len(state.jobs)
+    while events:
+        now = events[0][0]
+        dirty = False
+        while events and events[0][0] == now:
+            _, kind, _, jid, attempt = heapq.heappop(events)
+            if kind == _ARRIVE:
+                job = state.jobs[jid]
+                state.pending[jid] = job.pending(submitted_at=job.trace.submit, not_before=None)
+                arrived += 1
+                dirty = True
+            elif kind == _FINISH:
+                job = state.jobs[jid]
+                if jid in state.running and job.attempt == attempt:
+                    state.stop(job)
+                    job.outcome.finish = now
+                    finished += 1
+                    dirty = True
+            else:
+                dirty = True
+                if planned_at == now:
+                    planned_at = None
+        if dirty and state.pending:
+            at = _next_tick(now, settings.tick)
+            if at > now:
+                if planned_at is None or planned_at > at:
+                    heapq.heappush(events, (at, _WAKE, seq, 0, 0))
+                    seq, planned_at = seq + 1, at
+            else:
+                seq = _plan_now(state, now, events, seq)
+        series.x.append(now)
+        _record(series, state)
+        if progress is not None:  # arrivals and departures: a job is half done once in
+            progress(arrived + finished, 2 * total)
+    return _result(state, policy, settings, series)
+
+
+def _plan_now(state: _Cluster, now: float, events: list, seq: int) -> int:
+    """Plan until no more victims are chosen: a reclaiming owner starts once its victims
+    have gone, which in virtual time is the same instant."""
+    settings = state.settings
+    for _ in range(8):
+        p = state.plan(now)
+        started, preempted = state.apply(p, now)
+        for job in started:
+            if job.remaining is not None:
+                heapq.heappush(events, (now + job.remaining, _FINISH, seq, job.id, job.attempt))
+                seq += 1
+        for job in preempted:
+            backoff = settings.requeue_backoff
+            state.pending[job.id] = job.pending(
+                submitted_at=job.trace.submit, not_before=now + backoff if backoff else None
+            )
+            if backoff:
+                heapq.heappush(events, (now + backoff, _WAKE, seq, 0, 0))
+                seq += 1
+        if not p.preemptions:
+            break
+    if not p.preemptions and any(w.reserved for w in p.waiting):
+        # an owner waits for young borrowers: look again when the first comes of age
+        ages = [
+            r.started_at + state.config.min_run_seconds
+            for r in state.running.values()
+            if r.idle_mode != "off" and r.started_at + state.config.min_run_seconds > now
+        ]
+        if ages:
+            heapq.heappush(events, (min(ages), _WAKE, seq, 0, 0))
+            seq += 1
+    return seq
+
+
+def _next_tick(now: float, tick: float) -> float:
+    return math.ceil(now / tick) * tick if tick > 0 else now
+
+
+def _record(series: Series, state: _Cluster) -> None:
+    capacity = state.capacity
+    series.allocated.append(state.allocated / capacity if capacity else 0.0)
+    series.occupied.append(state.occupied)
+    series.running.append(len(state.running))
+    series.pending.append(len(state.pending))
+    series.preemptions.append(state.preemptions)
+    series.lost_gpu_seconds.append(state.lost)
+
+
+def _result(state: _Cluster, policy: Policy, settings: Settings, series: Series) -> Result:
+    return Result(
+        policy=policy,
+        mode=settings.mode,
+        capacity_gpus=state.cluster.gpus,
+        series=series,
+        jobs=[job.outcome for job in state.jobs.values()],
+        preemptions=state.preemptions,
+        lost_gpu_seconds=state.lost,
+        plan_calls=state.plan_calls,
+    )
+
+
+# --- fill -----------------------------------------------------------------------------
+
+
+def inflate(traces: Sequence[TraceJob], *, gpus: int, settings: Settings) -> list[TraceJob]:
+    """The trace in its order, then seeded copies of its jobs until the GPUs asked for reach
+    `fill_to` × `gpus`; shuffled with the same seed if asked."""
+    rng = random.Random(settings.seed)
+    target = settings.fill_to * gpus * 1000
+    out = list(traces)
+    asked = sum(t.gpu_milli * t.pods for t in out)
+    if any(t.gpu_milli for t in traces):
+        k = 0
+        while asked < target:
+            t = rng.choice(traces)
+            k += 1
+            out.append(replace(t, name=f"{t.name}~{k}"))
+            asked += t.gpu_milli * t.pods
+    if settings.shuffle:
+        rng.shuffle(out)
+    return out
+
+
+def _batchable(jobs: Sequence[_Job], cluster: Cluster) -> bool:
+    """Whether one plan over many arrivals decides what one plan per arrival would. Not
+    when some job may be deferred to the borrowers' pass (only_idle, or acceptable beyond
+    its quota): that pass comes after every owner of the plan, not in arrival order."""
+    if all(job.idle_mode == "off" for job in jobs):
+        return True
+    return len(cluster.quotas) == 1 and all(job.idle_mode != "only_idle" for job in jobs)
+
+
+def _fill(
+    traces: Sequence[TraceJob],
+    cluster: Cluster,
+    policy: Policy,
+    settings: Settings,
+    progress: Progress | None,
+) -> Result:
+    state = _Cluster(cluster, policy, settings)
+    arrivals = inflate(traces, gpus=cluster.gpus, settings=settings)
+    jobs = []
+    for i, (t, quota, quota_id, mode) in enumerate(make_jobs(arrivals, cluster, settings)):
+        job = _Job(i + 1, t, quota, quota_id, mode)
+        job.priority = 1  # arrival order is the queue order
+        state.jobs[job.id] = job
+        jobs.append(job)
+    capacity = cluster.gpus * 1000
+    series = Series()
+    asked = 0
+    marks = sorted({1.0, settings.fill_to})
+    at_arrived: dict[float, float | None] = dict.fromkeys(marks)
+    step = max(1, settings.batch) if _batchable(jobs, cluster) else 1
+    for first in range(0, len(jobs), step):
+        batch = jobs[first : first + step]
+        before = state.allocated
+        for job in batch:
+            state.pending[job.id] = job.pending(submitted_at=float(job.id), not_before=None)
+        placed: set[int] = set()
+        for _ in range(8):
+            p = state.plan(0.0)
+            started, preempted = state.apply(p, 0.0)
+            placed.update(j.id for j in started)
+            placed.difference_update(j.id for j in preempted)
+            for job in preempted:  # tried again in this batch, dropped if it cannot start
+                state.pending[job.id] = job.pending(submitted_at=float(job.id), not_before=None)
+                before -= job.milli
+            if not p.preemptions:
+                break
+        for jid in list(state.pending):
+            state.jobs[jid].outcome.dropped = True
+            del state.pending[jid]
+        allocated = before
+        # victims of earlier batches that started again here count from the batch's end
+        again = state.allocated - before - sum(j.milli for j in batch if j.id in placed)
+        for n, job in enumerate(batch, 1):
+            if n == len(batch):
+                allocated += again
+            asked += job.milli
+            if job.id in placed:
+                allocated += job.milli
+            share = asked / capacity if capacity else 0.0
+            series.x.append(share)
+            series.allocated.append(allocated / capacity if capacity else 0.0)
+            series.occupied.append(state.occupied)
+            series.running.append(len(state.running))
+            series.pending.append(0)
+            series.preemptions.append(state.preemptions)
+            series.lost_gpu_seconds.append(state.lost)
+            for mark in marks:
+                if at_arrived[mark] is None and share >= mark - 1e-12:
+                    at_arrived[mark] = series.allocated[-1]
+        if progress is not None:
+            progress(min(first + step, len(jobs)), len(jobs))
+    result = _result(state, policy, settings, series)
+    result.at_arrived = at_arrived
+    return result

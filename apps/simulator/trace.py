@@ -1,0 +1,263 @@
+"""Reading traces: the jobs to replay and the nodes to replay them on. Pure: paths in, values out.
+
+Two job formats, told apart by their header:
+
+- the openb pod list of Alibaba's 2023 GPU trace (`name,cpu_milli,memory_mib,num_gpu,
+  gpu_milli,...,qos,...,creation_time,deletion_time,scheduled_time`): one single-pod job per row;
+- the simulator's own CSV (`name,submit_time,...`, docs/simulator.md): gangs, quotas, idle
+  modes and priorities, CPU in cores and memory in GiB as the cluster file writes them.
+
+And three node formats: the openb node list (`sn,cpu_milli,memory_mib,gpu,model`), the
+node list of the 2026 spot-GPU trace (`gpu_model,gpu_capacity_num,cpu_num,node_name`; it
+records no memory, so memory never binds there) and the simulator's own
+(`name,cpu,memory_gib,gpu[,model][,count]`).
+
+The engine counts whole GPUs. A pod asking for a fraction of one (openb's `gpu_milli` below
+1000, or `gpu = 0.5` in the own format) is given a whole GPU; `gpu_milli` keeps what it asked
+for, which is what allocation ratios are measured in.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+
+
+class TraceError(ValueError):
+    """A trace or node file that cannot be read; the message names the file and the row."""
+
+
+@dataclass(frozen=True, slots=True)
+class TraceJob:
+    """One job of a trace: `pods` alike pods of the given shape, all started together.
+
+    `duration` is the seconds of work it does once started (None: it runs to the end of the
+    replay). `gpu` is whole GPUs per pod as the engine gives them, `gpu_milli` per pod as
+    asked. `recorded_delay` is the queueing delay the trace itself recorded, if any.
+    """
+
+    name: str
+    submit: float
+    duration: float | None
+    gpu: int
+    gpu_milli: int
+    cpu: int  # millicores per pod
+    memory: int  # MiB per pod
+    pods: int = 1
+    qos: str = ""
+    quota: str | None = None
+    idle_mode: str | None = None
+    priority: int = 1
+    recorded_delay: float | None = None
+
+    @property
+    def fractional(self) -> bool:
+        """Asks for part of a GPU, and is given a whole one."""
+        return self.gpu * 1000 != self.gpu_milli
+
+
+@dataclass(frozen=True, slots=True)
+class TraceNode:
+    name: str
+    cpu: int  # millicores
+    memory: int  # MiB
+    gpu: int
+    model: str = ""
+
+
+_OPENB_JOB = {"name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli", "creation_time"}
+_OWN_JOB = {"name", "submit_time"}
+_OPENB_NODE = {"sn", "cpu_milli", "memory_mib", "gpu"}
+_SPOT_NODE = {"gpu_model", "gpu_capacity_num", "cpu_num", "node_name"}
+_OWN_NODE = {"name", "cpu", "memory_gib", "gpu"}
+_UNRECORDED_MEMORY = 1 << 30  # MiB: more than any pod asks for
+IDLE_MODES = ("off", "acceptable", "only_idle")
+
+
+def read_jobs(path: str | Path) -> list[TraceJob]:
+    """The jobs of a trace file in either format, in submission order (stable)."""
+    rows = _rows(path)
+    header = set(rows.fieldnames or ())
+    if _OPENB_JOB <= header:
+        jobs = [_openb_job(row, _where(path, rows)) for row in rows]
+    elif _OWN_JOB <= header:
+        jobs = [_own_job(row, _where(path, rows)) for row in rows]
+    else:
+        raise TraceError(
+            f"{path}: not a job trace (expected the openb pod list's columns or "
+            f"name,submit_time,...; got {','.join(rows.fieldnames or ())})"
+        )
+    names = [j.name for j in jobs]
+    if len(set(names)) != len(names):
+        raise TraceError(f"{path}: job names repeat")
+    return sorted(jobs, key=lambda j: j.submit)
+
+
+def read_nodes(path: str | Path) -> list[TraceNode]:
+    """The nodes of a node file in either format, in file order."""
+    rows = _rows(path)
+    header = set(rows.fieldnames or ())
+    nodes: list[TraceNode] = []
+    if _OPENB_NODE <= header:
+        for row in rows:
+            where = _where(path, rows)
+            nodes.append(
+                TraceNode(
+                    name=row["sn"],
+                    cpu=_int(row, "cpu_milli", where),
+                    memory=_int(row, "memory_mib", where),
+                    gpu=_int(row, "gpu", where),
+                    model=row.get("model") or "",
+                )
+            )
+    elif _SPOT_NODE <= header:
+        for row in rows:
+            where = _where(path, rows)
+            nodes.append(
+                TraceNode(
+                    name=f"node-{row['node_name']}",
+                    cpu=_scaled(row, "cpu_num", 1000, where),
+                    memory=_UNRECORDED_MEMORY,
+                    gpu=_int(row, "gpu_capacity_num", where),
+                    model=row.get("gpu_model") or "",
+                )
+            )
+    elif _OWN_NODE <= header:
+        for row in rows:
+            where = _where(path, rows)
+            count = _int(row, "count", where) if row.get("count") else 1
+            for i in range(count):
+                name = row["name"] if count == 1 else f"{row['name']}{i}"
+                nodes.append(
+                    TraceNode(
+                        name=name,
+                        cpu=_scaled(row, "cpu", 1000, where),
+                        memory=_scaled(row, "memory_gib", 1024, where),
+                        gpu=_int(row, "gpu", where),
+                        model=row.get("model") or "",
+                    )
+                )
+    else:
+        raise TraceError(
+            f"{path}: not a node list (expected sn,cpu_milli,memory_mib,gpu or "
+            f"name,cpu,memory_gib,gpu; got {','.join(rows.fieldnames or ())})"
+        )
+    if not nodes:
+        raise TraceError(f"{path}: no nodes")
+    return nodes
+
+
+def _openb_job(row: dict[str, str], where: str) -> TraceJob:
+    num_gpu = _int(row, "num_gpu", where)
+    per_gpu = _int(row, "gpu_milli", where)
+    created = float(_int(row, "creation_time", where))
+    scheduled = _optional(row, "scheduled_time", where)
+    deleted = _optional(row, "deletion_time", where)
+    started = created if scheduled is None else scheduled
+    # openb writes a multi-GPU pod's gpu_milli as 1000: the share applies per GPU
+    milli = num_gpu * per_gpu if num_gpu <= 1 else num_gpu * 1000
+    return TraceJob(
+        name=row["name"],
+        submit=created,
+        duration=None if deleted is None else max(0.0, deleted - started),
+        gpu=num_gpu,
+        gpu_milli=milli,
+        cpu=_int(row, "cpu_milli", where),
+        memory=_int(row, "memory_mib", where),
+        qos=row.get("qos") or "",
+        recorded_delay=None if scheduled is None else scheduled - created,
+    )
+
+
+def _own_job(row: dict[str, str], where: str) -> TraceJob:
+    gpu = _decimal(row, "gpu", where) if row.get("gpu") else Decimal(0)
+    milli = int(gpu * 1000)
+    if milli != gpu * 1000 or gpu < 0 or (gpu > 1 and gpu != int(gpu)):
+        raise TraceError(f"{where}: gpu must be whole, or a fraction below 1 in thousandths")
+    idle_mode = row.get("idle_mode") or None
+    if idle_mode is not None and idle_mode not in IDLE_MODES:
+        raise TraceError(f"{where}: idle_mode must be one of {', '.join(IDLE_MODES)}")
+    duration = _optional(row, "duration", where)
+    pods = _int(row, "pods", where) if row.get("pods") else 1
+    if pods < 1:
+        raise TraceError(f"{where}: pods must be ≥ 1")
+    return TraceJob(
+        name=row["name"],
+        submit=float(_decimal(row, "submit_time", where)),
+        duration=duration,
+        gpu=math.ceil(gpu),
+        gpu_milli=milli,
+        cpu=_scaled(row, "cpu", 1000, where) if row.get("cpu") else 0,
+        memory=_scaled(row, "memory_gib", 1024, where) if row.get("memory_gib") else 0,
+        pods=pods,
+        qos=row.get("qos") or "",
+        quota=row.get("quota") or None,
+        idle_mode=idle_mode,
+        priority=_int(row, "priority", where) if row.get("priority") else 1,
+    )
+
+
+class _Rows:
+    """csv.DictReader over a file, closed when read to the end, that knows its line."""
+
+    def __init__(self, path: str | Path) -> None:
+        try:
+            self.file = open(path, newline="", encoding="utf-8")  # noqa: SIM115
+        except OSError as e:
+            raise TraceError(f"{path}: {e.strerror}") from e
+        self.reader = csv.DictReader(self.file)
+        self.fieldnames = self.reader.fieldnames
+
+    @property
+    def line(self) -> int:
+        return self.reader.line_num
+
+    def __iter__(self) -> Iterator[dict[str, str]]:
+        with self.file:
+            yield from self.reader
+
+
+def _rows(path: str | Path) -> _Rows:
+    return _Rows(path)
+
+
+def _where(path: str | Path, rows: _Rows) -> str:
+    return f"{path}:{rows.line}"
+
+
+def _decimal(row: dict[str, str], key: str, where: str) -> Decimal:
+    text = (row.get(key) or "").strip()
+    try:
+        value = Decimal(text)
+    except InvalidOperation:
+        raise TraceError(f"{where}: {key} must be a number, got {text!r}") from None
+    if not value.is_finite():
+        raise TraceError(f"{where}: {key} must be a number, got {text!r}")
+    return value
+
+
+def _int(row: dict[str, str], key: str, where: str) -> int:
+    value = _decimal(row, key, where)
+    if value != int(value) or value < 0:
+        raise TraceError(f"{where}: {key} must be a whole number ≥ 0, got {row.get(key)!r}")
+    return int(value)
+
+
+def _scaled(row: dict[str, str], key: str, unit: int, where: str) -> int:
+    value = _decimal(row, key, where)
+    if value < 0:
+        raise TraceError(f"{where}: {key} must be ≥ 0")
+    return int(value * unit)
+
+
+def _optional(row: dict[str, str], key: str, where: str) -> float | None:
+    return float(_decimal(row, key, where)) if (row.get(key) or "").strip() else None
+
+
+def requested_milli(jobs: Iterable[TraceJob]) -> int:
+    """Milli-GPUs the jobs ask for, all pods counted."""
+    return sum(j.gpu_milli * j.pods for j in jobs)

@@ -1,0 +1,180 @@
+"""manage.py simulate end to end on the sample trace in examples/traces: no database."""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+import subprocess
+import sys
+from io import StringIO
+from pathlib import Path
+
+import pytest
+from django.core.management import CommandError, call_command
+
+ROOT = Path(__file__).resolve().parents[2]
+SAMPLE = ROOT / "examples" / "traces"
+ARGS = [
+    "--trace",
+    str(SAMPLE / "sample_pods.csv"),
+    "--nodes",
+    str(SAMPLE / "sample_nodes.csv"),
+]
+
+
+def simulate(*args: str) -> str:
+    out = StringIO()
+    call_command("simulate", *args, stdout=out, stderr=StringIO())
+    return out.getvalue()
+
+
+def test_it_replays_the_sample_and_writes_every_output(tmp_path):
+    out = simulate(
+        *ARGS,
+        "--cluster",
+        str(SAMPLE / "sample-cluster.toml"),
+        "--json",
+        str(tmp_path / "out.json"),
+        "--csv-dir",
+        str(tmp_path / "csv"),
+    )
+    summary = json.loads((tmp_path / "out.json").read_text())
+    assert summary["mode"] == "replay" and summary["jobs"] == 600
+    assert summary["gpu_sharing"] is False and summary["fractional_pods_rounded_up"] > 0
+    names = [p["policy"] for p in summary["policies"]]
+    assert names == ["ours", "kueue", "random-victims"]
+    for p in summary["policies"]:
+        assert 0 < p["gpu_allocation_ratio"] <= 1
+        assert set(p["delay_seconds"]) >= {"p50", "p90", "p99"}
+        assert {"preemptions", "lost_gpu_hours", "unallocated_gpus", "wall_seconds"} <= set(p)
+        assert set(p["delay_seconds_by_quota"]) <= {"team-a", "team-b", "research"}
+    assert any(p["preemptions"] for p in summary["policies"])  # the sample is busy enough
+    for p in summary["policies"]:
+        assert f"{p['policy']}" in out and f"{p['gpu_allocation_ratio']:.2%}" in out
+    assert f"report: {tmp_path / 'out.html'}" in out
+    html = (tmp_path / "out.html").read_text()
+    assert html.count("<svg") >= 5 and "Queueing delay" in html
+    assert not re.search(r"""(src|href)=["']?https?:""", html)  # nothing fetched
+    with (tmp_path / "csv" / "series.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert {r["policy"] for r in rows} == set(names)
+    assert all(0 <= float(r["gpu_allocation_ratio"]) <= 1 for r in rows)
+    with (tmp_path / "csv" / "jobs.csv").open() as f:
+        assert len(list(csv.DictReader(f))) == 3 * 600
+
+
+def test_it_fills_the_sample_and_prints_the_allocation(tmp_path):
+    out = simulate(*ARGS, "--mode", "fill", "--json", str(tmp_path / "fill.json"))
+    summary = json.loads((tmp_path / "fill.json").read_text())
+    for p in summary["policies"]:
+        at = p["allocation_at_arrived"]
+        assert set(at) == {"1", "1.3"} and 0 < at["1"] <= at["1.3"] <= 1
+        assert f"130% arrived: {at['1.3']:.2%}" in out
+        assert p["pods_placed"] + p["pods_unplaced"] == p["pods_arrived"]
+    assert (tmp_path / "fill.html").exists()
+
+
+def test_it_gives_the_same_figures_for_the_same_seed(tmp_path):
+    def figures(name: str) -> list[dict]:
+        simulate(
+            *ARGS,
+            "--policies",
+            "random-victims,random-fit",
+            "--seed",
+            "9",
+            "--json",
+            str(tmp_path / name),
+        )
+        policies = json.loads((tmp_path / name).read_text())["policies"]
+        for p in policies:
+            p.pop("wall_seconds"), p.pop("cpu_seconds")
+        return policies
+
+    assert figures("a.json") == figures("b.json")
+
+
+def test_it_says_what_is_missing():
+    with pytest.raises(CommandError, match="give --nodes"):
+        simulate("--trace", str(SAMPLE / "sample_pods.csv"))
+    with pytest.raises(CommandError, match="unknown policy"):
+        simulate(*ARGS, "--policies", "fastest")
+
+
+def test_it_runs_as_a_command_without_a_database(tmp_path):
+    """As from a fresh clone: no SECRET_KEY, no DEBUG, no database, no broker."""
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "PAIWEB_VAR_DIR": str(tmp_path / "var"),
+        "DATABASE_URL": "postgres://nobody@127.0.0.1:1/none",  # any use of it would fail
+        "REDIS_URL": "redis://127.0.0.1:1/0",
+    }
+    done = subprocess.run(
+        [
+            sys.executable,
+            "manage.py",
+            "simulate",
+            *ARGS,
+            "--mode",
+            "fill",
+            "--html",
+            str(tmp_path / "r.html"),
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "GPU allocation" in done.stdout and (tmp_path / "r.html").exists()
+
+
+def test_it_shows_progress_on_stderr_when_asked(tmp_path):
+    err = StringIO()
+    call_command(
+        "simulate",
+        *ARGS,
+        "--policies",
+        "ours",
+        "--progress",
+        "--html",
+        str(tmp_path / "r.html"),
+        stdout=StringIO(),
+        stderr=err,
+    )
+    assert "replay ours [" in err.getvalue() and "100%" in err.getvalue()
+
+
+def test_it_fills_an_openb_trace_and_says_what_it_rounded_up(tmp_path):
+    pods = tmp_path / "pods.csv"
+    pods.write_text(
+        "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,"
+        "creation_time,deletion_time,scheduled_time\n"
+        "p0,4000,8192,1,500,,LS,Running,0,100,0\n"
+        "p1,4000,8192,1,500,,BE,Running,1,100,1\n"
+        "p2,4000,8192,2,1000,,LS,Running,2,100,2\n"
+    )
+    nodes = tmp_path / "nodes.csv"
+    nodes.write_text("sn,cpu_milli,memory_mib,gpu,model\nn0,32000,65536,2,T4\n")
+    out = simulate(
+        "--trace",
+        str(pods),
+        "--nodes",
+        str(nodes),
+        "--mode",
+        "fill",
+        "--fill-to",
+        "1.0",
+        "--policies",
+        "ours",
+        "--json",
+        str(tmp_path / "o.json"),
+    )
+    summary = json.loads((tmp_path / "o.json").read_text())
+    assert summary["fractional_pods_rounded_up"] == 2 and summary["gpu_sharing"] is False
+    (ours,) = summary["policies"]
+    # the two half-GPU pods take both GPUs; the 2-GPU pod finds none
+    assert ours["allocation_at_arrived"] == {"1": 0.5}
+    assert ours["gpu_occupied_ratio"] == 1.0 and ours["pods_unplaced"] == 1
+    assert "2 fractional-GPU pods given a whole GPU" in out

@@ -1,0 +1,51 @@
+"""Fill mode (the FGD paper's method) on tiny traces with known answers."""
+
+from __future__ import annotations
+
+import pytest
+
+from apps.simulator import Policy, Settings, inflate, policy_summary
+from tests.simulator.helpers import job, one_quota, outcome, run
+
+
+def test_it_reports_the_allocation_reached_as_the_trace_arrives():
+    trace = [job("a", 0, gpu=2), job("b", 1, gpu=2), job("c", 2, gpu=2)]
+    result = run(trace, one_quota(4), mode="fill", fill_to=1.3)
+    summary = policy_summary(result)
+    assert summary["allocation_at_arrived"] == {"1": 1.0, "1.3": 1.0}
+    assert summary["pods_unplaced"] == 1 and outcome(result, "c").dropped
+    assert summary["arrived_ratio"] == pytest.approx(1.5)
+    assert summary["unallocated_gpus"] == 0
+
+
+def test_it_measures_fractional_pods_by_what_they_asked_for():
+    trace = [job(f"half{i}", i, milli=500) for i in range(4)]
+    result = run(trace, one_quota(2), mode="fill", fill_to=1.0)
+    summary = policy_summary(result)
+    assert summary["gpu_allocation_ratio"] == pytest.approx(0.5)  # 2 × 500 of 2,000 milli
+    assert summary["gpu_occupied_ratio"] == pytest.approx(1.0)  # each holds a whole GPU
+    assert summary["unallocated_gpus"] == pytest.approx(1.0)
+    assert summary["pods_placed"] == 2
+
+
+def test_it_inflates_the_trace_with_seeded_copies():
+    settings = Settings(mode="fill", fill_to=1.3, seed=3)
+    arrivals = inflate([job("a", 0), job("b", 0, gpu=2)], gpus=4, settings=settings)
+    assert [j.name for j in arrivals[:2]] == ["a", "b"]
+    assert sum(j.gpu_milli for j in arrivals) >= 1.3 * 4000
+    assert sum(j.gpu_milli for j in arrivals[:-1]) < 1.3 * 4000  # stops as soon as it is there
+    assert inflate([job("a", 0), job("b", 0, gpu=2)], gpus=4, settings=settings) == arrivals
+
+
+def test_it_places_by_best_fit_unless_told_otherwise():
+    trace = [job("small", 0), job("large", 1, gpu=4)]
+    # 5 of 6 GPUs asked for: past fill_to 0.8, so no copies are added
+    best = run(trace, one_quota(2, 4), mode="fill", fill_to=0.8)
+    worst = run(
+        trace, one_quota(2, 4), Policy("wf", placement="worst_fit"), mode="fill", fill_to=0.8
+    )
+    # best fit leaves the 4-GPU node whole for the large job; worst fit breaks it up
+    assert len(best.jobs) == 2
+    assert policy_summary(best)["gpu_allocation_ratio"] == pytest.approx(5 / 6, abs=1e-6)
+    assert policy_summary(worst)["gpu_allocation_ratio"] == pytest.approx(1 / 6, abs=1e-6)
+    assert outcome(worst, "large").dropped
