@@ -82,6 +82,7 @@ INSTALLED_APPS = [
     "apps.api",
     "apps.agent",
     "apps.console",
+    "apps.whatif",
     "apps.ops",
 ]
 

@@ -25,5 +25,6 @@ urlpatterns = [
     path("cluster/", include("apps.scheduler.urls")),
     path("market/", include("apps.market.urls")),
     path("bills/", include("apps.billing.urls")),
+    path("whatif/", include("apps.whatif.urls")),
     path("", include("apps.ops.urls")),
 ]

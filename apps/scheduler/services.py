@@ -75,6 +75,19 @@ def _load() -> _Loaded:
         return _Loaded(
             snapshot=engine.Snapshot(nodes=(), quotas=(), running=(), pending=()), shown={}
         )
+    nodes, quotas = scheduler_cluster()
+    running = _running_jobs(live=True) + _running_jobs(live=False)
+    return _Loaded(
+        snapshot=engine.Snapshot(
+            nodes=nodes, quotas=quotas, running=tuple(running), pending=pending
+        ),
+        shown=shown,
+    )
+
+
+def scheduler_cluster() -> tuple[tuple[engine.Node, ...], tuple[engine.Quota, ...]]:
+    """The dedicated pools' nodes and the quota tree, as the engine takes them (the tick's
+    snapshot and the What-if page's current configuration)."""
     nodes = tuple(
         engine.Node(
             id=pk,
@@ -108,13 +121,7 @@ def _load() -> _Loaded:
             "queue_strategy",
         )
     )
-    running = _running_jobs(live=True) + _running_jobs(live=False)
-    return _Loaded(
-        snapshot=engine.Snapshot(
-            nodes=nodes, quotas=quotas, running=tuple(running), pending=pending
-        ),
-        shown=shown,
-    )
+    return nodes, quotas
 
 
 def _running_jobs(*, live: bool) -> list[engine.RunningJob]:

@@ -24,6 +24,7 @@ LAYERS = (
     "billing",  # per-minute bills
     "agent",  # node agents: pods as processes, logs, checkpoints
     "console",  # the job pages: a job's whole path
+    "whatif",  # the simulator on the cluster's own jobs and a changed cluster file
     "api",  # the PAI-DLC OpenAPI
     "ops",  # the platform as a whole: cluster file, demo, health, fault harness
 )

@@ -1,0 +1,44 @@
+"""A What-if run: a trace replayed on the current cluster and on a changed cluster file."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+
+
+class WhatIfRun(models.Model):
+    class Status(models.TextChoices):
+        QUEUED = "queued", "Queued"
+        RUNNING = "running", "Running"
+        DONE = "done", "Done"
+        FAILED = "failed", "Failed"
+
+    class Source(models.TextChoices):
+        JOBS = "jobs", "The cluster's own jobs"
+        UPLOAD = "upload", "A trace file"
+
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    title = models.CharField(max_length=128, blank=True)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED)
+    progress = models.FloatField(default=0.0, help_text="0–1, across every policy and side")
+    message = models.TextField(blank=True, help_text="what failed, when it failed")
+    source = models.CharField(max_length=16, choices=Source.choices)
+    days = models.PositiveSmallIntegerField(null=True, blank=True)
+    trace_name = models.CharField(max_length=255, blank=True)
+    mode = models.CharField(max_length=16, default="replay")
+    policies = models.CharField(max_length=512, blank=True)
+    cluster_file = models.TextField(help_text="the changed cluster file (TOML)")
+    current = models.JSONField(null=True, blank=True)  # the simulator's summary, current
+    changed = models.JSONField(null=True, blank=True)  # and with the changed cluster file
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return self.title or f"What-if run {self.pk}"
+
+    @property
+    def finished(self) -> bool:
+        return self.status in (self.Status.DONE, self.Status.FAILED)

@@ -1,0 +1,159 @@
+"""What-if runs: create one, and carry it out (in a Celery worker: `whatif_run_task`)."""
+
+from __future__ import annotations
+
+import time
+import tomllib
+from pathlib import Path
+
+from django.conf import settings
+from django.core.files.uploadedfile import UploadedFile
+from django.db import transaction
+from django.utils import timezone
+
+from apps.simulator import (
+    DEFAULTS,
+    Cluster,
+    ClusterError,
+    PolicyError,
+    Settings,
+    TraceError,
+    parse_policies,
+    read_jobs,
+    run_summary,
+    simulate,
+)
+from apps.simulator.cluster import cluster_from_toml
+from apps.simulator.report import render
+from apps.whatif.models import WhatIfRun
+from apps.whatif.selectors import current_cluster, jobs_trace
+
+SIDES = ("current", "changed")
+PROGRESS_EVERY = 0.5  # seconds between progress writes
+
+
+def run_dir(run: WhatIfRun) -> Path:
+    return Path(settings.VAR_DIR) / "whatif" / str(run.pk)
+
+
+def report_path(run: WhatIfRun, side: str) -> Path:
+    return run_dir(run) / f"{side}.html"
+
+
+@transaction.atomic
+def whatif_create(
+    *,
+    user,
+    title: str,
+    source: str,
+    days: int | None,
+    trace: UploadedFile | None,
+    mode: str,
+    policies: str,
+    cluster_file: str,
+) -> WhatIfRun:
+    """Store the run (and its uploaded trace) and queue it once the transaction commits."""
+    run = WhatIfRun.objects.create(
+        created_by=user,
+        title=title,
+        source=source,
+        days=days,
+        trace_name=trace.name if trace else f"the quota jobs of the last {days} days",
+        mode=mode,
+        policies=policies,
+        cluster_file=cluster_file,
+    )
+    if trace is not None:
+        folder = run_dir(run)
+        folder.mkdir(parents=True, exist_ok=True)
+        with open(folder / "trace.csv", "wb") as out:
+            for chunk in trace.chunks():
+                out.write(chunk)
+    whatif_queue(run=run)
+    return run
+
+
+def whatif_queue(*, run: WhatIfRun) -> None:
+    """Queue the run (again: a run left Running by a worker that died starts over)."""
+    from apps.whatif.tasks import whatif_run_task  # the task module imports this one
+
+    WhatIfRun.objects.filter(pk=run.pk).update(
+        status=WhatIfRun.Status.QUEUED, progress=0.0, message=""
+    )
+    transaction.on_commit(lambda: whatif_run_task.delay(run.pk))
+
+
+def whatif_run(*, run_pk: int) -> None:
+    """Replay the run's trace on the current cluster and on its changed cluster file, each
+    policy in turn, writing progress as it goes; the summaries land on the run and the HTML
+    reports beside its trace. A problem with the inputs fails the run with its message."""
+    run = WhatIfRun.objects.filter(pk=run_pk).first()
+    if run is None or run.finished:
+        return
+    WhatIfRun.objects.filter(pk=run.pk).update(status=WhatIfRun.Status.RUNNING, progress=0.0)
+    try:
+        policies = parse_policies(run.policies or DEFAULTS[run.mode])
+        try:
+            data = tomllib.loads(run.cluster_file)
+        except tomllib.TOMLDecodeError as e:
+            raise ClusterError(f"cluster file: {e}") from e
+        clusters: dict[str, Cluster] = {
+            "current": current_cluster(),
+            "changed": cluster_from_toml(data),
+        }
+        if run.source == WhatIfRun.Source.UPLOAD:
+            traces = read_jobs(run_dir(run) / "trace.csv")
+        else:
+            traces = jobs_trace(days=run.days or 7, now=run.created_at)
+        if not traces:
+            raise TraceError("the trace has no jobs")
+        if not clusters["current"].nodes:
+            raise ClusterError("the current cluster has no dedicated nodes")
+        sim = Settings(mode=run.mode, seed=42)  # type: ignore[arg-type]
+        steps, done = len(SIDES) * len(policies), 0
+        summaries = {}
+        for side in SIDES:
+            cluster, results = clusters[side], []
+            for policy in policies:
+                results.append(
+                    simulate(traces, cluster, policy, sim, progress=_progress(run, done, steps))
+                )
+                done += 1
+            summary = run_summary(
+                results=results,
+                traces=traces,
+                settings=sim,
+                sources={"trace": run.trace_name, "nodes": None, "cluster": side},
+                nodes=len(cluster.nodes),
+                gpus=cluster.gpus,
+            )
+            report_path(run, side).parent.mkdir(parents=True, exist_ok=True)
+            report_path(run, side).write_text(render(summary, results))
+            summaries[side] = summary
+    except (TraceError, ClusterError, PolicyError, ValueError) as e:
+        WhatIfRun.objects.filter(pk=run.pk).update(
+            status=WhatIfRun.Status.FAILED, message=str(e), updated_at=timezone.now()
+        )
+        return
+    WhatIfRun.objects.filter(pk=run.pk).update(
+        status=WhatIfRun.Status.DONE,
+        progress=1.0,
+        current=summaries["current"],
+        changed=summaries["changed"],
+        updated_at=timezone.now(),
+    )
+
+
+def _progress(run: WhatIfRun, done: int, steps: int):
+    """A simulator progress callback writing the run's share done, at most twice a second."""
+    last = [0.0]
+
+    def report(count: int, total: int) -> None:
+        now = time.monotonic()
+        if now - last[0] < PROGRESS_EVERY and count < total:
+            return
+        last[0] = now
+        share = (done + (count / total if total else 1.0)) / steps
+        WhatIfRun.objects.filter(pk=run.pk).update(progress=share, updated_at=timezone.now())
+
+    return report

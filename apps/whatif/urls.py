@@ -1,0 +1,11 @@
+from django.urls import path
+
+from apps.whatif import views
+
+app_name = "whatif"
+urlpatterns = [
+    path("", views.whatif_index, name="index"),
+    path("<int:pk>/", views.whatif_detail, name="detail"),
+    path("<int:pk>/again/", views.whatif_again, name="again"),
+    path("<int:pk>/report/<str:side>/", views.whatif_report, name="report"),
+]

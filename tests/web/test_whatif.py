@@ -1,0 +1,193 @@
+"""The What-if pages: staff replay the cluster's own jobs (or a trace) on the current cluster
+and on a changed cluster file, in the background, and compare the figures."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from django.core.files.uploadedfile import SimpleUploadedFile
+from django.urls import reverse
+from django.utils import timezone
+
+from apps.jobs.models import Job, JobRole, JobStatus
+from apps.scheduler.services import scheduler_cluster
+from apps.whatif.models import WhatIfRun
+from apps.whatif.selectors import current_cluster, jobs_trace
+from tests.web.test_jobs_views import make_job
+
+SAMPLE = Path(settings.BASE_DIR) / "examples" / "traces"
+
+# Twice the test cluster's dedicated GPUs: 4 nodes of 8 GPUs, team-a's guarantee doubled.
+BIGGER = """
+[instance_types.gpu8]
+vcpus = 64
+memory_gib = 512
+gpu = 8
+
+[pools.ecs-dedicated]
+kind = "dedicated"
+
+[[pools.ecs-dedicated.nodes]]
+instance_type = "gpu8"
+prefix = "gpu-"
+count = 4
+
+[quotas.root]
+pool = "ecs-dedicated"
+min = { gpu = 32, cpu = 256, memory_gib = 2048 }
+
+[quotas.team-a]
+parent = "root"
+min = { gpu = 16, cpu = 128, memory_gib = 1024 }
+
+[quotas.team-b]
+parent = "root"
+min = { gpu = 16, cpu = 128, memory_gib = 1024 }
+"""
+
+
+@pytest.fixture
+def history(personas):
+    """Six quota jobs of team-a over the last hours: each asks 4 GPUs for 30 minutes."""
+    now = timezone.now()
+    jobs = []
+    for i in range(6):
+        job = make_job(personas, status=JobStatus.SUCCEEDED, name=f"past-{i}", created=now, pods=1)
+        submitted = now - timedelta(hours=6) + timedelta(minutes=5 * i)
+        Job.objects.filter(pk=job.pk).update(
+            submitted_at=submitted,
+            started_at=submitted + timedelta(minutes=1),
+            finished_at=submitted + timedelta(minutes=31),
+        )
+        JobRole.objects.filter(job=job).update(gpu=4, pod_count=1)
+        jobs.append(job)
+    return jobs
+
+
+def _post(client, django_capture_on_commit_callbacks, **data):
+    form = {
+        "title": "twice the GPUs",
+        "source": "jobs",
+        "days": "7",
+        "mode": "replay",
+        "policies": "ours,kueue",
+        "cluster_file": BIGGER,
+        **data,
+    }
+    with django_capture_on_commit_callbacks(execute=True):
+        return client.post(reverse("whatif:index"), form)
+
+
+def test_it_is_for_staff_only(alice_client, admin_client):
+    assert alice_client.get(reverse("whatif:index")).status_code == 403
+    page = admin_client.get(reverse("whatif:index"))
+    assert page.status_code == 200 and 'id="whatif-form"' in page.content.decode()
+
+
+def test_it_replays_the_clusters_own_jobs_on_both_configurations(
+    admin_client, history, django_capture_on_commit_callbacks
+):
+    response = _post(admin_client, django_capture_on_commit_callbacks)
+    run = WhatIfRun.objects.get()
+    assert response.status_code == 302 and response.url == reverse("whatif:detail", args=[run.pk])
+    assert (run.status, run.progress, run.message) == (WhatIfRun.Status.DONE, 1.0, "")
+    assert [p["policy"] for p in run.current["policies"]] == ["ours", "kueue"]
+    assert run.current["capacity_gpus"] == sum(n.capacity.gpu for n in scheduler_cluster()[0])
+    assert run.changed["capacity_gpus"] == 32 and run.changed["nodes"] == 4
+    assert run.current["jobs"] == run.changed["jobs"] == 6
+
+    page = admin_client.get(reverse("whatif:detail", args=[run.pk])).content.decode()
+    assert 'id="comparison"' in page and 'data-policy="kueue"' in page
+    assert "GPU allocation" in page and "Queueing delay p90, s" in page
+    for side in ("current", "changed"):
+        report = admin_client.get(reverse("whatif:report", args=[run.pk, side]))
+        assert report.status_code == 200 and b"<svg" in b"".join(report.streaming_content)
+    fragment = admin_client.get(
+        reverse("whatif:detail", args=[run.pk]), headers={"HX-Request": "true"}
+    )
+    assert fragment.status_code == 286  # finished: htmx stops polling
+
+
+def test_it_replays_an_uploaded_trace(admin_client, personas, django_capture_on_commit_callbacks):
+    trace = SimpleUploadedFile("sample_pods.csv", (SAMPLE / "sample_pods.csv").read_bytes())
+    _post(admin_client, django_capture_on_commit_callbacks, source="upload", trace=trace)
+    run = WhatIfRun.objects.get()
+    assert run.status == WhatIfRun.Status.DONE, run.message
+    assert run.trace_name == "sample_pods.csv" and run.current["jobs"] == 600
+
+
+@pytest.mark.parametrize(
+    "data, field, says",
+    [
+        ({"cluster_file": "[quotas"}, "cluster_file", "not valid TOML"),
+        ({"policies": "fastest"}, "policies", "unknown policy"),
+        ({"source": "upload"}, "trace", "choose a trace file"),
+        ({"days": "0"}, "days", "greater than or equal to 1"),
+        ({"mode": "warp"}, "mode", "Select a valid choice"),
+    ],
+)
+def test_it_refuses_bad_input_beside_the_field(
+    admin_client, data, field, says, django_capture_on_commit_callbacks
+):
+    response = _post(admin_client, django_capture_on_commit_callbacks, **data)
+    assert response.status_code == 400
+    content = response.content.decode()
+    section = content[content.index(f'id="field-{field}"') :]
+    assert says in section[: section.index("</div>")]
+    assert not WhatIfRun.objects.exists()
+
+
+def test_a_cluster_file_it_cannot_use_fails_the_run_with_the_reason(
+    admin_client, history, django_capture_on_commit_callbacks
+):
+    _post(admin_client, django_capture_on_commit_callbacks, cluster_file='[quotas.a]\npool = "x"')
+    run = WhatIfRun.objects.get()
+    assert run.status == WhatIfRun.Status.FAILED
+    assert "no dedicated pool has nodes" in run.message
+    page = admin_client.get(reverse("whatif:detail", args=[run.pk])).content.decode()
+    assert 'id="run-failed"' in page and "no dedicated pool has nodes" in page
+    with django_capture_on_commit_callbacks(execute=True):
+        again = admin_client.post(reverse("whatif:again", args=[run.pk]))
+    assert again.status_code == 302
+    run.refresh_from_db()
+    assert run.status == WhatIfRun.Status.FAILED  # the same input fails the same way
+
+
+def test_a_queued_run_polls_until_it_finishes(admin_client, history):
+    run = WhatIfRun.objects.create(
+        created_by=history[0].user, source="jobs", days=7, cluster_file=BIGGER
+    )
+    fragment = admin_client.get(
+        reverse("whatif:detail", args=[run.pk]), headers={"HX-Request": "true"}
+    )
+    assert fragment.status_code == 200
+    assert 'hx-trigger="every 2s"' in fragment.content.decode()
+    assert 'id="run-progress"' in fragment.content.decode()
+
+
+def test_the_clusters_own_jobs_make_a_trace(history, personas):
+    now = timezone.now()
+    never = make_job(personas, status=JobStatus.STOPPED, name="never-ran", created=now, pods=1)
+    Job.objects.filter(pk=never.pk).update(started_at=None)
+    running = make_job(personas, status=JobStatus.RUNNING, name="still-running", pods=1)
+    trace = jobs_trace(days=7, now=now)
+    names = [t.name for t in trace]
+    assert never.job_id not in names  # stopped before it ever started: no work
+    first = trace[0]
+    assert (first.submit, first.duration, first.recorded_delay) == (0.0, 1800.0, 60.0)
+    assert [t.submit for t in trace[:6]] == [300.0 * i for i in range(6)]
+    assert (first.gpu, first.gpu_milli, first.pods, first.quota) == (4, 4000, 1, "team-a")
+    assert next(t for t in trace if t.name == running.job_id).duration is None
+    assert jobs_trace(days=7, now=now + timedelta(days=8)) == []
+
+
+def test_the_current_configuration_is_the_schedulers(personas):
+    nodes, quotas = scheduler_cluster()
+    cluster = current_cluster()
+    assert (cluster.nodes, cluster.quotas) == (nodes, quotas)
+    parents = {q.parent_id for q in quotas}
+    assert set(cluster.leaves) == {q.name for q in quotas if q.id not in parents}
+    assert {"team-a", "team-b"} <= set(cluster.leaves) and "root-ecs" not in cluster.leaves
