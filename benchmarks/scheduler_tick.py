@@ -40,6 +40,7 @@ NODES, GPUS, QUOTAS, JOBS = 2000, 8, 20, 10_000
 
 
 def build(rng: random.Random) -> None:
+    call_command("migrate", verbosity=0)  # a fresh database has no tables yet
     call_command("flush", interactive=False, verbosity=0)
     user = get_user_model().objects.create_user("bench", password="bench-password")
     ws = Workspace.objects.create(name="bench")
