@@ -19,6 +19,7 @@ from django.urls import URLPattern, URLResolver, get_resolver
 from django.urls.resolvers import RoutePattern
 
 from apps.jobs.models import Job, Pod
+from apps.whatif.models import WhatIfRun
 from tests.factories import make_access_key
 from tests.web.test_jobs_views import make_job
 
@@ -153,7 +154,9 @@ def world(personas, admin_user) -> World:
         make_access_key(personas[name])[0].key_id: {name} for name in ("alice", "bob", "charlie")
     }
     keys[make_access_key(admin_user)[0].key_id] = {"admin"}
+    run = WhatIfRun.objects.create(created_by=admin_user, source="jobs", days=1, cluster_file="")
     real = {
+        "pk": {str(run.pk): {"admin"}},  # What if: staff only
         "job_id": {job_id: who for job_id, who in seen_by.items()},
         "pod_id": pods,
         "name": {name: everyone for name in ("ecs.g7.xlarge", "ml.gu8xf.8xlarge-gu108")},

@@ -103,7 +103,7 @@ def test_it_replays_the_clusters_own_jobs_on_both_configurations(
     assert 'id="comparison"' in page and 'data-policy="kueue"' in page
     assert "GPU allocation" in page and "Queueing delay p90, s" in page
     for side in ("current", "changed"):
-        report = admin_client.get(reverse("whatif:report", args=[run.pk, side]))
+        report = admin_client.get(reverse(f"whatif:report-{side}", args=[run.pk]))
         assert report.status_code == 200 and b"<svg" in b"".join(report.streaming_content)
     fragment = admin_client.get(
         reverse("whatif:detail", args=[run.pk]), headers={"HX-Request": "true"}
