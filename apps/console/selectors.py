@@ -1,11 +1,23 @@
-"""Reads for the job pages: a job's live part, re-read on every poll."""
+"""Reads for the job pages: a job's live part, re-read on every poll, and what the job
+list's rows show (their clocks, how their pods ended, the fingerprint its poll compares)."""
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
+from datetime import datetime
 
 from apps.billing.selectors import JobUsage, job_usage
-from apps.jobs.models import Checkpoint, Job, JobEvent, JobRestart, Pod, StatusTransition
+from apps.jobs.models import (
+    Checkpoint,
+    Job,
+    JobEvent,
+    JobRestart,
+    JobStatus,
+    Pod,
+    PodStatus,
+    StatusTransition,
+)
 from apps.jobs.selectors import job_restarts
 
 
@@ -85,3 +97,64 @@ def job_live(*, job: Job) -> JobLive:
         usage=job_usage(job=job),
         resumed=next((e for e in events if e.kind in RESUME_EVENT_KINDS), None),
     )
+
+
+# --- the job list ------------------------------------------------------------------------
+
+POD_ENDINGS = (PodStatus.SUCCEEDED, PodStatus.FAILED, PodStatus.STOPPED, PodStatus.PREEMPTED)
+
+
+def job_list_version(*, jobs: list[Job], query: str, count: int, manageable: set[int]) -> str:
+    """A fingerprint of what the job list's rows show: the query (filters, order, page), how
+    many jobs match, and each shown job's status with its reason and queue place, attempt
+    and pod counts, and whether the user may stop it. The list's poll sends it back and is
+    answered 204 while it holds. The clocks (waiting, running) are left out: the page
+    advances them itself between polls, and a change of status restarts them."""
+    digest = hashlib.blake2b(digest_size=12)
+    digest.update(f"{query}\n{count}\n".encode())
+    for job in jobs:
+        row = (
+            job.job_id,
+            job.status,
+            job.status_changed_at.isoformat() if job.status_changed_at else "",
+            job.sub_status,
+            job.pending_reason,
+            job.queue_position,
+            job.queue_size,
+            job.attempt,
+            job.restart_times,
+            job.pods_live,
+            job.pods_in_quota,
+            job.pods_not_in_quota,
+            *(job_ended_pods(job)),
+            job.pk in manageable,
+        )
+        digest.update(repr(row).encode())
+    return digest.hexdigest()
+
+
+def job_ended_pods(job: Job) -> list[tuple[str, int]]:
+    """How the current attempt's pods that are no longer live ended: [("Succeeded", 2)…]."""
+    counts = {
+        PodStatus.SUCCEEDED: job.pods_succeeded,
+        PodStatus.FAILED: job.pods_failed,
+        PodStatus.STOPPED: job.pods_stopped,
+        PodStatus.PREEMPTED: job.pods_preempted,
+    }
+    return [(str(status), counts[status]) for status in POD_ENDINGS if counts[status]]
+
+
+def job_list_clocks(*, jobs: list[Job], now: datetime) -> None:
+    """Put the list's two clocks on each job: `waiting_seconds` from submission to its first
+    start (to now, or to its end, if it never started) and `running_seconds`, its time in
+    Running (`job_list_rows`' `running_time`); `waiting_live` and `running_live` say which
+    clock still runs, for the page to advance between polls."""
+    for job in jobs:
+        start = job.started_at
+        end = start or job.finished_at or now
+        job.waiting_seconds = max((end - job.submitted_at).total_seconds(), 0.0)
+        job.waiting_live = start is None and not job.is_finished
+        running = job.running_time
+        job.running_seconds = running.total_seconds() if running is not None else None
+        job.running_live = job.status == JobStatus.RUNNING and running is not None
+        job.ended_pods = job_ended_pods(job)

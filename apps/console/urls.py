@@ -7,6 +7,7 @@ urlpatterns = [
     path("", views.job_list, name="list"),
     path("new/", views.job_create, name="create"),
     path("new/price-info/", views.job_price_info, name="price-info"),
+    path("stop/", views.job_bulk_stop, name="bulk-stop"),
     path("<str:job_id>/", views.job_detail, name="detail"),
     path("<str:job_id>/stop/", views.job_stop_view, name="stop"),
 ]

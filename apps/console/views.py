@@ -1,4 +1,5 @@
-"""The job pages: list, create, detail (with its live fragment) and stop.
+"""The job pages: list (polled, sortable, with Stop, Clone and bulk Stop), create (or clone),
+detail (with its live fragment) and stop.
 
 Views are thin: fetch with permission, validate a form, call one service, redirect, or
 render a fragment of the page for htmx.
@@ -6,22 +7,29 @@ render a fragment of the page for htmx.
 
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass
+
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, QueryDict
 from django.shortcuts import redirect, render
-from django.utils.cache import patch_vary_headers
+from django.template.defaultfilters import pluralize
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.cache import patch_cache_control, patch_vary_headers
+from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import HTMX_STOP_POLLING
 
-from apps.console.selectors import job_live
+from apps.console.selectors import job_list_clocks, job_list_version, job_live
 from apps.core.errors import ApplicationError, ValidationFailed
 from apps.core.http import HtmxHttpRequest
 from apps.jobs import selectors
-from apps.jobs.forms import ROLE_ROWS, JobCreateForm, JobFilterForm, RoleForm
+from apps.jobs.forms import ROLE_ROWS, JobCreateForm, JobFilterForm, RoleForm, clone_initial
 from apps.jobs.models import Job
 from apps.jobs.services import job_stop, job_submit
 from apps.market.selectors import job_bid_history, waiting_reasons
@@ -56,25 +64,101 @@ def _show_waiting_reasons(jobs: list[Job]) -> None:
             job.pending_reason = reasons[job.pk]
 
 
+# The job list polls itself this often; answered 204 while its rows are unchanged.
+LIST_POLL_SECONDS = 5
+LIST_FILTERS = ("q", "status", "payment_type", "quota", "idle_mode")
+
+
+def _list_query(form: JobFilterForm, *, sort: str, page: int) -> str:
+    """The list's query string as the page understood it: the valid filters, the order
+    (unless the default) and the page (unless the first). The poll asks for exactly this."""
+    query = QueryDict(mutable=True)
+    valid = form.filters()
+    for name in LIST_FILTERS:
+        if name in valid:
+            query[name] = form.data.get(name, "")
+    if sort != selectors.JOB_SORT_DEFAULT:
+        query["sort"] = sort
+    if page > 1:
+        query["page"] = str(page)
+    return query.urlencode()
+
+
+def _etag_matches(request: HttpRequest, etag: str) -> bool:
+    held = request.headers.get("If-None-Match", "")
+    return etag in (tag.strip().removeprefix("W/") for tag in held.split(","))
+
+
 @login_required
 @require_GET
 def job_list(request: HtmxHttpRequest) -> HttpResponse:
+    """The job list; to its own poll (target #job-table with If-None-Match), 204 while the
+    rows it shows are as the client holds them, else the table alone."""
     form = JobFilterForm(request.GET, quotas=selectors.quotas_for(workspace=request.workspace))
-    filters = form.filters()
-    jobs = selectors.job_list(user=request.user, workspace=request.workspace, filters=filters)
+    filters, sort = form.filters(), form.order()
+    now = timezone.now()
+    jobs = selectors.job_list_rows(
+        user=request.user, workspace=request.workspace, filters=filters, sort=sort, now=now
+    )
     page = Paginator(jobs, settings.JOBS_PAGE_SIZE).get_page(request.GET.get("page"))
     page.object_list = list(page.object_list)
     _show_waiting_reasons(page.object_list)
-    template = "jobs/list.html"
-    if _htmx_target(request) == "job-table":
-        template += "#job-table"
-    context = {"form": form, "page": page, "filtered": bool(filters)}
-    response = render(request, template, context)
+    manageable = selectors.jobs_can_manage(user=request.user, jobs=page.object_list)
+    query = _list_query(form, sort=sort, page=page.number)
+    version = job_list_version(
+        jobs=page.object_list, query=query, count=page.paginator.count, manageable=manageable
+    )
+    etag = f'"{version}"'
+    target = _htmx_target(request)
+    if target == "job-table" and _etag_matches(request, etag):
+        response = HttpResponse(status=204)
+    else:
+        job_list_clocks(jobs=page.object_list, now=now)
+        context = {
+            "form": form,
+            "page": page,
+            "filtered": bool(filters),
+            "sort": sort,
+            "sort_links": _sort_links(request, sort),
+            "stoppable": {j.pk for j in page if j.pk in manageable and not j.is_finished},
+            "list_url": reverse("jobs:list") + (f"?{query}" if query else ""),
+            "poll_headers": json.dumps({"If-None-Match": etag}),
+            "poll_seconds": LIST_POLL_SECONDS,
+        }
+        template = "jobs/list.html" + ("#job-table" if target == "job-table" else "")
+        response = render(request, template, context)
+    response["ETag"] = etag  # also on the 204, which keeps the client's version
+    patch_cache_control(response, private=True, no_cache=True)
     patch_vary_headers(response, ["HX-Request", "HX-Target"])
     return response
 
 
-def _job_create_form(request: HttpRequest, data=None) -> JobCreateForm:
+# The direction a column sorts in first: names and statuses A→Z, times newest or longest first.
+FIRST_DIRECTION = {"name": "name", "status": "status", "created": "-created", "running": "-running"}
+
+
+@dataclass(frozen=True)
+class SortLink:
+    url: str  # the list ordered by this column (the other direction if it is the order now)
+    direction: str  # "ascending" | "descending" | "" (not the order now), as aria-sort says
+
+
+def _sort_links(request: HttpRequest, sort: str) -> dict[str, SortLink]:
+    links = {}
+    for key in selectors.JOB_SORT_KEYS:
+        if sort.lstrip("-") == key:
+            wanted = key if sort.startswith("-") else f"-{key}"
+            direction = "descending" if sort.startswith("-") else "ascending"
+        else:
+            wanted, direction = FIRST_DIRECTION[key], ""
+        query = request.GET.copy()
+        query.pop("page", None)
+        query["sort"] = wanted
+        links[key] = SortLink(url=f"?{query.urlencode()}", direction=direction)
+    return links
+
+
+def _job_create_form(request: HttpRequest, data=None, initial=None) -> JobCreateForm:
     workspace = request.workspace
     return JobCreateForm(
         data,
@@ -82,13 +166,22 @@ def _job_create_form(request: HttpRequest, data=None) -> JobCreateForm:
         resource_types=selectors.resource_types_for(workspace=workspace),
         quotas=selectors.quotas_for(workspace=workspace),
         instance_types=selectors.instance_types(),
+        initial=initial,
     )
 
 
 @login_required
 @require_http_methods(["GET", "POST"])
 def job_create(request: HtmxHttpRequest) -> HttpResponse:
-    form = _job_create_form(request, request.POST if request.method == "POST" else None)
+    """The create form; `?clone=<job id>` fills it from that job (404 unless the user may
+    see the job), to submit as a new one."""
+    initial = None
+    if request.method == "GET" and (source_id := request.GET.get("clone")):
+        source = _get_job_for_user(request, source_id)
+        initial = clone_initial(job=source, roles=list(selectors.role_list(job=source)))
+    form = _job_create_form(
+        request, request.POST if request.method == "POST" else None, initial=initial
+    )
     if request.method == "POST" and request.workspace is not None:
         if form.is_valid():
             try:
@@ -161,6 +254,16 @@ def job_detail(request: HtmxHttpRequest, job_id: str) -> HttpResponse:
     return response
 
 
+def _next_url(request: HttpRequest, default: str) -> str:
+    """Where a form asked to go back to (the list with its filters), if it is this site."""
+    wanted = request.POST.get("next", "")
+    if wanted and url_has_allowed_host_and_scheme(
+        wanted, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+    ):
+        return wanted
+    return default
+
+
 @login_required
 @require_POST
 def job_stop_view(request: HtmxHttpRequest, job_id: str) -> HttpResponse:
@@ -171,4 +274,59 @@ def job_stop_view(request: HtmxHttpRequest, job_id: str) -> HttpResponse:
         messages.error(request, error.message)
     else:
         messages.success(request, f"Job {job.job_id} stopped.")
-    return redirect("jobs:detail", job_id=job.job_id)
+    return redirect(_next_url(request, reverse("jobs:detail", args=[job.job_id])))
+
+
+BULK_STOP_MAX = 200  # job ids taken from one request
+
+
+def _named(jobs: list[Job]) -> str:
+    return ", ".join(f"{job.display_name} ({job.job_id})" for job in jobs)
+
+
+def _jobs_word(n: int) -> str:
+    return f"{n} job{pluralize(n)}"
+
+
+@login_required
+@require_POST
+def job_bulk_stop(request: HtmxHttpRequest) -> HttpResponse:
+    """Stop the selected jobs, each by the same rule as its own Stop button; the ones the
+    user may not manage, cannot see or that have already ended are reported, not fatal."""
+    job_ids = list(dict.fromkeys(request.POST.getlist("job_ids")))[:BULK_STOP_MAX]
+    back = _next_url(request, reverse("jobs:list"))
+    if not job_ids:
+        messages.info(request, "No jobs selected: tick the jobs to stop first.")
+        return redirect(back)
+    found = selectors.jobs_get_for_user(user=request.user, job_ids=job_ids)
+    jobs = [found[job_id] for job_id in job_ids if job_id in found]
+    manageable = selectors.jobs_can_manage(user=request.user, jobs=jobs)
+    stopped, refused, ended, failed = [], [], [], []
+    for job in jobs:
+        if job.pk not in manageable:
+            refused.append(job)
+            continue
+        try:
+            job_stop(job=job, by=request.user)
+        except ApplicationError as error:
+            if error.code == "JobAlreadyFinished":
+                ended.append(job)
+            else:
+                failed.append(f"{job.display_name} ({job.job_id}): {error.message}")
+        else:
+            stopped.append(job)
+    if stopped:
+        messages.success(request, f"Stopped {_jobs_word(len(stopped))}: {_named(stopped)}.")
+    if refused:
+        messages.error(
+            request,
+            f"Refused {_jobs_word(len(refused))}: {_named(refused)}. Only the user who "
+            "submitted a job, an owner of its workspace or a platform admin can stop it.",
+        )
+    if ended:
+        messages.info(request, f"Already ended, not stopped: {_named(ended)}.")
+    if failed:
+        messages.error(request, f"Not stopped: {'; '.join(failed)}.")
+    if missing := len(job_ids) - len(jobs):
+        messages.error(request, f"{_jobs_word(missing)} not found.")
+    return redirect(back)

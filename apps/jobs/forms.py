@@ -9,6 +9,7 @@ with the API. Its errors come back as spec paths (`roles[1].spot_discount_limit`
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
 from decimal import Decimal
 
 from django import forms
@@ -19,13 +20,14 @@ from apps.core.errors import ValidationFailed
 from apps.jobs.models import (
     ExecutionMode,
     IdleMode,
+    Job,
     JobRole,
     JobStatus,
     JobType,
     ResourceSource,
     SuccessPolicy,
 )
-from apps.jobs.selectors import PriceInfo
+from apps.jobs.selectors import JOB_SORT_DEFAULT, JOB_SORTS, PriceInfo
 from apps.jobs.specs import SPOT_DISCOUNTS, JobSpec, RoleSpec, job_spec_resolve
 
 ROLE_ROWS = 4
@@ -210,6 +212,12 @@ class RoleForm(forms.Form):
     role_type = forms.ChoiceField(label="Role", choices=_as_named(JobRole.RoleType), required=False)
     pod_count = forms.IntegerField(label="Pods", initial=1, required=False)
     instance_type = forms.ChoiceField(label="Instance type", required=False)
+    image = forms.CharField(
+        label="Image of this role",
+        max_length=512,
+        required=False,
+        help_text="Empty: the job's image.",
+    )
     cpu_cores = forms.DecimalField(label="CPU cores", required=False, min_value=0, decimal_places=3)
     memory_gib = forms.DecimalField(
         label="Memory (GiB)", required=False, min_value=0, decimal_places=3
@@ -287,6 +295,7 @@ class RoleForm(forms.Form):
             role_type=c.get("role_type") or DEFAULT_ROLE_TYPES[self.index],
             pod_count=_or(c.get("pod_count"), 0),
             instance_type=itype,
+            image=c.get("image", ""),
             restart_policy=c.get("restart_policy") or JobRole.RestartPolicy.ON_FAILURE,
             # Bids mean something only to spot jobs; a stray value left in a hidden input
             # of a quota job is not the user's intent.
@@ -326,12 +335,22 @@ class JobCreateForm:
         resource_types: list[str],
         quotas: list[Quota],
         instance_types: list[InstanceType],
+        initial: CloneInitial | None = None,
     ):
         self.workspace = workspace
-        self.job = JobForm(data, resource_types=resource_types, quotas=quotas)
+        initial = initial or CloneInitial()
+        self.job = JobForm(data, initial=initial.job, resource_types=resource_types, quotas=quotas)
         self.roles = [
-            RoleForm(data, index=i, instance_types=instance_types) for i in range(ROLE_ROWS)
+            RoleForm(
+                data,
+                index=i,
+                instance_types=instance_types,
+                initial=initial.roles[i] if i < len(initial.roles) else None,
+            )
+            for i in range(ROLE_ROWS)
         ]
+        self.cloned_from = initial.source
+        self.roles_left_out = initial.roles_left_out
         self.role_errors: list[str] = []  # about the roles as a whole ("add at least one")
         self.other_errors: list[str] = []  # paths no input shows
 
@@ -450,6 +469,8 @@ class JobFilterForm(forms.Form):
         label="Idle resources", required=False, choices=[("", "Any idle mode")] + IdleMode.choices
     )
 
+    sort = forms.ChoiceField(required=False, choices=[(s, s) for s in sorted(JOB_SORTS)])
+
     def __init__(self, *args, quotas: list[Quota], **kwargs):
         super().__init__(*args, **kwargs)
         self.fields["quota"].choices = [("", "Any quota")] + [(q.name, q.name) for q in quotas]
@@ -457,4 +478,91 @@ class JobFilterForm(forms.Form):
     def filters(self) -> dict:
         """The valid filters; an invalid value (a stale link) is ignored, not an error page."""
         self.is_valid()
-        return {k: v for k, v in getattr(self, "cleaned_data", {}).items() if v}
+        cleaned = getattr(self, "cleaned_data", {})
+        return {k: v for k, v in cleaned.items() if v and k != "sort"}
+
+    def order(self) -> str:
+        """The valid order (`JOB_SORTS`), else the default: newest first."""
+        self.is_valid()
+        return getattr(self, "cleaned_data", {}).get("sort") or JOB_SORT_DEFAULT
+
+
+# --- Clone: the create form filled from an existing job -------------------------------------
+
+
+@dataclass(frozen=True)
+class CloneInitial:
+    """Initial values of the create form: the job's fields and one dict per role row."""
+
+    job: dict = field(default_factory=dict)
+    roles: list[dict] = field(default_factory=list)
+    source: Job | None = None
+    roles_left_out: int = 0  # roles beyond the form's ROLE_ROWS rows
+
+
+def clone_initial(*, job: Job, roles: list[JobRole]) -> CloneInitial:
+    """The create form as `job` was submitted: named "<name>-copy", with its roles (their
+    type, pods, instance type or resource config, image, restart policy and bid), quota,
+    idle mode, environment, data and code sources, VPC and fault tolerance."""
+    longest = JobForm.base_fields["display_name"].max_length - len("-copy")
+    name = f"{job.display_name[:longest]}-copy"
+    initial = {
+        "display_name": name,
+        "job_type": job.job_type,
+        "image": job.image,
+        "user_command": job.user_command,
+        # by name: PostgreSQL's jsonb keeps no order of its own
+        "envs": "\n".join(f"{key}={value}" for key, value in sorted(job.envs.items())),
+        "data_sources": "\n".join(
+            f"{source.get('uri', '')} {source.get('mount_path', '')}" for source in job.data_sources
+        ),
+        "code_source_uri": job.code_source.get("uri", ""),
+        "code_source_branch": job.code_source.get("branch", ""),
+        "priority": job.priority,
+        "max_running_time_minutes": job.max_running_time_minutes,
+        "success_policy": job.success_policy,
+        "resource_type": job.resource_type,
+        "resource_source": job.resource_source,
+        "quota": job.quota.name if job.quota_id else "",
+        "idle_mode": job.idle_mode,
+        "vpc_id": job.vpc_id,
+        "vswitch_id": job.vswitch_id,
+        "security_group_id": job.security_group_id,
+        "enable_aimaster": job.enable_aimaster,
+        "max_restarts": job.max_restarts,
+        "execution_mode": job.execution_mode,
+        "enable_easyckpt": job.enable_easyckpt,
+    }
+    return CloneInitial(
+        job=initial,
+        roles=[_role_initial(role, index=i) for i, role in enumerate(roles[:ROLE_ROWS])],
+        source=job,
+        roles_left_out=max(len(roles) - ROLE_ROWS, 0),
+    )
+
+
+def _role_initial(role: JobRole, *, index: int) -> dict:
+    initial = {
+        "role_type": role.role_type,
+        "pod_count": role.pod_count,
+        "instance_type": role.instance_type.name if role.instance_type_id else "",
+        "image": role.image,
+        "restart_policy": role.restart_policy,
+        "spot_limit_type": "price" if role.spot_price_limit is not None else "discount",
+        "spot_discount_limit": _plain(role.spot_discount_limit),
+        "spot_price_limit": _plain(role.spot_price_limit),
+    }
+    if index:
+        initial["enabled"] = True
+    if not role.instance_type_id:  # a resource config, in the form's units (3 places)
+        initial["cpu_cores"] = _plain(Decimal(role.cpu) / 1000, places=3)
+        initial["memory_gib"] = _plain(Decimal(role.memory) / 1024, places=3)
+        initial["gpus"] = role.gpu
+    return initial
+
+
+def _plain(value: Decimal | None, *, places: int = 6) -> str | None:
+    """0.40 → "0.4", 8.000 → "8": as the form's choices and inputs spell numbers."""
+    if value is None:
+        return None
+    return format(value.quantize(Decimal(1).scaleb(-places)).normalize(), "f")

@@ -421,7 +421,10 @@ def test_it_lists_the_workspace_jobs_with_pod_counts(alice_client, personas):
     response = alice_client.get(reverse("jobs:list"))
     content = response.content.decode()
     assert "mine" in content and "theirs" not in content
-    assert '<td class="num">2/2</td>' in content
+    assert (
+        '<span class="pods-in" title="In Quota">2</span> / '
+        '<span class="pods-out" title="Not in Quota">0</span>'
+    ) in content
     assert 'class="badge badge-running">Running</span>' in content
 
 

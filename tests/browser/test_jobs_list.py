@@ -1,0 +1,109 @@
+"""The job list in a real Chromium: a status change shows up by the list's own poll, without
+a reload; Clone opens the create form filled in from the job, which submits as a new job."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+from django.utils import timezone
+from playwright.sync_api import expect
+
+from apps.jobs.models import Job, JobRole, JobStatus, Pod, PodStatus
+from tests.browser.conftest import login
+from tests.web.test_jobs_views import make_job
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+POLL_WAIT_MS = 12_000  # the list polls every 5 s
+
+
+def is_poll(response) -> bool:
+    headers = response.request.headers
+    return headers.get("hx-target") == "job-table" and "if-none-match" in headers
+
+
+def test_it_shows_a_preemption_without_a_reload(
+    browser_page, live_server, personas, password, tmp_path
+):
+    page = browser_page
+    job = make_job(personas, name="borrower-job", idle_mode="acceptable", pods=2)
+    Pod.objects.filter(job=job, index=1).update(in_quota=False)
+    make_job(personas, name="steady-job", status=JobStatus.SUCCEEDED)
+    login(page, live_server, "alice", password)
+    page.goto(f"{live_server.url}/jobs/?sort=name")
+    row = page.locator(f"#job-{job.job_id}")
+    expect(row.locator(".job-status")).to_contain_text("Running")
+    expect(row.locator(".job-pods")).to_contain_text("1 / 1")
+    page.screenshot(path=str(tmp_path / "jobs-list.png"), full_page=True)
+    page.evaluate("() => { window.notReloaded = true; }")
+    running = row.locator(".job-running")
+    shown = running.inner_text()
+    expect(running).not_to_have_text(shown, timeout=3_000)  # the clock counts between polls
+    row.locator("input[name=job_ids]").check()
+    with page.expect_response(is_poll, timeout=POLL_WAIT_MS) as unchanged:
+        pass
+    assert unchanged.value.status == 204  # nothing changed: nothing sent, nothing swapped
+
+    # The scheduler preempts the borrower: its pods end Preempted and it queues again.
+    Pod.objects.filter(job=job).update(status=PodStatus.PREEMPTED)
+    Job.objects.filter(pk=job.pk).update(
+        status=JobStatus.QUEUING, attempt=1, status_changed_at=timezone.now() + timedelta(seconds=1)
+    )
+    expect(row.locator(".job-status")).to_contain_text("Queuing", timeout=POLL_WAIT_MS)
+    expect(row.locator(".job-pods")).to_contain_text("0 / 0")
+    assert page.evaluate("() => window.notReloaded === true"), "the page was reloaded"
+    assert page.url.endswith("/jobs/?sort=name")  # the order survived the poll
+    expect(page.locator("th[aria-sort=ascending]")).to_contain_text("Name")
+    expect(row.locator("input[name=job_ids]")).to_be_checked()  # kept across the swap
+    page.screenshot(path=str(tmp_path / "jobs-list-preempted.png"), full_page=True)
+
+    # A filter chosen now keeps the order: it travels with the filter form.
+    page.select_option("#id_status", "Queuing")
+    expect(page.locator("#job-table")).not_to_contain_text("steady-job")
+    query = parse_qs(urlsplit(page.url).query)
+    assert (query["status"], query["sort"]) == (["Queuing"], ["name"])
+    assert page.external_requests == []
+
+
+def test_it_clones_a_job_into_a_filled_form_and_submits_it(
+    browser_page, live_server, personas, password, tmp_path
+):
+    page = browser_page
+    job = make_job(personas, name="resnet", status=JobStatus.SUCCEEDED)
+    Job.objects.filter(pk=job.pk).update(
+        image="registry.local/pytorch:2.3", envs={"SEED": "7"}, enable_aimaster=True
+    )
+    JobRole.objects.filter(job=job).update(pod_count=2, gpu=1)
+    login(page, live_server, "alice", password)
+    page.goto(f"{live_server.url}/jobs/")
+    page.locator(f"#job-{job.job_id}").get_by_role("link", name="Clone").click()
+
+    expect(page.locator("#cloned-from")).to_contain_text("resnet")
+    expect(page.locator("#id_display_name")).to_have_value("resnet-copy")
+    expect(page.locator("#id_user_command")).to_have_value("python train.py")
+    expect(page.locator("#id_image")).to_have_value("registry.local/pytorch:2.3")
+    expect(page.locator("#id_envs")).to_have_value("SEED=7")
+    expect(page.locator("input[name=resource_source][value=quota]")).to_be_checked()
+    expect(page.locator("#id_quota")).to_have_value("team-a")
+    expect(page.locator("#id_roles-0-pod_count")).to_have_value("2")
+    expect(page.locator("#id_roles-0-cpu_cores")).to_have_value("4")
+    expect(page.locator("#id_roles-0-memory_gib")).to_have_value("16")
+    expect(page.locator("#id_roles-0-gpus")).to_have_value("1")
+    expect(page.locator("#id_enable_aimaster")).to_be_checked()
+    page.screenshot(path=str(tmp_path / "clone-form.png"), full_page=True)
+    page.click("#submit-job")
+
+    expect(page.locator("h1")).to_contain_text("resnet-copy")
+    copy = Job.objects.get(display_name="resnet-copy")
+    assert page.url.endswith(f"/jobs/{copy.job_id}/")
+    assert (copy.image, copy.envs, copy.enable_aimaster) == (
+        "registry.local/pytorch:2.3",
+        {"SEED": "7"},
+        True,
+    )
+    role = copy.roles.get()
+    assert (role.pod_count, role.cpu, role.memory, role.gpu) == (2, 4000, 16384, 1)
+    assert copy.quota.name == "team-a"
+    assert page.external_requests == []

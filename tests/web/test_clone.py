@@ -1,0 +1,301 @@
+"""Clone: the create form filled in from an existing job ("<name>-copy", every role, the
+quota and idle mode, the bids, env, data and code sources, VPC, fault tolerance), offered in
+the job list and as the next action of a finished job."""
+
+from __future__ import annotations
+
+import html
+from decimal import Decimal
+
+import pytest
+from django.urls import reverse
+
+from apps.jobs.models import Job, JobStatus
+from apps.jobs.services import job_submit
+from apps.jobs.specs import JobSpec, RoleSpec
+from tests.web.test_jobs_views import make_job
+
+JOB_FIELDS = [
+    "job_type",
+    "image",
+    "user_command",
+    "envs",
+    "data_sources",
+    "code_source",
+    "priority",
+    "max_running_time_minutes",
+    "success_policy",
+    "resource_type",
+    "resource_source",
+    "quota_id",
+    "idle_mode",
+    "vpc_id",
+    "vswitch_id",
+    "security_group_id",
+    "enable_aimaster",
+    "max_restarts",
+    "execution_mode",
+    "enable_easyckpt",
+]
+ROLE_FIELDS = [
+    "role_type",
+    "pod_count",
+    "image",
+    "instance_type_id",
+    "cpu",
+    "memory",
+    "gpu",
+    "restart_policy",
+    "spot_strategy",
+    "spot_discount_limit",
+    "spot_price_limit",
+]
+
+
+def submit(personas, spec: JobSpec, *, user="alice") -> Job:
+    return job_submit(workspace=personas["ws_a"], user=personas[user], spec=spec)
+
+
+@pytest.fixture
+def spot_job(personas) -> Job:
+    """A spot job with two roles, one bidding a discount and one a price, and everything
+    else the form has set away from its defaults."""
+    return submit(
+        personas,
+        JobSpec(
+            display_name="bert-large",
+            job_type="TFJob",
+            image="registry.local/tf:2.15",
+            user_command="python train.py --epochs 3",
+            envs={"NCCL_DEBUG": "INFO", "SEED": "7"},
+            data_sources=[{"uri": "oss://bucket/imagenet", "mount_path": "/mnt/data/imagenet"}],
+            code_source={"uri": "https://git.local/bert.git", "branch": "main"},
+            priority=7,
+            max_running_time_minutes=90,
+            success_policy="ChiefWorker",
+            resource_source="spot",
+            vpc_id="vpc-1",
+            vswitch_id="vsw-1",
+            security_group_id="sg-1",
+            enable_aimaster=True,
+            max_restarts=5,
+            execution_mode="Async",
+            enable_easyckpt=True,
+            roles=[
+                RoleSpec(
+                    role_type="Worker",
+                    pod_count=2,
+                    instance_type="ecs.g7.xlarge",
+                    restart_policy="Never",
+                    spot_discount_limit=Decimal("0.4"),
+                ),
+                RoleSpec(
+                    role_type="PS",
+                    pod_count=1,
+                    instance_type="ecs.g7.xlarge",
+                    image="registry.local/ps:1",
+                    spot_price_limit=Decimal("0.011"),
+                ),
+            ],
+        ),
+    )
+
+
+@pytest.fixture
+def quota_job(personas) -> Job:
+    """A team-a borrower (Acceptable) on a resource config of its own."""
+    return submit(
+        personas,
+        JobSpec(
+            display_name="resnet",
+            user_command="python resnet.py",
+            quota="team-a",
+            idle_mode="acceptable",
+            roles=[RoleSpec(pod_count=3, cpu=6500, memory=24576, gpu=2)],
+        ),
+        user="bob",
+    )
+
+
+def clone_form(client, job: Job):
+    response = client.get(reverse("jobs:create"), {"clone": job.job_id})
+    assert response.status_code == 200
+    return response, response.context["form"]
+
+
+def as_post(form) -> dict:
+    """What the browser submits from the unchanged form: each input's shown value."""
+    data = {}
+    for part in (form.job, *form.roles):
+        for field in part:
+            value = field.value()
+            if field.widget_type == "checkbox":
+                if value:
+                    data[field.html_name] = "on"
+            elif value is not None:
+                data[field.html_name] = str(value)
+    return data
+
+
+def test_it_fills_the_form_with_the_jobs_fields(alice_client, spot_job):
+    _, form = clone_form(alice_client, spot_job)
+    assert form.job.initial == {
+        "display_name": "bert-large-copy",
+        "job_type": "TFJob",
+        "image": "registry.local/tf:2.15",
+        "user_command": "python train.py --epochs 3",
+        "envs": "NCCL_DEBUG=INFO\nSEED=7",
+        "data_sources": "oss://bucket/imagenet /mnt/data/imagenet",
+        "code_source_uri": "https://git.local/bert.git",
+        "code_source_branch": "main",
+        "priority": 7,
+        "max_running_time_minutes": 90,
+        "success_policy": "ChiefWorker",
+        "resource_type": "ECS",
+        "resource_source": "spot",
+        "quota": "",
+        "idle_mode": "off",
+        "vpc_id": "vpc-1",
+        "vswitch_id": "vsw-1",
+        "security_group_id": "sg-1",
+        "enable_aimaster": True,
+        "max_restarts": 5,
+        "execution_mode": "Async",
+        "enable_easyckpt": True,
+    }
+    worker, ps, *unused = form.roles
+    assert worker.initial == {
+        "role_type": "Worker",
+        "pod_count": 2,
+        "instance_type": "ecs.g7.xlarge",
+        "image": "",
+        "restart_policy": "Never",
+        "spot_limit_type": "discount",
+        "spot_discount_limit": "0.4",
+        "spot_price_limit": None,
+    }
+    assert ps.initial == {
+        "enabled": True,
+        "role_type": "PS",
+        "pod_count": 1,
+        "instance_type": "ecs.g7.xlarge",
+        "image": "registry.local/ps:1",
+        "restart_policy": "OnFailure",
+        "spot_limit_type": "price",
+        "spot_discount_limit": None,
+        "spot_price_limit": "0.011",
+    }
+    assert [role.initial for role in unused] == [{}, {}]
+    assert form.cloned_from == spot_job
+
+
+def test_it_shows_the_cloned_values_in_the_inputs(alice_client, spot_job):
+    response, _ = clone_form(alice_client, spot_job)
+    content = response.content.decode()
+    assert 'name="display_name" value="bert-large-copy"' in content
+    assert '<input type="radio" name="resource_source" value="spot"' in content
+    assert 'value="spot" id="id_resource_source_2" checked' in content
+    assert '<option value="0.4" selected>' in content
+    assert 'name="roles-1-spot_price_limit" value="0.011"' in content
+    assert 'name="roles-1-enabled" id="id_roles-1-enabled" checked' in content
+    assert 'name="roles-2-enabled" id="id_roles-2-enabled">' in content  # not used
+    assert 'name="enable_aimaster" id="id_enable_aimaster" checked' in content
+    assert "NCCL_DEBUG=INFO\nSEED=7</textarea>" in html.unescape(content)
+    assert 'id="cloned-from"' in content and spot_job.job_id in content
+    assert 'id="form-errors"' not in content  # a fresh form, not a rejected one
+
+
+def test_it_fills_a_resource_config_quota_and_idle_mode(alice_client, quota_job):
+    _, form = clone_form(alice_client, quota_job)
+    assert (form.job.initial["resource_source"], form.job.initial["quota"]) == ("quota", "team-a")
+    assert form.job.initial["idle_mode"] == "acceptable"
+    role = form.roles[0].initial
+    assert (role["instance_type"], role["cpu_cores"], role["memory_gib"], role["gpus"]) == (
+        "",
+        "6.5",
+        "24",
+        2,
+    )
+    assert role["pod_count"] == 3
+
+
+@pytest.mark.parametrize("source", ["spot_job", "quota_job"])
+def test_it_submits_the_unchanged_clone_as_the_same_job(alice_client, request, source):
+    original: Job = request.getfixturevalue(source)
+    _, form = clone_form(alice_client, original)
+    response = alice_client.post(reverse("jobs:create"), as_post(form))
+    assert response.status_code == 302, response.content.decode()[:2000]
+    copy = Job.objects.exclude(pk=original.pk).get()
+    assert copy.display_name == f"{original.display_name}-copy"
+    assert copy.user.username == "alice"
+    for name in JOB_FIELDS:
+        assert getattr(copy, name) == getattr(original, name), name
+    pairs = list(zip(copy.roles.order_by("id"), original.roles.order_by("id"), strict=True))
+    for new, old in pairs:
+        for name in ROLE_FIELDS:
+            assert getattr(new, name) == getattr(old, name), name
+
+
+def test_it_keeps_a_long_name_within_the_limit(alice_client, personas):
+    job = make_job(personas, name="n" * 256)
+    _, form = clone_form(alice_client, job)
+    assert form.job.initial["display_name"] == "n" * 251 + "-copy"
+
+
+def test_it_lets_a_member_clone_a_job_of_their_workspace(client, personas, spot_job):
+    client.force_login(personas["bob"])
+    _, form = clone_form(client, spot_job)
+    assert form.job.initial["display_name"] == "bert-large-copy"
+
+
+def test_it_hides_a_job_of_another_workspace_from_clone(client, personas, spot_job):
+    client.force_login(personas["charlie"])
+    response = client.get(reverse("jobs:create"), {"clone": spot_job.job_id})
+    assert response.status_code == 404
+    assert spot_job.job_id not in response.content.decode()
+    assert client.get(reverse("jobs:create"), {"clone": "dlcnope"}).status_code == 404
+
+
+def test_it_offers_clone_in_every_row_of_the_list(alice_client, personas):
+    job = make_job(personas, name="listed")
+    content = alice_client.get(reverse("jobs:list")).content.decode()
+    assert f'href="{reverse("jobs:create")}?clone={job.job_id}"' in content
+
+
+@pytest.mark.parametrize("status", [JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED])
+def test_it_offers_clone_as_the_next_action_of_a_finished_job(alice_client, personas, status):
+    job = make_job(personas, status=status)
+    page = alice_client.get(reverse("jobs:detail", args=[job.job_id])).content.decode()
+    url = f"{reverse('jobs:create')}?clone={job.job_id}"
+    clone = f'<a class="btn btn-primary" id="clone-job" href="{url}"'
+    assert clone in page
+    live = alice_client.get(
+        reverse("jobs:detail", args=[job.job_id]),
+        headers={"HX-Request": "true", "HX-Target": "job-live"},
+    )
+    assert live.status_code == 286 and clone in live.content.decode()  # the page's last swap
+
+
+def test_it_offers_clone_quietly_beside_stop_while_the_job_runs(alice_client, personas):
+    job = make_job(personas)
+    page = alice_client.get(reverse("jobs:detail", args=[job.job_id])).content.decode()
+    assert 'class="btn btn-quiet" id="clone-job"' in page and 'id="stop-job"' in page
+
+
+def test_it_says_the_clone_goes_to_the_current_workspace(admin_client, personas):
+    theirs = make_job(personas, name="charlies-job", user="charlie", workspace="ws_b")
+    admin_client.post(reverse("workspaces:switch"), {"workspace_id": personas["ws_a"].pk})
+    response, form = clone_form(admin_client, theirs)
+    note = html.unescape(response.content.decode())
+    assert "of workspace Team B; the new job is created in Team A" in note
+    assert form.job.initial["display_name"] == "charlies-job-copy"
+
+
+def test_it_says_which_roles_the_form_cannot_hold(alice_client, personas):
+    job = make_job(personas, name="many-roles")
+    for role_type in ("Master", "PS", "Chief", "Evaluator"):
+        job.roles.create(role_type=role_type, pod_count=1, cpu=1000, memory=1024)
+    response, form = clone_form(alice_client, job)
+    assert [role.initial["role_type"] for role in form.roles] == ["Worker", "Master", "PS", "Chief"]
+    assert form.roles_left_out == 1
+    assert "1 more role of the job is left out" in response.content.decode()
