@@ -29,6 +29,8 @@ MAX_MEMORY_MIB = 2**31 - 1
 MAX_GPUS = 1024
 MAX_PATH = 1024  # a mount path or URI the node agent can create and pass on
 MAX_NAME = 256  # ids, branches and commits of data and code sources
+MAX_GRACE_SECONDS = 24 * 3600  # between SIGTERM and SIGKILL
+MAX_DESCRIPTION = 4096
 MAX_DEPTH = 32  # JSON nesting: DLC's deepest body is 4 levels
 MAX_WORKSPACE_ID = 2**63 - 1  # a bigint key
 # Times the database and datetime arithmetic (a default window around them) can hold.
@@ -53,6 +55,28 @@ class Problems:
 
     def __init__(self) -> None:
         self.items: list[tuple[str, str]] = []
+        self._read: dict[int, set[str]] = {}
+        self._tracked: list[tuple[str, dict]] = []
+
+    def track(self, data: Any, path: str) -> None:
+        """Watch the object at `path` for keys no reader asks for (`unread`)."""
+        if isinstance(data, dict) and id(data) not in {id(d) for _, d in self._tracked}:
+            self._tracked.append((path, data))
+
+    def unread(self) -> list[str]:
+        """The paths of the watched objects' keys that no reader asked for, but those left
+        empty (null, "", [] or {}: the SDK sends every array field, empty when unset)."""
+        return [
+            f"{path}.{key}" if path else key
+            for path, data in self._tracked
+            for key, value in data.items()
+            if key not in self._read.get(id(data), ()) and value not in (None, "", [], {})
+        ]
+
+    def get(self, data: dict, key: str) -> Any:
+        """`data[key]` or None, noted as read."""
+        self._read.setdefault(id(data), set()).add(key)
+        return data.get(key)
 
     def add(self, path: str, message: str) -> None:
         self.items.append((path, message))
@@ -69,7 +93,7 @@ class Problems:
     def text(
         self, data: dict, key: str, path: str, default: str = "", *, max_length: int | None = None
     ) -> str:
-        value = data.get(key)
+        value = self.get(data, key)
         if value is None:
             return default
         if not isinstance(value, str):
@@ -86,7 +110,7 @@ class Problems:
     def integer(
         self, data: dict, key: str, path: str, default: int | None = None, *, maximum: int = MAX_INT
     ) -> int | None:
-        value = data.get(key)
+        value = self.get(data, key)
         if value is None:
             return default
         if isinstance(value, float) and value.is_integer():
@@ -100,7 +124,7 @@ class Problems:
         return value
 
     def boolean(self, data: dict, key: str, path: str, default: bool = False) -> bool:
-        value = data.get(key)
+        value = self.get(data, key)
         if value is None:
             return default
         if isinstance(value, str) and value.lower() in ("true", "false"):
@@ -111,7 +135,7 @@ class Problems:
         return value
 
     def number(self, data: dict, key: str, path: str) -> Decimal | None:
-        value = data.get(key)
+        value = self.get(data, key)
         if value is None:
             return None
         if isinstance(value, bool) or not isinstance(value, int | float | str):
@@ -124,7 +148,7 @@ class Problems:
             return None
 
     def mapping(self, data: dict, key: str, path: str) -> dict:
-        value = data.get(key)
+        value = self.get(data, key)
         if value is None:
             return {}
         if not isinstance(value, dict):
@@ -133,7 +157,7 @@ class Problems:
         return value
 
     def array(self, data: dict, key: str, path: str) -> list:
-        value = data.get(key)
+        value = self.get(data, key)
         if value is None:
             return []
         if not isinstance(value, list):
@@ -227,23 +251,27 @@ def job_spec_from_create_job(body: dict) -> JobSpec:
     """The CreateJob body as a JobSpec. Raises InvalidParameter for shapes and types; the
     form's rules are left to job_spec_resolve."""
     p = Problems()
+    p.track(body, "")
+    p.text(body, "WorkspaceId", "WorkspaceId")  # read by the view (`workspace_id_of`)
     specs = p.array(body, "JobSpecs", "JobSpecs")
     roles, spot = [], False
     role_oversold: set[str] = set()
+    quota_ids: set[str] = set()
     for i, item in enumerate(specs):
         path = f"JobSpecs[{i}]"
         if not isinstance(item, dict):
             p.add(path, "must be an object")
             continue
+        p.track(item, path)
         role, is_spot = _role(p, item, path)
         roles.append(role)
         spot = spot or is_spot
         if oversold := p.text(item, "OversoldType", f"{path}.OversoldType"):
             role_oversold.add(oversold)
+        quota_ids.add(p.text(item, "QuotaId", f"{path}.QuotaId"))
 
     quota = p.text(body, "ResourceId", "ResourceId").strip()
     if not quota:
-        quota_ids = {p.text(s, "QuotaId", "JobSpecs.QuotaId") for s in specs if isinstance(s, dict)}
         quota = next(iter(quota_ids - {""}), "") if len(quota_ids - {""}) == 1 else ""
     if spot and quota:
         p.add("ResourceId", "a spot job bids for public instances; leave ResourceId empty")
@@ -253,6 +281,16 @@ def job_spec_from_create_job(body: dict) -> JobSpec:
         source = ResourceSource.QUOTA if quota else ResourceSource.PUBLIC
 
     settings = p.mapping(body, "Settings", "Settings")
+    p.track(settings, "Settings")
+    grace = p.integer(
+        settings,
+        "TerminationGracePeriodSeconds",
+        "Settings.TerminationGracePeriodSeconds",
+        default=30,
+        maximum=MAX_GRACE_SECONDS,
+    )
+    if grace is not None and grace < 0:
+        p.add("Settings.TerminationGracePeriodSeconds", "must be 0 or more")
     idle_mode = _idle_mode(p, settings, role_oversold, quota=bool(quota))
     aimaster = p.boolean(
         settings, "EnableErrorMonitoringInAIMaster", "Settings.EnableErrorMonitoringInAIMaster"
@@ -261,11 +299,14 @@ def job_spec_from_create_job(body: dict) -> JobSpec:
         p, p.text(settings, "ErrorMonitoringArgs", "Settings.ErrorMonitoringArgs")
     )
     advanced = p.mapping(settings, "AdvancedSettings", "Settings.AdvancedSettings")
+    p.track(advanced, "Settings.AdvancedSettings")
     easyckpt = p.boolean(advanced, "EnableEasyCkpt", "Settings.AdvancedSettings.EnableEasyCkpt")
     vpc = p.mapping(body, "UserVpc", "UserVpc")
+    p.track(vpc, "UserVpc")
 
     spec = JobSpec(
         display_name=p.text(body, "DisplayName", "DisplayName"),
+        description=p.text(body, "Description", "Description", max_length=MAX_DESCRIPTION),
         job_type=p.text(body, "JobType", "JobType"),
         image=next((r.image for r in roles if r.image), ""),
         user_command=p.text(body, "UserCommand", "UserCommand"),
@@ -288,15 +329,48 @@ def job_spec_from_create_job(body: dict) -> JobSpec:
         max_restarts=max_restarts,
         execution_mode=mode,
         enable_easyckpt=easyckpt,
+        termination_grace_seconds=max(grace or 0, 0),
         roles=roles,
+        notes=_unread(p),
     )
     p.raise_if_any()
     return spec
 
 
+# CreateJob fields taken with no effect here, and why (docs/api.md): each becomes an event on
+# the job. Any other field the body names and nothing reads is refused with a 400.
+NO_EFFECT = {
+    "Settings.EnableRDMA": "this cluster has no RDMA network: the pods run without it",
+    "Settings.AllocateAllRDMADevices": "this cluster has no RDMA devices",
+    "Settings.EnableTideResource": "no tide resources here",
+    "Settings.EnableSanityCheck": "no sanity check here: the job starts without one",
+    "Settings.SanityCheckArgs": "no sanity check here",
+    "Settings.DisableEcsStockCheck": "the market always checks spot stock here",
+    "Settings.EnableCPUAffinity": "pods are not pinned to CPUs here",
+    "Settings.EnableOssAppend": "no OSS here",
+    "Settings.Caller": "not used here",
+    "Settings.PipelineId": "not used here",
+    "Settings.BusinessUserId": "not used here",
+}
+
+
+def _unread(p: Problems) -> tuple[str, ...]:
+    """Each field nothing read: a note if NO_EFFECT names it, else a problem."""
+    notes = []
+    for path in p.unread():
+        generic = re.sub(r"\[\d+\]", "[]", path)
+        if NO_EFFECT.get(generic):
+            notes.append(f"{path} is accepted with no effect: {NO_EFFECT[generic]}")
+        else:
+            p.add(path, "not supported here (docs/api.md lists what CreateJob takes)")
+    return tuple(notes)
+
+
 def _role(p: Problems, item: dict, path: str) -> tuple[RoleSpec, bool]:
     config = p.mapping(item, "ResourceConfig", f"{path}.ResourceConfig")
+    p.track(config, f"{path}.ResourceConfig")
     spot_spec = p.mapping(item, "SpotSpec", f"{path}.SpotSpec")
+    p.track(spot_spec, f"{path}.SpotSpec")
     strategy = p.text(spot_spec, "SpotStrategy", f"{path}.SpotSpec.SpotStrategy")
     if strategy and strategy not in SPOT_STRATEGIES:
         p.add(f"{path}.SpotSpec.SpotStrategy", f"must be {' or '.join(SPOT_STRATEGIES)}")
@@ -319,7 +393,7 @@ def _role(p: Problems, item: dict, path: str) -> tuple[RoleSpec, bool]:
 
 
 def _quantity(p: Problems, config: dict, key: str, path: str) -> tuple[Decimal, str] | None:
-    value = config.get(key)
+    value = p.get(config, key)
     if value is None or value == "":
         return None
     if isinstance(value, bool) or not isinstance(value, int | float | str):
@@ -450,6 +524,7 @@ def _data_sources(p: Problems, body: dict) -> list[dict]:
         if not isinstance(item, dict):
             p.add(path, "must be an object")
             continue
+        p.track(item, path)
         ident = p.text(item, "DataSourceId", f"{path}.DataSourceId", max_length=MAX_NAME)
         uri = p.text(item, "Uri", f"{path}.Uri", max_length=MAX_PATH) or (
             f"datasource://{ident}" if ident else ""
@@ -464,6 +539,7 @@ def _data_sources(p: Problems, body: dict) -> list[dict]:
 
 def _code_source(p: Problems, body: dict) -> dict:
     item = p.mapping(body, "CodeSource", "CodeSource")
+    p.track(item, "CodeSource")
     fields = {
         "code_source_id": p.text(
             item, "CodeSourceId", "CodeSource.CodeSourceId", max_length=MAX_NAME

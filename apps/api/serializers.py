@@ -165,6 +165,7 @@ def _job_common(job: Job, roles: list[JobRole]) -> dict[str, Any]:
     return {
         "JobId": job.job_id,
         "DisplayName": job.display_name,
+        "Description": job.description or None,
         "JobType": job.job_type,
         "WorkspaceId": job.workspace.workspace_id,
         "WorkspaceName": job.workspace.name,

@@ -17,6 +17,7 @@ from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig, TooManyFieldsSent
+from django.db import transaction
 from django.db.models import Q, QuerySet
 from django.http import Http404, HttpRequest, JsonResponse
 from django.utils import timezone
@@ -49,7 +50,13 @@ from apps.jobs.selectors import (
     job_pod,
     jobs_with_roles,
 )
-from apps.jobs.services import job_delete, job_priority_update, job_stop, job_submit
+from apps.jobs.services import (
+    job_delete,
+    job_description_update,
+    job_priority_update,
+    job_stop,
+    job_submit,
+)
 from apps.jobs.specs import spot_price_range_per_minute
 from apps.market.selectors import (
     TypeUsage,
@@ -316,15 +323,24 @@ def update_job(call: Call, job_id: str) -> dict[str, Any]:
     job = _job(call, job_id)
     job_ensure_can_manage(user=call.user, job=job, action="change the priority of")
     body = _json_body(call)
-    for name in ("UserCommand", "JobSpecs", "Description", "Accessibility"):
+    for name in ("UserCommand", "JobSpecs", "Accessibility"):
         if body.get(name) is not None:
-            raise invalid_parameter(name, "cannot be changed; UpdateJob changes only Priority")
+            raise invalid_parameter(
+                name, "cannot be changed; UpdateJob changes Priority and Description"
+            )
     problems = parsing.Problems()
     priority = problems.integer(body, "Priority", "Priority")
+    description = problems.text(
+        body, "Description", "Description", default=None, max_length=parsing.MAX_DESCRIPTION
+    )
     problems.raise_if_any()
-    if priority is None:
+    if priority is None and description is None:
         raise missing_parameter("Priority")
-    job_priority_update(job=job, priority=priority, by=call.user, now=call.now)
+    with transaction.atomic():
+        if priority is not None:
+            job_priority_update(job=job, priority=priority, by=call.user, now=call.now)
+        if description is not None:
+            job_description_update(job=job, description=description, by=call.user, now=call.now)
     return {"JobId": job.job_id}
 
 

@@ -112,6 +112,7 @@ class Job(models.Model):
     )
     enable_easyckpt = models.BooleanField(default=False)
     termination_grace_seconds = models.PositiveIntegerField(default=30)
+    description = models.TextField(blank=True)
 
     # State
     status = models.CharField(max_length=20, choices=JobStatus.choices, default=JobStatus.CREATING)

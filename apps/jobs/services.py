@@ -238,6 +238,8 @@ def job_submit(*, workspace, user, spec: JobSpec, now: datetime | None = None) -
         max_restarts=spec.max_restarts,
         execution_mode=spec.execution_mode,
         enable_easyckpt=spec.enable_easyckpt,
+        termination_grace_seconds=spec.termination_grace_seconds,
+        description=spec.description,
         status=JobStatus.CREATING,
         submitted_at=now,
         status_changed_at=now,
@@ -263,6 +265,8 @@ def job_submit(*, workspace, user, spec: JobSpec, now: datetime | None = None) -
     )
     StatusTransition.objects.create(job=job, status=JobStatus.CREATING, started_at=now)
     job_event(job=job, kind="Submitted", message=f"Submitted by {user.get_username()}", now=now)
+    for note in spec.notes:
+        job_event(job=job, kind="FieldIgnored", message=note, now=now)
 
     from apps.jobs.tasks import job_admit_task
 
@@ -391,4 +395,16 @@ def job_priority_update(*, job: Job, priority: int, by, now: datetime | None = N
             now=now,
             message=f"Priority {old} → {priority} by {by.get_username()}",
         )
+    return job
+
+
+@transaction.atomic
+def job_description_update(*, job: Job, description: str, by, now: datetime | None = None) -> Job:
+    """Change a job's description, in any status."""
+    now = now or timezone.now()
+    job = Job.objects.select_for_update().get(pk=job.pk)
+    if job.description != description:
+        job.description = description
+        job.save(update_fields=["description"])
+        job_event(job=job, kind="DescriptionChanged", now=now, message=f"by {by.get_username()}")
     return job

@@ -58,6 +58,7 @@ class RoleSpec:
 @dataclass
 class JobSpec:
     display_name: str = ""
+    description: str = ""
     job_type: str = JobType.PYTORCH
     image: str = ""
     user_command: str = ""
@@ -78,7 +79,11 @@ class JobSpec:
     max_restarts: int = 3
     execution_mode: str = ExecutionMode.SYNC
     enable_easyckpt: bool = False
+    termination_grace_seconds: int = 30  # SIGTERM, this long to save a checkpoint, SIGKILL
     roles: list[RoleSpec] = field(default_factory=list)
+    # Fields accepted with no effect here, each said as an event on the job (the API's
+    # Settings.EnableRDMA on a cluster without RDMA, …: docs/api.md).
+    notes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

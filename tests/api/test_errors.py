@@ -252,11 +252,15 @@ def test_it_refuses_deeply_nested_json(raw, ws_a, depth):
     assert Job.objects.count() == 0
 
 
-def test_it_accepts_nesting_up_to_the_limit(raw, ws_a):
+def test_it_reads_nesting_up_to_the_limit_and_names_the_field_it_does_not_take(raw, ws_a):
     nested = "[" * 31 + "]" * 31  # the body object and 31 arrays: 32 levels
     body = quota_job_body(ws_a)
     data = json.dumps(body)[:-1] + f', "Extra": {nested}}}'
-    assert _post_job(raw, data.encode()).status_code == 200
+    response = _post_job(raw, data.encode())
+    assert response.status_code == 400  # not for its depth: for a field CreateJob has not
+    assert response.json()["Code"] == "InvalidParameter"
+    assert response.json()["Message"].startswith("Extra: not supported here")
+    assert _post_job(raw, json.dumps(body).encode()).status_code == 200
 
 
 @pytest.mark.parametrize(
