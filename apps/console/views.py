@@ -32,7 +32,7 @@ from apps.jobs import selectors
 from apps.jobs.forms import ROLE_ROWS, JobCreateForm, JobFilterForm, RoleForm, clone_initial
 from apps.jobs.models import Job
 from apps.jobs.services import job_stop, job_submit
-from apps.market.selectors import job_bid_history, waiting_reasons
+from apps.market.selectors import job_bid_history, waiting_show
 
 
 def _get_job_for_user(request: HttpRequest, job_id: str) -> Job:
@@ -53,15 +53,6 @@ def _get_job_to_manage(request: HttpRequest, job_id: str, *, action: str) -> Job
 
 def _htmx_target(request: HtmxHttpRequest) -> str | None:
     return request.htmx.target if request.htmx else None
-
-
-def _show_waiting_reasons(jobs: list[Job]) -> None:
-    """A bidding spot job's reason is not stored (the market does not rewrite thousands of
-    them each tick): it is worked out from the market's last quotes, for these jobs only."""
-    reasons = waiting_reasons(jobs=jobs)
-    for job in jobs:
-        if job.pk in reasons:
-            job.pending_reason = reasons[job.pk]
 
 
 # The job list polls itself this often; answered 204 while its rows are unchanged.
@@ -102,7 +93,7 @@ def job_list(request: HtmxHttpRequest) -> HttpResponse:
     )
     page = Paginator(jobs, settings.JOBS_PAGE_SIZE).get_page(request.GET.get("page"))
     page.object_list = list(page.object_list)
-    _show_waiting_reasons(page.object_list)
+    waiting_show(jobs=page.object_list)
     manageable = selectors.jobs_can_manage(user=request.user, jobs=page.object_list)
     query = _list_query(form, sort=sort, page=page.number)
     version = job_list_version(
@@ -231,7 +222,7 @@ def job_detail(request: HtmxHttpRequest, job_id: str) -> HttpResponse:
     """The job page; to the page's own polls (targets #job-live and #spot-bids) only that
     fragment, with 286 once the job has finished so htmx stops asking."""
     job = _get_job_for_user(request, job_id)
-    _show_waiting_reasons([job])
+    waiting_show(jobs=[job])
     target = _htmx_target(request)
     context = {
         "job": job,

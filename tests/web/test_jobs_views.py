@@ -568,7 +568,8 @@ def test_it_hints_why_a_pending_job_waits_in_the_list(alice_client, personas):
     stale = make_job(personas, name="running")  # a reason left behind is not shown
     Job.objects.filter(pk=stale.pk).update(pending_reason="old reason")
     content = alice_client.get(reverse("jobs:list")).content.decode()
-    assert f'title="{reason} (position 3 of 7)">{reason[:47]}…</div>' in content
+    full = f"{reason} — position 3 of 7 in the queue of quota team-a"  # waiting_text's words
+    assert f'title="{full}">{reason[:47]}…</div>' in content
     assert "old reason" not in content
 
 
