@@ -287,14 +287,57 @@ def _job_filters(call: Call) -> JobFilters:
         filters["username"] = username
     if parsing.query_bool(query, "ShowOwn"):
         filters["submitter"] = call.user
+    if job_ids := _listed(query, "JobIds"):
+        filters["job_ids"] = job_ids
+    if quotas := _listed(query, "ResourceIds"):
+        filters["quotas"] = quotas
+    for param, key in (
+        ("UserCommandSearch", "user_command_contains"),
+        ("ReasonSearch", "reason_contains"),
+        ("ImageSearch", "image_contains"),
+        ("Description", "description_contains"),
+    ):
+        if value := query.get(param, "").strip():
+            filters[key] = value  # type: ignore[literal-required]
+    if unsupported := sorted(set(query) & LIST_JOBS_UNSUPPORTED):
+        raise invalid_parameter(
+            unsupported[0], "not supported here (docs/api.md lists what ListJobs takes)"
+        )
     start, end = parsing.query_time(query, "StartTime"), parsing.query_time(query, "EndTime")
-    if start is None and end is None:
-        start = call.now - DEFAULT_LIST_WINDOW
+    if start is None and end is None and "job_ids" not in filters:
+        start = call.now - DEFAULT_LIST_WINDOW  # named jobs are found however old
     if start is not None:
         filters["created_from"] = start
     if end is not None:
         filters["created_until"] = end
     return filters
+
+
+# ListJobs parameters the SDK models and paiweb has no meaning for: refused, never ignored.
+LIST_JOBS_UNSUPPORTED = frozenset(
+    {
+        "Tags",
+        "Accessibility",
+        "NumericRangeField",
+        "NumericRangeMax",
+        "NumericRangeMin",
+        "TimeRangeField",
+        "TemplateId",
+        "PipelineId",
+        "UserIdForFilter",
+        "EnableAssignNode",
+        "DisplayNameSearchMode",
+        "FromAllWorkspaces",
+        "Caller",
+        "BusinessUserId",
+    }
+)
+
+
+def _listed(query, name: str) -> list[str] | None:
+    """A comma-separated list parameter (`JobIds=dlc1,dlc2`); None when absent or empty."""
+    values = [v.strip() for v in query.get(name, "").split(",") if v.strip()]
+    return values or None
 
 
 def _oversold_filters(value: str, sources: list[str] | None) -> JobFilters:

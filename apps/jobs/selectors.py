@@ -80,6 +80,12 @@ class JobFilters(TypedDict, total=False):
     submitter: AbstractBaseUser  # the submitter
     created_from: datetime  # created at or after
     created_until: datetime  # created at or before
+    job_ids: Collection[str]  # any of these job ids
+    quotas: Collection[str]  # any of these quota names
+    user_command_contains: str  # part of the command, any case
+    reason_contains: str  # part of the reason (status or waiting), any case
+    image_contains: str  # part of a role's image, any case
+    description_contains: str
 
 
 def job_list(
@@ -155,6 +161,24 @@ def _filter_jobs(jobs: QuerySet[Job], filters: JobFilters) -> QuerySet[Job]:
         jobs = jobs.filter(created_at__gte=start)
     if (end := filters.get("created_until")) is not None:
         jobs = jobs.filter(created_at__lte=end)
+    if (job_ids := filters.get("job_ids")) is not None:
+        jobs = jobs.filter(job_id__in=list(job_ids))
+    if (quotas := filters.get("quotas")) is not None:
+        jobs = jobs.filter(quota__name__in=list(quotas))
+    if command := filters.get("user_command_contains"):
+        jobs = jobs.filter(user_command__icontains=command)
+    if reason := filters.get("reason_contains"):
+        jobs = jobs.filter(
+            Q(reason_message__icontains=reason)
+            | Q(reason_code__icontains=reason)
+            | Q(pending_reason__icontains=reason)
+        )
+    if image := filters.get("image_contains"):
+        jobs = jobs.filter(
+            Exists(JobRole.objects.filter(job=OuterRef("pk"), image__icontains=image))
+        )
+    if description := filters.get("description_contains"):
+        jobs = jobs.filter(description__icontains=description)
     return jobs
 
 
