@@ -26,21 +26,14 @@ class Policy:
     checkpoint_interval: float | None = None  # seconds; None: the run's default
     min_run_seconds: float | None = None  # None: the run's default
 
-    def config(
-        self,
-        *,
-        seed: int,
-        min_run_seconds: float,
-        workload: tuple[tuple[int, int, float], ...] = (),
-    ) -> Config:
-        """The engine's configuration for this policy (`workload`: FGD's target mix)."""
+    def config(self, *, seed: int, min_run_seconds: float) -> Config:
+        """The engine's configuration for this policy."""
         own = self.min_run_seconds
         return Config(
             min_run_seconds=min_run_seconds if own is None else own,
             victim_order=self.victim_order,
             placement=self.placement,
             seed=seed,
-            workload=workload if self.placement == "fgd" else (),
         )
 
     def describe(self) -> dict[str, object]:
@@ -58,11 +51,10 @@ PRESETS = {
     "random-victims": Policy("random-victims", victim_order="random"),
     "worst-fit": Policy("worst-fit", placement="worst_fit"),
     "random-fit": Policy("random-fit", placement="random"),
-    "fgd": Policy("fgd", placement="fgd"),
 }
 DEFAULTS = {
     "replay": "ours,kueue,random-victims",
-    "fill": "ours,fgd,worst-fit,random-fit",
+    "fill": "ours,worst-fit,random-fit",
 }
 
 

@@ -26,7 +26,6 @@ import heapq
 import math
 import random
 import time
-from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
@@ -35,7 +34,6 @@ from apps.scheduler.engine import (
     Config,
     IdleMode,
     PendingJob,
-    Placement,
     Plan,
     PodRequest,
     Resources,
@@ -70,7 +68,6 @@ class Settings:
     fill_to: float = 1.3
     shuffle: bool = False
     batch: int = 256
-    gpu_sharing: bool = True  # False: a fractional pod is given a whole GPU
 
 
 @dataclass(slots=True)
@@ -81,7 +78,7 @@ class Series:
     allocated: list[float] = field(
         default_factory=list
     )  # milli-GPU asked by running pods ÷ capacity
-    occupied: list[int] = field(default_factory=list)  # GPUs with a pod on them
+    occupied: list[int] = field(default_factory=list)  # whole GPUs held
     running: list[int] = field(default_factory=list)
     pending: list[int] = field(default_factory=list)
     preemptions: list[int] = field(default_factory=list)  # so far
@@ -151,18 +148,13 @@ class _Job:
     def milli(self) -> int:
         return self.trace.gpu_milli * self.trace.pods
 
-    def request(self, sharing: bool) -> tuple[Resources, int]:
-        """A pod's shape for the engine, and its share of one GPU (0: whole GPUs)."""
-        t = self.trace
-        if sharing and t.share:
-            return Resources(cpu=t.cpu, memory=t.memory), t.share
-        return Resources(cpu=t.cpu, memory=t.memory, gpu=t.gpu), 0
+    @property
+    def gpus(self) -> int:
+        return self.trace.gpu * self.trace.pods
 
-    def pending(
-        self, *, submitted_at: float, not_before: float | None, sharing: bool
-    ) -> PendingJob:
+    def pending(self, *, submitted_at: float, not_before: float | None) -> PendingJob:
         t = self.trace
-        shape, share = self.request(sharing)
+        shape = Resources(cpu=t.cpu, memory=t.memory, gpu=t.gpu)
         return PendingJob(
             job_id=self.id,
             name=t.name,
@@ -170,9 +162,7 @@ class _Job:
             idle_mode=self.idle_mode,
             priority=self.priority,
             submitted_at=submitted_at,
-            pods=tuple(
-                PodRequest(key=f"pod-{i}", resources=shape, gpu_milli=share) for i in range(t.pods)
-            ),
+            pods=tuple(PodRequest(key=f"pod-{i}", resources=shape) for i in range(t.pods)),
             not_before=not_before,
         )
 
@@ -180,20 +170,12 @@ class _Job:
 class _Cluster:
     """Jobs running and waiting, and the figures that follow them."""
 
-    def __init__(
-        self,
-        cluster: Cluster,
-        policy: Policy,
-        settings: Settings,
-        traces: Sequence[TraceJob] = (),
-    ) -> None:
+    def __init__(self, cluster: Cluster, policy: Policy, settings: Settings) -> None:
         self.cluster = cluster
         self.capacity = cluster.gpus * 1000  # milli-GPU
         self.settings = settings
         self.config: Config = policy.config(
-            seed=settings.seed,
-            min_run_seconds=settings.min_run_seconds,
-            workload=workload(traces, sharing=settings.gpu_sharing),
+            seed=settings.seed, min_run_seconds=settings.min_run_seconds
         )
         interval = policy.checkpoint_interval
         self.interval = settings.checkpoint_interval if interval is None else interval
@@ -201,8 +183,7 @@ class _Cluster:
         self.pending: dict[int, PendingJob] = {}
         self.jobs: dict[int, _Job] = {}
         self.allocated = 0  # milli-GPU asked for by running jobs
-        self.occupied = 0  # GPUs with a pod on them
-        self.gpu_use: Counter[tuple[int, int]] = Counter()  # (node, GPU) -> milli-GPUs
+        self.occupied = 0  # whole GPUs they hold
         self.preemptions = 0
         self.lost = 0.0
         self.plan_calls = 0
@@ -235,27 +216,21 @@ class _Cluster:
                 at = job.started + done * self.interval if done > 0 else None
                 self.running[jid] = replace(running, last_checkpoint_at=at)
 
-    def pending_job(self, job: _Job, *, submitted_at: float, not_before: float | None) -> None:
-        self.pending[job.id] = job.pending(
-            submitted_at=submitted_at, not_before=not_before, sharing=self.settings.gpu_sharing
-        )
-
-    def start(self, job: _Job, placements: Sequence[Placement], now: float) -> None:
+    def start(
+        self, job: _Job, admission_placements: Sequence[tuple[int, bool]], now: float
+    ) -> None:
         t = job.trace
-        shape, share = job.request(self.settings.gpu_sharing)
+        shape = Resources(cpu=t.cpu, memory=t.memory, gpu=t.gpu)
         pods = []
-        for pl in placements:
+        for node_id, in_quota in admission_placements:
             self.pod_ids += 1
-            pods.append(
-                RunningPod(self.pod_ids, pl.node_id, shape, pl.in_quota, share, gpus=pl.gpus)
-            )
-            self._hold(pl.node_id, pl.gpus, share or 1000)
+            pods.append(RunningPod(self.pod_ids, node_id, shape, in_quota))
         job.attempt += 1
         job.started = now
         job.checkpoints = 0
         if job.outcome.first_start is None:
             job.outcome.first_start = now
-            job.outcome.nodes = tuple(pl.node_id for pl in placements)
+            job.outcome.nodes = tuple(node_id for node_id, _ in admission_placements)
         self.pending.pop(job.id, None)
         self.running[job.id] = RunningJob(
             job_id=job.id,
@@ -268,19 +243,12 @@ class _Cluster:
             pods=tuple(pods),
         )
         self.allocated += job.milli
+        self.occupied += job.gpus
 
     def stop(self, job: _Job) -> None:
-        for pod in self.running.pop(job.id).pods:
-            self._hold(pod.node_id, pod.gpus, -(pod.gpu_milli or 1000))
+        del self.running[job.id]
         self.allocated -= job.milli
-
-    def _hold(self, node_id: int, gpus: tuple[int, ...], milli: int) -> None:
-        """Milli-GPUs taken (or, negative, given back) on a pod's GPUs."""
-        for g in gpus:
-            key = (node_id, g)
-            before = self.gpu_use[key]
-            self.gpu_use[key] = after = before + milli
-            self.occupied += (after > 0) - (before > 0)
+        self.occupied -= job.gpus
 
     def preempt(self, job: _Job, lost: float, now: float) -> None:
         """A victim stops now; its work up to the last checkpoint is kept."""
@@ -303,20 +271,9 @@ class _Cluster:
                 preempted.append(job)
         for admission in p.admissions:
             job = self.jobs[admission.job_id]
-            self.start(job, admission.placements, now)
+            self.start(job, [(pl.node_id, pl.in_quota) for pl in admission.placements], now)
             started.append(job)
         return started, preempted
-
-
-def workload(traces: Sequence[TraceJob], *, sharing: bool) -> tuple[tuple[int, int, float], ...]:
-    """The trace's mix of pods asking for GPUs, (milli-GPUs, CPU per pod, pods): FGD's
-    target workload."""
-    mix: Counter[tuple[int, int]] = Counter()
-    for t in traces:
-        ask = t.share if sharing and t.share else t.gpu * 1000
-        if ask:
-            mix[(ask, t.cpu)] += t.pods
-    return tuple((ask, cpu, float(n)) for (ask, cpu), n in sorted(mix.items()))
 
 
 def make_jobs(
@@ -364,7 +321,7 @@ def _replay(
     settings: Settings,
     progress: Progress | None,
 ) -> Result:
-    state = _Cluster(cluster, policy, settings, traces)
+    state = _Cluster(cluster, policy, settings)
     events: list[tuple[float, int, int, int, int]] = []  # time, kind, seq, job id, attempt
     seq = 0
     for i, (t, quota, quota_id, mode) in enumerate(make_jobs(traces, cluster, settings)):
@@ -386,7 +343,7 @@ def _replay(
             _, kind, _, jid, attempt = heapq.heappop(events)
             if kind == _ARRIVE:
                 job = state.jobs[jid]
-                state.pending_job(job, submitted_at=job.trace.submit, not_before=None)
+                state.pending[jid] = job.pending(submitted_at=job.trace.submit, not_before=None)
                 arrived += 1
                 dirty = True
             elif kind == _FINISH:
@@ -428,8 +385,8 @@ def _plan_now(state: _Cluster, now: float, events: list, seq: int) -> int:
                 seq += 1
         for job in preempted:
             backoff = settings.requeue_backoff
-            state.pending_job(
-                job, submitted_at=job.trace.submit, not_before=now + backoff if backoff else None
+            state.pending[job.id] = job.pending(
+                submitted_at=job.trace.submit, not_before=now + backoff if backoff else None
             )
             if backoff:
                 heapq.heappush(events, (now + backoff, _WAKE, seq, 0, 0))
@@ -514,7 +471,7 @@ def _fill(
     settings: Settings,
     progress: Progress | None,
 ) -> Result:
-    state = _Cluster(cluster, policy, settings, traces)
+    state = _Cluster(cluster, policy, settings)
     arrivals = inflate(traces, gpus=cluster.gpus, settings=settings)
     jobs = []
     for i, (t, quota, quota_id, mode) in enumerate(make_jobs(arrivals, cluster, settings)):
@@ -532,7 +489,7 @@ def _fill(
         batch = jobs[first : first + step]
         before = state.allocated
         for job in batch:
-            state.pending_job(job, submitted_at=float(job.id), not_before=None)
+            state.pending[job.id] = job.pending(submitted_at=float(job.id), not_before=None)
         placed: set[int] = set()
         for _ in range(8):
             p = state.plan(0.0)
@@ -540,7 +497,7 @@ def _fill(
             placed.update(j.id for j in started)
             placed.difference_update(j.id for j in preempted)
             for job in preempted:  # tried again in this batch, dropped if it cannot start
-                state.pending_job(job, submitted_at=float(job.id), not_before=None)
+                state.pending[job.id] = job.pending(submitted_at=float(job.id), not_before=None)
                 before -= job.milli
             if not p.preemptions:
                 break

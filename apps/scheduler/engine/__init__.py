@@ -1,11 +1,8 @@
 """The scheduling core: plain frozen dataclasses in, a plan out. No Django, no Celery, no clock.
 
 One call, `plan(snapshot, now=..., config=...)`, decides for the queue of a dedicated pool
-which pending jobs start now (and on which nodes and GPUs), which borrowers are preempted,
-and why every other job is still waiting. The live tick, the tests and the simulator all
-call it. A pod may ask for part of one GPU (`PodRequest.gpu_milli`, 1..999 milli-GPUs):
-it shares a GPU with others, and counts against its quota's min in milli-GPUs; `Resources`
-and quota mins keep counting whole GPUs.
+which pending jobs start now (and on which nodes), which borrowers are preempted, and why
+every other job is still waiting. The live tick, the tests and the simulator all call it.
 
 Import from here; the modules are the engine's parts, each importing only those above it:
 
@@ -13,7 +10,6 @@ Import from here; the modules are the engine's parts, each importing only those 
 - `model`: the values in and out (`Snapshot`, `Plan`, ...), `SchedulerError`, the quota tree;
 - `room`: room on a pool's nodes during a pass, gang placement by best fit;
 - `reclaim`: which borrowers an owner preempts (victim choice);
-- `sharing`: GPU sharing, room GPU by GPU when pods ask for part of a GPU, FGD placement;
 - `plan`: the planner, the two passes over the queues (how a pass runs is told there);
 - `report`: quota use, free guarantee, borrowing and lending, for the quotas page.
 """

@@ -17,9 +17,7 @@ IdleMode = Literal["off", "acceptable", "only_idle"]
 QueueStrategy = Literal["StrictFIFO", "BestEffortFIFO"]
 # Policies other than the product's, for comparing them in the simulator (Config).
 VictimOrder = Literal["least_lost_work", "kueue", "random"]
-PlacementRule = Literal["best_fit", "worst_fit", "random", "fgd"]
-
-MILLI = 1000  # milli-GPUs in one GPU: a shared pod asks for 1..999 of them
+PlacementRule = Literal["best_fit", "worst_fit", "random"]
 
 
 class SchedulerError(ValueError):
@@ -75,16 +73,10 @@ class Quota:
 
 @dataclass(frozen=True, slots=True)
 class RunningPod:
-    """A live pod. `gpu_milli`: its share of one GPU (1..999, `resources.gpu` then 0), 0 for
-    whole GPUs. `gpus`: the indexes (0..gpu-1 on its node) of the GPUs it holds; empty when
-    unknown, and then the lowest free ones are assumed (the planner's rule)."""
-
     pod_id: int
     node_id: int
     resources: Resources
     in_quota: bool
-    gpu_milli: int = 0
-    gpus: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,13 +98,8 @@ class RunningJob:
 
 @dataclass(frozen=True, slots=True)
 class PodRequest:
-    """A pod to place. `gpu_milli`: a share of one GPU, 1..999 milli-GPUs, placed on one GPU
-    that other shared pods may use too (`resources.gpu` must then be 0); 0 means whole GPUs,
-    as many as `resources.gpu` says, each with nothing else on it."""
-
     key: str  # e.g. "worker-0"
     resources: Resources
-    gpu_milli: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,28 +128,19 @@ class Config:
     and placements exist to be compared with them (the simulator): "kueue" takes the lowest
     priority, then the newest; "random" a fixed random order per `seed`; "worst_fit" puts
     each pod on the node left with the most room; "random" placement on any node that fits
-    (drawn from `seed` and `now`); "fgd" the node and GPU whose fragmentation grows least
-    against `workload` (sharing.py; with no shared pod in the snapshot, best fit).
-    `workload`: (milli-GPUs a pod asks for, its CPU in millicores, weight), the mix of pods
-    FGD keeps room for; empty: the pending pods of the snapshot."""
+    (drawn from `seed` and `now`)."""
 
     min_run_seconds: float = 60.0  # a borrower younger than this is not preempted yet
     victim_order: VictimOrder = "least_lost_work"
     placement: PlacementRule = "best_fit"
     seed: int = 0
-    workload: tuple[tuple[int, int, float], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
 class Placement:
-    """Where a pod goes: its node and the indexes of the GPUs it takes there (one for a
-    shared pod; empty for a pod without GPUs, and in a `Waiting.reserved` unless the
-    snapshot has shared pods)."""
-
     key: str
     node_id: int
     in_quota: bool
-    gpus: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,18 +183,6 @@ def vec(r: Resources) -> Vec:
     return (r.gpu, r.cpu, r.memory)
 
 
-def milli_vec(r: Resources, gpu_milli: int = 0) -> Vec:
-    """An amount as quotas count it: (milli-GPUs, cpu, memory); a shared pod's share, or
-    1000 per whole GPU."""
-    return (gpu_milli or r.gpu * MILLI, r.cpu, r.memory)
-
-
-def check_share(gpu_milli: int, r: Resources, what: str) -> None:
-    """A shared pod asks for 1..999 milli-GPUs of one GPU and no whole GPU."""
-    if gpu_milli and (not 0 < gpu_milli < MILLI or r.gpu):
-        raise SchedulerError(f"{what}: gpu_milli must be 1..999 with no whole GPU")
-
-
 # --- the quota tree --------------------------------------------------------------------
 
 
@@ -240,14 +206,9 @@ def quota_chains(quotas: dict[int, Quota]) -> dict[int, tuple[Quota, ...]]:
 
 
 def subtree_use(
-    chains: dict[int, tuple[Quota, ...]],
-    running: Iterable[RunningJob],
-    *,
-    in_quota: bool,
-    milli: bool = False,
+    chains: dict[int, tuple[Quota, ...]], running: Iterable[RunningJob], *, in_quota: bool
 ) -> dict[int, list[int]]:
-    """Per quota: the use of its jobs and its descendants', In Quota or Not in Quota; GPUs
-    whole (a shared pod's share not counted), or with `milli` in milli-GPUs."""
+    """Per quota: the use of its jobs and its descendants', In Quota or Not in Quota."""
     use = {qid: [0, 0, 0] for qid in chains}
     for job in running:
         chain = chains.get(job.quota_id) if job.quota_id is not None else None
@@ -255,7 +216,6 @@ def subtree_use(
             continue
         for pod in job.pods:
             if pod.in_quota == in_quota:
-                v = milli_vec(pod.resources, pod.gpu_milli) if milli else vec(pod.resources)
                 for quota in chain:
-                    grow(use[quota.id], v)
+                    grow(use[quota.id], vec(pod.resources))
     return use

@@ -26,11 +26,6 @@ How a pass runs (design.md §4):
    the borrowers behind it, because the regular jobs behind it were already decided.
    BestEffortFIFO skips a job that cannot start. A job in requeue backoff waits without
    blocking anyone.
-5. GPU sharing: a pod may ask for part of one GPU (`PodRequest.gpu_milli`). Quotas count
-   milli-GPUs (a whole GPU is 1000), so a 500-milli pod uses half a GPU of its quota's min.
-   When some pod of the snapshot shares a GPU, room is kept GPU by GPU (sharing.py) and
-   reclaim plans on the GPUs its victims leave; otherwise GPUs are counted, as before, and
-   the GPUs admitted pods take are named afterwards (the lowest free ones).
 """
 
 from __future__ import annotations
@@ -38,7 +33,6 @@ from __future__ import annotations
 import random
 
 from apps.scheduler.engine.model import (
-    MILLI,
     Admission,
     Config,
     Node,
@@ -46,26 +40,15 @@ from apps.scheduler.engine.model import (
     Placement,
     Plan,
     Preemption,
-    Quota,
-    RunningJob,
     SchedulerError,
     Snapshot,
     Waiting,
-    check_share,
-    milli_vec,
     quota_chains,
     subtree_use,
     vec,
 )
 from apps.scheduler.engine.reclaim import Borrower, Reclaimer, preemption
 from apps.scheduler.engine.room import Pool, place_on
-from apps.scheduler.engine.sharing import (
-    GpuIndexes,
-    SharedPool,
-    Spot,
-    choose_victims,
-    place_on_gpus,
-)
 from apps.scheduler.engine.vectors import (
     Vec,
     add,
@@ -73,12 +56,11 @@ from apps.scheduler.engine.vectors import (
     fits,
     grow,
     low,
-    milli_amount,
-    milli_value,
     plural,
     shape,
     sub,
     sum_of,
+    value,
 )
 
 _DEFAULT_CONFIG = Config()  # frozen: one instance serves as every call's default
@@ -93,21 +75,13 @@ def plan(snapshot: Snapshot, *, now: float, config: Config = _DEFAULT_CONFIG) ->
 
 
 class _Pending:
-    """A pending job as the planner sees it: `pods` as room on nodes (whole GPUs, a shared
-    pod's GPU being 0), `shares` the shared pods' milli-GPUs, `asks` what quotas count."""
-
-    __slots__ = ("job", "key", "pods", "shares", "asks", "need", "ask", "quota", "chain", "pool")
+    __slots__ = ("job", "key", "pods", "need", "quota", "chain", "pool")
 
     def __init__(self, job: PendingJob, planner: _Planner) -> None:
         self.job = job
         self.key = (-job.priority, job.submitted_at, job.job_id)
-        for p in job.pods:
-            check_share(p.gpu_milli, p.resources, f"job {job.name} pod {p.key}")
         self.pods = [vec(p.resources) for p in job.pods]
-        self.shares = [p.gpu_milli for p in job.pods]
-        self.asks = [milli_vec(p.resources, p.gpu_milli) for p in job.pods]
         self.need = sum_of(self.pods)
-        self.ask = sum_of(self.asks)
         self.quota = planner.quotas.get(job.quota_id)
         self.chain = planner.chains.get(job.quota_id, ())
         self.pool = planner.pools.get(self.quota.pool_id) if self.quota else None
@@ -129,54 +103,36 @@ class _Planner:
         self.config = config
         self.quotas = {q.id: q for q in snapshot.quotas}
         self.chains = quota_chains(self.quotas)
-        self.usage = subtree_use(self.chains, snapshot.running, in_quota=True, milli=True)
-        self.sharing = any(p.gpu_milli for j in snapshot.pending for p in j.pods) or any(
-            p.gpu_milli for j in snapshot.running for p in j.pods
-        )
-        self.indexes = GpuIndexes(snapshot.nodes)
+        self.usage = subtree_use(self.chains, snapshot.running, in_quota=True)
         by_pool: dict[int, list[Node]] = {}
         for node in snapshot.nodes:
             if node.schedulable:
                 by_pool.setdefault(node.pool_id, []).append(node)
         rng = random.Random(f"{config.seed}:{now}") if config.placement == "random" else None
-        kind = SharedPool if self.sharing else Pool
-        self.pools: dict[int, Pool] = {
-            pid: kind(pid, nodes, placement=config.placement, rng=rng)
+        self.pools = {
+            pid: Pool(pid, nodes, placement=config.placement, rng=rng)
             for pid, nodes in sorted(by_pool.items())
         }
-        if config.placement == "fgd":
-            workload = _workload(config, snapshot)
-            for pool in self.pools.values():
-                if isinstance(pool, SharedPool):
-                    pool.workload = workload
-                    pool.cpu_steps = sorted({cpu for _, cpu, _ in workload})
         self.pool_of = {n: pool for pool in self.pools.values() for n in pool.cap}
         self.node_pool_id = {n.id: n.pool_id for n in snapshot.nodes}
         self.reclaimer = Reclaimer(self.pools)
-        if self.sharing:
-            self._load_running_shared()
-        else:
-            self._load_running()
+        self._load_running()
         self.admissions: list[Admission] = []
         self.preemptions: list[Preemption] = []
         self.waits: dict[int, tuple[str, tuple[Placement, ...]]] = {}
         self.blockers: dict[int, _Pending] = {}  # StrictFIFO quota id -> first job stuck
 
-    def _borrower(self, job: RunningJob) -> Borrower:
-        return Borrower(
-            job,
-            now=self.now,
-            min_run=self.config.min_run_seconds,
-            victim_order=self.config.victim_order,
-            seed=self.config.seed,
-        )
-
     def _load_running(self) -> None:
         for job in self.snapshot.running:
-            borrower = self._borrower(job)
+            borrower = Borrower(
+                job,
+                now=self.now,
+                min_run=self.config.min_run_seconds,
+                victim_order=self.config.victim_order,
+                seed=self.config.seed,
+            )
             idle_pools = set()
             for pod in job.pods:
-                self.indexes.add(pod)
                 v = vec(pod.resources)
                 pool = self.pool_of.get(pod.node_id)
                 if pool is not None:
@@ -192,53 +148,6 @@ class _Planner:
         self.reclaimer.sort()
         for pool in self.pools.values():
             pool.build()
-
-    def _load_running_shared(self) -> None:
-        """As `_load_running`, GPU by GPU: pods that name their GPUs first, then the others
-        on the GPUs left (the lowest free ones, a shared pod by best fit)."""
-        pods = [(job, pod) for job in self.snapshot.running for pod in job.pods]
-        pods.sort(key=lambda jp: not jp[1].gpus)
-        borrowers: dict[int, Borrower] = {}  # only candidates: their room is what reclaim frees
-        idle: dict[int, set[int]] = {}
-        for job, pod in pods:
-            if pod.gpu_milli:
-                check_share(pod.gpu_milli, pod.resources, f"running pod {pod.pod_id}")
-            v = vec(pod.resources)
-            n = pod.node_id
-            pool = self.pool_of.get(n)
-            if isinstance(pool, SharedPool):
-                gpus = pool.occupy_pod(n, v, pod.gpu_milli, pod.gpus, leaving=job.stopping)
-                if job.stopping:
-                    self.reclaimer.freeing_jobs.setdefault(n, set()).add(job.job_id)
-                elif job.idle_mode != "off":
-                    borrower = borrowers.get(job.job_id)
-                    if borrower is None:
-                        borrower = borrowers[job.job_id] = self._borrower(job)
-                    freed = borrower.freed.setdefault(pool.id, {})
-                    freed[n] = add(freed.get(n, (0, 0, 0)), v)
-                    use = borrower.gpu_use.setdefault(pool.id, {}).setdefault(n, [])
-                    use.extend((g, pod.gpu_milli or MILLI) for g in gpus)
-            if not pod.in_quota and n in self.node_pool_id:
-                idle.setdefault(job.job_id, set()).add(self.node_pool_id[n])
-        for jid, borrower in borrowers.items():
-            self.reclaimer.add(borrower, idle.get(jid, set()))
-        self.reclaimer.sort()
-        for pool in self.pools.values():
-            pool.build()
-
-    def _place(self, job: _Pending) -> list[Spot] | None:
-        """Place the gang and take its room: each pod's node and GPUs, or None."""
-        pool = job.pool
-        assert pool is not None
-        if isinstance(pool, SharedPool):
-            return pool.place_pods(job.pods, job.shares)
-        nodes = pool.place(job.pods)
-        if nodes is None:
-            return None
-        return [
-            (n, self.indexes.take(n, p[0]) if p[0] else ())
-            for n, p in zip(nodes, job.pods, strict=True)
-        ]
 
     def run(self) -> Plan:
         jobs = sorted((_Pending(j, self) for j in self.snapshot.pending), key=lambda j: j.key)
@@ -270,7 +179,7 @@ class _Planner:
         shortfall = self._shortfall(job)
         if pending.idle_mode == "acceptable":
             if shortfall is None and job.pool is not None:
-                nodes = self._place(job)
+                nodes = job.pool.place(job.pods)
                 if nodes is not None:
                     self._admit(job, nodes, [True] * len(nodes))
                     return True
@@ -279,7 +188,7 @@ class _Planner:
             self._stuck(job, shortfall)
         elif job.pool is None:
             self._stuck(job, f"no schedulable node in pool {job.quota.pool_id}")
-        elif (nodes := self._place(job)) is not None:
+        elif (nodes := job.pool.place(job.pods)) is not None:
             self._admit(job, nodes, [True] * len(nodes))
         else:
             self._reclaim(job)
@@ -295,7 +204,7 @@ class _Planner:
             return
         acceptable = job.job.idle_mode == "acceptable"
         in_quota = self._split(job) if acceptable else [False] * len(job.pods)
-        nodes = self._place(job)
+        nodes = job.pool.place(job.pods)
         if nodes is None:
             self._stuck(job, f"no idle room: {self._needs(job)}")
         else:
@@ -306,26 +215,26 @@ class _Planner:
     def _shortfall(self, job: _Pending) -> str | None:
         """Why the quota chain cannot hold the whole job In Quota; None when it can."""
         for quota in job.chain:
-            free = sub(milli_vec(quota.min), self.usage[quota.id])
-            if not fits(job.ask, free):
-                i = next(i for i in range(3) if job.ask[i] > free[i])
+            free = sub(vec(quota.min), self.usage[quota.id])
+            if not fits(job.need, free):
+                i = next(i for i in range(3) if job.need[i] > free[i])
                 own = job.chain[0].name
                 where = own if quota is job.chain[0] else f"{quota.name} (ancestor of {own})"
                 return (
-                    f"quota {where}: needs {milli_amount(i, job.ask[i])}, "
-                    f"{milli_value(i, max(free[i], 0))} free"
+                    f"quota {where}: needs {amount(i, job.need[i])}, "
+                    f"{value(i, max(free[i], 0))} free"
                 )
         return None
 
     def _split(self, job: _Pending) -> list[bool]:
         """Which pods of an acceptable job run In Quota: those the chain's free min holds."""
         free = [
-            min(q.min.gpu * MILLI - self.usage[q.id][0] for q in job.chain),
+            min(q.min.gpu - self.usage[q.id][0] for q in job.chain),
             min(q.min.cpu - self.usage[q.id][1] for q in job.chain),
             min(q.min.memory - self.usage[q.id][2] for q in job.chain),
         ]
         flags = []
-        for pod in job.asks:
+        for pod in job.pods:
             held = fits(pod, free)
             if held:
                 grow(free, (-pod[0], -pod[1], -pod[2]))
@@ -338,11 +247,11 @@ class _Planner:
 
     # -- decisions --
 
-    def _admit(self, job: _Pending, spots: list[Spot], in_quota: list[bool]) -> None:
-        self._use(job, sum_of(p for p, flag in zip(job.asks, in_quota, strict=True) if flag))
+    def _admit(self, job: _Pending, nodes: list[int], in_quota: list[bool]) -> None:
+        self._use(job, sum_of(p for p, flag in zip(job.pods, in_quota, strict=True) if flag))
         placements = tuple(
-            Placement(key=request.key, node_id=n, in_quota=flag, gpus=gpus)
-            for request, (n, gpus), flag in zip(job.job.pods, spots, in_quota, strict=True)
+            Placement(key=request.key, node_id=n, in_quota=flag)
+            for request, n, flag in zip(job.job.pods, nodes, in_quota, strict=True)
         )
         self.admissions.append(Admission(job_id=job.job.job_id, placements=placements))
 
@@ -365,12 +274,6 @@ class _Planner:
     def _needs(self, job: _Pending) -> str:
         pool = job.pool
         assert pool is not None
-        if isinstance(pool, SharedPool) and any(job.shares):
-            total, most = pool.gpu_room()
-            return (
-                f"needs {shape(job.pods, job.shares)} ({milli_amount(0, total)} free in "
-                f"pool, at most {milli_amount(0, most)} on one GPU)"
-            )
         i = 0 if job.need[0] else 1
         return (
             f"needs {shape(job.pods)} ({amount(i, pool.free[i])} free in pool, "
@@ -390,14 +293,11 @@ class _Planner:
         pool = job.pool
         quota = job.quota
         assert pool is not None and quota is not None
-        if isinstance(pool, SharedPool):
-            self._reclaim_shared(job, pool, quota)
-            return
         base = pool.future_room(low(job.pods)) if job.pods else {}
         nodes = place_on(job.pods, base)
         if nodes is not None:
             leaving = self.reclaimer.leaving(nodes)
-            self._hold(job, _spots(nodes), f"room being freed by {plural(len(leaving), 'job')}")
+            self._hold(job, nodes, f"room being freed by {plural(len(leaving), 'job')}")
             return
         for young_ok in (False, True):
             chosen = self.reclaimer.choose(job.pods, pool, base, young_ok=young_ok)
@@ -407,41 +307,6 @@ class _Planner:
             self._stuck(job, f"no node has room: {self._needs(job)}")
             return
         victims, nodes = chosen
-        self._claimed(job, quota, victims, _spots(nodes), young_ok=young_ok)
-
-    def _reclaim_shared(self, job: _Pending, pool: SharedPool, quota: Quota) -> None:
-        """`_reclaim`, GPU by GPU: the owner plans on the GPUs its victims will leave."""
-        # without room being freed, `fut` is what the failed placement saw
-        spots = place_on_gpus(job.pods, job.shares, pool.state()) if pool.freeing else None
-        if spots is not None:
-            leaving = self.reclaimer.leaving(n for n, _ in spots)
-            self._hold(job, spots, f"room being freed by {plural(len(leaving), 'job')}")
-            return
-        candidates = [b for b in self.reclaimer.borrowers.get(pool.id, []) if not b.claimed]
-        key = tuple(sorted(zip(job.pods, job.shares, strict=True)))
-        for young_ok in (False, True):
-            if not candidates or (key, young_ok) in pool.shared_reclaim_failed:
-                continue
-            chosen = choose_victims(job.pods, job.shares, pool, candidates, young_ok=young_ok)
-            if chosen is not None:
-                break
-            pool.shared_reclaim_failed.add((key, young_ok))
-        else:
-            self._stuck(job, f"no node has room: {self._needs(job)}")
-            return
-        victims, spots = chosen
-        self._claimed(job, quota, victims, spots, young_ok=young_ok)
-
-    def _claimed(
-        self,
-        job: _Pending,
-        quota: Quota,
-        victims: list[Borrower],
-        nodes: list[Spot],
-        *,
-        young_ok: bool,
-    ) -> None:
-        """Victims chosen: preempt them (or wait for the young), holding their room."""
         self.reclaimer.claim(victims)
         if young_ok:
             young = sum(v.young for v in victims)
@@ -458,19 +323,16 @@ class _Planner:
             self.preemptions.append(preemption(victim, by=job.job, quota=quota))
         self._hold(job, nodes, f"borrowers being reclaimed: {plural(len(victims), 'job')}")
 
-    def _hold(self, job: _Pending, spots: list[Spot], reason: str) -> None:
+    def _hold(self, job: _Pending, nodes: list[int], reason: str) -> None:
         """Wait for the room, holding it in nodes and quota so nothing behind takes it."""
         pool = job.pool
         assert pool is not None
-        for pod, share, (n, gpus) in zip(job.pods, job.shares, spots, strict=True):
-            if isinstance(pool, SharedPool):
-                pool.reserve_pod(n, pod, share, gpus)
-            else:
-                pool.reserve(n, pod)
-        self._use(job, job.ask)
+        for pod, n in zip(job.pods, nodes, strict=True):
+            pool.reserve(n, pod)
+        self._use(job, job.need)
         reserved = tuple(
-            Placement(key=r.key, node_id=n, in_quota=True, gpus=gpus)
-            for r, (n, gpus) in zip(job.job.pods, spots, strict=True)
+            Placement(key=r.key, node_id=n, in_quota=True)
+            for r, n in zip(job.job.pods, nodes, strict=True)
         )
         self._stuck(job, reason, reserved)
 
@@ -487,26 +349,3 @@ class _Planner:
                 reason, reserved = self.waits[jid]
                 out.append(Waiting(jid, reason, *position[jid], reserved=reserved))
         return tuple(out)
-
-
-def _workload(config: Config, snapshot: Snapshot) -> list[tuple[int, int, float]]:
-    """FGD's target workload, weights summing to 1: the configured one, or the pending pods
-    asking for GPUs."""
-    mix: dict[tuple[int, int], float] = {}
-    if config.workload:
-        for ask, cpu, weight in config.workload:
-            mix[(ask, cpu)] = mix.get((ask, cpu), 0.0) + weight
-    else:
-        for job in snapshot.pending:
-            for pod in job.pods:
-                if pod.gpu_milli or pod.resources.gpu:
-                    key = (pod.gpu_milli or pod.resources.gpu * MILLI, pod.resources.cpu)
-                    mix[key] = mix.get(key, 0.0) + 1
-    mix = {k: w for k, w in mix.items() if w > 0 and k[0] > 0}
-    total = sum(mix.values())
-    return [(ask, cpu, w / total) for (ask, cpu), w in sorted(mix.items())]
-
-
-def _spots(nodes: list[int]) -> list[Spot]:
-    """Nodes without GPU indexes (room held by counting, for a reclaiming owner)."""
-    return [(n, ()) for n in nodes]

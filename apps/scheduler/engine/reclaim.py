@@ -14,14 +14,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from heapq import heapify, heappop, heappush
 
-from apps.scheduler.engine.model import (
-    MILLI,
-    PendingJob,
-    Preemption,
-    Quota,
-    RunningJob,
-    VictimOrder,
-)
+from apps.scheduler.engine.model import PendingJob, Preemption, Quota, RunningJob, VictimOrder
 from apps.scheduler.engine.room import Pool, place_on
 from apps.scheduler.engine.vectors import Vec, add, fits, how_many, low
 from apps.scheduler.lifecycle import lost_gpu_seconds
@@ -32,7 +25,7 @@ _GREEDY_BUDGET = (8, 16)  # victims per pod, plus, before greedy reclaim turns t
 class Borrower:
     """A running job that could be preempted to give room back to an owner."""
 
-    __slots__ = ("job", "lost", "order", "young", "claimed", "freed", "gpu_use")
+    __slots__ = ("job", "lost", "order", "young", "claimed", "freed")
 
     def __init__(
         self,
@@ -44,12 +37,8 @@ class Borrower:
         seed: int = 0,
     ) -> None:
         self.job = job
-        gpus: float = sum(p.resources.gpu for p in job.pods)
-        shared = sum(p.gpu_milli for p in job.pods)
-        if shared:  # a shared pod's work counts as its share of a GPU
-            gpus += shared / MILLI
         self.lost = lost_gpu_seconds(
-            gpus=gpus,
+            gpus=sum(p.resources.gpu for p in job.pods),
             started_at=job.started_at,
             last_checkpoint_at=job.last_checkpoint_at,
             now=now,
@@ -63,8 +52,6 @@ class Borrower:
         self.young = now - job.started_at < min_run
         self.claimed = False
         self.freed: dict[int, dict[int, Vec]] = {}  # pool id -> node id -> room it frees
-        # when GPUs are shared: pool id -> node id -> (GPU index, milli-GPUs) it frees
-        self.gpu_use: dict[int, dict[int, list[tuple[int, int]]]] = {}
 
 
 def _shuffled(seed: int, job_id: int) -> int:
@@ -137,9 +124,8 @@ class Reclaimer:
             victim.claimed = True
             for pool_id, freed in victim.freed.items():
                 pool = self.pools[pool_id]
-                use = victim.gpu_use.get(pool_id, {})
                 for n, v in freed.items():
-                    pool.release(n, v, use.get(n, ()))
+                    pool.release(n, v)
                     self.freeing_jobs.setdefault(n, set()).add(victim.job.job_id)
 
     def choose(

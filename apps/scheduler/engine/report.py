@@ -1,9 +1,7 @@
 """What the quotas page shows: each quota's use, free guarantee, borrowing and lending.
 
 It reads the quota tree as the planner does (`model.quota_chains`, `model.subtree_use`), so
-the page and the scheduler agree on what a quota has used. It counts whole GPUs, as
-`Resources` does: a shared pod's part of a GPU (`gpu_milli`) is not in these figures (the
-live cluster runs whole GPUs only).
+the page and the scheduler agree on what a quota has used.
 """
 
 from __future__ import annotations

@@ -10,7 +10,6 @@ node that leaves the least free room, GPUs compared first, then CPU, memory, nod
 best fit fails on a small problem (≤ 6 pods, ≤ 8 nodes that could take a pod) an exact
 search runs before giving up, so a small gang that fits somehow is always found.
 (`Config.placement` may pick worst fit or a random node instead, to compare policies.)
-GPUs are counted here; when pods share GPUs, `sharing.SharedPool` keeps them one by one.
 """
 
 from __future__ import annotations
@@ -70,9 +69,10 @@ class Pool:
 
     def build(self) -> None:
         for n in self.cap:
-            e = self._eff(n)
+            now, fut = self.now[n], self.fut[n]
+            e = (min(now[0], fut[0]), min(now[1], fut[1]), min(now[2], fut[2]))
             self.eff[n] = e
-            if self._is_freeing(n):
+            if not fits(fut, now):
                 self.freeing.add(n)
             if e[0] >= 0 and e[1] >= 0 and e[2] >= 0:
                 self.buckets[e[0]].append((e[1], e[2], n))
@@ -82,11 +82,12 @@ class Pool:
 
     def _update(self, n: int, *, grown_ok: bool = False) -> None:
         self.version[n] += 1
-        new = self._eff(n)
-        if self._is_freeing(n):
-            self.freeing.add(n)
-        else:
+        now, fut = self.now[n], self.fut[n]
+        new = (min(now[0], fut[0]), min(now[1], fut[1]), min(now[2], fut[2]))
+        if fits(fut, now):
             self.freeing.discard(n)
+        else:
+            self.freeing.add(n)
         old = self.eff[n]
         if new == old:
             return
@@ -100,14 +101,6 @@ class Pool:
         self.eff[n] = new
         if not grown_ok and not fits(new, old):
             self.failed.clear()  # more room than before: old failures may now fit
-
-    def _eff(self, n: int) -> Vec:
-        """Room an admission may use on the node: the least of `now` and `fut`."""
-        now, fut = self.now[n], self.fut[n]
-        return (min(now[0], fut[0]), min(now[1], fut[1]), min(now[2], fut[2]))
-
-    def _is_freeing(self, n: int) -> bool:
-        return not fits(self.fut[n], self.now[n])
 
     def take(self, n: int, v: Vec) -> None:
         """Admit a pod on the node."""
@@ -126,14 +119,14 @@ class Pool:
         grow(self.fut[n], (-v[0], -v[1], -v[2]))
         self._update(n)
 
-    def release(self, n: int, v: Vec, gpu_use: Sequence[tuple[int, int]] = ()) -> None:
-        """A victim's pod: its room will be free. (`gpu_use`: its GPUs, when shared.)"""
+    def release(self, n: int, v: Vec) -> None:
+        """A victim's pod: its room will be free."""
         grow(self.fut[n], v)
         self._update(n)
 
     def best(self, pod: Vec) -> int | None:
         """The node best fit leaves with the least room, or None."""
-        if self.placement not in ("best_fit", "fgd"):  # fgd: whole GPUs counted, best fit
+        if self.placement != "best_fit":
             return self._other_fit(pod)
         g, c, m = pod
         buckets = self.buckets

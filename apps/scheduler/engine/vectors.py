@@ -1,9 +1,6 @@
 """Room as (gpu, cpu, memory) triples: the arithmetic the planner does on it, and the words
 its reasons are written in.
 
-GPUs are a count of whole GPUs in room on nodes, and milli-GPUs (1000 per GPU) in what
-quotas count, so that a shared pod's share of a GPU counts against its quota's min.
-
 The planner works on plain tuples rather than `Resources`: they are cheaper to build and
 compare, and the order (GPUs first) is the one in which best fit compares room.
 """
@@ -76,29 +73,13 @@ def amount(i: int, n: int) -> str:
     return f"{value(i, n)} {('GPU', 'CPU', 'memory')[i]}"
 
 
-def milli_value(i: int, n: int) -> str:
-    """Like `value`, with GPUs in milli-GPUs: '8', '0.5'."""
-    return _cores(n) if i == 0 else value(i, n)
-
-
-def milli_amount(i: int, n: int) -> str:
-    """Like `amount`, with GPUs in milli-GPUs: '0.5 GPU'."""
-    return f"{milli_value(i, n)} {('GPU', 'CPU', 'memory')[i]}"
-
-
 def describe(v: Vec) -> str:
     parts = [amount(i, v[i]) for i in range(3) if v[i]]
     return ", ".join(parts) if parts else "nothing"
 
 
-def shape(pods: Sequence[Vec], shares: Sequence[int] = ()) -> str:
-    """'4×8 GPU', or '4×8 GPU + 1×4 CPU' for a mixed gang; '2×0.5 GPU' for shared pods
-    (`shares`: each pod's milli-GPUs, 0 for whole GPUs)."""
-    if any(shares):
-        order = sorted(zip(pods, shares, strict=True), key=lambda ps: (ps[0], ps[1]), reverse=True)
-        words = [milli_amount(0, s) if s else _main(p) for p, s in order]
-        counts = Counter(words)
-        return " + ".join(f"{n}×{what}" for what, n in counts.items())
+def shape(pods: Sequence[Vec]) -> str:
+    """'4×8 GPU', or '4×8 GPU + 1×4 CPU' for a mixed gang."""
     counts = Counter(_main(p) for p in sorted(pods, reverse=True))
     return " + ".join(f"{n}×{what}" for what, n in counts.items()) or "no pods"
 

@@ -67,12 +67,6 @@ class Command(BaseCommand):
             "--shuffle", action="store_true", help="fill: shuffle arrivals (seeded)"
         )
         parser.add_argument("--batch", type=int, default=256, help="fill: arrivals per plan")
-        parser.add_argument(
-            "--no-gpu-sharing",
-            dest="gpu_sharing",
-            action="store_false",
-            help="give each fractional-GPU pod a whole GPU instead of sharing one",
-        )
         parser.add_argument("--json", help="write the summary here")
         parser.add_argument("--csv-dir", help="write series.csv and jobs.csv here")
         parser.add_argument("--html", help="write the report here (default: beside --json)")
@@ -151,15 +145,13 @@ class Command(BaseCommand):
             fill_to=o["fill_to"],
             shuffle=o["shuffle"],
             batch=o["batch"],
-            gpu_sharing=o["gpu_sharing"],
         )
 
     def _print(self, summary: dict[str, Any]) -> None:
         self.stdout.write(
             f"{summary['mode']}: {summary['jobs']:,} jobs, {summary['nodes']:,} nodes, "
-            f"{summary['capacity_gpus']:,} GPUs; {summary['fractional_pods']:,} "
-            "fractional-GPU pods "
-            + ("sharing GPUs" if summary["gpu_sharing"] else "given a whole GPU")
+            f"{summary['capacity_gpus']:,} GPUs; {summary['fractional_pods_rounded_up']:,} "
+            "fractional-GPU pods given a whole GPU"
         )
         for p in summary["policies"]:
             line = f"  {p['policy']:<16} GPU allocation {p['gpu_allocation_ratio']:.2%}"
