@@ -473,13 +473,16 @@ def spot_waits(*, jobs: Iterable[Job], now: datetime | None = None) -> dict[int,
             backoff = job.not_before is not None and job.not_before > now
             code = "AIMasterBackoff" if backoff else "SpotJobHeld"
         elif roles and not any(r.instance_type in unpriced for r in roles):
-            reason, code = pricing.spot_wait_reason(
-                [(r.instance_type, r.pod_count, _bid_of(r)) for r in roles], quotes
-            )
+            reason, code = pricing.spot_wait_reason(spot_needs(roles), quotes)
         waits[job_id] = SpotWait(reason, code)
     return waits
 
 
-def _bid_of(role: RoleNeed) -> Decimal:
-    assert role.bid is not None  # a role without a readable bid holds the job (held_reason)
-    return role.bid
+def spot_needs(roles: Sequence[RoleNeed]) -> tuple[tuple[str, int, Decimal], ...]:
+    """A spot job's (instance type, pods, bid per hour) per role, as the pricing core takes
+    them; every role has a bid here (one without is held: `held_reason`)."""
+    needs = []
+    for r in roles:
+        assert r.bid is not None
+        needs.append((r.instance_type, r.pod_count, r.bid))
+    return tuple(needs)

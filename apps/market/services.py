@@ -71,6 +71,7 @@ from apps.market.selectors import (
     RoleNeed,
     bidding_demand,
     held_reason,
+    spot_needs,
     system_averages,
 )
 from apps.scheduler.services import Interruption, jobs_requeue_or_fail, pods_lost_gpu_seconds
@@ -418,7 +419,7 @@ def _add_waiting(snapshot: MarketSnapshot, names: dict[int, str], queuing: list[
             snapshot.spot.append(
                 pricing.SpotRequest(
                     job_id=job_id,
-                    needs=tuple((r.instance_type, r.pod_count, _bid_of(r)) for r in roles),
+                    needs=spot_needs(roles),
                     running=False,
                     submitted_at=submitted,
                     aimaster=aimaster,
@@ -756,8 +757,3 @@ def _record_waiting(waiting: dict[int, str], stored: dict[int, str]) -> None:
 def _chunks(ids: list[int]) -> Iterator[list[int]]:
     for start in range(0, len(ids), CHUNK):
         yield ids[start : start + CHUNK]
-
-
-def _bid_of(role: RoleNeed) -> Decimal:
-    assert role.bid is not None  # a spot job's roles without a bid are held, not offered
-    return role.bid
