@@ -53,14 +53,14 @@ def pod_size(gpu: int) -> Resources:
     return Resources(cpu=gpu * 10_000, memory=gpu * 80 * 1024, gpu=gpu)
 
 
-def cluster(pools: int) -> tuple[tuple[Node, ...], tuple[Quota, ...]]:
+def cluster(pools: int, count: int = NODES) -> tuple[tuple[Node, ...], tuple[Quota, ...]]:
     """Nodes split evenly over the pools; 4 root quotas (over the pools) × 4 children.
     Roots guarantee 80% of their pool; children 25% of their root, a few over-committed."""
     nodes = tuple(
-        Node(id=i + 1, pool_id=1 + i % pools, capacity=node_capacity()) for i in range(NODES)
+        Node(id=i + 1, pool_id=1 + i % pools, capacity=node_capacity()) for i in range(count)
     )
     roots_per_pool = 4 // pools
-    pool_gpus = NODES // pools * 8
+    pool_gpus = count // pools * 8
     root_gpus = pool_gpus * 8 // 10 // roots_per_pool
     quotas: list[Quota] = []
     for r in range(4):
@@ -223,7 +223,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument(
+        "--scatter-scale",
+        metavar="OWNERSxNODES",
+        action="append",
+        help="only the scatter case, 1 pool, at these sizes (e.g. 10000x20000; repeatable); "
+        "prints the growth exponent between successive sizes",
+    )
     args = parser.parse_args()
+    if args.scatter_scale:
+        scatter_scaling(args)
+        return
     print(f"scheduler plan(): {NODES:,} nodes × 8 GPU, 20 quotas, best of {args.repeat}")
     for pools in (1, 2):
         rng = random.Random(args.seed)
@@ -249,6 +259,32 @@ def main() -> None:
         scatter = Snapshot(nodes, quotas, scattered_borrowers(rng, nodes, quotas), owners)
         seconds, result = timed(scatter, args.repeat)
         report("scatter", scatter, seconds, result)
+
+
+def scatter_scaling(args: argparse.Namespace) -> None:
+    """The scatter case at growing sizes: how plan() grows with owners × nodes."""
+    import math
+
+    print(f"scheduler plan(), scatter case, 1 pool, best of {args.repeat}")
+    previous: tuple[int, int, float] | None = None
+    for size in args.scatter_scale:
+        owners, count = (int(x) for x in size.lower().split("x"))
+        rng = random.Random(args.seed)
+        nodes, quotas = cluster(1, count)
+        pending = queue(rng, quotas, owners, modes=("off",))
+        shot = Snapshot(nodes, quotas, scattered_borrowers(rng, nodes, quotas), pending)
+        seconds, result = timed(shot, args.repeat)
+        growth = ""
+        if previous is not None:
+            p_owners, p_count, p_seconds = previous
+            work = math.log((owners * count) / (p_owners * p_count))
+            if work > 0:
+                growth = f"   time ∝ (owners × nodes)^{math.log(seconds / p_seconds) / work:.2f}"
+        print(f"  {owners:>6,} owners × {count:>6,} nodes", end="")
+        report("", shot, seconds, result)
+        if growth:
+            print(growth)
+        previous = (owners, count, seconds)
 
 
 if __name__ == "__main__":
