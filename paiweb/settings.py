@@ -303,6 +303,7 @@ CELERY_BEAT_SCHEDULE = {
     "billing-accrue": _every("apps.billing.tasks.billing_accrue_task", BILLING_INTERVAL),
     "agent-heartbeat": _every("apps.agent.tasks.agent_heartbeat_task", AGENT_HEARTBEAT_INTERVAL),
     "nodes-watchdog": _every("apps.agent.tasks.nodes_watchdog_task", AGENT_HEARTBEAT_INTERVAL),
+    "whatif-sweep": _every("apps.whatif.tasks.whatif_sweep_task", 60),
 }
 
 # "agent": node agents run pods as real processes; "none": placed pods count as running.

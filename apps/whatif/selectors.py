@@ -3,9 +3,12 @@ simulator takes it."""
 
 from __future__ import annotations
 
+import json
+import re
 from datetime import datetime, timedelta
+from decimal import Decimal
 
-from apps.cluster.models import Node
+from apps.cluster.models import Node, ResourcePool
 from apps.jobs.models import Job, ResourceSource
 from apps.scheduler.services import scheduler_cluster
 from apps.simulator import Cluster, TraceJob
@@ -75,6 +78,93 @@ def current_cluster() -> Cluster:
         quotas=quotas,
         leaves=tuple(q.name for q in quotas if q.id not in parents),
     )
+
+
+def current_cluster_file() -> str:
+    """The current configuration as the part of a cluster file a run reads (dedicated pools
+    with their nodes, the quota tree), to start the changed one from. Runs of nodes named
+    prefix + consecutive numbers with one shape are written as one node group."""
+    cluster = current_cluster()
+    pools = dict(ResourcePool.objects.values_list("pk", "name"))
+    names = {q.id: q.name for q in cluster.quotas}
+    lines = [
+        "# The current dedicated pools and quota tree; change what the run should try.",
+        "# The format is the cluster file's (examples/demo-cluster.toml explains it).",
+    ]
+    by_pool: dict[int, list[tuple[str, tuple[int, int, int], str]]] = {}
+    models = dict(
+        Node.objects.filter(pk__in=[n.id for n in cluster.nodes]).values_list("pk", "gpu_model")
+    )
+    for node, name in zip(cluster.nodes, cluster.node_names, strict=True):
+        c = node.capacity
+        by_pool.setdefault(node.pool_id, []).append(
+            (name, (c.cpu, c.memory, c.gpu), models.get(node.id, ""))
+        )
+    for pool_id, nodes in by_pool.items():
+        pool = _key(pools[pool_id])
+        lines += ["", f"[pools.{pool}]", 'kind = "dedicated"']
+        for prefix, start, count, (cpu, memory, gpu), model in _node_runs(nodes):
+            lines += ["", f"[[pools.{pool}.nodes]]"]
+            if count == 1 and start is None:
+                lines.append(f"name = {json.dumps(prefix)}")
+            else:
+                lines += [f"prefix = {json.dumps(prefix)}", f"start = {start}", f"count = {count}"]
+            lines.append(f"vcpus = {_number(cpu, 1000)}")
+            lines.append(f"memory_gib = {_number(memory, 1024)}")
+            lines.append(f"gpu = {gpu}")
+            if model:
+                lines.append(f"gpu_model = {json.dumps(model)}")
+    for quota in cluster.quotas:
+        lines += ["", f"[quotas.{_key(quota.name)}]"]
+        if quota.parent_id is None:
+            lines.append(f"pool = {json.dumps(pools[quota.pool_id])}")
+        else:
+            lines.append(f"parent = {json.dumps(names[quota.parent_id])}")
+        m = quota.min
+        lines.append(
+            f"min = {{ gpu = {m.gpu}, cpu = {_number(m.cpu, 1000)}, "
+            f"memory_gib = {_number(m.memory, 1024)} }}"
+        )
+        lines.append(f"queue_strategy = {json.dumps(quota.strategy)}")
+    return "\n".join(lines) + "\n"
+
+
+_BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
+_NUMBERED = re.compile(r"^(.*?)(\d+)$")
+
+
+def _key(name: str) -> str:
+    return name if _BARE_KEY.match(name) else json.dumps(name)
+
+
+def _number(amount: int, unit: int) -> str:
+    """Millicores as cores, MiB as GiB: exact (a quotient by 1000 or 1024 always ends)."""
+    value = Decimal(amount) / Decimal(unit)
+    return str(value.to_integral_value()) if value == value.to_integral_value() else str(value)
+
+
+def _node_runs(nodes):
+    """(prefix, start, count, shape, gpu model) groups; start None for a lone named node."""
+    runs: list[list] = []
+    for name, shape, model in nodes:
+        numbered = _NUMBERED.match(name)
+        if numbered and runs:
+            last = runs[-1]
+            prefix, number = numbered.group(1), int(numbered.group(2))
+            same_digits = str(number) == numbered.group(2)
+            if (
+                last[1] is not None
+                and same_digits
+                and (last[0], last[3], last[4]) == (prefix, shape, model)
+                and number == last[1] + last[2]
+            ):
+                last[2] += 1
+                continue
+        if numbered and str(int(numbered.group(2))) == numbered.group(2):
+            runs.append([numbered.group(1), int(numbered.group(2)), 1, shape, model])
+        else:
+            runs.append([name, None, 1, shape, model])
+    return [tuple(r) for r in runs]
 
 
 def whatif_runs(*, limit: int = 50) -> list[WhatIfRun]:

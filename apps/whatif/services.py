@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import time
 import tomllib
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from django.conf import settings
 from django.core.files.uploadedfile import UploadedFile
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from apps.simulator import (
@@ -30,6 +32,9 @@ from apps.whatif.selectors import current_cluster, jobs_trace
 
 SIDES = ("current", "changed")
 PROGRESS_EVERY = 0.5  # seconds between progress writes
+# A run that wrote no progress for this long has lost its worker (or its message): it is
+# queued again. Progress is written every PROGRESS_EVERY while a run works.
+STALE = timedelta(minutes=5)
 
 
 def run_dir(run: WhatIfRun) -> Path:
@@ -78,19 +83,41 @@ def whatif_queue(*, run: WhatIfRun) -> None:
     from apps.whatif.tasks import whatif_run_task  # the task module imports this one
 
     WhatIfRun.objects.filter(pk=run.pk).update(
-        status=WhatIfRun.Status.QUEUED, progress=0.0, message=""
+        status=WhatIfRun.Status.QUEUED, progress=0.0, message="", updated_at=timezone.now()
     )
     transaction.on_commit(lambda: whatif_run_task.delay(run.pk))
+
+
+def whatif_sweep(*, now: datetime) -> int:
+    """Queue again the runs whose worker died mid-run or whose message was lost (no progress
+    for STALE); returns how many. Beat calls it every minute."""
+    stale = list(
+        WhatIfRun.objects.filter(
+            status__in=(WhatIfRun.Status.QUEUED, WhatIfRun.Status.RUNNING),
+            updated_at__lt=now - STALE,
+        )
+    )
+    for run in stale:
+        whatif_queue(run=run)
+    return len(stale)
 
 
 def whatif_run(*, run_pk: int) -> None:
     """Replay the run's trace on the current cluster and on its changed cluster file, each
     policy in turn, writing progress as it goes; the summaries land on the run and the HTML
     reports beside its trace. A problem with the inputs fails the run with its message."""
+    now = timezone.now()
+    claimed = (
+        WhatIfRun.objects.filter(pk=run_pk)
+        .filter(
+            Q(status=WhatIfRun.Status.QUEUED)
+            | Q(status=WhatIfRun.Status.RUNNING, updated_at__lt=now - STALE)
+        )
+        .update(status=WhatIfRun.Status.RUNNING, progress=0.0, updated_at=now)
+    )
     run = WhatIfRun.objects.filter(pk=run_pk).first()
-    if run is None or run.finished:
-        return
-    WhatIfRun.objects.filter(pk=run.pk).update(status=WhatIfRun.Status.RUNNING, progress=0.0)
+    if not claimed or run is None:
+        return  # finished, or another worker has it (a message delivered twice)
     try:
         policies = parse_policies(run.policies or DEFAULTS[run.mode])
         try:

@@ -12,7 +12,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from apps.core.http import HtmxHttpRequest
 from apps.whatif.forms import WhatIfForm
 from apps.whatif.models import WhatIfRun
-from apps.whatif.selectors import whatif_runs
+from apps.whatif.selectors import current_cluster_file, whatif_runs
 from apps.whatif.services import SIDES, report_path, whatif_create, whatif_queue
 
 ROWS = (
@@ -33,7 +33,10 @@ def _staff(request: HttpRequest) -> None:
 @require_http_methods(["GET", "POST"])
 def whatif_index(request: HtmxHttpRequest) -> HttpResponse:
     _staff(request)
-    form = WhatIfForm(request.POST or None, request.FILES or None)
+    if request.method == "POST":
+        form = WhatIfForm(request.POST, request.FILES)
+    else:  # the changed cluster file starts as the current one
+        form = WhatIfForm(initial={"cluster_file": current_cluster_file()})
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
         run = whatif_create(

@@ -3,6 +3,7 @@ and on a changed cluster file, in the background, and compare the figures."""
 
 from __future__ import annotations
 
+import tomllib
 from datetime import timedelta
 from pathlib import Path
 
@@ -12,10 +13,13 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
 from django.utils import timezone
 
+from apps.cluster.models import Node
 from apps.jobs.models import Job, JobRole, JobStatus
 from apps.scheduler.services import scheduler_cluster
+from apps.simulator.cluster import cluster_from_toml
 from apps.whatif.models import WhatIfRun
-from apps.whatif.selectors import current_cluster, jobs_trace
+from apps.whatif.selectors import current_cluster, current_cluster_file, jobs_trace
+from apps.whatif.services import whatif_run, whatif_sweep
 from tests.web.test_jobs_views import make_job
 
 SAMPLE = Path(settings.BASE_DIR) / "examples" / "traces"
@@ -191,3 +195,65 @@ def test_the_current_configuration_is_the_schedulers(personas):
     parents = {q.parent_id for q in quotas}
     assert set(cluster.leaves) == {q.name for q in quotas if q.id not in parents}
     assert {"team-a", "team-b"} <= set(cluster.leaves) and "root-ecs" not in cluster.leaves
+
+
+def test_the_form_starts_from_the_current_configuration(admin_client, personas):
+    """The changed cluster file is prefilled with the current pools and quotas, and read
+    back it is the same cluster the current side replays on."""
+    page = admin_client.get(reverse("whatif:index"))
+    assert page.status_code == 200
+    text = page.context["form"]["cluster_file"].value()
+    assert text == current_cluster_file()
+    cluster, current = cluster_from_toml(tomllib.loads(text)), current_cluster()
+    assert [n.capacity for n in cluster.nodes] == [n.capacity for n in current.nodes]
+    assert cluster.node_names == current.node_names
+    pools = len({n.pool_id for n in current.nodes})
+    assert len({n.pool_id for n in cluster.nodes}) == pools
+
+    def tree(c):
+        by_id = {q.id: q.name for q in c.quotas}
+        return {(q.name, by_id.get(q.parent_id), q.min, q.strategy) for q in c.quotas}
+
+    assert tree(cluster) == tree(current) and set(cluster.leaves) == set(current.leaves)
+    assert "[[pools.ecs-dedicated.nodes]]" in text and "count = " in text  # grouped
+
+
+def test_node_groups_keep_odd_names_and_shapes_apart(personas):
+    pool = Node.objects.filter(pool__kind="dedicated").first().pool
+    Node.objects.create(name="gpu-07", pool=pool, cpu=1500, memory=1536, gpu=1, gpu_model="T4")
+    Node.objects.create(name="odd.node", pool=pool, cpu=64000, memory=524288, gpu=8)
+    cluster = cluster_from_toml(tomllib.loads(current_cluster_file()))
+    current = current_cluster()
+
+    def shapes(c):
+        return sorted(zip(c.node_names, (n.capacity for n in c.nodes), strict=True))
+
+    assert shapes(cluster) == shapes(current)
+    assert {"gpu-07", "odd.node"} <= set(cluster.node_names)
+
+
+def test_a_run_whose_worker_died_is_queued_again_and_finishes(
+    history, django_capture_on_commit_callbacks
+):
+    """Beat's sweep finds a run that stopped writing progress (its worker was killed) and
+    queues it again; a run still writing progress is left alone, and a second delivery of
+    its message does not start it twice."""
+    user = history[0].user
+    dead = WhatIfRun.objects.create(
+        created_by=user, source="jobs", days=7, cluster_file=BIGGER, status="running"
+    )
+    alive = WhatIfRun.objects.create(
+        created_by=user, source="jobs", days=7, cluster_file=BIGGER, status="running"
+    )
+    now = timezone.now()
+    WhatIfRun.objects.filter(pk=dead.pk).update(updated_at=now - timedelta(minutes=6))
+    WhatIfRun.objects.filter(pk=alive.pk).update(updated_at=now - timedelta(minutes=1))
+    whatif_run(run_pk=alive.pk)  # the message again, while a worker has it
+    assert WhatIfRun.objects.get(pk=alive.pk).current is None
+    with django_capture_on_commit_callbacks(execute=True):
+        assert whatif_sweep(now=now) == 1
+    dead.refresh_from_db()
+    assert dead.status == "done" and dead.current["policies"], dead.message
+    assert WhatIfRun.objects.get(pk=alive.pk).status == "running"
+    with django_capture_on_commit_callbacks(execute=True):
+        assert whatif_sweep(now=now) == 0
