@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 import subprocess
 import sys
+from unittest import mock
 
 import pytest
 
@@ -23,7 +24,12 @@ from apps.scheduler.engine import (
     plan,
     quota_report,
     quota_usage,
+    reclaim,
 )
+from apps.scheduler.engine.model import vec
+from apps.scheduler.engine.reclaim import Borrower, Reclaimer
+from apps.scheduler.engine.room import Pool
+from apps.scheduler.engine.vectors import add
 
 NOW = 1_700_000_000.0
 CPU_PER_POD = 4_000
@@ -640,3 +646,50 @@ def test_it_imports_nothing_of_django_celery_or_the_other_apps():
         "and m not in ('apps.scheduler', 'apps.scheduler.lifecycle')]"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_its_kept_first_steps_choose_what_a_fresh_reclaimer_would_after_earlier_claims():
+    """Reclaim node by node keeps every node's first step for the whole plan and looks
+    again only at the nodes whose room changed: after earlier owners' claims and held room,
+    each choice is still the one a reclaimer starting afresh on the same room makes."""
+    rng = random.Random(3)
+    nodes = machines(*range(1, 41))
+    pool = Pool(1, nodes)
+    slots = [n.id for n in nodes for _ in range(8)]
+    rng.shuffle(slots)
+    borrowers: list[Borrower] = []
+    while slots:
+        jid = 1000 + len(borrowers)
+        pods = tuple(
+            RunningPod(jid * 10 + i, slots.pop(), gpus(1), False)
+            for i in range(min(rng.choice((1, 2, 4)), len(slots)))
+        )
+        started = NOW - rng.uniform(600, 36_000)
+        job = RunningJob(jid, f"b{jid}", 1, "only_idle", rng.choice((1, 3)), started, None, pods)
+        borrower = Borrower(job, now=NOW, min_run=60.0)
+        freed = borrower.freed.setdefault(1, {})
+        for pod in pods:
+            pool.occupy(pod.node_id, vec(pod.resources), leaving=False)
+            freed[pod.node_id] = add(freed.get(pod.node_id, (0, 0, 0)), vec(pod.resources))
+        borrowers.append(borrower)
+    pool.build()
+
+    def reclaimer() -> Reclaimer:
+        fresh = Reclaimer({1: pool})
+        for borrower in borrowers:
+            fresh.add(borrower, [1])
+        fresh.sort()
+        return fresh
+
+    kept = reclaimer()
+    with mock.patch.object(reclaim, "_GREEDY_BUDGET", (0, 0)):  # node by node every time
+        for size, count in [(8, 2), (4, 3), (8, 1), (2, 2), (8, 3), (1, 4), (8, 2), (4, 1)]:
+            pods = [vec(gpus(size))] * count
+            expected = reclaimer().choose(pods, pool, young_ok=False)
+            got = kept.choose(pods, pool, young_ok=False)
+            assert got is not None and expected is not None
+            assert [v.job.job_id for v in got[0]] == [v.job.job_id for v in expected[0]]
+            assert got[1] == expected[1]
+            kept.claim(got[0])
+            for pod, n in zip(pods, got[1], strict=True):
+                pool.reserve(n, pod)

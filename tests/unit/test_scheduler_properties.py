@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from dataclasses import replace
 from unittest import mock
 
 import pytest
@@ -15,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from apps.scheduler.engine import (
+    ClusterState,
     Config,
     Node,
     PendingJob,
@@ -575,6 +577,37 @@ def test_it_plans_deterministically(shot, rng: random.Random):
     )
     first = plan(shot, now=NOW, config=CONFIG)
     assert first == plan(shot, now=NOW, config=CONFIG) == plan(shuffled, now=NOW, config=CONFIG)
+
+
+def planned_on(state: ClusterState, pending, chooser: str) -> Plan:
+    budget = (0, 0) if chooser == "by node" else reclaim._GREEDY_BUDGET
+    with mock.patch.object(reclaim, "_GREEDY_BUDGET", budget):
+        return state.plan(pending, now=NOW)
+
+
+@CHOOSERS
+@TWICE
+@given(shot=SCENARIOS, data=st.data())
+def test_a_kept_cluster_state_plans_as_a_fresh_snapshot_does(shot, chooser, data):
+    """The simulator's ClusterState, told jobs start, stop and checkpoint in any order, and
+    planned on again and again, decides exactly what plan() decides on the same snapshot."""
+    running = list(shot.running)
+    first = data.draw(st.integers(0, len(running)), label="running at build")
+    state = ClusterState(shot.nodes, shot.quotas, running[:first], config=CONFIG)
+    some_pending = (
+        data.draw(st.lists(st.sampled_from(shot.pending), unique=True)) if shot.pending else []
+    )
+    planned_on(state, some_pending, chooser)  # a plan leaves the state as it was
+    for job in running[first:]:
+        state.start(job)
+    for job in data.draw(st.lists(st.sampled_from(running), unique=True)) if running else []:
+        state.stop(job.job_id)
+        planned_on(state, shot.pending, chooser)
+        state.start(replace(job, last_checkpoint_at=None, stopping=not job.stopping))
+        state.update(job)
+    expected = planned(shot, chooser)
+    assert planned_on(state, shot.pending, chooser) == expected
+    assert planned_on(state, shot.pending, chooser) == expected
 
 
 @FAST

@@ -2,7 +2,9 @@
 
 One call, `plan(snapshot, now=..., config=...)`, decides for the queue of a dedicated pool
 which pending jobs start now (and on which nodes), which borrowers are preempted, and why
-every other job is still waiting. The live tick, the tests and the simulator all call it.
+every other job is still waiting. The live tick and the tests call it; the simulator keeps a
+`ClusterState` between plans instead (told which jobs start and stop), which plans by the
+same code without rebuilding the room index of every node each time.
 
 Import from here; the modules are the engine's parts, each importing only those above it:
 
@@ -38,12 +40,13 @@ from apps.scheduler.engine.model import (
     VictimOrder,
     Waiting,
 )
-from apps.scheduler.engine.plan import plan
+from apps.scheduler.engine.plan import ClusterState, plan
 from apps.scheduler.engine.report import QuotaReport, quota_report, quota_usage
 
 __all__ = [
     "ZERO",
     "Admission",
+    "ClusterState",
     "Config",
     "IdleMode",
     "Node",

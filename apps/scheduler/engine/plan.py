@@ -31,6 +31,8 @@ How a pass runs (design.md §4):
 from __future__ import annotations
 
 import random
+from collections.abc import Iterable
+from functools import lru_cache
 
 from apps.scheduler.engine.model import (
     Admission,
@@ -40,22 +42,22 @@ from apps.scheduler.engine.model import (
     Placement,
     Plan,
     Preemption,
+    Quota,
+    RunningJob,
     SchedulerError,
     Snapshot,
     Waiting,
     quota_chains,
-    subtree_use,
     vec,
 )
 from apps.scheduler.engine.reclaim import Borrower, Reclaimer, preemption
-from apps.scheduler.engine.room import Pool, place_on
+from apps.scheduler.engine.room import Pool
 from apps.scheduler.engine.vectors import (
     Vec,
     add,
     amount,
     fits,
     grow,
-    low,
     plural,
     shape,
     sub,
@@ -71,7 +73,137 @@ def plan(snapshot: Snapshot, *, now: float, config: Config = _DEFAULT_CONFIG) ->
 
     Deterministic: the same snapshot, `now` and config give an equal plan.
     """
-    return _Planner(snapshot, now=now, config=config).run()
+    state = ClusterState(snapshot.nodes, snapshot.quotas, snapshot.running, config=config)
+    return _Planner(state, snapshot.pending, now=now).run()
+
+
+class ClusterState:
+    """Nodes, quotas and running jobs between plans, with the room index kept as jobs start
+    and stop: a caller that plans again and again (the simulator) tells it what changed,
+    and a plan then costs what its queue and its decisions touch, not the whole cluster.
+    `plan(snapshot)` is one of these built from the snapshot and planned on once.
+    """
+
+    def __init__(
+        self,
+        nodes: Iterable[Node],
+        quotas: Iterable[Quota],
+        running: Iterable[RunningJob] = (),
+        *,
+        config: Config = _DEFAULT_CONFIG,
+    ) -> None:
+        self.nodes = tuple(nodes)
+        self.config = config
+        quota_list = tuple(quotas)
+        _unique("node", [n.id for n in self.nodes])
+        _unique("quota", [q.id for q in quota_list])
+        self.quotas = {q.id: q for q in quota_list}
+        self.chains = quota_chains(self.quotas)
+        by_pool: dict[int, list[Node]] = {}
+        for node in self.nodes:
+            if node.schedulable:
+                by_pool.setdefault(node.pool_id, []).append(node)
+        self.pools = {
+            pid: Pool(pid, pool_nodes, placement=config.placement)
+            for pid, pool_nodes in sorted(by_pool.items())
+        }
+        self.pool_of = {n: pool for pool in self.pools.values() for n in pool.cap}
+        self.node_pool_id = {n.id: n.pool_id for n in self.nodes}
+        self.usage: dict[int, list[int]] = {qid: [0, 0, 0] for qid in self.chains}
+        self.running: dict[int, RunningJob] = {}
+        # What victim choice reads: borrowers, and jobs being stopped (whose room is coming),
+        # with the room each frees per pool and node and the pools where it borrows.
+        self.reclaimable: dict[int, RunningJob] = {}
+        self.frees: dict[int, tuple[dict[int, dict[int, Vec]], frozenset[int]]] = {}
+        for job in running:
+            self._add(job, built=False)
+        for pool in self.pools.values():
+            pool.build()
+
+    def start(self, job: RunningJob) -> None:
+        """A job now runs on its pods' nodes."""
+        if job.job_id in self.running:
+            raise SchedulerError(f"job {job.job_id} is already running")
+        self._add(job, built=True)
+
+    def stop(self, job_id: int) -> None:
+        """A running job is gone and its room free."""
+        job = self.running.pop(job_id)
+        self.reclaimable.pop(job_id, None)
+        self.frees.pop(job_id, None)
+        self._count(job, sign=1)
+
+    def update(self, job: RunningJob) -> None:
+        """A running job changed (a checkpoint, being stopped): the same pods, new facts."""
+        old = self.running.get(job.job_id)
+        if old is not None and old.pods == job.pods and old.stopping == job.stopping:
+            self.running[job.job_id] = job
+            if job.job_id in self.reclaimable:
+                self.reclaimable[job.job_id] = job
+        else:
+            if old is not None:
+                self.stop(job.job_id)
+            self.start(job)
+
+    def plan(self, pending: Iterable[PendingJob], *, now: float) -> Plan:
+        """A plan on the current state, which is left as it was."""
+        pools = self.pools.values()
+        for pool in pools:
+            pool.journal = set()
+        try:
+            return _Planner(self, tuple(pending), now=now).run()
+        finally:
+            for pool in pools:
+                pool.rollback()
+
+    def _add(self, job: RunningJob, *, built: bool) -> None:
+        if job.job_id in self.running:
+            raise SchedulerError("duplicate running job ids in the snapshot")
+        self.running[job.job_id] = job
+        if job.idle_mode != "off" or job.stopping:
+            self.reclaimable[job.job_id] = job
+            self.frees[job.job_id] = self._frees(job)
+        self._count(job, sign=-1, built=built)
+
+    def _frees(self, job: RunningJob) -> tuple[dict[int, dict[int, Vec]], frozenset[int]]:
+        freed: dict[int, dict[int, Vec]] = {}
+        idle_pools = set()
+        for pod in job.pods:
+            pool = self.pool_of.get(pod.node_id)
+            if pool is not None:
+                on = freed.setdefault(pool.id, {})
+                on[pod.node_id] = add(on.get(pod.node_id, (0, 0, 0)), vec(pod.resources))
+            if not pod.in_quota and pod.node_id in self.node_pool_id:
+                idle_pools.add(self.node_pool_id[pod.node_id])
+        return freed, frozenset(idle_pools)
+
+    def _count(self, job: RunningJob, *, sign: int, built: bool = True) -> None:
+        """Take (sign -1) or give back (+1) the job's room on its nodes and its quota use."""
+        chain = self.chains.get(job.quota_id) if job.quota_id is not None else None
+        for pod in job.pods:
+            v = vec(pod.resources)
+            pool = self.pool_of.get(pod.node_id)
+            if pool is not None:
+                if built:
+                    pool.move(pod.node_id, (sign * v[0], sign * v[1], sign * v[2]), job.stopping)
+                else:
+                    pool.occupy(pod.node_id, v, leaving=job.stopping)
+            if chain and pod.in_quota:
+                for quota in chain:
+                    grow(self.usage[quota.id], (-sign * v[0], -sign * v[1], -sign * v[2]))
+
+
+@lru_cache(maxsize=4096)  # a long queue repeats a few shapes against the same free room
+def _needs_text(pods: tuple[Vec, ...], i: int, free: int, most: int) -> str:
+    return (
+        f"needs {shape(pods)} ({amount(i, free)} free in pool, "
+        f"at most {amount(i, most)} on one node)"
+    )
+
+
+def _unique(what: str, ids: list[int]) -> None:
+    if len(set(ids)) != len(ids):
+        raise SchedulerError(f"duplicate {what} ids in the snapshot")
 
 
 class _Pending:
@@ -88,69 +220,60 @@ class _Pending:
 
 
 class _Planner:
-    """State of one `plan` call. Room and usage are mutated as decisions are made."""
+    """State of one `plan` call. Room and usage are mutated as decisions are made (on the
+    state's pools, which `ClusterState.plan` rolls back afterwards)."""
 
-    def __init__(self, snapshot: Snapshot, *, now: float, config: Config) -> None:
-        for what, ids in (
-            ("node", [n.id for n in snapshot.nodes]),
-            ("quota", [q.id for q in snapshot.quotas]),
-            ("pending job", [j.job_id for j in snapshot.pending]),
-        ):
-            if len(set(ids)) != len(ids):
-                raise SchedulerError(f"duplicate {what} ids in the snapshot")
-        self.snapshot = snapshot
+    def __init__(self, state: ClusterState, pending: tuple[PendingJob, ...], *, now: float):
+        _unique("pending job", [j.job_id for j in pending])
+        self.state = state
+        self.pending = pending
         self.now = now
-        self.config = config
-        self.quotas = {q.id: q for q in snapshot.quotas}
-        self.chains = quota_chains(self.quotas)
-        self.usage = subtree_use(self.chains, snapshot.running, in_quota=True)
-        by_pool: dict[int, list[Node]] = {}
-        for node in snapshot.nodes:
-            if node.schedulable:
-                by_pool.setdefault(node.pool_id, []).append(node)
-        rng = random.Random(f"{config.seed}:{now}") if config.placement == "random" else None
-        self.pools = {
-            pid: Pool(pid, nodes, placement=config.placement, rng=rng)
-            for pid, nodes in sorted(by_pool.items())
-        }
-        self.pool_of = {n: pool for pool in self.pools.values() for n in pool.cap}
-        self.node_pool_id = {n.id: n.pool_id for n in snapshot.nodes}
-        self.reclaimer = Reclaimer(self.pools)
-        self._load_running()
+        self.config = config = state.config
+        self.quotas = state.quotas
+        self.chains = state.chains
+        self.usage = {qid: use[:] for qid, use in state.usage.items()}
+        self.pools = state.pools
+        if config.placement == "random":
+            rng = random.Random(f"{config.seed}:{now}")
+            for pool in self.pools.values():
+                pool.rng = rng
+        self._reclaimer: Reclaimer | None = None
         self.admissions: list[Admission] = []
         self.preemptions: list[Preemption] = []
         self.waits: dict[int, tuple[str, tuple[Placement, ...]]] = {}
         self.blockers: dict[int, _Pending] = {}  # StrictFIFO quota id -> first job stuck
 
-    def _load_running(self) -> None:
-        for job in self.snapshot.running:
+    @property
+    def reclaimer(self) -> Reclaimer:
+        """The borrowers in victim order, read from the running jobs when first needed."""
+        if self._reclaimer is None:
+            self._reclaimer = self._load_borrowers()
+        return self._reclaimer
+
+    def _load_borrowers(self) -> Reclaimer:
+        state, config = self.state, self.config
+        reclaimer = Reclaimer(self.pools)
+        for job in state.reclaimable.values():
+            freed, idle_pools = state.frees[job.job_id]
+            if job.stopping:
+                for on in freed.values():
+                    for n in on:
+                        reclaimer.freeing_jobs.setdefault(n, set()).add(job.job_id)
+                continue
             borrower = Borrower(
                 job,
                 now=self.now,
-                min_run=self.config.min_run_seconds,
-                victim_order=self.config.victim_order,
-                seed=self.config.seed,
+                min_run=config.min_run_seconds,
+                victim_order=config.victim_order,
+                seed=config.seed,
             )
-            idle_pools = set()
-            for pod in job.pods:
-                v = vec(pod.resources)
-                pool = self.pool_of.get(pod.node_id)
-                if pool is not None:
-                    pool.occupy(pod.node_id, v, leaving=job.stopping)
-                    freed = borrower.freed.setdefault(pool.id, {})
-                    freed[pod.node_id] = add(freed.get(pod.node_id, (0, 0, 0)), v)
-                    if job.stopping:
-                        self.reclaimer.freeing_jobs.setdefault(pod.node_id, set()).add(job.job_id)
-                if not pod.in_quota and pod.node_id in self.node_pool_id:
-                    idle_pools.add(self.node_pool_id[pod.node_id])
-            if job.idle_mode != "off" and not job.stopping:
-                self.reclaimer.add(borrower, idle_pools)
-        self.reclaimer.sort()
-        for pool in self.pools.values():
-            pool.build()
+            borrower.freed = freed  # read only: shared by every plan on the state
+            reclaimer.add(borrower, idle_pools)
+        reclaimer.sort()
+        return reclaimer
 
     def run(self) -> Plan:
-        jobs = sorted((_Pending(j, self) for j in self.snapshot.pending), key=lambda j: j.key)
+        jobs = sorted((_Pending(j, self) for j in self.pending), key=lambda j: j.key)
         deferred = [job for job in jobs if not self._owners_pass(job)]
         for job in deferred:
             self._borrowers_pass(job)
@@ -275,10 +398,7 @@ class _Planner:
         pool = job.pool
         assert pool is not None
         i = 0 if job.need[0] else 1
-        return (
-            f"needs {shape(job.pods)} ({amount(i, pool.free[i])} free in pool, "
-            f"at most {amount(i, pool.max_free(i))} on one node)"
-        )
+        return _needs_text(tuple(job.pods), i, pool.free[i], pool.max_free(i))
 
     # -- reclaim --
 
@@ -293,14 +413,13 @@ class _Planner:
         pool = job.pool
         quota = job.quota
         assert pool is not None and quota is not None
-        base = pool.future_room(low(job.pods)) if job.pods else {}
-        nodes = place_on(job.pods, base)
+        nodes = pool.place_future(job.pods)
         if nodes is not None:
             leaving = self.reclaimer.leaving(nodes)
             self._hold(job, nodes, f"room being freed by {plural(len(leaving), 'job')}")
             return
         for young_ok in (False, True):
-            chosen = self.reclaimer.choose(job.pods, pool, base, young_ok=young_ok)
+            chosen = self.reclaimer.choose(job.pods, pool, young_ok=young_ok)
             if chosen is not None:
                 break
         else:

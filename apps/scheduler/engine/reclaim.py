@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from heapq import heapify, heappop, heappush
 
 from apps.scheduler.engine.model import PendingJob, Preemption, Quota, RunningJob, VictimOrder
-from apps.scheduler.engine.room import Pool, place_on
-from apps.scheduler.engine.vectors import Vec, add, fits, how_many, low
+from apps.scheduler.engine.room import Pool, holds
+from apps.scheduler.engine.vectors import Vec, add, fits, low
 from apps.scheduler.lifecycle import lost_gpu_seconds
 
 _GREEDY_BUDGET = (8, 16)  # victims per pod, plus, before greedy reclaim turns to node by node
@@ -87,6 +87,23 @@ class _Step:
     end: int  # where the node's next step starts in its candidate list
 
 
+_Entry = tuple[tuple[float, int, float, int], int, int, _Step]  # key, node, version, step
+
+
+class _FirstSteps:
+    """Every slot node's first step for one (pool, envelope, young_ok), as a heap kept for
+    the plan: an entry is current while its node's version is; the nodes whose room changed
+    since `seen` (in the pool's change log) get a fresh entry before the heap is used."""
+
+    __slots__ = ("heap", "nodes", "log", "seen")
+
+    def __init__(self, heap: list[_Entry], nodes: set[int], log: list[int]) -> None:
+        self.heap = heap
+        self.nodes = nodes
+        self.log = log
+        self.seen = len(log)
+
+
 class Reclaimer:
     """The borrowers of one `plan` call, in victim order, and the choice among them.
 
@@ -97,9 +114,11 @@ class Reclaimer:
         self.pools = pools
         self.freeing_jobs: dict[int, set[int]] = {}  # node id -> ids of jobs leaving it
         self.borrowers: dict[int, list[Borrower]] = {}  # pool id -> candidates, best first
-        self.victims_on: dict[int, list[Borrower]] = {}  # node id -> candidates, best first
-        self.first_steps: dict[tuple[int, Vec, bool], tuple[int, int, _Step | None]] = {}
-        self.slot_nodes: dict[tuple[int, Vec], list[int]] = {}
+        # node id -> candidates, best first, with the room each frees there, its priority
+        # and start time
+        self.victims_on: dict[int, list[tuple[Borrower, Vec, int, float]]] = {}
+        self.first_steps: dict[tuple[int, Vec, bool], _FirstSteps] = {}
+        self.unclaimed_from: dict[int, int] = {}  # pool id -> candidates before it are claimed
 
     def add(self, borrower: Borrower, pool_ids: Iterable[int]) -> None:
         """A candidate in the pools where it runs Not in Quota."""
@@ -111,15 +130,19 @@ class Reclaimer:
         for pool_id, candidates in self.borrowers.items():
             candidates.sort(key=lambda b: b.order)
             for borrower in candidates:
-                for n in borrower.freed.get(pool_id, {}):
-                    self.victims_on.setdefault(n, []).append(borrower)
+                job = borrower.job
+                for n, v in borrower.freed.get(pool_id, {}).items():
+                    entry = (borrower, v, job.priority, job.started_at)
+                    self.victims_on.setdefault(n, []).append(entry)
 
     def leaving(self, nodes: Iterable[int]) -> set[int]:
         """Ids of the jobs leaving these nodes."""
         return set().union(*(self.freeing_jobs.get(n, set()) for n in set(nodes)))
 
     def claim(self, victims: list[Borrower]) -> None:
-        """The victims' room (in every pool) counts as free for what comes after."""
+        """The victims' room (in every pool) counts as free for what comes after; they
+        are no longer candidates on their nodes."""
+        touched: set[int] = set()
         for victim in victims:
             victim.claimed = True
             for pool_id, freed in victim.freed.items():
@@ -127,12 +150,17 @@ class Reclaimer:
                 for n, v in freed.items():
                     pool.release(n, v)
                     self.freeing_jobs.setdefault(n, set()).add(victim.job.job_id)
+                touched.update(freed)
+        for n in touched:
+            candidates = self.victims_on.get(n)
+            if candidates:
+                candidates[:] = [entry for entry in candidates if not entry[0].claimed]
 
     def choose(
-        self, pods: list[Vec], pool: Pool, base: dict[int, Vec], *, young_ok: bool
+        self, pods: list[Vec], pool: Pool, *, young_ok: bool
     ) -> tuple[list[Borrower], list[int]] | None:
-        """A minimal set of borrowers whose room, added to `base`, holds the gang `pods`,
-        and the nodes the gang then goes to.
+        """A minimal set of borrowers whose room, added to the pool's `fut` room, holds the
+        gang `pods`, and the nodes the gang then goes to.
 
         Greedy over all candidates in victim order (least lost work, lower priority,
         newest) until the gang fits. When that takes more than a few victims per pod (the
@@ -145,35 +173,35 @@ class Reclaimer:
         if memo in pool.reclaim_failed:
             return None
         budget = _GREEDY_BUDGET[0] * len(pods) + _GREEDY_BUDGET[1]
-        found, gave_up = self._choose_greedy(pods, pool, base, young_ok=young_ok, budget=budget)
+        found, gave_up = self._choose_greedy(pods, pool, young_ok=young_ok, budget=budget)
         if gave_up:
-            found = self._choose_by_node(pods, pool, base, young_ok=young_ok)
+            found = self._choose_by_node(pods, pool, young_ok=young_ok)
             if found is None:
-                found, _ = self._choose_greedy(pods, pool, base, young_ok=young_ok, budget=None)
+                found, _ = self._choose_greedy(pods, pool, young_ok=young_ok, budget=None)
         if found is None:
             pool.reclaim_failed.add(memo)
             return None
-        chosen, fit = _trim(pods, pool, base, *found)
-        nodes = place_on(pods, fit.room)
+        chosen, fit = _trim(pods, pool, *found)
+        nodes = fit.place()
         assert nodes is not None
         return chosen, nodes
 
     def _choose_greedy(
-        self,
-        pods: list[Vec],
-        pool: Pool,
-        base: dict[int, Vec],
-        *,
-        young_ok: bool,
-        budget: int | None,
+        self, pods: list[Vec], pool: Pool, *, young_ok: bool, budget: int | None
     ) -> tuple[tuple[list[Borrower], _Fit] | None, bool]:
         """Victims in victim order until the gang fits; True as well if it gave up at
         `budget` victims without knowing."""
         lo = low(pods)
-        fit = _Fit(pods, base, pool.fut)
+        fit = _Fit(pods, pool)
         chosen: list[Borrower] = []
         next_try = 0
-        for victim in self.borrowers.get(pool.id, ()):
+        candidates = self.borrowers.get(pool.id, [])
+        start = self.unclaimed_from.get(pool.id, 0)
+        while start < len(candidates) and candidates[start].claimed:
+            start += 1
+        self.unclaimed_from[pool.id] = start
+        for i in range(start, len(candidates)):
+            victim = candidates[i]
             freed = victim.freed.get(pool.id)
             if victim.claimed or (victim.young and not young_ok) or not freed:
                 continue
@@ -188,7 +216,7 @@ class Reclaimer:
             if len(fit.shapes) == 1:
                 break
             if len(chosen) >= next_try:
-                if place_on(pods, fit.room) is not None:
+                if fit.place() is not None:
                     break
                 next_try = len(chosen) + max(1, len(chosen) // 4)
         else:
@@ -197,7 +225,7 @@ class Reclaimer:
         return (chosen, fit), False
 
     def _choose_by_node(
-        self, pods: list[Vec], pool: Pool, base: dict[int, Vec], *, young_ok: bool
+        self, pods: list[Vec], pool: Pool, *, young_ok: bool
     ) -> tuple[list[Borrower], _Fit] | None:
         """Victims picked node by node, cheapest pod slot first.
 
@@ -206,44 +234,69 @@ class Reclaimer:
         borrowers, in victim order, until one more slot opens; a step costs their lost work
         per slot opened, then their priorities, then newest. Steps are taken cheapest first
         until there are enough slots. A borrower taken for one node frees its room on its
-        other nodes too, whose next steps are then recomputed. The first step of every node
-        is cached until that node's room changes, so a queue of reclaiming owners does not
-        rescan every borrower of the pool each time.
+        other nodes too, whose next steps are then recomputed. Every node's first step is
+        kept in a heap for the plan (`_first_steps`) and only the nodes whose room changed
+        are looked at again, so a queue of reclaiming owners does not rescan every borrower,
+        or every node, of the pool each time.
         """
         envelope = (max(p[0] for p in pods), max(p[1] for p in pods), max(p[2] for p in pods))
+        total = pool.slots(envelope)
+        chosen: list[Borrower] = []
+        if total < len(pods):
+            chosen = self._take_steps(pods, pool, envelope, young_ok, total)
+            if not chosen:
+                return None
+        chosen.sort(key=lambda v: v.order)
+        fit = _Fit(pods, pool)
+        for victim in chosen:
+            fit.add(victim.freed[pool.id])
+        return (chosen, fit) if fit.feasible() else None
+
+    def _take_steps(
+        self, pods: list[Vec], pool: Pool, envelope: Vec, young_ok: bool, total: int
+    ) -> list[Borrower]:
+        """The victims of the cheapest steps until `total` free slots reach the gang's
+        size; empty when the steps run out first. The first steps it pops go back on their
+        heap; a node this selection touched has its own next step, on a local heap."""
+        first = self._first_steps(pool, envelope, young_ok).heap
+        version = pool.version
         room: dict[int, Vec] = {}  # nodes this selection touched: their room now
         slots: dict[int, int] = {}
         at: dict[int, int] = {}  # where a touched node's next step starts
-        serial: dict[int, int] = {}  # newest heap entry of a touched node
-        heap: list[tuple[tuple[float, int, float, int], int, int]] = []
-        steps: dict[int, _Step] = {}
-        total = 0
-        for n in self._slot_nodes(pool, envelope):
-            free, step = self._first_step(pool, n, envelope, young_ok)
-            total += free
-            if step is not None:
-                steps[n] = step
-                heap.append((step.key, n, 0))
-        heapify(heap)
+        serial: dict[int, int] = {}  # newest local heap entry of a touched node
+        local: list[tuple[tuple[float, int, float, int], int, int]] = []
+        steps: dict[int, _Step] = {}  # touched nodes' next steps
+        popped: list[_Entry] = []
         chosen: list[Borrower] = []
-        taken: set[int] = set()
-        while total < len(pods) and heap:
-            _, n, entry = heappop(heap)
-            if entry != serial.get(n, 0):
-                continue
-            step = steps.pop(n)
+        taken: set[Borrower] = set()
+        while total < len(pods):
+            while first and (first[0][2] != version[first[0][1]] or first[0][1] in serial):
+                entry = heappop(first)
+                if entry[2] == version[entry[1]]:
+                    popped.append(entry)
+            while local and local[0][2] != serial[local[0][1]]:
+                heappop(local)
+            if first and (not local or first[0][:2] < local[0][:2]):
+                entry = heappop(first)
+                popped.append(entry)
+                n, step = entry[1], entry[3]
+            elif local:
+                n = heappop(local)[1]
+                step = steps.pop(n)
+            else:
+                break
             touched = {n}
             for victim in step.victims:
                 chosen.append(victim)
-                taken.add(victim.job.job_id)
+                taken.add(victim)
                 for m, v in victim.freed[pool.id].items():
                     if m not in room:
                         if not fits(envelope, pool.cap[m]):
                             continue
                         room[m] = _fut(pool, m)
-                        slots[m] = how_many(room[m], envelope)
+                        slots[m] = holds(room[m], envelope)
                     room[m] = add(room[m], v)
-                    count = how_many(room[m], envelope)
+                    count = holds(room[m], envelope)
                     total, slots[m] = total + count - slots[m], count
                     touched.add(m)
             at[n] = step.end
@@ -254,38 +307,37 @@ class Reclaimer:
                     steps.pop(m, None)
                 else:
                     steps[m] = following
-                    heappush(heap, (following.key, m, serial[m]))
-        if total < len(pods):
-            return None
-        chosen.sort(key=lambda v: v.order)
-        fit = _Fit(pods, base, pool.fut)
-        for victim in chosen:
-            fit.add(victim.freed[pool.id])
-        return (chosen, fit) if fit.feasible() else None
+                    heappush(local, (following.key, m, serial[m]))
+        for entry in popped:
+            heappush(first, entry)
+        return chosen if total >= len(pods) else []
 
-    def _slot_nodes(self, pool: Pool, envelope: Vec) -> list[int]:
-        """Nodes of the pool big enough for a slot, in id order (kept for the plan)."""
-        key = (pool.id, envelope)
-        nodes = self.slot_nodes.get(key)
-        if nodes is None:
-            nodes = self.slot_nodes[key] = sorted(
-                n for n, cap in pool.cap.items() if fits(envelope, cap)
-            )
-        return nodes
-
-    def _first_step(
-        self, pool: Pool, n: int, envelope: Vec, young_ok: bool
-    ) -> tuple[int, _Step | None]:
-        """A node's free slots and its first step; cached until the node's room changes."""
-        key = (n, envelope, young_ok)
-        cached = self.first_steps.get(key)
-        if cached is not None and cached[0] == pool.version[n]:
-            return cached[1], cached[2]
-        fut = _fut(pool, n)
-        free = how_many(fut, envelope)
-        step = self._step(pool, n, envelope, young_ok, fut, 0, set())
-        self.first_steps[key] = (pool.version[n], free, step)
-        return free, step
+    def _first_steps(self, pool: Pool, envelope: Vec, young_ok: bool) -> _FirstSteps:
+        """The heap of first steps for this envelope, brought up to date with the pool."""
+        key = (pool.id, envelope, young_ok)
+        kept = self.first_steps.get(key)
+        version = pool.version
+        none: set[Borrower] = set()
+        if kept is None or kept.log is not pool.changes:
+            nodes = {n for n, cap in pool.cap.items() if fits(envelope, cap)}
+            heap: list[_Entry] = []
+            for n in nodes:
+                step = self._step(pool, n, envelope, young_ok, _fut(pool, n), 0, none)
+                if step is not None:
+                    heap.append((step.key, n, version[n], step))
+            heapify(heap)
+            kept = self.first_steps[key] = _FirstSteps(heap, nodes, pool.changes)
+            return kept
+        heap = kept.heap
+        for n in kept.nodes.intersection(pool.changes[kept.seen :]):
+            step = self._step(pool, n, envelope, young_ok, _fut(pool, n), 0, none)
+            if step is not None:
+                heappush(heap, (step.key, n, version[n], step))
+        kept.seen = len(pool.changes)
+        if len(heap) > 2 * len(kept.nodes) + 64:
+            heap[:] = [e for e in heap if e[2] == version[e[1]]]
+            heapify(heap)
+        return kept
 
     def _step(
         self,
@@ -295,25 +347,31 @@ class Reclaimer:
         young_ok: bool,
         room: Vec,
         start: int,
-        taken: set[int],
+        taken: set[Borrower],
     ) -> _Step | None:
         """Node n's borrowers, from `start` on, to preempt for one more slot there."""
-        slots = how_many(room, envelope)
+        slots = holds(room, envelope)
+        # one more slot needs at least this room: below it there is no need to count slots
+        eg, ec, em = envelope
+        ng, nc, nm = (slots + 1) * eg, (slots + 1) * ec, (slots + 1) * em
+        g, c, m = room
         victims: list[Borrower] = []
         lost, priority, newest = 0.0, 0, -float("inf")
         candidates = self.victims_on.get(n, [])
         for i in range(start, len(candidates)):
-            victim = candidates[i]
-            if victim.claimed or victim.job.job_id in taken or (victim.young and not young_ok):
+            victim, v, victim_priority, started = candidates[i]
+            if victim.claimed or (victim.young and not young_ok) or victim in taken:
                 continue
             victims.append(victim)
             lost += victim.lost
-            priority += victim.job.priority
-            newest = max(newest, victim.job.started_at)
-            room = add(room, victim.freed[pool.id][n])
-            opened = how_many(room, envelope) - slots
-            if opened > 0:
-                return _Step((lost / opened, priority, -newest, n), victims, i + 1)
+            priority += victim_priority
+            if started > newest:
+                newest = started
+            g, c, m = g + v[0], c + v[1], m + v[2]
+            if g >= ng and c >= nc and m >= nm:
+                opened = holds((g, c, m), envelope) - slots
+                if opened > 0:
+                    return _Step((lost / opened, priority, -newest, n), victims, i + 1)
         return None
 
 
@@ -323,12 +381,12 @@ def _fut(pool: Pool, n: int) -> Vec:
 
 
 def _trim(
-    pods: list[Vec], pool: Pool, base: dict[int, Vec], chosen: list[Borrower], fit: _Fit
+    pods: list[Vec], pool: Pool, chosen: list[Borrower], fit: _Fit
 ) -> tuple[list[Borrower], _Fit]:
-    used = set(place_on(pods, fit.room) or ())
+    used = set(fit.place() or ())
     touching = [v for v in chosen if used.intersection(v.freed[pool.id])]
     if len(touching) < len(chosen):
-        narrower = _Fit(pods, base, pool.fut)
+        narrower = _Fit(pods, pool)
         for victim in touching:
             narrower.add(victim.freed[pool.id])
         if narrower.feasible():
@@ -347,36 +405,47 @@ def _trim(
 
 
 class _Fit:
-    """Room for one reclaiming job while victim sets are tried.
+    """Room for one reclaiming job while victim sets are tried: the pool's `fut` room with
+    the tried victims' room added, held as `room` on the nodes they free only.
 
     Keeps, for each distinct pod shape, how many such pods the room could hold node by
     node. For a gang of alike pods (the usual case) that count decides exactly; for a
     mixed gang it rules most sets out before a real placement is tried.
     """
 
-    def __init__(self, pods: Sequence[Vec], base: dict[int, Vec], fut: dict[int, list[int]]):
+    def __init__(self, pods: Sequence[Vec], pool: Pool):
         self.pods = pods
+        self.pool = pool
         self.shapes = sorted(Counter(pods).items())
-        self.room = dict(base)
-        self.fut = fut
-        self.counts = [sum(how_many(r, s) for r in base.values()) for s, _ in self.shapes]
+        self.room: dict[int, Vec] = {}
+        self.fut = pool.fut
+        self.counts = [pool.slots(s) for s, _ in self.shapes]
 
-    def _room(self, n: int) -> Vec:
-        r = self.room.get(n)
-        return r if r is not None else (self.fut[n][0], self.fut[n][1], self.fut[n][2])
+    def place(self) -> list[int] | None:
+        """Best fit of the gang on this room (`place_on`'s rule)."""
+        return self.pool.place_future(self.pods, self.room)
 
     def add(self, freed: dict[int, Vec], sign: int = 1) -> None:
+        room, counts, shapes = self.room, self.counts, self.shapes
         for n, v in freed.items():
-            old = self._room(n)
+            old = room.get(n)
+            if old is None:
+                fut = self.fut[n]
+                old = (fut[0], fut[1], fut[2])
             new = (old[0] + sign * v[0], old[1] + sign * v[1], old[2] + sign * v[2])
-            self.room[n] = new
-            for k, (shape, _) in enumerate(self.shapes):
-                self.counts[k] += how_many(new, shape) - how_many(old, shape)
+            room[n] = new
+            for k in range(len(shapes)):
+                shape = shapes[k][0]
+                counts[k] += holds(new, shape) - holds(old, shape)
 
     def enough(self) -> bool:
-        return all(c >= k for c, (_, k) in zip(self.counts, self.shapes, strict=True))
+        counts, shapes = self.counts, self.shapes
+        for k in range(len(shapes)):
+            if counts[k] < shapes[k][1]:
+                return False
+        return True
 
     def feasible(self) -> bool:
         if not self.enough():
             return False
-        return len(self.shapes) == 1 or place_on(self.pods, self.room) is not None
+        return len(self.shapes) == 1 or self.place() is not None

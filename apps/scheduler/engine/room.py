@@ -16,14 +16,18 @@ from __future__ import annotations
 
 import random
 from bisect import bisect_left, insort
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 from apps.scheduler.engine.model import Node, PlacementRule, vec
-from apps.scheduler.engine.vectors import Vec, fits, grow, low, sum_of
+from apps.scheduler.engine.vectors import _MANY, Vec, fits, grow, how_many, low, sum_of
 
 _EXACT_PODS = 6
 _EXACT_NODES = 8
 _EXACT_BUDGET = 50_000
+# The change log starts over past this length: its readers then rebuild what they derive,
+# which costs about as much as reading this many changes.
+_LOG_PER_NODE = 8
+_LOG_SLACK = 4096
 
 
 class Pool:
@@ -33,7 +37,11 @@ class Pool:
     `eff = min(now, fut)`, indexed as one list per free-GPU count of (free cpu, free memory,
     node id), kept sorted: best fit is then a bisect in at most a few lists rather than a
     scan of every node. Within one pass room only shrinks (or is handed back by a rollback),
-    so a gang shape that failed once fails again: `failed` remembers those.
+    so a gang shape that failed once fails again: `failed` remembers those. `fut` is indexed
+    the same way (`fut_buckets`) for reclaiming owners, who plan on it (`place_future`), and
+    every change of a node's room is logged (`changes`) so that what is derived from the
+    room (that index, `slots`, the reclaimer's heaps) is brought up to date, when next
+    asked, from the nodes that changed.
     """
 
     def __init__(
@@ -58,6 +66,17 @@ class Pool:
         self.failed: set[tuple[Vec, ...]] = set()
         self.reclaim_failed: set[tuple[tuple[Vec, ...], bool]] = set()
         self.version = dict.fromkeys(self.cap, 0)  # bumped whenever a node's room changes
+        self.changes: list[int] = []  # nodes in the order their room changed, for readers
+        # `fut` indexed like `eff`, and how many pods of each shape asked for so far it holds
+        # (`slots`)
+        self.fut_buckets = [_Chunked() for _ in self.buckets]
+        self.fut_indexed: dict[int, Vec] = {}  # fut as the index holds it
+        self.fut_seen = 0  # how much of `changes` the index has read
+        self.slot_counts: dict[Vec, _SlotCount] = {}
+        # Between plans (ClusterState): room as the running jobs leave it, and during a plan
+        # the nodes whose room the plan changed, to put back afterwards.
+        self.base: dict[int, tuple[Vec, Vec]] = {}
+        self.journal: set[int] | None = None
 
     def occupy(self, node_id: int, v: Vec, *, leaving: bool) -> None:
         """A running pod, before `build`. A leaving pod holds `now` but not `fut`."""
@@ -68,8 +87,10 @@ class Pool:
             fut[0], fut[1], fut[2] = fut[0] - v[0], fut[1] - v[1], fut[2] - v[2]
 
     def build(self) -> None:
+        fut_rows: list[list[tuple[int, int, int]]] = [[] for _ in self.buckets]
         for n in self.cap:
             now, fut = self.now[n], self.fut[n]
+            self.base[n] = ((now[0], now[1], now[2]), (fut[0], fut[1], fut[2]))
             e = (min(now[0], fut[0]), min(now[1], fut[1]), min(now[2], fut[2]))
             self.eff[n] = e
             if not fits(fut, now):
@@ -77,11 +98,24 @@ class Pool:
             if e[0] >= 0 and e[1] >= 0 and e[2] >= 0:
                 self.buckets[e[0]].append((e[1], e[2], n))
                 grow(self.free, e)
+            f = self.fut_indexed[n] = (fut[0], fut[1], fut[2])
+            if f[0] >= 0 and f[1] >= 0 and f[2] >= 0:
+                fut_rows[f[0]].append((f[1], f[2], n))
         for bucket in self.buckets:
             bucket.sort()
+        self.fut_buckets = [_Chunked(rows) for rows in fut_rows]
+        self.fut_seen = len(self.changes)
+        self.slot_counts.clear()
 
     def _update(self, n: int, *, grown_ok: bool = False) -> None:
         self.version[n] += 1
+        if self.journal is not None:
+            self.journal.add(n)
+        if len(self.changes) > _LOG_PER_NODE * len(self.cap) + _LOG_SLACK:
+            self._sync_fut()
+            self.changes = []  # a reader that kept the old log starts over
+            self.fut_seen = 0
+        self.changes.append(n)
         now, fut = self.now[n], self.fut[n]
         new = (min(now[0], fut[0]), min(now[1], fut[1]), min(now[2], fut[2]))
         if fits(fut, now):
@@ -101,6 +135,49 @@ class Pool:
         self.eff[n] = new
         if not grown_ok and not fits(new, old):
             self.failed.clear()  # more room than before: old failures may now fit
+
+    def move(self, n: int, v: Vec, leaving: bool) -> None:
+        """Between plans: a running pod arrives (v negative) or leaves (v positive)."""
+        assert self.journal is None, "the room of running jobs changes between plans"
+        grow(self.now[n], v)
+        if not leaving:
+            grow(self.fut[n], v)
+        now, fut = self.now[n], self.fut[n]
+        self.base[n] = ((now[0], now[1], now[2]), (fut[0], fut[1], fut[2]))
+        self._update(n, grown_ok=True)
+
+    def rollback(self) -> None:
+        """Undo what a plan did to the room: back to `base` on every node it touched."""
+        touched, self.journal = self.journal or set(), None
+        for n in touched:
+            now, fut = self.base[n]
+            self.now[n][:] = now
+            self.fut[n][:] = fut
+            self._update(n, grown_ok=True)
+        self.failed.clear()
+        self.reclaim_failed.clear()
+        self.rng = None
+
+    def _sync_fut(self) -> None:
+        """Bring the fut index up to date with the nodes changed since it last looked."""
+        log = self.changes
+        if self.fut_seen == len(log):
+            return
+        fut, indexed = self.fut, self.fut_indexed
+        for n in set(log[self.fut_seen :]):
+            f = fut[n]
+            new = (f[0], f[1], f[2])
+            if new != indexed[n]:
+                self._index_fut(n, new)
+        self.fut_seen = len(log)
+
+    def _index_fut(self, n: int, new: Vec) -> None:
+        old = self.fut_indexed[n]
+        if old[0] >= 0 and old[1] >= 0 and old[2] >= 0:
+            self.fut_buckets[old[0]].remove((old[1], old[2], n))
+        if new[0] >= 0 and new[1] >= 0 and new[2] >= 0:
+            self.fut_buckets[new[0]].add((new[1], new[2], n))
+        self.fut_indexed[n] = new
 
     def take(self, n: int, v: Vec) -> None:
         """Admit a pod on the node."""
@@ -208,18 +285,164 @@ class Pool:
 
     def future_room(self, lo: Vec) -> dict[int, Vec]:
         """Nodes whose fut room holds `lo`, with that room: where a reclaimer can plan."""
-        room = {n: v for n, v in (self.fitting(lo) or {}).items() if n not in self.freeing}
-        for n in sorted(self.freeing):
-            fut = self.fut[n]
-            if fits(lo, fut):
-                room[n] = (fut[0], fut[1], fut[2])
-        return room
+        return self.future_fitting(lo, {}) or {}
+
+    def future_fitting(
+        self, lo: Vec, overlay: dict[int, Vec], limit: int | None = None
+    ) -> dict[int, Vec] | None:
+        """Nodes whose room holds `lo`, room being `overlay` where given and fut elsewhere;
+        None when there are more than `limit`."""
+        out = {n: v for n, v in overlay.items() if fits(lo, v)}
+        if limit is not None and len(out) > limit:
+            return None
+        self._sync_fut()
+        buckets = self.fut_buckets
+        for b in range(max(lo[0], 0), len(buckets)):
+            for c, m, n in buckets[b].from_key((lo[1], lo[2])):
+                if m >= lo[2] and n not in overlay:
+                    out[n] = (b, c, m)
+                    if limit is not None and len(out) > limit:
+                        return None
+        return out
+
+    def slots(self, pod: Vec) -> int:
+        """How many pods of this shape the fut room holds, node by node, in all (kept per
+        shape, brought up to date from the change log when asked)."""
+        kept = self.slot_counts.get(pod)
+        if kept is None or kept.log is not self.changes:
+            per_node = {n: holds(f, pod) for n, f in self.fut.items()}
+            kept = self.slot_counts[pod] = _SlotCount(per_node, self.changes)
+            return kept.total
+        fut, per_node = self.fut, kept.per_node
+        for n in set(self.changes[kept.seen :]):
+            count = holds(fut[n], pod)
+            kept.total += count - per_node[n]
+            per_node[n] = count
+        kept.seen = len(self.changes)
+        return kept.total
+
+    def place_future(
+        self, pods: Sequence[Vec], overlay: dict[int, Vec] | None = None
+    ) -> list[int] | None:
+        """`place_on(pods, room)` where room is `overlay` on the nodes it names and fut on
+        every other, without building that map: the fut index answers for the rest."""
+        local = {n: list(v) for n, v in (overlay or {}).items()}
+        self._sync_fut()
+        buckets = self.fut_buckets
+        nodes = [0] * len(pods)
+        for i in _largest_first(pods):
+            g, c, m = pods[i]
+            best, best_key = None, None
+            for n, r in local.items():
+                if r[0] >= g and r[1] >= c and r[2] >= m:
+                    key = (r[0], r[1], r[2], n)
+                    if best_key is None or key < best_key:
+                        best, best_key = n, key
+            top = len(buckets) if best_key is None else min(best_key[0] + 1, len(buckets))
+            for b in range(max(g, 0), top):
+                entry = _first_fit(buckets[b], c, m, local)
+                if entry is not None:
+                    key = (b, entry[0], entry[1], entry[2])
+                    if best_key is None or key < best_key:
+                        best, best_key = entry[2], key
+                    break
+            if best is None or best_key is None:
+                if len(pods) > _EXACT_PODS:
+                    return None
+                room = self.future_fitting(low(pods), overlay or {}, limit=_EXACT_NODES)
+                return _search(pods, room) if room is not None else None
+            local[best] = [best_key[0] - g, best_key[1] - c, best_key[2] - m]
+            nodes[i] = best
+        return nodes
 
     def max_free(self, i: int) -> int:
         """The most GPUs (i=0) or CPU (i=1) free on one node."""
         if i == 0:
             return next((b for b in range(len(self.buckets) - 1, -1, -1) if self.buckets[b]), 0)
         return max((bucket[-1][0] for bucket in self.buckets if bucket), default=0)
+
+
+def holds(room: Sequence[int], pod: Vec) -> int:
+    """`how_many(room, pod)`, quicker for a pod that asks for some of everything."""
+    g, c, m = pod
+    if g > 0 and c > 0 and m > 0:
+        n = min(room[0] // g, room[1] // c, room[2] // m, _MANY)
+        return n if n > 0 else 0
+    return how_many(room, pod)
+
+
+def _first_fit(
+    bucket: _Chunked, c: int, m: int, skip: dict[int, list[int]]
+) -> tuple[int, int, int] | None:
+    """The smallest entry of a bucket holding (c, m) whose node is not in `skip`."""
+    for entry in bucket.from_key((c, m)):
+        if entry[1] >= m and entry[2] not in skip:
+            return entry
+    return None
+
+
+class _SlotCount:
+    """`Pool.slots` of one shape: its total, each node's part, and how much of the pool's
+    change log it has read."""
+
+    __slots__ = ("total", "per_node", "log", "seen")
+
+    def __init__(self, per_node: dict[int, int], log: list[int]) -> None:
+        self.total = sum(per_node.values())
+        self.per_node = per_node
+        self.log = log
+        self.seen = len(log)
+
+
+class _Chunked:
+    """A sorted list of (cpu, memory, node) held in chunks: adding or removing an entry
+    moves one chunk, not the whole list, however many nodes a pool has."""
+
+    __slots__ = ("chunks", "maxes")
+    _LOAD = 256
+
+    def __init__(self, rows: Iterable[tuple[int, int, int]] = ()) -> None:
+        ordered = sorted(rows)
+        size = self._LOAD
+        self.chunks = [ordered[i : i + size] for i in range(0, len(ordered), size)]
+        self.maxes = [chunk[-1] for chunk in self.chunks]
+
+    def add(self, row: tuple[int, int, int]) -> None:
+        chunks, maxes = self.chunks, self.maxes
+        if not chunks:
+            chunks.append([row])
+            maxes.append(row)
+            return
+        i = min(bisect_left(maxes, row), len(maxes) - 1)
+        chunk = chunks[i]
+        insort(chunk, row)
+        maxes[i] = chunk[-1]
+        if len(chunk) > 2 * self._LOAD:
+            half = len(chunk) // 2
+            chunks[i : i + 1] = [chunk[:half], chunk[half:]]
+            maxes[i : i + 1] = [chunk[half - 1], chunk[-1]]
+
+    def remove(self, row: tuple[int, int, int]) -> None:
+        i = bisect_left(self.maxes, row)
+        chunk = self.chunks[i]
+        del chunk[bisect_left(chunk, row)]
+        if chunk:
+            self.maxes[i] = chunk[-1]
+        else:
+            del self.chunks[i]
+            del self.maxes[i]
+
+    def from_key(self, key: tuple[int, ...]) -> Iterator[tuple[int, int, int]]:
+        """The entries from the first one not below `key`, in order."""
+        chunks = self.chunks
+        i = bisect_left(self.maxes, key)
+        if i == len(chunks):
+            return
+        chunk = chunks[i]
+        for j in range(bisect_left(chunk, key), len(chunk)):
+            yield chunk[j]
+        for k in range(i + 1, len(chunks)):
+            yield from chunks[k]
 
 
 def _largest_first(pods: Sequence[Vec]) -> list[int]:

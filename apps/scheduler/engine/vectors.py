@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Sequence
+from functools import lru_cache
 
 Vec = tuple[int, int, int]  # (gpu, cpu, memory)
 
@@ -80,6 +81,11 @@ def describe(v: Vec) -> str:
 
 def shape(pods: Sequence[Vec]) -> str:
     """'4×8 GPU', or '4×8 GPU + 1×4 CPU' for a mixed gang."""
+    return _shape(tuple(pods))
+
+
+@lru_cache(maxsize=4096)  # waiting reasons repeat the same few shapes on every plan
+def _shape(pods: tuple[Vec, ...]) -> str:
     counts = Counter(_main(p) for p in sorted(pods, reverse=True))
     return " + ".join(f"{n}×{what}" for what, n in counts.items()) or "no pods"
 
