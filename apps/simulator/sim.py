@@ -31,6 +31,7 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from apps.scheduler.engine import (
+    ClusterState,
     Config,
     IdleMode,
     PendingJob,
@@ -40,13 +41,14 @@ from apps.scheduler.engine import (
     RunningJob,
     RunningPod,
     Snapshot,
-    plan,
 )
 from apps.simulator.cluster import Cluster, assign_quota
 from apps.simulator.policy import Policy
+from apps.simulator.spot import SpotFigures, SpotMarket, SpotSettings
 from apps.simulator.trace import TraceJob
 
 Mode = Literal["replay", "fill"]
+MARKET_GRACE = 60  # market steps bidders still get once nothing else is left to happen
 Progress = Callable[[int, int], None]  # (done, total)
 
 DEFAULT_IDLE_MODES: Mapping[str, IdleMode] = {"LS": "off", "BE": "acceptable"}
@@ -68,6 +70,7 @@ class Settings:
     fill_to: float = 1.3
     shuffle: bool = False
     batch: int = 256
+    spot: SpotSettings | None = None  # replay: some classes bid on a public pool instead
 
 
 @dataclass(slots=True)
@@ -96,6 +99,7 @@ class JobOutcome:
     preemptions: int = 0
     lost_gpu_seconds: float = 0.0
     dropped: bool = False  # fill mode: could not start on arrival
+    spot: bool = False  # bid on the public pool (Settings.spot), not on a quota
     nodes: tuple[int, ...] = ()  # engine node ids of its pods when it first started
 
 
@@ -112,6 +116,7 @@ class Result:
     wall_seconds: float = 0.0
     cpu_seconds: float = 0.0
     at_arrived: dict[float, float | None] = field(default_factory=dict)  # fill: share → ratio
+    spot: SpotFigures | None = None
 
 
 class _Job:
@@ -179,6 +184,8 @@ class _Cluster:
         )
         interval = policy.checkpoint_interval
         self.interval = settings.checkpoint_interval if interval is None else interval
+        self.state = ClusterState(cluster.nodes, cluster.quotas, config=self.config)
+        self.checkpoints: list[tuple[float, int, int]] = []  # due time, job id, attempt
         self.running: dict[int, RunningJob] = {}
         self.pending: dict[int, PendingJob] = {}
         self.jobs: dict[int, _Job] = {}
@@ -199,22 +206,31 @@ class _Cluster:
         )
 
     def plan(self, now: float) -> Plan:
+        """The engine's plan on the cluster as it is now (kept between plans, not rebuilt)."""
         self.plan_calls += 1
-        return plan(self.snapshot(now), now=now, config=self.config)
+        self._checkpoint(now)
+        return self.state.plan(self.pending.values(), now=now)
 
     def _checkpoint(self, now: float) -> None:
-        """Show the engine each borrower's latest checkpoint (only victims' lost work counts)."""
-        if not self.interval:
-            return
-        for jid, running in self.running.items():
-            if running.idle_mode == "off":
-                continue
+        """Show the engine each borrower's latest checkpoint (only victims' lost work counts),
+        for the borrowers whose next checkpoint has come."""
+        due = self.checkpoints
+        while due and due[0][0] <= now:
+            _, jid, attempt = heapq.heappop(due)
             job = self.jobs[jid]
+            running = self.running.get(jid)
+            if running is None or job.attempt != attempt:
+                continue
             done = int((now - job.started) // self.interval)
-            if done != job.checkpoints:
-                job.checkpoints = done
-                at = job.started + done * self.interval if done > 0 else None
-                self.running[jid] = replace(running, last_checkpoint_at=at)
+            if done <= job.checkpoints:  # rounding: not quite due yet
+                heapq.heappush(due, (math.nextafter(now, math.inf), jid, attempt))
+                continue
+            job.checkpoints = done
+            self.running[jid] = replace(
+                running, last_checkpoint_at=job.started + done * self.interval
+            )
+            self.state.update(self.running[jid])
+            heapq.heappush(due, (job.started + (done + 1) * self.interval, jid, attempt))
 
     def start(
         self, job: _Job, admission_placements: Sequence[tuple[int, bool]], now: float
@@ -242,11 +258,15 @@ class _Cluster:
             last_checkpoint_at=None,
             pods=tuple(pods),
         )
+        self.state.start(self.running[job.id])
+        if self.interval and job.idle_mode != "off":
+            heapq.heappush(self.checkpoints, (now + self.interval, job.id, job.attempt))
         self.allocated += job.milli
         self.occupied += job.gpus
 
     def stop(self, job: _Job) -> None:
         del self.running[job.id]
+        self.state.stop(job.id)
         self.allocated -= job.milli
         self.occupied -= job.gpus
 
@@ -300,6 +320,8 @@ def simulate(
 ) -> Result:
     """Run one policy over the trace."""
     wall, cpu = time.perf_counter(), time.process_time()
+    if settings.mode == "fill" and settings.spot is not None:
+        raise ValueError("spot bidding is a replay: fill mode has no time for prices to move")
     if settings.mode == "fill":
         result = _fill(traces, cluster, policy, settings, progress)
     else:
@@ -311,7 +333,8 @@ def simulate(
 
 # --- replay ---------------------------------------------------------------------------
 
-_ARRIVE, _FINISH, _WAKE = 0, 1, 2  # at one instant: arrivals, then departures, then a plan
+# At one instant: arrivals, then departures, then a plan, then a market step.
+_ARRIVE, _FINISH, _WAKE, _MARKET = 0, 1, 2, 3
 
 
 def _replay(
@@ -324,6 +347,12 @@ def _replay(
     state = _Cluster(cluster, policy, settings)
     events: list[tuple[float, int, int, int, int]] = []  # time, kind, seq, job id, attempt
     seq = 0
+    spot = settings.spot
+    market = (
+        SpotMarket(spot, seed=settings.seed, checkpoint_interval=state.interval) if spot else None
+    )
+    market_at: float | None = None  # the next market step queued
+    quiet = 0  # market steps in a row with nothing else left to happen and no change
     for i, (t, quota, quota_id, mode) in enumerate(make_jobs(traces, cluster, settings)):
         if settings.speedup != 1.0:
             t = replace(t, submit=t.submit / settings.speedup)
@@ -336,16 +365,49 @@ def _replay(
     arrived = finished = 0
     planned_at: float | None = None  # a wake-up already queued for this time
     total = len(state.jobs)
+    now = 0.0
     while events:
         now = events[0][0]
-        dirty = False
+        dirty = moved = False  # a plan is due; something else changed (spot)
         while events and events[0][0] == now:
             _, kind, _, jid, attempt = heapq.heappop(events)
             if kind == _ARRIVE:
                 job = state.jobs[jid]
-                state.pending[jid] = job.pending(submitted_at=job.trace.submit, not_before=None)
                 arrived += 1
+                if market is not None and spot is not None and job.trace.qos in spot.classes:
+                    job.outcome.spot, job.outcome.quota = True, "spot"
+                    t = job.trace
+                    bid = market.job(
+                        jid, t.name, pods=t.pods, gpu=t.gpu, cpu=t.cpu, memory=t.memory, now=now
+                    )
+                    if bid is not None:
+                        market.bid(bid)
+                        if market_at is None:
+                            market_at = _next_tick(now, spot.step)
+                            heapq.heappush(events, (market_at, _MARKET, seq, 0, 0))
+                            seq += 1
+                    continue
+                state.pending[jid] = job.pending(submitted_at=job.trace.submit, not_before=None)
                 dirty = True
+            elif kind == _MARKET:
+                assert market is not None and spot is not None
+                seq, stepped = _market_step(state, market, now, events, seq)
+                moved = moved or stepped
+                quiet = 0 if stepped or events else quiet + 1
+                # Nothing else will happen (only one market step is ever queued): bidders
+                # get MARKET_GRACE more steps to start; jobs without an end run no longer.
+                over = not events and (not market.bidding or quiet >= MARKET_GRACE)
+                market_at = now + spot.step if market.active and not over else None
+                if market_at is not None:
+                    heapq.heappush(events, (market_at, _MARKET, seq, 0, 0))
+                    seq += 1
+            elif kind == _FINISH and market is not None and jid in market.running:
+                job = state.jobs[jid]
+                if job.attempt == attempt:
+                    market.finish(jid, now)
+                    job.outcome.finish = now
+                    finished += 1
+                    moved = True
             elif kind == _FINISH:
                 job = state.jobs[jid]
                 if jid in state.running and job.attempt == attempt:
@@ -365,11 +427,40 @@ def _replay(
                     seq, planned_at = seq + 1, at
             else:
                 seq = _plan_now(state, now, events, seq)
-        series.x.append(now)
-        _record(series, state)
+        if dirty or moved or not series.x:
+            series.x.append(now)
+            _record(series, state)
         if progress is not None:  # arrivals and departures: a job is half done once in
             progress(arrived + finished, 2 * total)
-    return _result(state, policy, settings, series)
+    result = _result(state, policy, settings, series)
+    if market is not None:
+        for jid in list(market.running):  # still running at the end: billed until then
+            market.finish(jid, now)
+        result.spot = market.figures
+    return result
+
+
+def _market_step(
+    state: _Cluster, market: SpotMarket, now: float, events: list, seq: int
+) -> tuple[int, bool]:
+    """A market step: started spot jobs get their departure, reclaimed ones lose their work
+    since the last checkpoint and bid again. True as well when a job started or stopped."""
+    started, reclaimed = market.step(now)
+    for bid in started:
+        job = state.jobs[bid.id]
+        job.attempt += 1
+        if job.outcome.first_start is None:
+            job.outcome.first_start = now
+        if job.remaining is not None:
+            heapq.heappush(events, (now + job.remaining, _FINISH, seq, job.id, job.attempt))
+            seq += 1
+    for bid, lost, kept in reclaimed:
+        job = state.jobs[bid.id]
+        if job.remaining is not None:
+            job.remaining = max(0.0, job.remaining - kept)
+        job.outcome.preemptions += 1
+        job.outcome.lost_gpu_seconds += lost
+    return seq, bool(started or reclaimed)
 
 
 def _plan_now(state: _Cluster, now: float, events: list, seq: int) -> int:

@@ -43,7 +43,7 @@ def job_delay(job: JobOutcome) -> float | None:
 
 def policy_summary(result: Result) -> dict[str, Any]:
     """One policy's figures (docs/simulator.md, "Output")."""
-    jobs = result.jobs
+    jobs = [j for j in result.jobs if not j.spot]  # quota jobs; spot ones are told apart
     started = [d for j in jobs if (d := job_delay(j)) is not None]
     by_class: dict[str, list[float]] = defaultdict(list)
     by_quota: dict[str, list[float]] = defaultdict(list)
@@ -92,7 +92,38 @@ def policy_summary(result: Result) -> dict[str, Any]:
             "cpu_seconds": _round(result.cpu_seconds, 3),
         }
     )
+    if result.spot is not None:
+        summary["spot"] = spot_summary(result)
     return summary
+
+
+def spot_summary(result: Result) -> dict[str, Any]:
+    """The spot jobs' figures: how many started, waited, were reclaimed, lost and paid."""
+    figures = result.spot
+    assert figures is not None
+    jobs = [j for j in result.jobs if j.spot]
+    started = [d for j in jobs if (d := job_delay(j)) is not None]
+    return {
+        "jobs": len(jobs),
+        "started": len(started),
+        "finished": sum(1 for j in jobs if j.finish is not None),
+        "no_instance_type": figures.unplaceable,
+        "delay_seconds": delays(started),
+        "reclaims": figures.reclaims,
+        "reclaimed_jobs": sum(1 for j in jobs if j.preemptions),
+        "lost_gpu_hours": _round(figures.lost_gpu_seconds / 3600, 4),
+        "instance_hours": _round(figures.instance_minutes / 60, 2),
+        "cost_cny": str(figures.cost),
+        "prices": {
+            t: {
+                "min": str(min(p for _, p in points)),
+                "max": str(max(p for _, p in points)),
+                "last": str(points[-1][1]),
+                "changes": len(points) - 1,
+            }
+            for t, points in sorted(figures.prices.items())
+        },
+    }
 
 
 def _allocation(result: Result) -> tuple[float, float]:

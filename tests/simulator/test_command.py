@@ -7,6 +7,7 @@ import json
 import re
 import subprocess
 import sys
+from decimal import Decimal
 from io import StringIO
 from pathlib import Path
 
@@ -178,3 +179,38 @@ def test_it_fills_an_openb_trace_and_says_what_it_rounded_up(tmp_path):
     assert ours["allocation_at_arrived"] == {"1": 0.5}
     assert ours["gpu_occupied_ratio"] == 1.0 and ours["pods_unplaced"] == 1
     assert "2 fractional-GPU pods given a whole GPU" in out
+
+
+def test_it_sends_a_class_to_the_spot_market(tmp_path):
+    out = simulate(
+        *ARGS,
+        "--policies",
+        "ours",
+        "--spot",
+        "BE",
+        "--spot-nodes",
+        str(SAMPLE / "sample_nodes.csv"),
+        "--bid-range",
+        "0.4,0.9",
+        "--json",
+        str(tmp_path / "out.json"),
+    )
+    spot = json.loads((tmp_path / "out.json").read_text())["policies"][0]["spot"]
+    assert spot["jobs"] > 0 and spot["started"] > 0 and Decimal(spot["cost_cny"]) > 0
+    assert set(spot["prices"]) == {"A100.8g96c", "V100.4g48c"}
+    assert re.search(r"spot: [\d,]+/[\d,]+ jobs started", out)
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--spot", "BE"], "--spot needs --spot-nodes"),
+        (["--spot-nodes", "x.csv"], "--spot-nodes needs --spot"),
+        (["--spot", "BE", "--spot-nodes", "x.csv", "--mode", "fill"], "--spot is for replay"),
+        (["--spot", "BE", "--spot-nodes", "x.csv", "--bid-range", "0.9,0.2"], "--bid-range"),
+        (["--spot", "BE", "--spot-nodes", "x.csv", "--gpu-hour-price", "-1"], "--gpu-hour"),
+    ],
+)
+def test_it_refuses_spot_options_that_do_not_go_together(extra, message):
+    with pytest.raises(CommandError, match=message):
+        simulate(*ARGS, *extra)

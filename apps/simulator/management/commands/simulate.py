@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
+from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ from apps.simulator import (
 )
 from apps.simulator.progress import Bar
 from apps.simulator.report import render
+from apps.simulator.spot import SpotSettings, spot_pool
 from apps.simulator.trace import IDLE_MODES
 
 
@@ -67,6 +69,29 @@ class Command(BaseCommand):
             "--shuffle", action="store_true", help="fill: shuffle arrivals (seeded)"
         )
         parser.add_argument("--batch", type=int, default=256, help="fill: arrivals per plan")
+        parser.add_argument(
+            "--spot",
+            metavar="CLASSES",
+            help="replay: QoS classes (comma-separated, e.g. BE) whose jobs bid on the public "
+            "pool of --spot-nodes instead of running on a quota",
+        )
+        parser.add_argument(
+            "--spot-nodes", help="the public pool for --spot: a node list (e.g. the spot trace's)"
+        )
+        parser.add_argument(
+            "--spot-step", type=float, default=60.0, help="seconds between market steps"
+        )
+        parser.add_argument(
+            "--bid-range",
+            default="0.3,1.0",
+            metavar="LOW,HIGH",
+            help="spot bids as shares of the original price, drawn per job from this range",
+        )
+        parser.add_argument(
+            "--gpu-hour-price",
+            default="10",
+            help="original price of an instance: this many CNY per GPU-hour (+0.1 per vCPU-hour)",
+        )
         parser.add_argument("--json", help="write the summary here")
         parser.add_argument("--csv-dir", help="write series.csv and jobs.csv here")
         parser.add_argument("--html", help="write the report here (default: beside --json)")
@@ -145,7 +170,32 @@ class Command(BaseCommand):
             fill_to=o["fill_to"],
             shuffle=o["shuffle"],
             batch=o["batch"],
+            spot=self._spot(o),
         )
+
+    def _spot(self, o: dict[str, Any]) -> SpotSettings | None:
+        if not o["spot"]:
+            if o["spot_nodes"]:
+                raise CommandError("--spot-nodes needs --spot CLASSES (which jobs bid)")
+            return None
+        if not o["spot_nodes"]:
+            raise CommandError("--spot needs --spot-nodes (the public pool)")
+        if o["mode"] != "replay":
+            raise CommandError("--spot is for replay mode")
+        if o["spot_step"] <= 0:
+            raise CommandError("--spot-step must be > 0")
+        try:
+            low, high = (float(x) for x in o["bid_range"].split(","))
+            price = Decimal(o["gpu_hour_price"])
+        except (ValueError, InvalidOperation):
+            raise CommandError("--bid-range LOW,HIGH and --gpu-hour-price take numbers") from None
+        if not 0 < low <= high <= 1:
+            raise CommandError("--bid-range: 0 < LOW ≤ HIGH ≤ 1 (shares of the original price)")
+        if not price.is_finite() or price <= 0:
+            raise CommandError("--gpu-hour-price must be > 0")
+        pool = spot_pool(read_nodes(o["spot_nodes"]), gpu_hour=price)
+        classes = frozenset(c.strip() for c in o["spot"].split(",") if c.strip())
+        return SpotSettings(pool, classes, o["spot_step"], (low, high))
 
     def _print(self, summary: dict[str, Any]) -> None:
         self.stdout.write(
@@ -169,6 +219,13 @@ class Command(BaseCommand):
                 )
             line += f", {p['wall_seconds']:.2f} s"
             self.stdout.write(line)
+            if "spot" in p:
+                sp, d = p["spot"], p["spot"]["delay_seconds"]
+                self.stdout.write(
+                    f"  {'':<16} spot: {sp['started']:,}/{sp['jobs']:,} jobs started, delay "
+                    f"p50/p90/p99 {d['p50']}/{d['p90']}/{d['p99']} s, {sp['reclaims']:,} "
+                    f"reclaims, {sp['lost_gpu_hours']:,.2f} GPU-h lost, ¥{sp['cost_cny']}"
+                )
 
     def _write(self, summary: dict[str, Any], results: list, o: dict[str, Any]) -> None:
         if o["json"]:
