@@ -59,6 +59,8 @@ def render(summary: dict[str, Any], results: Sequence[Result]) -> str:
     parts.append("<h2>Allocation</h2><div class=charts>" + "".join(charts) + "</div>")
     if summary["mode"] != "fill":
         parts.append(_delay_charts(results))
+    if results and results[0].spot is not None:
+        parts.append(_spot(summary, results[0]))
     parts.append(_bars(summary))
     parts.append("</main></body></html>\n")
     return "\n".join(parts)
@@ -135,13 +137,55 @@ def _table(summary: dict[str, Any]) -> str:
     return f"<h2>Summary</h2><table><tr>{head}</tr>{''.join(rows)}</table>{caption}"
 
 
+def _spot(summary: dict[str, Any], result: Result) -> str:
+    """The spot jobs per policy, and the market prices over time (the same for every policy:
+    the market does not depend on the quotas' policy)."""
+    head = "".join(
+        f"<th>{escape(h)}</th>"
+        for h in ("policy", "started", "delay p50 s", "reclaims", "lost GPU-h", "cost ¥")
+    )
+    rows = []
+    for p in summary["policies"]:
+        sp = p["spot"]
+        cells = (
+            p["policy"],
+            f"{sp['started']:,}/{sp['jobs']:,}",
+            _num(sp["delay_seconds"]["p50"]),
+            f"{sp['reclaims']:,}",
+            _num(sp["lost_gpu_hours"]),
+            sp["cost_cny"],
+        )
+        rows.append("<tr>" + "".join(f"<td>{escape(str(c))}</td>" for c in cells) + "</tr>")
+    assert result.spot is not None
+    end = result.series.x[-1] if result.series.x else 0.0
+    lines = []
+    for name, points in sorted(result.spot.prices.items()):
+        if len(points) < 2:
+            continue  # never moved from the floor: nobody bid on it
+        xs = [t / 3600 for t, _ in points] + [end / 3600]
+        ys = [float(p) for _, p in points] + [float(points[-1][1])]
+        lines.append((name, xs, ys))
+    chart = (
+        _chart("Spot price", lines, x_label="hours", y_label="¥ per instance-hour", steps=True)
+        if lines
+        else ""
+    )
+    return (
+        f"<h2>Spot</h2><table><tr>{head}</tr>{''.join(rows)}</table><div class=charts>{chart}</div>"
+    )
+
+
 def _delay_charts(results: Sequence[Result]) -> str:
-    """Queueing delay CDFs: all jobs, then per class and per quota (a line per policy)."""
+    """Queueing delay CDFs: all quota jobs, then per class and per quota (a line per
+    policy), and the spot jobs' wait to start."""
     groups: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for r in results:
         for j in r.jobs:
             d = job_delay(j)
             if d is None:
+                continue
+            if j.spot:
+                groups["spot jobs"][r.policy.name].append(d)
                 continue
             groups["all jobs"][r.policy.name].append(d)
             groups[f"class {j.qos or '-'}"][r.policy.name].append(d)

@@ -10,7 +10,8 @@ from decimal import Decimal
 import pytest
 
 from apps.core.pricing import minute_charge, price_for_minute
-from apps.simulator import Policy, Settings, policy_summary
+from apps.simulator import Policy, Settings, policy_summary, run_summary
+from apps.simulator.report import render
 from apps.simulator.sim import simulate
 from apps.simulator.spot import SpotSettings, spot_pool
 from tests.simulator.helpers import job, nodes, one_quota, outcome
@@ -107,3 +108,20 @@ def test_a_spot_run_repeats_exactly_for_a_seed():
         return s
 
     assert figures(3) == figures(3)
+
+
+def test_the_report_shows_the_spot_jobs_and_the_prices():
+    low, high = _names_with_bids()
+    trace = [job(low, 0, duration=3600, qos="BE"), job(high, 600, duration=300, qos="BE")]
+    result = spot_run(trace, bids=(0.2, 1.0), public=FOUR)
+    summary = run_summary(
+        results=[result],
+        traces=trace,
+        settings=Settings(),
+        sources={"trace": "t"},
+        nodes=1,
+        gpus=1,
+    )
+    html = render(summary, [result])
+    assert "<h2>Spot</h2>" in html and "Spot price" in html and "Queueing delay, spot jobs" in html
+    assert summary["policies"][0]["spot"]["cost_cny"] in html
