@@ -23,9 +23,11 @@ from django.db.models import Q
 from apps.agent import netns
 from apps.agent.models import NodeAgent, PodProcess
 from apps.cluster.models import Node
+from apps.core.db import id_chunks
 from apps.core.models import Heartbeat
 from apps.core.services import heartbeat_record
 from apps.core.tasks import task_soon
+from apps.jobs.execution import PodsStop
 from apps.jobs.models import (
     LIVE_POD_STATUSES,
     Checkpoint,
@@ -195,27 +197,34 @@ def pod_networks() -> list[tuple[str, str]]:
 
 
 def pods_terminate(*, job: Job, pods: Iterable[Pod], now: datetime, reason: str) -> None:
+    """`pods_terminate_bulk` for one job's pods."""
+    pods_terminate_bulk(stops=[PodsStop(job=job, pods=list(pods), reason=reason)], now=now)
+
+
+def pods_terminate_bulk(*, stops: Sequence[PodsStop], now: datetime) -> None:
     """Make the pods' processes go away: a start still queued is cancelled; a started pod's
-    agent gets `pod_stop_task` (SIGTERM, the job's grace period, SIGKILL). Pod statuses are
-    the caller's: this only acts on processes."""
-    pks = [p.pk for p in pods]
-    PodProcess.objects.filter(pod__in=pks, state=PodProcess.State.QUEUED).update(
-        state=PodProcess.State.CANCELLED
-    )
-    stops = list(
-        PodProcess.objects.filter(
+    agent gets `pod_stop_task` (SIGTERM, its job's grace period, SIGKILL), pod by pod in
+    the order given. Pod statuses are the caller's: this only acts on processes. Two
+    queries per 2,000 pods however many jobs: a reclaim stops thousands at once."""
+    grace = {pod.pk: stop.job.termination_grace_seconds for stop in stops for pod in stop.pods}
+    started: dict[int, tuple[str, str]] = {}
+    for pks in id_chunks(list(grace)):
+        PodProcess.objects.filter(pod__in=pks, state=PodProcess.State.QUEUED).update(
+            state=PodProcess.State.CANCELLED
+        )
+        for pk, pod_id, queue in PodProcess.objects.filter(
             pod__in=pks, state__in=[PodProcess.State.STARTING, PodProcess.State.RUNNING]
-        ).values_list("pod__pod_id", "queue")
-    )
-    if not stops:
+        ).values_list("pod_id", "pod__pod_id", "queue"):
+            started[pk] = (pod_id, queue)
+    stopping = [(*started[pk], seconds) for pk, seconds in grace.items() if pk in started]
+    if not stopping:
         return
-    grace = job.termination_grace_seconds
 
     def enqueue() -> None:
         from apps.agent.tasks import pod_stop_task
 
-        for pod_id, queue in stops:
-            pod_stop_task.apply_async(args=(pod_id, grace), queue=queue)
+        for pod_id, queue, seconds in stopping:
+            pod_stop_task.apply_async(args=(pod_id, seconds), queue=queue)
 
     transaction.on_commit(enqueue)
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -42,6 +42,16 @@ def sqlite_functions(sender, connection, **kwargs) -> None:
     """`connection_created` receiver: the SQL functions paiweb's SQLite queries use."""
     if connection.vendor == "sqlite":
         connection.connection.create_function("paiweb_epoch", 1, _sqlite_epoch, deterministic=True)
+
+
+ID_CHUNK = 2000  # ids per IN (...) list
+
+
+def id_chunks(ids: Sequence[int], size: int = ID_CHUNK) -> Iterator[list[int]]:
+    """`ids` in lists of at most `size`, for IN (...) filters over thousands of rows: SQLite
+    and PostgreSQL cap the parameters of one statement."""
+    for start in range(0, len(ids), size):
+        yield list(ids[start : start + size])
 
 
 def db_datetime(value: datetime | None):
@@ -104,6 +114,80 @@ def rows_insert(
             cursor.execute(sql, [*constants, *(list(column) for column in zip(*part, strict=True))])
             ids += [row[0] for row in cursor.fetchall()]
     return ids
+
+
+def rows_update(
+    model: type[Model],
+    fields: Sequence[str],
+    rows: Sequence[Sequence[Any]],
+    *,
+    where: Mapping[str, Any] | None = None,
+    chunk: int = 5000,
+) -> None:
+    """UPDATE rows by primary key, each row a tuple (pk, *its values in `fields` order);
+    `where` adds equalities each row must meet too (a compare-and-set on its status), or it
+    is left alone.
+
+    A tick writes thousands of rows, each its own values. On PostgreSQL each chunk is one
+    UPDATE … FROM unnest(…) (a statement per row costs a round trip each, even pipelined);
+    elsewhere one executemany (Django's bulk_update builds a CASE per row and takes
+    seconds for thousands). Values as `rows_insert` takes them: plain fields by attname."""
+    if not rows:
+        return
+    meta = model._meta
+    qn = connection.ops.quote_name
+    by_attname = {f.attname: f for f in meta.concrete_fields}
+    given = [by_attname[name] for name in fields]
+    conditions = [
+        (by_attname[name], by_attname[name].get_db_prep_save(value, connection))
+        for name, value in (where or {}).items()
+    ]
+    pk = meta.pk
+    assert pk is not None  # every concrete model has one
+    table = qn(meta.db_table)
+    with connection.cursor() as cursor:
+        if connection.vendor != "postgresql":
+            sets = ", ".join(f"{qn(f.column)} = %s" for f in given)
+            tests = " AND ".join(f"{qn(f.column)} = %s" for f, _ in [(pk, None), *conditions])
+            cursor.executemany(
+                f"UPDATE {table} SET {sets} WHERE {tests}",
+                [
+                    [
+                        *(
+                            f.get_db_prep_save(v, connection)
+                            for f, v in zip(given, row[1:], strict=True)
+                        ),
+                        row[0],
+                        *(value for _, value in conditions),
+                    ]
+                    for row in rows
+                ],
+            )
+            return
+
+        def db_type(f) -> str:
+            return f.db_type(connection).split("(")[0]
+
+        columns = [pk, *given]
+        arrays = ", ".join(f"%s::{db_type(f)}[]" for f in columns)
+        names = ", ".join(f"c{i}" for i in range(len(columns)))
+        sets = ", ".join(f"{qn(f.column)} = u.c{i}" for i, f in enumerate(given, start=1))
+        tests = " AND ".join(
+            [
+                f"{table}.{qn(pk.column)} = u.c0",
+                *(f"{table}.{qn(f.column)} = %s" for f, _ in conditions),
+            ]
+        )
+        sql = f"UPDATE {table} SET {sets} FROM unnest({arrays}) AS u({names}) WHERE {tests}"
+        for start in range(0, len(rows), chunk):
+            part = rows[start : start + chunk]
+            cursor.execute(
+                sql,
+                [
+                    *(list(column) for column in zip(*part, strict=True)),
+                    *(value for _, value in conditions),
+                ],
+            )
 
 
 def pks_update(model: type[Model], pks: Sequence[int], **values: Any) -> None:

@@ -11,7 +11,7 @@ from django.db import connection, transaction
 from django.db.models import ProtectedError
 from django.utils import timezone
 
-from apps.core.db import db_datetime, rows_insert
+from apps.core.db import db_datetime, id_chunks, rows_insert, rows_update
 from apps.core.errors import ApplicationError
 from apps.core.tasks import task_soon
 from apps.jobs import transitions
@@ -32,6 +32,7 @@ from apps.jobs.models import (
 from apps.jobs.specs import JobSpec, job_spec_resolve
 
 CHUNK = 2000  # ids per IN (...) list
+SHARED_REASON_MIN = 100  # jobs sharing a status and reason that are written by one UPDATE
 
 # The scheduler's tick, asked for by name (`task_soon`): the scheduler imports this app.
 SCHEDULER_TICK_TASK = "apps.scheduler.tasks.scheduler_tick_task"
@@ -116,10 +117,10 @@ def jobs_transition_bulk(
             )
         )
     ids = [job.pk for job in jobs]
-    for start in range(0, len(ids), CHUNK):
-        StatusTransition.objects.filter(
-            job_id__in=ids[start : start + CHUNK], ended_at__isnull=True
-        ).update(ended_at=now)
+    for chunk in id_chunks(ids, CHUNK):
+        StatusTransition.objects.filter(job_id__in=chunk, ended_at__isnull=True).update(
+            ended_at=now
+        )
     rows_insert(
         StatusTransition,
         ["job_id", "status", "reason_code", "reason_message", "started_at", "ended_at"],
@@ -153,36 +154,46 @@ def _jobs_row_write(
     finished: bool,
     started: bool,
 ) -> None:
-    """Write jobs' (pk, status, reason code, reason message) as of `now`: one UPDATE per
-    status and reason that several jobs share, one batched statement (pipelined on
-    PostgreSQL) for the rest. Only `jobs_transition_bulk` calls this: it has checked the
-    steps and written the history."""
-    sets = ["status = %s", "reason_code = %s", "reason_message = %s", "status_changed_at = %s"]
+    """Write jobs' (pk, status, reason code, reason message) as of `now`. A status and
+    reason that many jobs share (the market starts thousands "All pods are running") is one
+    UPDATE per CHUNK of them; the rest, each with a reason of its own or nearly (a reclaim's
+    victims name their owner), go in one `rows_update`, and what a finished or started
+    status sets alike (`started_at` where unset, the waiting fields cleared) in one UPDATE
+    per CHUNK of them. Only `jobs_transition_bulk` calls this: it has checked the steps and
+    written the history."""
+    also = []
     if finished:
-        sets.append("finished_at = %(now)s")
+        also.append("finished_at = %(now)s")
     if started:
-        sets += ["started_at = COALESCE(started_at, %(now)s)", "not_before = NULL"]
+        also += ["started_at = COALESCE(started_at, %(now)s)", "not_before = NULL"]
     if finished or started:
-        sets += ["pending_reason = ''", "queue_position = NULL", "queue_size = NULL"]
+        also += ["pending_reason = ''", "queue_position = NULL", "queue_size = NULL"]
     when = db_datetime(now)
-    extra = [when] * sum("%(now)s" in part for part in sets)
-    sql = f"UPDATE {Job._meta.db_table} SET {', '.join(sets)}".replace("%(now)s", "%s")
+    extra = [when] * sum("%(now)s" in part for part in also)
+    table = Job._meta.db_table
+    sets = ["status = %s", "reason_code = %s", "reason_message = %s", "status_changed_at = %s"]
+    shared_sql = f"UPDATE {table} SET {', '.join(sets + also)}".replace("%(now)s", "%s")
     groups: dict[tuple[str, str, str], list[int]] = {}
     for pk, status, code, message in updates:
         groups.setdefault((status, code, message), []).append(pk)
+    own: list[tuple[int, str, str, str, datetime]] = []
     with connection.cursor() as cursor:
         for (status, code, message), pks in groups.items():
-            if len(pks) == 1:
-                continue  # below, with the other jobs alone with their reason
-            for start in range(0, len(pks), CHUNK):
-                chunk = pks[start : start + CHUNK]
+            if len(pks) < SHARED_REASON_MIN:
+                own += [(pk, status, code, message, now) for pk in pks]
+                continue
+            for chunk in id_chunks(pks, CHUNK):
                 cursor.execute(
-                    f"{sql} WHERE id IN ({', '.join(['%s'] * len(chunk))})",
+                    f"{shared_sql} WHERE id IN ({', '.join(['%s'] * len(chunk))})",
                     [status, code, message, when, *extra, *chunk],
                 )
-        alone = [[*key, when, *extra, pks[0]] for key, pks in groups.items() if len(pks) == 1]
-        if alone:
-            cursor.executemany(f"{sql} WHERE id = %s", alone)
+        rows_update(Job, ["status", "reason_code", "reason_message", "status_changed_at"], own)
+        if also:
+            also_sql = f"UPDATE {table} SET {', '.join(also)}".replace("%(now)s", "%s")
+            for chunk in id_chunks([pk for pk, *_ in own], CHUNK):
+                cursor.execute(
+                    f"{also_sql} WHERE id IN ({', '.join(['%s'] * len(chunk))})", [*extra, *chunk]
+                )
 
 
 def resumed_events(*, jobs: list[Job], now: datetime) -> list[JobEvent]:

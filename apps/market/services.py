@@ -22,7 +22,6 @@ import functools
 import os
 import random
 from collections import Counter, defaultdict
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -49,10 +48,10 @@ from django.db.models import (
 
 from apps.cluster.models import InstanceType, MarketParameters, ResourceType
 from apps.core import pricing
-from apps.core.db import Epoch, db_datetime, rows_insert
+from apps.core.db import Epoch, db_datetime, id_chunks, rows_insert
 from apps.core.errors import ValidationFailed
 from apps.core.perf import gc_paused
-from apps.jobs.execution import pods_placed, pods_stopping
+from apps.jobs.execution import PodsStop, pods_placed, pods_stopping_bulk
 from apps.jobs.models import (
     LIVE_POD_STATUSES,
     Job,
@@ -78,7 +77,6 @@ from apps.scheduler.services import Interruption, jobs_requeue_or_fail, pods_los
 
 PRICE_POINT_MAX_GAP = timedelta(minutes=10)
 RECLAIMABLE_STATUSES = (JobStatus.ENV_PREPARING, JobStatus.RUNNING, JobStatus.RESTARTING)
-CHUNK = 2000  # ids per IN (...) list
 
 
 # --- parameters ------------------------------------------------------------------------------
@@ -592,7 +590,7 @@ def _apply_reclaims(reclaims: tuple[pricing.Reclaim, ...], *, now: datetime) -> 
     planned = {r.job_id: r for r in reclaims}
     jobs = [
         job
-        for ids in _chunks(list(planned))
+        for ids in id_chunks(list(planned))
         for job in Job.objects.select_for_update().filter(
             pk__in=ids, status__in=RECLAIMABLE_STATUSES, resource_source=ResourceSource.SPOT
         )
@@ -600,7 +598,7 @@ def _apply_reclaims(reclaims: tuple[pricing.Reclaim, ...], *, now: datetime) -> 
     if not jobs:
         return 0
     pods: dict[int, list[Pod]] = defaultdict(list)
-    for ids in _chunks([job.pk for job in jobs]):
+    for ids in id_chunks([job.pk for job in jobs]):
         for pod in Pod.objects.filter(job_id__in=ids, status__in=LIVE_POD_STATUSES).select_related(
             "role"
         ):
@@ -622,8 +620,10 @@ def _apply_reclaims(reclaims: tuple[pricing.Reclaim, ...], *, now: datetime) -> 
                 for job in jobs
             ],
         )
-    for job in jobs:
-        pods_stopping(job=job, pods=pods[job.pk], now=now, reason=messages[job.pk])
+    pods_stopping_bulk(
+        stops=[PodsStop(job=job, pods=pods[job.pk], reason=messages[job.pk]) for job in jobs],
+        now=now,
+    )
     JobEvent.objects.bulk_create(
         JobEvent(
             job=job,
@@ -664,7 +664,7 @@ def _apply_starts(snapshot: MarketSnapshot, plan: pricing.MarketPlan) -> int:
     kinds = {s.job_id: s.kind for s in plan.starts}
     jobs = [
         job
-        for ids in _chunks(list(kinds))
+        for ids in id_chunks(list(kinds))
         for job in Job.objects.select_for_update()
         .filter(pk__in=ids)
         .only("id", "job_id", "attempt", "status", "started_at")
@@ -750,10 +750,5 @@ def _record_waiting(waiting: dict[int, str], stored: dict[int, str]) -> None:
         if stored.get(job_id) != reason[:256]:
             by_reason[reason[:256]].append(job_id)
     for reason, ids in by_reason.items():
-        for chunk in _chunks(ids):
+        for chunk in id_chunks(ids):
             Job.objects.filter(pk__in=chunk, status=JobStatus.QUEUING).update(pending_reason=reason)
-
-
-def _chunks(ids: list[int]) -> Iterator[list[int]]:
-    for start in range(0, len(ids), CHUNK):
-        yield ids[start : start + CHUNK]

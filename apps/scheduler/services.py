@@ -16,12 +16,13 @@ from datetime import datetime, timedelta
 from typing import cast
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import transaction
+from django.db.models import F
 
 from apps.cluster.models import Node, Quota, ResourcePool
-from apps.core.db import db_datetime
+from apps.core.db import id_chunks, rows_update
 from apps.core.perf import gc_paused
-from apps.jobs.execution import pods_placed, pods_stopping
+from apps.jobs.execution import PodsStop, pods_placed, pods_stopping_bulk
 from apps.jobs.models import (
     ACTIVE_STATUSES,
     LIVE_POD_STATUSES,
@@ -34,11 +35,7 @@ from apps.jobs.models import (
     PodStatus,
     ResourceSource,
 )
-from apps.jobs.services import (
-    job_event,
-    jobs_transition_bulk,
-    resumed_events,
-)
+from apps.jobs.services import jobs_transition_bulk, resumed_events
 from apps.scheduler import engine, lifecycle
 
 LIVE_PROCESS_STATES = ("queued", "starting", "running")
@@ -260,7 +257,7 @@ def scheduler_tick(*, now: datetime) -> TickReport:
     if not loaded.snapshot.pending:
         return TickReport(admitted=0, preempted=0, waiting=0)  # nobody to place or reclaim for
     plan = engine.plan(loaded.snapshot, now=now.timestamp(), config=scheduler_config())
-    preempted = sum(_apply_preemption(p, now=now) for p in plan.preemptions)
+    preempted = _apply_preemptions(plan.preemptions, now=now)
     admitted = _apply_admissions(plan.admissions, now=now)
     _record_waiting(plan.waiting, loaded.shown)
     return TickReport(admitted=admitted, preempted=preempted, waiting=len(plan.waiting))
@@ -329,28 +326,56 @@ def _admission_events(jobs, planned, nodes, dequeued, now) -> list[JobEvent]:
     return events + resumed_events(jobs=jobs, now=now)
 
 
-def _apply_preemption(preemption: engine.Preemption, *, now: datetime) -> bool:
-    job = (
-        Job.objects.select_for_update()
-        .filter(pk=preemption.job_id, status__in=ACTIVE_STATUSES)
-        .first()
+def _apply_preemptions(preemptions: tuple[engine.Preemption, ...], *, now: datetime) -> int:
+    """Preempt the victims' live pods of their current attempt (Preempted, with the plan's
+    reason), tell the executor, and let AIMaster requeue or fail each victim. A fixed
+    number of queries however many victims: owners arriving reclaim thousands at once. The
+    victims are locked in id order, as every batch of job locks is, so that concurrent
+    writers cannot deadlock; one no longer active meanwhile is left alone."""
+    if not preemptions:
+        return 0
+    planned = {p.job_id: p for p in preemptions}
+    jobs = [
+        job
+        for ids in id_chunks(sorted(planned))
+        for job in Job.objects.select_for_update()
+        .filter(pk__in=ids, status__in=ACTIVE_STATUSES)
+        .order_by("id")
+    ]
+    if not jobs:
+        return 0
+    pods: dict[int, list[Pod]] = defaultdict(list)
+    for ids in id_chunks([job.pk for job in jobs]):
+        for pod in Pod.objects.filter(
+            job_id__in=ids, attempt=F("job__attempt"), status__in=LIVE_POD_STATUSES
+        ):
+            pods[pod.job_id].append(pod)
+    rows_update(
+        Pod,
+        ["status", "reason", "message", "finished_at"],
+        [
+            (pod.pk, PodStatus.PREEMPTED, "Preempted", planned[job.pk].reason, now)
+            for job in jobs
+            for pod in pods[job.pk]
+        ],
     )
-    if job is None:
-        return False
-    pods = list(Pod.objects.filter(job=job, attempt=job.attempt, status__in=LIVE_POD_STATUSES))
-    Pod.objects.filter(pk__in=[p.pk for p in pods]).update(
-        status=PodStatus.PREEMPTED, reason="Preempted", message=preemption.reason, finished_at=now
-    )
-    pods_stopping(job=job, pods=pods, now=now, reason=preemption.reason)
-    job_event(job=job, kind="Preempted", message=preemption.reason, now=now)
-    job_requeue_or_fail(
-        job=job,
+    pods_stopping_bulk(
+        stops=[PodsStop(job=job, pods=pods[job.pk], reason=planned[job.pk].reason) for job in jobs],
         now=now,
-        cause="JobPreempted",
-        message=preemption.reason,
-        lost_gpu_seconds=preemption.lost_gpu_seconds,
     )
-    return True
+    JobEvent.objects.bulk_create(
+        JobEvent(job=job, kind="Preempted", message=planned[job.pk].reason, at=now) for job in jobs
+    )
+    jobs_requeue_or_fail(
+        interruptions=[
+            Interruption(
+                job, "JobPreempted", planned[job.pk].reason, planned[job.pk].lost_gpu_seconds
+            )
+            for job in jobs
+        ],
+        now=now,
+    )
+    return len(jobs)
 
 
 @dataclass(frozen=True)
@@ -472,15 +497,11 @@ def jobs_requeue_or_fail(
             )
         events.append(JobEvent(job=job, kind="Requeued", at=now, message=told))
     if requeued:
-        with connection.cursor() as cursor:
-            cursor.executemany(
-                f"UPDATE {Job._meta.db_table} SET restart_times = %s, attempt = %s, "
-                "not_before = %s WHERE id = %s",
-                [
-                    (i.job.restart_times, i.job.attempt, db_datetime(i.job.not_before), i.job.pk)
-                    for i, _ in requeued
-                ],
-            )
+        rows_update(
+            Job,
+            ["restart_times", "attempt", "not_before"],
+            [(i.job.pk, i.job.restart_times, i.job.attempt, i.job.not_before) for i, _ in requeued],
+        )
         JobRestart.objects.bulk_create(restarts)
         for status, group in back.items():
             jobs_transition_bulk(
@@ -504,21 +525,20 @@ def jobs_requeue_or_fail(
 
 
 def _record_waiting(waiting: tuple[engine.Waiting, ...], shown: dict) -> None:
-    """Store each pending job's reason and queue position, writing only what changed, in one
-    batched statement (psycopg pipelines executemany; Django's bulk_update builds a CASE per
-    row and takes seconds for thousands). A job that left Queuing meanwhile is not touched."""
+    """Store each pending job's reason and queue position, writing only what changed, in
+    one batched statement (`rows_update`). A job that left Queuing meanwhile is not
+    touched."""
     rows = []
     for w in waiting:
         new = (w.reason[:256], w.position, w.queue_size)
         if shown.get(w.job_id) != new:
-            rows.append((*new, w.job_id, JobStatus.QUEUING))
-    if rows:
-        with connection.cursor() as cursor:
-            cursor.executemany(
-                f"UPDATE {Job._meta.db_table} SET pending_reason = %s, queue_position = %s, "
-                "queue_size = %s WHERE id = %s AND status = %s",
-                rows,
-            )
+            rows.append((w.job_id, *new))
+    rows_update(
+        Job,
+        ["pending_reason", "queue_position", "queue_size"],
+        rows,
+        where={"status": JobStatus.QUEUING},
+    )
 
 
 def _quota_name(job: Job) -> str:

@@ -83,3 +83,27 @@ def test_it_updates_rows_by_primary_key(personas):
         ("renamed", 7),
         ("renamed", 7),
     ]
+
+
+def test_it_updates_each_row_with_its_own_values_where_it_still_matches(personas):
+    from apps.core.db import rows_update
+    from apps.jobs.models import Job, JobStatus
+
+    jobs = [make_job(personas, name=f"j{i}", status=JobStatus.QUEUING) for i in range(4)]
+    Job.objects.filter(pk=jobs[3].pk).update(status=JobStatus.STOPPED)
+    at = datetime(2026, 3, 2, 12, 0, 0, 123456, tzinfo=UTC)
+    rows_update(
+        Job,
+        ["display_name", "queue_position", "not_before"],
+        [
+            (jobs[0].pk, "first", 1, at),
+            (jobs[1].pk, "second", None, None),
+            (jobs[3].pk, "stopped", 4, at),  # no longer Queuing: left alone
+        ],
+        where={"status": JobStatus.QUEUING},
+        chunk=2,
+    )
+    rows_update(Job, ["display_name"], [])
+    assert list(
+        Job.objects.order_by("id").values_list("display_name", "queue_position", "not_before")
+    ) == [("first", 1, at), ("second", None, None), ("j2", None, None), ("j3", None, None)]

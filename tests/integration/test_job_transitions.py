@@ -158,6 +158,7 @@ def test_it_writes_one_job_and_a_batch_the_same_way(personas):
 
 def test_it_gives_each_job_its_own_code_and_message_or_the_defaults(personas, monkeypatch):
     monkeypatch.setattr("apps.jobs.services.CHUNK", 2)  # several IN lists and lone rows
+    monkeypatch.setattr("apps.jobs.services.SHARED_REASON_MIN", 2)
     jobs = [bidding(personas, name=f"j{i}") for i in range(5)]
     own = jobs[0].pk
     jobs_transition_bulk(

@@ -5,9 +5,11 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from apps.jobs.models import Job, JobEvent, JobStatus, Pod, PodStatus
+from apps.jobs.models import FINISHED_STATUSES, Job, JobEvent, JobStatus, Pod, PodStatus
 from apps.jobs.services import job_stop, job_submit
 from apps.jobs.specs import JobSpec, RoleSpec
 from apps.scheduler.services import scheduler_tick
@@ -186,3 +188,93 @@ def test_it_waits_for_preempted_processes_to_exit_before_placing_the_owner(perso
     scheduler_tick(now=timezone.now() + timedelta(seconds=2))
     owner.refresh_from_db()
     assert owner.status == JobStatus.RUNNING
+
+
+def _preemption_wave(personas, *, victims: int) -> tuple[list[dict], int]:
+    """Fill all 16 GPUs with 1-GPU borrowers of team-b, then let one team-a owner of
+    `victims` 1-GPU pods reclaim in a tick of its own. Returns each victim's rows (as
+    `_victim_rows`) and the number of queries that tick made; leaves every job stopped."""
+    borrowers = [
+        submit(
+            personas,
+            ws="ws_b",
+            user="charlie",
+            quota="team-b",
+            gpu=1,
+            idle="only_idle",
+            aimaster=True,
+            name=f"borrower-{i}",
+        )
+        for i in range(16)
+    ]
+    assert {b.status for b in borrowers} == {JobStatus.RUNNING}
+    now = timezone.now() + timedelta(seconds=10)
+    # The same work lost by every borrower: their reasons and messages read alike.
+    Pod.objects.filter(job__in=borrowers).update(started_at=now - timedelta(seconds=100))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("apps.jobs.services._tick_soon", lambda: None)
+        owner = submit(personas, pods=victims, gpu=1, name="owner")
+        assert owner.status == JobStatus.QUEUING
+        with CaptureQueriesContext(connection) as queries:
+            report = scheduler_tick(now=now)
+        assert report.preempted == victims
+        preempted = [b for b in borrowers if b.pods.filter(status=PodStatus.PREEMPTED).exists()]
+        rows = [_victim_rows(b, owner=owner, now=now) for b in preempted]
+        for job in Job.objects.exclude(status__in=FINISHED_STATUSES):
+            job_stop(job=job, by=None, now=now + timedelta(seconds=1))
+    return rows, len(queries)
+
+
+def _victim_rows(job: Job, *, owner: Job, now) -> dict:
+    """What a preempting tick at `now` wrote for `job`, without its ids and with times
+    relative to `now`."""
+    job.refresh_from_db()
+
+    def plain(text: str) -> str:
+        return text.replace(job.job_id, "<job>").replace(owner.job_id, "<owner>")
+
+    def since(moment):
+        return None if moment is None else (moment - now).total_seconds()
+
+    return {
+        "job": (
+            job.status,
+            job.reason_code,
+            plain(job.reason_message),
+            job.attempt,
+            job.restart_times,
+            since(job.not_before),
+            since(job.status_changed_at),
+        ),
+        "pods": [
+            (plain(p.pod_id), p.attempt, p.status, p.reason, plain(p.message))
+            + (p.in_quota, since(p.started_at), since(p.finished_at))
+            for p in job.pods.all()
+        ],
+        "events": [
+            (e.kind, plain(e.message), e.pod_id) for e in job.events.filter(at=now).order_by("id")
+        ],
+        "restarts": [
+            (r.number, since(r.at), r.cause, plain(r.message), r.lost_gpu_seconds, r.counted)
+            for r in job.restarts.all()
+        ],
+        "history": [
+            (t.status, t.reason_code, plain(t.reason_message), t.started_at == now)
+            + (since(t.ended_at),)
+            for t in job.status_history.all()
+            if now in (t.started_at, t.ended_at)
+        ],
+    }
+
+
+def test_it_preempts_many_victims_as_one_alone_in_a_fixed_number_of_queries(personas):
+    (alone,), _ = _preemption_wave(personas, victims=1)
+    assert [kind for kind, *_ in alone["events"]] == ["Preempted", "Requeued"]
+    assert alone["pods"][0][2:4] == (PodStatus.PREEMPTED, "Preempted")
+    assert alone["job"][:2] == (JobStatus.QUEUING, "JobPreempted")
+    two, two_queries = _preemption_wave(personas, victims=2)
+    six, six_queries = _preemption_wave(personas, victims=6)
+    assert len(two) == 2 and len(six) == 6
+    for rows in two + six:
+        assert rows == alone
+    assert six_queries == two_queries
