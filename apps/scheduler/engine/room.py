@@ -332,12 +332,7 @@ class Pool:
         nodes = [0] * len(pods)
         for i in _largest_first(pods):
             g, c, m = pods[i]
-            best, best_key = None, None
-            for n, r in local.items():
-                if r[0] >= g and r[1] >= c and r[2] >= m:
-                    key = (r[0], r[1], r[2], n)
-                    if best_key is None or key < best_key:
-                        best, best_key = n, key
+            best, best_key = _best_in(local, g, c, m)
             top = len(buckets) if best_key is None else min(best_key[0] + 1, len(buckets))
             for b in range(max(g, 0), top):
                 entry = _first_fit(buckets[b], c, m, local)
@@ -449,18 +444,26 @@ def _largest_first(pods: Sequence[Vec]) -> list[int]:
     return sorted(range(len(pods)), key=lambda i: (-pods[i][0], -pods[i][1], -pods[i][2], i))
 
 
+def _best_in(
+    room: dict[int, list[int]], g: int, c: int, m: int
+) -> tuple[int | None, tuple[int, int, int, int] | None]:
+    """The node of a room map best fit picks for a pod (g, c, m), with its sort key."""
+    best, best_key = None, None
+    for n, r in room.items():
+        if r[0] >= g and r[1] >= c and r[2] >= m:
+            key = (r[0], r[1], r[2], n)
+            if best_key is None or key < best_key:
+                best, best_key = n, key
+    return best, best_key
+
+
 def place_on(pods: Sequence[Vec], room: dict[int, Vec]) -> list[int] | None:
     """Best fit of a gang onto a room map (same rule as `Pool.place`), without indexes."""
     free = {n: list(v) for n, v in room.items() if v[0] >= 0 and v[1] >= 0 and v[2] >= 0}
     nodes = [0] * len(pods)
     for i in _largest_first(pods):
         g, c, m = pods[i]
-        best, best_key = None, None
-        for n, r in free.items():
-            if r[0] >= g and r[1] >= c and r[2] >= m:
-                key = (r[0], r[1], r[2], n)
-                if best_key is None or key < best_key:
-                    best, best_key = n, key
+        best, _ = _best_in(free, g, c, m)
         if best is None:
             return _search(pods, room) if len(pods) <= _EXACT_PODS else None
         r = free[best]
