@@ -21,6 +21,7 @@ PAD_LEFT, PAD_RIGHT, PAD_TOP, PAD_BOTTOM = 64, 12, 12, 28
 PLOT_WIDTH = CHART_WIDTH - PAD_LEFT - PAD_RIGHT
 PLOT_HEIGHT = CHART_HEIGHT - PAD_TOP - PAD_BOTTOM
 MAX_CHART_POINTS = 1500
+REFERENCE_KINDS = ("floor", "original")  # fixed lines the y axis need not reach
 LINE_STYLES = {  # css name → (colour, dash)
     "price": ("#2563eb", ""),
     "floor": ("#16a34a", "6 4"),
@@ -36,6 +37,7 @@ class ChartLine:
     kind: str  # a LINE_STYLES key
     points: str  # SVG polyline points
     last: Decimal | None
+    off: str = ""  # a reference line beyond the scaled axis: "above" or "below"
 
     @property
     def colour(self) -> str:
@@ -98,15 +100,25 @@ def price_range(values: Sequence[Decimal]) -> tuple[Decimal, Decimal]:
 
 
 def chart_build(series: Sequence[Series], *, since: datetime, until: datetime) -> Chart:
-    """The chart of step-function series over [since, until], each clipped to the window."""
+    """The chart of step-function series over [since, until], each clipped to the window.
+
+    The y axis is scaled to the moving lines (price, bid, average), so a price that moves by
+    a few fen is seen moving; the floor and the original price are reference lines, drawn
+    where they fall inside that scale and otherwise named in the legend as above or below
+    it. Only with no moving line to show does the axis span the references."""
     start, end = since.timestamp(), until.timestamp()
     clipped = [(label, kind, _clip(h, start, end)) for label, kind, h in series]
-    low, high = price_range([p for _, _, h in clipped for _, p in h])
+    moving = [p for _, kind, h in clipped if kind not in REFERENCE_KINDS for _, p in h]
+    low, high = price_range(moving or [p for _, _, h in clipped for _, p in h])
     scale = Scale(start, end, low, high)
-    lines = [
-        ChartLine(label, kind, _step_points(h, end, scale), h[-1][1] if h else None)
-        for label, kind, h in clipped
-    ]
+    lines = []
+    for label, kind, h in clipped:
+        off = ""
+        if kind in REFERENCE_KINDS and h:
+            value = h[-1][1]
+            off = "above" if value > high else "below" if value < low else ""
+        points = "" if off else _step_points(h, end, scale)
+        lines.append(ChartLine(label, kind, points, h[-1][1] if h else None, off))
     y_ticks = [
         (scale.y(low + (high - low) * i / 4), f"¥{low + (high - low) * i / 4:.4f}")
         for i in range(5)
@@ -124,7 +136,7 @@ def chart_build(series: Sequence[Series], *, since: datetime, until: datetime) -
         lines=lines,
         y_ticks=y_ticks,
         x_ticks=x_ticks,
-        data=_uplot_data(clipped, end),
+        data={**_uplot_data(clipped, end), "y": [float(low), float(high)]},
     )
 
 

@@ -30,7 +30,10 @@
     holder.className = "uplot-holder";
     figure.insertBefore(holder, svg);
     new window.uPlot({
-      width: width, height: 260, series: series, tzDate: function (ts) {
+      width: width, height: 260, series: series,
+      // the server's scale: the moving lines, not the far-off floor and original price
+      scales: data.y ? { y: { range: function () { return data.y; } } } : undefined,
+      tzDate: function (ts) {
         return window.uPlot.tzDate(new Date(ts * 1e3), "Etc/UTC");
       },
       axes: [{}, { values: function (u, ticks) { return ticks.map(function (v) { return "¥" + v.toFixed(2); }); }, size: 64 }]

@@ -7,6 +7,8 @@ import sys
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
+import pytest
+
 from apps.market.charts import (
     CHART_HEIGHT,
     CHART_WIDTH,
@@ -14,6 +16,7 @@ from apps.market.charts import (
     PAD_LEFT,
     PAD_RIGHT,
     PAD_TOP,
+    PLOT_HEIGHT,
     Scale,
     chart_build,
     price_range,
@@ -77,3 +80,39 @@ def test_it_imports_no_django():
         "assert not [m for m in sys.modules if m.split('.')[0] in ('django', 'celery')]"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_it_scales_to_the_moving_price_and_names_far_references():
+    """A price moving ¥1.00–1.06 against an original of ¥10 fills the plot; the original is
+    named as above the chart, the floor it sits on is drawn."""
+    history = [(S0 - 60, Decimal("1.00")), (S0 + 3600, Decimal("1.06"))]
+    chart = chart_build(
+        [
+            ("Market price", "price", history),
+            ("Floor", "floor", [(S0, Decimal("1.00"))]),
+            ("Original (pay-as-you-go)", "original", [(S0, Decimal("10"))]),
+        ],
+        since=SINCE,
+        until=UNTIL,
+    )
+    price, floor, original = chart.lines
+    low, high = (Decimal(t.removeprefix("¥")) for t in (chart.y_ticks[0][1], chart.y_ticks[-1][1]))
+    assert Decimal("0.9") < low <= Decimal("1.00") and Decimal("1.06") <= high < Decimal("1.2")
+    assert chart.data["y"] == [float(low), pytest.approx(float(high), abs=1e-4)]
+    ys = [float(p.split(",")[1]) for p in price.points.split()]
+    assert max(ys) - min(ys) > PLOT_HEIGHT * 0.6  # the move fills most of the plot
+    assert floor.points and floor.off == ""
+    assert original.points == "" and original.off == "above" and original.last == Decimal("10")
+
+
+def test_with_no_price_yet_it_spans_the_references():
+    chart = chart_build(
+        [
+            ("Market price", "price", []),
+            ("Floor", "floor", [(S0, Decimal("1"))]),
+            ("Original (pay-as-you-go)", "original", [(S0, Decimal("10"))]),
+        ],
+        since=SINCE,
+        until=UNTIL,
+    )
+    assert all(line.off == "" for line in chart.lines[1:]) and chart.lines[2].points

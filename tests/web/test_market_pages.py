@@ -59,7 +59,11 @@ def test_it_draws_the_price_chart_with_floor_and_original_lines(alice_client, ma
     assert response.status_code == 200
     html = response.content.decode()
     assert "<svg" in html and 'data-kind="price"' in html
-    assert 'data-kind="floor"' in html and 'data-kind="original"' in html
+    # the axis follows the price: the floor and the original price are drawn where they fall
+    # inside it, and named in the legend as above or below it otherwise
+    assert 'data-kind="floor"' in html or "(below the chart)" in html
+    assert 'data-kind="original"' in html or "(above the chart)" in html
+    assert "Floor" in html and "Original (pay-as-you-go)" in html
     assert 'data-kind="average"' not in html
     assert 'id="price-chart-data"' in html  # the same data, for uPlot
     assert "js/market-chart.js" in html
