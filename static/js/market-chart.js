@@ -36,7 +36,19 @@
       tzDate: function (ts) {
         return window.uPlot.tzDate(new Date(ts * 1e3), "Etc/UTC");
       },
-      axes: [{}, { values: function (u, ticks) { return ticks.map(function (v) { return "¥" + v.toFixed(2); }); }, size: 64 }]
+      axes: [{ values: function (u, ticks) {
+        // one 24-hour format, as the tables write times (UTC); the date once ticks span days
+        var long = ticks.length > 1 && ticks[ticks.length - 1] - ticks[0] > 86400;
+        return ticks.map(function (ts) {
+          var iso = new Date(ts * 1e3).toISOString();
+          return long ? iso.slice(5, 10) + " " + iso.slice(11, 16) : iso.slice(11, 16);
+        });
+      } }, { values: function (u, ticks) {
+        // enough decimals that neighbouring ticks differ (a price moving by fen)
+        var step = ticks.length > 1 ? Math.abs(ticks[1] - ticks[0]) : 1;
+        var places = step >= 0.1 ? 2 : step >= 0.01 ? 3 : 4;
+        return ticks.map(function (v) { return "¥" + v.toFixed(places); });
+      }, size: 72 }]
     }, columns, holder);
     svg.style.display = "none";
     var legend = figure.querySelector(".chart-legend");
