@@ -65,6 +65,11 @@ class Pool:
         self.freeing: set[int] = set()  # nodes where fut exceeds now somewhere
         self.failed: set[tuple[Vec, ...]] = set()
         self.reclaim_failed: set[tuple[tuple[Vec, ...], bool]] = set()
+        # Gang shapes `place_future` found no room for, with `fut_grown` at the time: fut
+        # only shrinks in a pass but where victims are claimed, so those fail again until it
+        # grows (a queue of owners waiting for the same room tries it once per growth).
+        self.future_failed: dict[tuple[Vec, ...], int] = {}
+        self.fut_grown = 0
         self.version = dict.fromkeys(self.cap, 0)  # bumped whenever a node's room changes
         self.changes: list[int] = []  # nodes in the order their room changed, for readers
         # `fut` indexed like `eff`, and how many pods of each shape asked for so far it holds
@@ -156,6 +161,7 @@ class Pool:
             self._update(n, grown_ok=True)
         self.failed.clear()
         self.reclaim_failed.clear()
+        self.future_failed.clear()
         self.rng = None
 
     def _sync_fut(self) -> None:
@@ -189,6 +195,7 @@ class Pool:
         """Undo `take` (a gang that did not fit after all)."""
         grow(self.now[n], v)
         grow(self.fut[n], v)
+        self.fut_grown += 1
         self._update(n, grown_ok=True)
 
     def reserve(self, n: int, v: Vec) -> None:
@@ -199,6 +206,7 @@ class Pool:
     def release(self, n: int, v: Vec) -> None:
         """A victim's pod: its room will be free."""
         grow(self.fut[n], v)
+        self.fut_grown += 1
         self._update(n)
 
     def best(self, pod: Vec) -> int | None:
@@ -326,7 +334,15 @@ class Pool:
     ) -> list[int] | None:
         """`place_on(pods, room)` where room is `overlay` on the nodes it names and fut on
         every other, without building that map: the fut index answers for the rest."""
-        local = {n: list(v) for n, v in (overlay or {}).items()}
+        if overlay is None:
+            shape = tuple(sorted(pods))
+            if self.future_failed.get(shape) == self.fut_grown:
+                return None
+            placed = self.place_future(pods, {})
+            if placed is None:
+                self.future_failed[shape] = self.fut_grown
+            return placed
+        local = {n: list(v) for n, v in overlay.items()}
         self._sync_fut()
         buckets = self.fut_buckets
         nodes = [0] * len(pods)
