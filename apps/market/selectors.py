@@ -325,12 +325,22 @@ def job_bid_history(*, job: Job, now: datetime | None = None) -> BidHistory:
             types[role.instance_type.name] = role.instance_type
     histories = price_histories(type_ids=[t.pk for t in types.values()], since=since, until=until)
     prices = {name: histories.get(t.pk, []) for name, t in types.items()}
+    floor_ratio = market_params().floor_ratio if prices else pricing.DEFAULT_FLOOR_RATIO
     charts = {}
     for name, history in prices.items():
+        t = types[name]
         series: list[tuple[str, str, History]] = [("Market price", "price", history)]
+        if t.resource_type == ResourceType.LINGJUN and history:
+            # a running Lingjun spot job is reclaimed against the system average, not the price
+            series.append(("System average", "average", _rolling_average(t, since, until)))
         for b in bids:
             if b.instance_type == name:
                 series.append((f"{b.role_type} bid", "bid", [(since.timestamp(), b.bid_per_hour)]))
+        floor = pricing.price_floor(t.price_per_hour, floor_ratio)
+        series.append(("Floor", "floor", [(since.timestamp(), floor)]))
+        series.append(
+            ("Original (pay-as-you-go)", "original", [(since.timestamp(), t.price_per_hour)])
+        )
         charts[name] = chart_build(series, since=since, until=until)
     return BidHistory(job=job, bids=bids, prices=prices, charts=charts)
 

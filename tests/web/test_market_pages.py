@@ -127,5 +127,22 @@ def test_its_bid_history_partial_draws_bids_against_the_market_for_the_job_page(
     assert [(b.role_type, str(b.bid_per_hour)) for b in history.bids] == [("Worker", "0.7200")]
     html = render_to_string("market/_bid_history.html", {"bid_history": history})
     assert 'id="bid-history"' in html and 'data-kind="bid"' in html and "¥0.7200/h" in html
+    assert "Floor" in html and "Original (pay-as-you-go)" in html  # reference lines
+    assert 'data-kind="average"' not in html  # an ECS job is reclaimed against the price
     quota_job = Job(resource_source="quota")
     assert job_bid_history(job=quota_job).empty
+
+
+def test_a_lingjun_jobs_bid_history_shows_the_system_average_it_is_reclaimed_against(
+    personas, market
+):
+    from django.template.loader import render_to_string
+
+    from apps.market.selectors import job_bid_history
+
+    job = submit(personas, itype=LJ, discount="0.9", now=market - timedelta(minutes=9), name="lj")
+    market_step(now=market - timedelta(minutes=1), rng=random.Random(1))
+    history = job_bid_history(job=job, now=market)
+    html = render_to_string("market/_bid_history.html", {"bid_history": history})
+    assert 'data-kind="average"' in html and "System average" in html
+    assert 'data-kind="bid"' in html
