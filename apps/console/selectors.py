@@ -45,6 +45,20 @@ class JobLive:
         return self.checkpoints[0] if self.checkpoints else None
 
     @property
+    def recent_checkpoints(self) -> list[Checkpoint]:
+        """The few a job resumes from, shown open; the rest fold away."""
+        return self.checkpoints[:CHECKPOINTS_OPEN]
+
+    @property
+    def older_checkpoints(self) -> list[Checkpoint]:
+        return self.checkpoints[CHECKPOINTS_OPEN:CHECKPOINTS_SHOWN]
+
+    @property
+    def more_checkpoints(self) -> bool:
+        """More than CHECKPOINTS_SHOWN were saved (only the latest are listed)."""
+        return len(self.checkpoints) > CHECKPOINTS_SHOWN
+
+    @property
     def history_attempts(self) -> list[Attempt]:
         """History pods by attempt, newest first, each with the restart that ended it."""
         ended_by = {r.number - 1: r for r in self.restarts}  # restart n starts attempt n
@@ -76,6 +90,7 @@ class Attempt:
 RESUME_EVENT_KINDS = ("Resumed", "Restarted")
 EVENTS_SHOWN = 200
 CHECKPOINTS_SHOWN = 50
+CHECKPOINTS_OPEN = 3
 
 
 def job_live(*, job: Job) -> JobLive:
@@ -92,7 +107,7 @@ def job_live(*, job: Job) -> JobLive:
         history_pods=[p for p in pods if p.attempt < job.attempt],
         status_history=list(job.status_history.all()),
         events=events,
-        checkpoints=list(job.checkpoints.all()[:CHECKPOINTS_SHOWN]),
+        checkpoints=list(job.checkpoints.all()[: CHECKPOINTS_SHOWN + 1]),
         restarts=list(job_restarts(job=job)),
         usage=job_usage(job=job),
         resumed=next((e for e in events if e.kind in RESUME_EVENT_KINDS), None),

@@ -135,3 +135,10 @@ def ago(moment) -> str:
     if seconds < 86400:
         return f"{int(seconds // 3600)} h ago"
     return f"{int(seconds // 86400)} d ago"
+
+
+@register.filter
+def basename(path) -> str:
+    """The last part of a path (a checkpoint's file name; the full path goes in a title)."""
+    text = str(path or "")
+    return text.rstrip("/").rsplit("/", 1)[-1] or text

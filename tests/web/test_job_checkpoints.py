@@ -1,0 +1,56 @@
+"""The job page's checkpoints: the latest few open, the rest folded with a count, file names
+rather than server paths."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.urls import reverse
+from django.utils import timezone
+
+from apps.jobs.models import Checkpoint
+from tests.web.test_job_story import section, text
+from tests.web.test_jobs_views import make_job
+
+
+def _checkpoints(job, count):
+    now = timezone.now()
+    for i in range(count):
+        Checkpoint.objects.create(
+            job=job,
+            step=100 * (i + 1),
+            path=f"/var/lib/paiweb/pods/{job.job_id}/checkpoints/step-{100 * (i + 1)}.pt",
+            size_bytes=1024,
+            created_at=now - timedelta(minutes=count - i),
+        )
+
+
+def test_it_shows_the_latest_checkpoints_and_folds_the_rest(alice_client, personas):
+    job = make_job(personas)
+    _checkpoints(job, 8)
+    response = alice_client.get(reverse("jobs:detail", args=[job.job_id]))
+    part = section(response, "checkpoints")
+    open_part = part[: part.index('id="older-checkpoints"')]
+    assert [s in open_part for s in ("step-800.pt", "step-700.pt", "step-600.pt")] == [True] * 3
+    assert "step-500.pt" not in open_part
+    older = section(response, "older-checkpoints")
+    assert "5 older checkpoints" in older and "step-100.pt" in older
+    # the file name is shown, the server path only on hover
+    assert f'title="/var/lib/paiweb/pods/{job.job_id}/checkpoints/step-800.pt"' in part
+    assert f">/var/lib/paiweb/pods/{job.job_id}" not in part
+    assert "Latest checkpoint step 800" in text(response)
+
+
+def test_a_few_checkpoints_are_all_open_and_many_say_only_the_latest_are_listed(
+    alice_client, personas
+):
+    few = make_job(personas, name="few")
+    _checkpoints(few, 2)
+    response = alice_client.get(reverse("jobs:detail", args=[few.job_id]))
+    assert 'id="older-checkpoints"' not in response.content.decode()
+    many = make_job(personas, name="many")
+    _checkpoints(many, 53)
+    older = section(
+        alice_client.get(reverse("jobs:detail", args=[many.job_id])), "older-checkpoints"
+    )
+    assert "47+ older checkpoints" in older and "The latest 50 checkpoints are listed" in older
