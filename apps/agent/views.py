@@ -75,10 +75,20 @@ def pod_logs(request: HtmxHttpRequest, pod_id: str) -> HttpResponse:
                 "finished": finished,
                 "chunk": "",
                 "has_log": logs.log_exists(path),
+                "siblings": _siblings(pod),
             }
             response = render(request, "agent/pod_logs.html", context)
     patch_vary_headers(response, ["HX-Request", "HX-Target"])
     return response
+
+
+def _siblings(pod: Pod) -> list[Pod]:
+    """The pods of the same attempt of the job, for switching between their logs."""
+    return list(
+        Pod.objects.filter(job_id=pod.job_id, attempt=pod.attempt)
+        .select_related("role")
+        .order_by("role__role_type", "index")
+    )
 
 
 @login_required

@@ -3,6 +3,8 @@ on it and read the comparison with the current configuration."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from playwright.sync_api import expect
 
@@ -20,7 +22,10 @@ def test_staff_compare_a_changed_cluster_file(browser_page, live_server, history
     page.get_by_role("link", name="What if").click()
     expect(page.get_by_role("heading", name="What if", level=1)).to_be_visible()
 
-    page.get_by_role("button", name="Run").click()  # nothing pasted yet: refused, said why
+    cluster_file = page.locator("textarea[name=cluster_file]")
+    expect(cluster_file).to_have_value(re.compile(r"\[quotas\.team-a\]"))  # the current one
+    cluster_file.fill("")
+    page.get_by_role("button", name="Run").click()  # emptied: refused, said why
     expect(page.locator("#field-cluster_file .error")).to_contain_text("required")
 
     page.fill("input[name=title]", "twice the GPUs")
