@@ -30,6 +30,7 @@
         return;
       }
       var lines = text.textContent.split("\n");
+      if (lines.length && lines[lines.length - 1] === "") lines.pop();  // the final newline
       var found = lines.filter(function (line) { return line.indexOf(needle) !== -1; });
       matches.textContent = found.join("\n");
       matches.hidden = false;
