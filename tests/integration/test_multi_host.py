@@ -63,6 +63,27 @@ def sh(*argv: str) -> None:
     subprocess.run(argv, check=True, capture_output=True, timeout=30)
 
 
+def _clear_leftovers() -> None:
+    """Remove the bridges and namespaces of an earlier run that was killed before its own
+    cleanup: a stale bridge holding BRIDGE_NET.1 takes the route to the relays, and the new
+    hosts' agents would wait on it for ever."""
+    listed = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True)
+    for line in listed.stdout.splitlines():
+        name = line.split(":", 2)[1].strip().split("@")[0]
+        if name.startswith("pwtb"):
+            subprocess.run(["ip", "link", "delete", name], capture_output=True)
+    spaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True)
+    for line in spaces.stdout.splitlines():
+        namespace = line.split()[0] if line.split() else ""
+        if namespace.startswith("pwtb-"):
+            pids = subprocess.run(
+                ["ip", "netns", "pids", namespace], capture_output=True, text=True
+            )
+            for pid in pids.stdout.split():
+                _signal(int(pid), signal.SIGKILL)
+            subprocess.run(["ip", "netns", "delete", namespace], capture_output=True)
+
+
 def _attach(bridge: str, link: str, namespace: str, *, address: str, route: str) -> None:
     """A new namespace with an eth0 on the bridge (the host side named `link`), its address
     and one route."""
@@ -176,6 +197,7 @@ def hosts(django_db_setup, django_db_blocker):
     relays, agents = [], {}
     with django_db_blocker.unblock():
         database = dict(connection.settings_dict)
+    _clear_leftovers()
     try:
         sh("ip", "link", "add", bridge, "type", "bridge")
         sh("ip", "addr", "add", f"{BRIDGE_NET}.1/24", "dev", bridge)
