@@ -40,7 +40,6 @@ from apps.scheduler.engine import (
     Resources,
     RunningJob,
     RunningPod,
-    Snapshot,
 )
 from apps.simulator.cluster import Cluster, assign_quota
 from apps.simulator.policy import Policy
@@ -195,15 +194,6 @@ class _Cluster:
         self.lost = 0.0
         self.plan_calls = 0
         self.pod_ids = 0
-
-    def snapshot(self, now: float) -> Snapshot:
-        self._checkpoint(now)
-        return Snapshot(
-            nodes=self.cluster.nodes,
-            quotas=self.cluster.quotas,
-            running=tuple(self.running.values()),
-            pending=tuple(self.pending.values()),
-        )
 
     def plan(self, now: float) -> Plan:
         """The engine's plan on the cluster as it is now (kept between plans, not rebuilt)."""

@@ -229,9 +229,9 @@ class SpotMarket:
     def _bill(self, job: SpotJob, now: float) -> None:
         """Charge the minutes run since the last bill, each at the price at its start."""
         assert job.started is not None
+        minutes = bill_minutes(job.started, now, already_billed_until=job.billed_until)
         for t, n, _ in job.needs:
             history = self.figures.prices[t]
-            minutes = bill_minutes(job.started, now, already_billed_until=job.billed_until)
             for minute in minutes:
                 self.figures.cost += minute_charge(price_for_minute(history, minute)) * n
             self.figures.instance_minutes += len(minutes) * n

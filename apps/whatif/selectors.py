@@ -148,22 +148,21 @@ def _node_runs(nodes):
     runs: list[list] = []
     for name, shape, model in nodes:
         numbered = _NUMBERED.match(name)
-        if numbered and runs:
-            last = runs[-1]
-            prefix, number = numbered.group(1), int(numbered.group(2))
-            same_digits = str(number) == numbered.group(2)
-            if (
-                last[1] is not None
-                and same_digits
-                and (last[0], last[3], last[4]) == (prefix, shape, model)
-                and number == last[1] + last[2]
-            ):
-                last[2] += 1
-                continue
-        if numbered and str(int(numbered.group(2))) == numbered.group(2):
-            runs.append([numbered.group(1), int(numbered.group(2)), 1, shape, model])
-        else:
+        # a number with a leading zero (gpu-01) would not be written back alike: named alone
+        if not numbered or str(int(numbered.group(2))) != numbered.group(2):
             runs.append([name, None, 1, shape, model])
+            continue
+        prefix, number = numbered.group(1), int(numbered.group(2))
+        last = runs[-1] if runs else None
+        if (
+            last is not None
+            and last[1] is not None
+            and (last[0], last[3], last[4]) == (prefix, shape, model)
+            and number == last[1] + last[2]
+        ):
+            last[2] += 1
+        else:
+            runs.append([prefix, number, 1, shape, model])
     return [tuple(r) for r in runs]
 
 
