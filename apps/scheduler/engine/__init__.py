@@ -12,6 +12,7 @@ Import from here; the modules are the engine's parts, each importing only those 
 - `model`: the values in and out (`Snapshot`, `Plan`, ...), `SchedulerError`, the quota tree;
 - `room`: room on a pool's nodes during a pass, gang placement by best fit;
 - `reclaim`: which borrowers an owner preempts (victim choice);
+- `sharing`: GPUs one by one, in a pool where some pod asks for part of one;
 - `plan`: the planner, the two passes over the queues (how a pass runs is told there);
 - `report`: quota use, free guarantee, borrowing and lending, for the quotas page.
 """

@@ -17,7 +17,9 @@ IdleMode = Literal["off", "acceptable", "only_idle"]
 QueueStrategy = Literal["StrictFIFO", "BestEffortFIFO"]
 # Policies other than the product's, for comparing them in the simulator (Config).
 VictimOrder = Literal["least_lost_work", "kueue", "random"]
-PlacementRule = Literal["best_fit", "worst_fit", "random"]
+PlacementRule = Literal["best_fit", "worst_fit", "random", "fgd"]
+
+MILLI = 1000  # milli-GPUs in one GPU: a shared pod asks for 1..999 of them
 
 
 class SchedulerError(ValueError):
@@ -73,10 +75,16 @@ class Quota:
 
 @dataclass(frozen=True, slots=True)
 class RunningPod:
+    """A live pod. `gpu_milli`: its share of one GPU (1..999, `resources.gpu` then 0), 0 for
+    whole GPUs. `gpus`: the indexes (0..gpu-1 on its node) of the GPUs it holds; empty when
+    unknown, and then the lowest free ones are assumed (sharing.py)."""
+
     pod_id: int
     node_id: int
     resources: Resources
     in_quota: bool
+    gpu_milli: int = 0
+    gpus: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,8 +106,13 @@ class RunningJob:
 
 @dataclass(frozen=True, slots=True)
 class PodRequest:
+    """A pod to place. `gpu_milli`: a share of one GPU, 1..999 milli-GPUs, placed on one GPU
+    that other shared pods may use too (`resources.gpu` must then be 0); 0 means whole GPUs,
+    as many as `resources.gpu` says, each with nothing else on it."""
+
     key: str  # e.g. "worker-0"
     resources: Resources
+    gpu_milli: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,19 +141,28 @@ class Config:
     and placements exist to be compared with them (the simulator): "kueue" takes the lowest
     priority, then the newest; "random" a fixed random order per `seed`; "worst_fit" puts
     each pod on the node left with the most room; "random" placement on any node that fits
-    (drawn from `seed` and `now`)."""
+    (drawn from `seed` and `now`); "fgd" the node and GPU whose fragmentation grows least
+    against `workload` (sharing.py; in a pool without shared pods, best fit).
+    `workload`: (milli-GPUs a pod asks for, its CPU in millicores, weight), the mix of pods
+    FGD keeps room for; empty: the pending pods of the plan."""
 
     min_run_seconds: float = 60.0  # a borrower younger than this is not preempted yet
     victim_order: VictimOrder = "least_lost_work"
     placement: PlacementRule = "best_fit"
     seed: int = 0
+    workload: tuple[tuple[int, int, float], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
 class Placement:
+    """Where a pod goes: its node, and in a pool where GPUs are shared the indexes of the
+    GPUs it takes there (one for a shared pod); empty elsewhere, and in a
+    `Waiting.reserved`."""
+
     key: str
     node_id: int
     in_quota: bool
+    gpus: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,6 +203,18 @@ class Plan:
 def vec(r: Resources) -> Vec:
     """The planner's form of an amount: (gpu, cpu, memory)."""
     return (r.gpu, r.cpu, r.memory)
+
+
+def milli_vec(r: Resources, gpu_milli: int = 0) -> Vec:
+    """An amount as quotas count it: (milli-GPUs, cpu, memory); a shared pod's share, or
+    1000 per whole GPU."""
+    return (gpu_milli or r.gpu * MILLI, r.cpu, r.memory)
+
+
+def check_share(gpu_milli: int, r: Resources, what: str) -> None:
+    """A shared pod asks for 1..999 milli-GPUs of one GPU and no whole GPU."""
+    if gpu_milli and (not 0 < gpu_milli < MILLI or r.gpu):
+        raise SchedulerError(f"{what}: gpu_milli must be 1..999 with no whole GPU")
 
 
 # --- the quota tree --------------------------------------------------------------------

@@ -26,6 +26,10 @@ How a pass runs (design.md §4):
    the borrowers behind it, because the regular jobs behind it were already decided.
    BestEffortFIFO skips a job that cannot start. A job in requeue backoff waits without
    blocking anyone.
+5. GPU sharing: a pod may ask for part of one GPU (`PodRequest.gpu_milli`). Quotas count
+   milli-GPUs (a whole GPU is 1000), so a 500-milli pod uses half a GPU of its quota's min.
+   In a pool where some pod shares a GPU, every GPU is kept by its index (sharing.py) and
+   every admitted pod is told which it takes; elsewhere GPUs are only counted.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from collections.abc import Iterable
 from functools import lru_cache
 
 from apps.scheduler.engine.model import (
+    MILLI,
     Admission,
     Config,
     Node,
@@ -47,22 +52,25 @@ from apps.scheduler.engine.model import (
     SchedulerError,
     Snapshot,
     Waiting,
+    check_share,
     quota_chains,
     vec,
 )
 from apps.scheduler.engine.reclaim import Borrower, Reclaimer, preemption
 from apps.scheduler.engine.room import Pool
+from apps.scheduler.engine.sharing import Shares, Spot
 from apps.scheduler.engine.vectors import (
     Vec,
     add,
     amount,
     fits,
     grow,
+    milli_amount,
+    milli_shape,
+    milli_value,
     plural,
     shape,
-    sub,
     sum_of,
-    value,
 )
 
 _DEFAULT_CONFIG = Config()  # frozen: one instance serves as every call's default
@@ -115,8 +123,12 @@ class ClusterState:
         # with the room each frees per pool and node and the pools where it borrows.
         self.reclaimable: dict[int, RunningJob] = {}
         self.frees: dict[int, tuple[dict[int, dict[int, Vec]], frozenset[int]]] = {}
+        self.sharing: set[int] = set()  # pools where some running pod shares a GPU
+        self.planning = False
         for job in running:
             self._add(job, built=False)
+        for pid in sorted(self.sharing):
+            self.share(self.pools[pid])
         for pool in self.pools.values():
             pool.build()
 
@@ -124,6 +136,10 @@ class ClusterState:
         """A job now runs on its pods' nodes."""
         if job.job_id in self.running:
             raise SchedulerError(f"job {job.job_id} is already running")
+        for pod in job.pods:
+            pool = self.pool_of.get(pod.node_id)
+            if pod.gpu_milli and pool is not None and pool.shares is None:
+                self.share(pool)
         self._add(job, built=True)
 
     def stop(self, job_id: int) -> None:
@@ -150,11 +166,31 @@ class ClusterState:
         pools = self.pools.values()
         for pool in pools:
             pool.journal = set()
+            if pool.shares is not None:
+                pool.shares.begin()
+        self.planning = True
         try:
             return _Planner(self, tuple(pending), now=now).run()
         finally:
+            self.planning = False
             for pool in pools:
                 pool.rollback()
+                if pool.shares is not None:
+                    pool.shares.rollback()
+
+    def share(self, pool: Pool) -> None:
+        """From now on keep the pool's GPUs one by one: some pod shares one there. (In a
+        plan too, for a pending share: the pool has no running one then, so its room stays
+        as it is.)"""
+        shares = pool.shares = Shares(pool, self.config.workload)
+        shares.load(
+            (p, job.stopping)
+            for job in self.running.values()
+            for p in job.pods
+            if p.node_id in pool.cap
+        )
+        if self.planning:
+            shares.begin()
 
     def _add(self, job: RunningJob, *, built: bool) -> None:
         if job.job_id in self.running:
@@ -164,6 +200,12 @@ class ClusterState:
             self.reclaimable[job.job_id] = job
             self.frees[job.job_id] = self._frees(job)
         self._count(job, sign=-1, built=built)
+        for pod in job.pods:
+            if pod.gpu_milli:
+                check_share(pod.gpu_milli, pod.resources, f"running pod {pod.pod_id}")
+                pool = self.pool_of.get(pod.node_id)
+                if pool is not None and not built:
+                    self.sharing.add(pool.id)
 
     def _frees(self, job: RunningJob) -> tuple[dict[int, dict[int, Vec]], frozenset[int]]:
         freed: dict[int, dict[int, Vec]] = {}
@@ -188,9 +230,15 @@ class ClusterState:
                     pool.move(pod.node_id, (sign * v[0], sign * v[1], sign * v[2]), job.stopping)
                 else:
                     pool.occupy(pod.node_id, v, leaving=job.stopping)
+                if pool.shares is not None:
+                    if sign < 0:
+                        pool.shares.add(pod, job.stopping)
+                    else:
+                        pool.shares.remove(pod)
             if chain and pod.in_quota:
+                g = -sign * (pod.gpu_milli or v[0] * MILLI)
                 for quota in chain:
-                    grow(self.usage[quota.id], (-sign * v[0], -sign * v[1], -sign * v[2]))
+                    grow(self.usage[quota.id], (g, -sign * v[1], -sign * v[2]))
 
 
 @lru_cache(maxsize=4096)  # a long queue repeats a few shapes against the same free room
@@ -207,16 +255,72 @@ def _unique(what: str, ids: list[int]) -> None:
 
 
 class _Pending:
-    __slots__ = ("job", "key", "pods", "need", "quota", "chain", "pool")
+    """A pending job as the planner sees it: `pods` as room on nodes (a shared pod's GPU
+    being 0), `shares` the shared pods' milli-GPUs (None when none shares), `asks` and `ask`
+    what quotas count (milli-GPUs), `whole` the pods as a reclaiming owner plans them (a
+    share as one whole GPU)."""
+
+    __slots__ = (
+        "job",
+        "key",
+        "pods",
+        "need",
+        "shares",
+        "asks",
+        "ask",
+        "whole",
+        "quota",
+        "chain",
+        "pool",
+    )
 
     def __init__(self, job: PendingJob, planner: _Planner) -> None:
         self.job = job
         self.key = (-job.priority, job.submitted_at, job.job_id)
-        self.pods = [vec(p.resources) for p in job.pods]
-        self.need = sum_of(self.pods)
+        requests = job.pods
+        if len(requests) == 1:  # the usual case, without the loops
+            r = requests[0].resources
+            need = (r.gpu, r.cpu, r.memory)
+            self.pods = [need]
+            shared = requests[0].gpu_milli
+        else:
+            self.pods = [vec(p.resources) for p in requests]
+            need = sum_of(self.pods)
+            shared = sum(p.gpu_milli for p in requests)
+        self.need = need
+        self.shares: list[int] | None = None
+        self.asks: list[Vec] | None
+        self.ask: Vec | None
+        self.whole = self.pods
+        if shared:
+            for p in job.pods:
+                check_share(p.gpu_milli, p.resources, f"job {job.name} pod {p.key}")
+            self.shares = shares = [p.gpu_milli for p in job.pods]
+            pairs = list(zip(self.pods, shares, strict=True))
+            self.asks = [(s or v[0] * MILLI, v[1], v[2]) for v, s in pairs]
+            self.ask = sum_of(self.asks)
+            self.whole = [(1, v[1], v[2]) if s else v for v, s in pairs]
+        else:
+            self.asks = None  # `counted`: made when first needed
+            self.ask = None  # `asked`: made when first needed
         self.quota = planner.quotas.get(job.quota_id)
         self.chain = planner.chains.get(job.quota_id, ())
-        self.pool = planner.pools.get(self.quota.pool_id) if self.quota else None
+        self.pool = pool = planner.pools.get(self.quota.pool_id) if self.quota else None
+        if self.shares is not None and pool is not None and pool.shares is None:
+            planner.state.share(pool)
+
+    def asked(self) -> Vec:
+        """The whole job as quotas count it, in milli-GPUs."""
+        if self.ask is None:
+            need = self.need
+            self.ask = (need[0] * MILLI, need[1], need[2])
+        return self.ask
+
+    def counted(self) -> list[Vec]:
+        """The pods as quotas count them, in milli-GPUs."""
+        if self.asks is None:
+            self.asks = [(v[0] * MILLI, v[1], v[2]) for v in self.pods]
+        return self.asks
 
 
 class _Planner:
@@ -237,6 +341,7 @@ class _Planner:
             rng = random.Random(f"{config.seed}:{now}")
             for pool in self.pools.values():
                 pool.rng = rng
+
         self._reclaimer: Reclaimer | None = None
         self.admissions: list[Admission] = []
         self.preemptions: list[Preemption] = []
@@ -268,12 +373,19 @@ class _Planner:
                 seed=config.seed,
             )
             borrower.freed = freed  # read only: shared by every plan on the state
+            if any(p.gpu_milli for p in job.pods):
+                _credit(borrower, self.pools)
             reclaimer.add(borrower, idle_pools)
         reclaimer.sort()
         return reclaimer
 
     def run(self) -> Plan:
         jobs = sorted((_Pending(j, self) for j in self.pending), key=lambda j: j.key)
+        if self.config.placement == "fgd" and not self.config.workload:
+            mix = _workload(self.pending)
+            for pool in self.pools.values():
+                if pool.shares is not None:
+                    pool.shares.aim(mix)
         deferred = [job for job in jobs if not self._owners_pass(job)]
         for job in deferred:
             self._borrowers_pass(job)
@@ -302,17 +414,17 @@ class _Planner:
         shortfall = self._shortfall(job)
         if pending.idle_mode == "acceptable":
             if shortfall is None and job.pool is not None:
-                nodes = job.pool.place(job.pods)
-                if nodes is not None:
-                    self._admit(job, nodes, [True] * len(nodes))
+                spots = self._place(job)
+                if spots is not None:
+                    self._admit(job, spots, [True] * len(spots))
                     return True
             return False
         if shortfall is not None:
             self._stuck(job, shortfall)
         elif job.pool is None:
             self._stuck(job, f"no schedulable node in pool {job.quota.pool_id}")
-        elif (nodes := job.pool.place(job.pods)) is not None:
-            self._admit(job, nodes, [True] * len(nodes))
+        elif (spots := self._place(job)) is not None:
+            self._admit(job, spots, [True] * len(spots))
         else:
             self._reclaim(job)
         return True
@@ -327,37 +439,45 @@ class _Planner:
             return
         acceptable = job.job.idle_mode == "acceptable"
         in_quota = self._split(job) if acceptable else [False] * len(job.pods)
-        nodes = job.pool.place(job.pods)
-        if nodes is None:
+        spots = self._place(job)
+        if spots is None:
             self._stuck(job, f"no idle room: {self._needs(job)}")
         else:
-            self._admit(job, nodes, in_quota)
+            self._admit(job, spots, in_quota)
 
     # -- quotas --
 
     def _shortfall(self, job: _Pending) -> str | None:
         """Why the quota chain cannot hold the whole job In Quota; None when it can."""
+        need = job.need
+        g = need[0] * MILLI if job.ask is None else job.ask[0]
         for quota in job.chain:
-            free = sub(vec(quota.min), self.usage[quota.id])
-            if not fits(job.need, free):
-                i = next(i for i in range(3) if job.need[i] > free[i])
+            use, low = self.usage[quota.id], quota.min
+            if (
+                g > low.gpu * MILLI - use[0]
+                or need[1] > low.cpu - use[1]
+                or need[2] > low.memory - use[2]
+            ):
+                ask = job.asked()
+                free = (low.gpu * MILLI - use[0], low.cpu - use[1], low.memory - use[2])
+                i = next(i for i in range(3) if ask[i] > free[i])
                 own = job.chain[0].name
                 where = own if quota is job.chain[0] else f"{quota.name} (ancestor of {own})"
                 return (
-                    f"quota {where}: needs {amount(i, job.need[i])}, "
-                    f"{value(i, max(free[i], 0))} free"
+                    f"quota {where}: needs {milli_amount(i, ask[i])}, "
+                    f"{milli_value(i, max(free[i], 0))} free"
                 )
         return None
 
     def _split(self, job: _Pending) -> list[bool]:
         """Which pods of an acceptable job run In Quota: those the chain's free min holds."""
         free = [
-            min(q.min.gpu - self.usage[q.id][0] for q in job.chain),
+            min(q.min.gpu * MILLI - self.usage[q.id][0] for q in job.chain),
             min(q.min.cpu - self.usage[q.id][1] for q in job.chain),
             min(q.min.memory - self.usage[q.id][2] for q in job.chain),
         ]
         flags = []
-        for pod in job.pods:
+        for pod in job.counted():
             held = fits(pod, free)
             if held:
                 grow(free, (-pod[0], -pod[1], -pod[2]))
@@ -370,11 +490,28 @@ class _Planner:
 
     # -- decisions --
 
-    def _admit(self, job: _Pending, nodes: list[int], in_quota: list[bool]) -> None:
-        self._use(job, sum_of(p for p, flag in zip(job.pods, in_quota, strict=True) if flag))
+    def _place(self, job: _Pending) -> list[Spot] | None:
+        """Place the gang and take its room: each pod's node and GPUs, or None."""
+        pool = job.pool
+        assert pool is not None
+        shares = pool.shares
+        if job.shares is not None:
+            assert shares is not None  # ClusterState.plan gave the pool its GPUs
+            return shares.place(job.pods, job.shares)
+        if shares is not None and pool.placement == "fgd":
+            return shares.place(job.pods, [0] * len(job.pods))
+        nodes = pool.place(job.pods)
+        if nodes is None:
+            return None
+        if shares is None:
+            return [(n, ()) for n in nodes]
+        return [(n, shares.hold(n, v)) for n, v in zip(nodes, job.pods, strict=True)]
+
+    def _admit(self, job: _Pending, spots: list[Spot], in_quota: list[bool]) -> None:
+        self._use(job, sum_of(p for p, flag in zip(job.counted(), in_quota, strict=True) if flag))
         placements = tuple(
-            Placement(key=request.key, node_id=n, in_quota=flag)
-            for request, n, flag in zip(job.job.pods, nodes, in_quota, strict=True)
+            Placement(key=request.key, node_id=n, in_quota=flag, gpus=gpus)
+            for request, (n, gpus), flag in zip(job.job.pods, spots, in_quota, strict=True)
         )
         self.admissions.append(Admission(job_id=job.job.job_id, placements=placements))
 
@@ -397,6 +534,12 @@ class _Planner:
     def _needs(self, job: _Pending) -> str:
         pool = job.pool
         assert pool is not None
+        if job.shares is not None and pool.shares is not None:
+            total, most = pool.shares.room()
+            return (
+                f"needs {milli_shape(job.counted())} ({milli_amount(0, total)} free in pool, "
+                f"at most {milli_amount(0, most)} on one GPU)"
+            )
         i = 0 if job.need[0] else 1
         return _needs_text(tuple(job.pods), i, pool.free[i], pool.max_free(i))
 
@@ -413,13 +556,16 @@ class _Planner:
         pool = job.pool
         quota = job.quota
         assert pool is not None and quota is not None
-        nodes = pool.place_future(job.pods)
+        if pool.shares is not None:
+            self._reclaim_shared(job, pool, pool.shares, quota)
+            return
+        nodes = pool.place_future(job.whole)
         if nodes is not None:
             leaving = self.reclaimer.leaving(nodes)
             self._hold(job, nodes, f"room being freed by {plural(len(leaving), 'job')}")
             return
         for young_ok in (False, True):
-            chosen = self.reclaimer.choose(job.pods, pool, young_ok=young_ok)
+            chosen = self.reclaimer.choose(job.whole, pool, young_ok=young_ok)
             if chosen is not None:
                 break
         else:
@@ -442,13 +588,56 @@ class _Planner:
             self.preemptions.append(preemption(victim, by=job.job, quota=quota))
         self._hold(job, nodes, f"borrowers being reclaimed: {plural(len(victims), 'job')}")
 
+    def _reclaim_shared(self, job: _Pending, pool: Pool, shares: Shares, quota: Quota) -> None:
+        """`_reclaim` in a pool where GPUs are shared: on the `fut` room GPU by GPU."""
+        cuts = job.shares or [0] * len(job.pods)
+        chosen = None
+        young_ok = False
+        memo = tuple(sorted(zip(job.pods, cuts, strict=True)))
+        for young_ok in (False, True):
+            if (memo, young_ok) in shares.reclaim_failed:
+                continue
+            candidates = self.reclaimer.borrowers.get(pool.id, [])
+            chosen = shares.choose(job.pods, cuts, candidates, young_ok=young_ok)
+            if chosen is not None:
+                break
+            shares.reclaim_failed.add((memo, young_ok))
+        if chosen is None:
+            self._stuck(job, f"no node has room: {self._needs(job)}")
+            return
+        victims, spots = chosen
+        if not victims:
+            leaving = self.reclaimer.leaving(n for n, _ in spots)
+            reason = f"room being freed by {plural(len(leaving), 'job')}"
+        elif young_ok:
+            young = sum(v.young for v in victims)
+            reason = (
+                f"borrowers to reclaim have run less than the minimum "
+                f"{self.config.min_run_seconds:g} s: {plural(young, 'job')}"
+            )
+        else:
+            reason = f"borrowers being reclaimed: {plural(len(victims), 'job')}"
+        if victims:
+            self.reclaimer.claim(victims)
+        if victims and not young_ok:
+            for victim in victims:
+                self.preemptions.append(preemption(victim, by=job.job, quota=quota))
+        for pod, share, spot in zip(job.pods, cuts, spots, strict=True):
+            shares.reserve(spot, pod, share)
+        self._use(job, job.asked())
+        reserved = tuple(
+            Placement(key=r.key, node_id=n, in_quota=True, gpus=gpus if share else ())
+            for r, share, (n, gpus) in zip(job.job.pods, cuts, spots, strict=True)
+        )
+        self._stuck(job, reason, reserved)
+
     def _hold(self, job: _Pending, nodes: list[int], reason: str) -> None:
         """Wait for the room, holding it in nodes and quota so nothing behind takes it."""
         pool = job.pool
         assert pool is not None
-        for pod, n in zip(job.pods, nodes, strict=True):
+        for pod, n in zip(job.whole, nodes, strict=True):
             pool.reserve(n, pod)
-        self._use(job, job.need)
+        self._use(job, job.asked())
         reserved = tuple(
             Placement(key=r.key, node_id=n, in_quota=True)
             for r, n in zip(job.job.pods, nodes, strict=True)
@@ -468,3 +657,30 @@ class _Planner:
                 reason, reserved = self.waits[jid]
                 out.append(Waiting(jid, reason, *position[jid], reserved=reserved))
         return tuple(out)
+
+
+def _credit(borrower: Borrower, pools: dict[int, Pool]) -> None:
+    """A borrower with shared pods: what preempting it frees counts, for victim choice,
+    the GPUs its shares alone hold; its `returns` stay the room its pods give back (the
+    GPUs they leave whole are told by sharing.py)."""
+    borrower.returns = borrower.freed
+    freed: dict[int, dict[int, Vec]] = {}
+    for pid, on in borrower.freed.items():
+        shares = pools[pid].shares
+        credit = shares.whole_credit(borrower.job) if shares is not None else {}
+        freed[pid] = {n: (v[0] + credit.get(n, 0), v[1], v[2]) for n, v in on.items()}
+    borrower.freed = freed
+
+
+def _workload(pending: Iterable[PendingJob]) -> tuple[tuple[int, int, float], ...]:
+    """FGD's target workload when none is configured: the pending pods asking for GPUs,
+    by (milli-GPUs, CPU), weights summing to 1."""
+    mix: dict[tuple[int, int], int] = {}
+    for job in pending:
+        for p in job.pods:
+            milli = p.gpu_milli or p.resources.gpu * MILLI
+            if milli:
+                key = (milli, p.resources.cpu)
+                mix[key] = mix.get(key, 0) + 1
+    total = sum(mix.values())
+    return tuple((m, c, n / total) for (m, c), n in sorted(mix.items())) if total else ()

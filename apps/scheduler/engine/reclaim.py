@@ -14,7 +14,14 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from heapq import heapify, heappop, heappush
 
-from apps.scheduler.engine.model import PendingJob, Preemption, Quota, RunningJob, VictimOrder
+from apps.scheduler.engine.model import (
+    MILLI,
+    PendingJob,
+    Preemption,
+    Quota,
+    RunningJob,
+    VictimOrder,
+)
 from apps.scheduler.engine.room import Pool, holds
 from apps.scheduler.engine.vectors import Vec, add, fits, low
 from apps.scheduler.lifecycle import lost_gpu_seconds
@@ -25,7 +32,7 @@ _GREEDY_BUDGET = (8, 16)  # victims per pod, plus, before greedy reclaim turns t
 class Borrower:
     """A running job that could be preempted to give room back to an owner."""
 
-    __slots__ = ("job", "lost", "order", "young", "claimed", "freed")
+    __slots__ = ("job", "lost", "order", "young", "claimed", "freed", "returns")
 
     def __init__(
         self,
@@ -38,7 +45,7 @@ class Borrower:
     ) -> None:
         self.job = job
         self.lost = lost_gpu_seconds(
-            gpus=sum(p.resources.gpu for p in job.pods),
+            gpus=sum(p.resources.gpu + p.gpu_milli / MILLI for p in job.pods),
             started_at=job.started_at,
             last_checkpoint_at=job.last_checkpoint_at,
             now=now,
@@ -52,6 +59,8 @@ class Borrower:
         self.young = now - job.started_at < min_run
         self.claimed = False
         self.freed: dict[int, dict[int, Vec]] = {}  # pool id -> node id -> room it frees
+        # what its pods give back, where that differs from `freed` (shared GPUs: plan.py)
+        self.returns: dict[int, dict[int, Vec]] | None = None
 
 
 def _shuffled(seed: int, job_id: int) -> int:
@@ -145,11 +154,14 @@ class Reclaimer:
         touched: set[int] = set()
         for victim in victims:
             victim.claimed = True
-            for pool_id, freed in victim.freed.items():
+            returns = victim.freed if victim.returns is None else victim.returns
+            for pool_id, freed in returns.items():
                 pool = self.pools[pool_id]
                 for n, v in freed.items():
                     pool.release(n, v)
                     self.freeing_jobs.setdefault(n, set()).add(victim.job.job_id)
+                if pool.shares is not None:
+                    pool.shares.leave(victim.job)
                 touched.update(freed)
         for n in touched:
             candidates = self.victims_on.get(n)

@@ -9,7 +9,8 @@ Placement is gang (all pods or none) and best fit: each pod, largest first, goes
 node that leaves the least free room, GPUs compared first, then CPU, memory, node id. When
 best fit fails on a small problem (≤ 6 pods, ≤ 8 nodes that could take a pod) an exact
 search runs before giving up, so a small gang that fits somehow is always found.
-(`Config.placement` may pick worst fit or a random node instead, to compare policies.)
+(`Config.placement` may pick worst fit or a random node instead, to compare policies; FGD
+counts whole GPUs as best fit does, and differs only where GPUs are shared: sharing.py.)
 """
 
 from __future__ import annotations
@@ -17,9 +18,13 @@ from __future__ import annotations
 import random
 from bisect import bisect_left, insort
 from collections.abc import Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING
 
 from apps.scheduler.engine.model import Node, PlacementRule, vec
 from apps.scheduler.engine.vectors import _MANY, Vec, fits, grow, how_many, low, sum_of
+
+if TYPE_CHECKING:
+    from apps.scheduler.engine.sharing import Shares
 
 _EXACT_PODS = 6
 _EXACT_NODES = 8
@@ -82,6 +87,8 @@ class Pool:
         # the nodes whose room the plan changed, to put back afterwards.
         self.base: dict[int, tuple[Vec, Vec]] = {}
         self.journal: set[int] | None = None
+        # In a pool where some pod shares a GPU: every GPU by its index (sharing.py)
+        self.shares: Shares | None = None
 
     def occupy(self, node_id: int, v: Vec, *, leaving: bool) -> None:
         """A running pod, before `build`. A leaving pod holds `now` but not `fut`."""
@@ -151,6 +158,20 @@ class Pool:
         self.base[n] = ((now[0], now[1], now[2]), (fut[0], fut[1], fut[2]))
         self._update(n, grown_ok=True)
 
+    def adjust(self, n: int, d_now: int, d_fut: int) -> None:
+        """Whole GPUs that shares open (negative) or leave whole again (positive) on a
+        node, in `now` and `fut` (sharing.py): before `build`, between plans, or in one."""
+        self.now[n][0] += d_now
+        self.fut[n][0] += d_fut
+        if n not in self.eff:
+            return  # not built yet: `build` reads it
+        if self.journal is None:
+            now, fut = self.now[n], self.fut[n]
+            self.base[n] = ((now[0], now[1], now[2]), (fut[0], fut[1], fut[2]))
+        if d_fut > 0:
+            self.fut_grown += 1
+        self._update(n, grown_ok=d_now <= 0 and d_fut <= 0)
+
     def rollback(self) -> None:
         """Undo what a plan did to the room: back to `base` on every node it touched."""
         touched, self.journal = self.journal or set(), None
@@ -211,7 +232,7 @@ class Pool:
 
     def best(self, pod: Vec) -> int | None:
         """The node best fit leaves with the least room, or None."""
-        if self.placement != "best_fit":
+        if self.placement == "worst_fit" or self.placement == "random":
             return self._other_fit(pod)
         g, c, m = pod
         buckets = self.buckets

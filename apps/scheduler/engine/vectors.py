@@ -74,6 +74,22 @@ def amount(i: int, n: int) -> str:
     return f"{value(i, n)} {('GPU', 'CPU', 'memory')[i]}"
 
 
+def milli_value(i: int, n: int) -> str:
+    """`value`, GPUs given in milli-GPUs: '8', '0.5'."""
+    return _cores(n) if i == 0 else value(i, n)
+
+
+def milli_amount(i: int, n: int) -> str:
+    """`amount`, GPUs given in milli-GPUs: '8 GPU', '0.5 GPU'."""
+    return f"{milli_value(i, n)} {('GPU', 'CPU', 'memory')[i]}"
+
+
+def milli_shape(asks: Sequence[Vec]) -> str:
+    """`shape` of pods given in milli-GPUs: '3×0.4 GPU', '2×8 GPU + 1×0.5 GPU'."""
+    counts = Counter(_main(p, milli=True) for p in sorted(asks, reverse=True))
+    return " + ".join(f"{n}×{what}" for what, n in counts.items()) or "no pods"
+
+
 def describe(v: Vec) -> str:
     parts = [amount(i, v[i]) for i in range(3) if v[i]]
     return ", ".join(parts) if parts else "nothing"
@@ -104,9 +120,9 @@ def _mib(mib: int) -> str:
     return f"{mib / 1024:.1f} GiB" if mib >= 1024 else f"{mib} MiB"
 
 
-def _main(v: Vec) -> str:
+def _main(v: Vec, *, milli: bool = False) -> str:
     """The component a person sizes a pod by: GPUs if any, else CPU, else memory."""
     for i in range(3):
         if v[i]:
-            return amount(i, v[i])
+            return milli_amount(i, v[i]) if milli else amount(i, v[i])
     return "nothing"

@@ -1,0 +1,627 @@
+"""GPU sharing: which GPU of a node each pod holds, in pools where some pod asks for part of
+one (`PodRequest.gpu_milli`, 1..999 milli-GPUs).
+
+A pool's room (room.py) counts whole GPUs: its GPU component is the number of GPUs with
+nothing on them. In a pool where GPUs are shared, `Shares` keeps, beside it, every GPU by
+its index on its node (0..gpu-1): the milli-GPUs shared pods use on it, and whether a
+whole-GPU pod holds it, in `now` and in `fut` alike. A GPU a share sits on is not whole, so
+opening one takes one GPU from the pool's count, and the last share leaving gives it back
+(`_sync`). The rest of the engine keeps counting whole GPUs as before; a pool with no shared
+pod has no `Shares` at all and costs nothing more.
+
+Placement of a shared pod (best fit): the GPU with the least room that still holds the share
+(`max(now, fut)` used, plus the share, at most 1000), on a node with the CPU and memory for
+the pod; if none, a GPU with nothing on it on the node best fit picks for one whole GPU, so
+fractions pack together and whole GPUs stay whole. Worst fit opens a free GPU first and
+otherwise takes the partly used GPU with the most room; random placement picks any GPU that
+fits. FGD (`Config.placement = "fgd"`, after Weng et al., "Beware of Fragmentation", USENIX
+ATC'23) puts each GPU-asking pod where the pool's expected fragmentation grows least (below).
+A whole-GPU pod goes where the pool's count says (best fit, as without sharing) and takes the
+lowest GPUs free there; in a sharing pool every admitted pod is told its GPUs
+(`Placement.gpus`), elsewhere the product names them itself.
+
+Reclaim stays in whole GPUs: a reclaiming owner plans a shared pod as one whole GPU (so it
+never counts on room a share could not use), and a victim's share frees a GPU only where it
+is all that is on the GPU in `fut`. Both err towards preempting no one who cannot help.
+
+Running pods name their GPUs (`RunningPod.gpus`) when the caller knows them; those that do
+not are put on the lowest free GPUs (whole) or by best fit (a share).
+
+FGD: a node's fragmentation for a pod shape is the GPU room on it that such a pod could not
+use: all of it when the pod cannot run there at all (too few GPUs, or too little CPU); else,
+for a shared pod, the GPUs with less room left than it asks; for a whole-GPU pod, the GPUs
+partly used. The expected fragmentation weighs the shapes of a target workload
+(`Config.workload`, by default the pending pods) by how common they are. Memory is not
+counted; ties go to best fit.
+"""
+
+from __future__ import annotations
+
+import random
+from bisect import bisect_left, bisect_right, insort
+from collections.abc import Iterable, Sequence
+
+from apps.scheduler.engine.model import MILLI, RunningJob, RunningPod, SchedulerError
+from apps.scheduler.engine.reclaim import Borrower
+from apps.scheduler.engine.room import Pool
+from apps.scheduler.engine.vectors import Vec, fits, sum_of
+
+Spot = tuple[int, tuple[int, ...]]  # a pod's node and the indexes of the GPUs it takes
+
+
+class _Gpus:
+    """One node's GPUs: milli-GPUs of shares and whole-GPU holds (0 or 1000) per GPU, in
+    `now` and `fut`, and how many GPUs shares had open when the pool's count last heard."""
+
+    __slots__ = ("sh_now", "sh_fut", "wh_now", "wh_fut", "opened")
+
+    def __init__(self, size: int) -> None:
+        self.sh_now = [0] * size
+        self.sh_fut = [0] * size
+        self.wh_now = [0] * size
+        self.wh_fut = [0] * size
+        self.opened = (0, 0)
+
+    def copy(self) -> _Gpus:
+        other = _Gpus(0)
+        other.sh_now, other.sh_fut = self.sh_now[:], self.sh_fut[:]
+        other.wh_now, other.wh_fut = self.wh_now[:], self.wh_fut[:]
+        other.opened = self.opened
+        return other
+
+    def used(self, g: int) -> int:
+        """Milli-GPUs taken on GPU g for admissions: the larger of now and fut."""
+        a = self.sh_now[g] + self.wh_now[g]
+        b = self.sh_fut[g] + self.wh_fut[g]
+        return a if a > b else b
+
+    def whole_free(self) -> list[int]:
+        return [g for g in range(len(self.sh_now)) if self.used(g) == 0]
+
+
+class Shares:
+    """The GPUs of one sharing pool, index by index (module docstring)."""
+
+    def __init__(self, pool: Pool, workload: Sequence[tuple[int, int, float]] = ()) -> None:
+        self.pool = pool
+        self.nodes = {n: _Gpus(max(cap[0], 0)) for n, cap in pool.cap.items()}
+        # GPUs partly used by shares, room left > 0, as (room, node, gpu), sorted
+        self.partial: list[tuple[int, int, int]] = []
+        self.partial_of: dict[int, list[tuple[int, int, int]]] = {}
+        self.held: dict[int, tuple[int, tuple[int, ...], int, bool]] = {}  # pod: n, gpus, milli
+        self.failed: set[tuple[tuple[Vec, int], ...]] = set()
+        self.reclaim_failed: set[tuple[tuple[tuple[Vec, int], ...], bool]] = set()
+        self.journal: dict[int, _Gpus] | None = None
+        self.workload: tuple[tuple[int, int, float], ...] = ()
+        self.cpu_steps: list[int] = []
+        self._frags: dict[tuple[tuple[int, ...], int], float] = {}
+        self._options: dict[tuple[tuple[int, ...], int, int, int, int], list[tuple[int, float]]]
+        self._options = {}
+        self.aim(workload)
+
+    def aim(self, workload: Sequence[tuple[int, int, float]]) -> None:
+        """FGD's target workload: (milli-GPUs, CPU, weight), weights summing to 1."""
+        workload = tuple(workload)
+        if workload != self.workload:
+            self.workload = workload
+            self.cpu_steps = sorted({cpu for _, cpu, _ in workload})
+            self._frags.clear()
+            self._options.clear()
+
+    # -- running pods --
+
+    def load(self, pods: Iterable[tuple[RunningPod, bool]]) -> None:
+        """The pool's running pods (pod, leaving), before any plan: named GPUs first."""
+        ordered = sorted(pods, key=lambda pl: (not pl[0].gpus, pl[0].pod_id))
+        for pod, leaving in ordered:
+            if pod.node_id in self.nodes:
+                self.add(pod, leaving)
+
+    def add(self, pod: RunningPod, leaving: bool) -> None:
+        """A running pod holds its GPUs (their room in the pool is counted by the caller,
+        but for the GPUs its share opens)."""
+        n = pod.node_id
+        node = self.nodes[n]
+        self._save(n)
+        size = len(node.sh_now)
+        gpus = pod.gpus
+        if any(not 0 <= g < size for g in gpus) or len(set(gpus)) != len(gpus):
+            raise SchedulerError(f"running pod {pod.pod_id}: GPU indexes {gpus} not on its node")
+        if pod.gpu_milli:
+            if not gpus:
+                gpus = (_choose(node, pod.gpu_milli, "best_fit", None, tolerant=True),)
+            g = gpus[0]
+            node.sh_now[g] += pod.gpu_milli
+            if not leaving:
+                node.sh_fut[g] += pod.gpu_milli
+        elif pod.resources.gpu:
+            if not gpus:
+                free = node.whole_free()
+                busy = sorted(
+                    (g for g in range(size) if g not in free), key=lambda g: (node.used(g), g)
+                )
+                gpus = tuple(sorted((free + busy)[: pod.resources.gpu]))
+            for g in gpus:
+                node.wh_now[g] = MILLI
+                if not leaving:
+                    node.wh_fut[g] = MILLI
+        self.held[pod.pod_id] = (n, gpus, pod.gpu_milli, leaving)
+        self._sync(n)
+
+    def remove(self, pod: RunningPod) -> None:
+        """A running pod is gone (its room in the pool is given back by the caller)."""
+        n, gpus, milli, leaving = self.held.pop(pod.pod_id)
+        node = self.nodes[n]
+        self._save(n)
+        for g in gpus:
+            if milli:
+                node.sh_now[g] -= milli
+                if not leaving:
+                    node.sh_fut[g] -= milli
+            else:
+                node.wh_now[g] = 0
+                if not leaving:
+                    node.wh_fut[g] = 0
+        self._sync(n)
+
+    def leave(self, job: RunningJob) -> None:
+        """A victim chosen in this plan: its GPUs count as free in `fut`."""
+        for pod in job.pods:
+            held = self.held.get(pod.pod_id)
+            if held is None or held[3]:
+                continue
+            n, gpus, milli, _ = held
+            node = self.nodes[n]
+            self._save(n)
+            for g in gpus:
+                if milli:
+                    node.sh_fut[g] -= milli
+                else:
+                    node.wh_fut[g] = 0
+            self._sync(n)
+        self.failed.clear()
+
+    def whole_credit(self, job: RunningJob) -> dict[int, int]:
+        """Per node, the GPUs the job's shares alone hold in `fut`: what preempting it
+        frees in whole GPUs, beside its whole-GPU pods."""
+        on: dict[tuple[int, int], int] = {}
+        for pod in job.pods:
+            held = self.held.get(pod.pod_id)
+            if held is not None and held[2] and not held[3]:
+                key = (held[0], held[1][0])
+                on[key] = on.get(key, 0) + held[2]
+        credit: dict[int, int] = {}
+        for (n, g), milli in on.items():
+            node = self.nodes[n]
+            if node.sh_fut[g] == milli and node.wh_fut[g] == 0:
+                credit[n] = credit.get(n, 0) + 1
+        return credit
+
+    # -- plans --
+
+    def begin(self) -> None:
+        self.journal = {}
+
+    def rollback(self) -> None:
+        """Back to the GPUs as they were before the plan (the pool restores its counts)."""
+        saved, self.journal = self.journal or {}, None
+        for n, node in saved.items():
+            self.nodes[n] = node
+            self._reindex(n)
+        self.failed.clear()
+        self.reclaim_failed.clear()
+
+    def _save(self, n: int) -> None:
+        if self.journal is not None and n not in self.journal:
+            self.journal[n] = self.nodes[n].copy()
+
+    def _sync(self, n: int) -> None:
+        """Tell the pool's count how many GPUs shares now keep from being whole: in `now`,
+        those with a share now or later (so that the pool's count, min(now, fut), is the
+        GPUs free in both, the ones `names` gives); in `fut`, those with a share later."""
+        node = self.nodes[n]
+        sh_now, sh_fut, wh_now, wh_fut = node.sh_now, node.sh_fut, node.wh_now, node.wh_fut
+        size = len(sh_now)
+        now = sum(1 for g in range(size) if (sh_now[g] or sh_fut[g]) and not wh_now[g])
+        fut = sum(1 for g in range(size) if sh_fut[g] and not wh_fut[g])
+        was = node.opened
+        if (now, fut) != was:
+            node.opened = (now, fut)
+            self.pool.adjust(n, was[0] - now, was[1] - fut)
+        self._reindex(n)
+
+    def _reindex(self, n: int) -> None:
+        for entry in self.partial_of.pop(n, ()):
+            del self.partial[bisect_left(self.partial, entry)]
+        node = self.nodes[n]
+        entries = []
+        for g in range(len(node.sh_now)):
+            if node.wh_now[g] or node.wh_fut[g] or not (node.sh_now[g] or node.sh_fut[g]):
+                continue
+            room = MILLI - node.used(g)
+            if room > 0:
+                entry = (room, n, g)
+                insort(self.partial, entry)
+                entries.append(entry)
+        if entries:
+            self.partial_of[n] = entries
+
+    def reserve(self, spot: Spot, v: Vec, share: int) -> None:
+        """Hold room for a reclaiming owner's pod in `fut`: a share on its GPU, a whole-GPU
+        pod by count only (which GPUs it gets is decided when it is admitted)."""
+        n, gpus = spot
+        if not share:
+            self.pool.reserve(n, v)
+            return
+        node = self.nodes[n]
+        self._save(n)
+        node.sh_fut[gpus[0]] += share
+        self.pool.reserve(n, (0, v[1], v[2]))
+        self._sync(n)
+
+    def choose(
+        self,
+        pods: Sequence[Vec],
+        shares: Sequence[int],
+        candidates: Iterable[Borrower],
+        *,
+        young_ok: bool,
+    ) -> tuple[list[Borrower], list[Spot]] | None:
+        """Borrowers, in victim order, until the gang fits GPU by GPU on the `fut` room with
+        theirs added, then pruned: the gang does not fit without any one of those kept. No
+        victims at all when the `fut` room holds it already."""
+        room = _FutRoom(self)
+        spots = room.place(pods, shares)
+        if spots is not None:
+            return [], spots
+        chosen: list[Borrower] = []
+        for victim in candidates:
+            if victim.claimed or (victim.young and not young_ok):
+                continue
+            if not room.free(victim.job, 1):
+                continue
+            chosen.append(victim)
+            spots = room.place(pods, shares)
+            if spots is not None:
+                break
+        if spots is None:
+            return None
+        for victim in reversed(list(chosen)):
+            room.free(victim.job, -1)
+            narrower = room.place(pods, shares)
+            if narrower is not None:
+                chosen.remove(victim)
+                spots = narrower
+            else:
+                room.free(victim.job, 1)
+        return chosen, spots
+
+    # -- placement --
+
+    def place(self, pods: Sequence[Vec], shares: Sequence[int]) -> list[Spot] | None:
+        """Place a whole gang, GPU by GPU, and take its room; or take nothing, None."""
+        if not pods:
+            return []
+        pool = self.pool
+        key = tuple(sorted(zip(pods, shares, strict=True)))
+        if key in self.failed:
+            return None
+        if not fits(sum_of(pods), pool.free):
+            self.failed.add(key)
+            return None
+        spots: list[Spot] = [(0, ())] * len(pods)
+        done: list[int] = []
+        for i in largest_first(pods, shares):
+            spot = self._spot(pods[i], shares[i])
+            if spot is None:
+                break
+            self._take(spot, pods[i], shares[i], 1)
+            spots[i] = spot
+            done.append(i)
+        else:
+            return spots
+        for i in reversed(done):
+            self._take(spots[i], pods[i], shares[i], -1)
+        self.failed.add(key)
+        return None
+
+    def _take(self, spot: Spot, v: Vec, share: int, sign: int) -> None:
+        """Admit (sign 1) or give back (-1) a pod on its node and GPUs, in now and fut."""
+        n, gpus = spot
+        node = self.nodes[n]
+        self._save(n)
+        pool = self.pool
+        if share:
+            g = gpus[0]
+            node.sh_now[g] += sign * share
+            node.sh_fut[g] += sign * share
+            room = (0, v[1], v[2])
+        else:
+            for g in gpus:
+                node.wh_now[g] = node.wh_fut[g] = MILLI if sign > 0 else 0
+            room = v
+        if sign > 0:
+            pool.take(n, room)
+        else:
+            pool.give_back(n, room)
+        self._sync(n)
+
+    def hold(self, n: int, v: Vec) -> tuple[int, ...]:
+        """A whole-GPU pod the pool has placed on node n (and counted): it takes the lowest
+        free GPUs there."""
+        gpus = self.names(n, v)
+        if gpus:
+            node = self.nodes[n]
+            self._save(n)
+            for g in gpus:
+                node.wh_now[g] = node.wh_fut[g] = MILLI
+        return gpus
+
+    def names(self, n: int, v: Vec) -> tuple[int, ...]:
+        """The GPUs a whole-GPU pod the pool placed on node n takes: the lowest free."""
+        return tuple(self.nodes[n].whole_free()[: v[0]])
+
+    def _spot(self, v: Vec, share: int) -> Spot | None:
+        pool = self.pool
+        placement = pool.placement
+        if placement == "fgd" and self.workload:
+            return self._fgd(v, share)
+        if not share:
+            n = pool.best(v)
+            return None if n is None else (n, self.names(n, v))
+        _, c, m = v
+        if placement == "worst_fit":
+            n = pool.best((1, c, m))
+            if n is not None:
+                return n, (self.nodes[n].whole_free()[0],)
+            return self._partial(share, c, m, most=True)
+        if placement == "random" and pool.rng is not None:
+            return self._random(share, c, m, pool.rng)
+        spot = self._partial(share, c, m)
+        if spot is not None:
+            return spot
+        n = pool.best((1, c, m))
+        return None if n is None else (n, (self.nodes[n].whole_free()[0],))
+
+    def _partial(self, share: int, c: int, m: int, *, most: bool = False) -> Spot | None:
+        """A partly used GPU that holds the share, on a node with CPU and memory for the
+        pod: the least room (or the most)."""
+        eff = self.pool.eff
+        partial = self.partial
+        at = bisect_left(partial, (share, -1, -1))
+        rows = reversed(range(at, len(partial))) if most else range(at, len(partial))
+        for j in rows:
+            _, n, g = partial[j]
+            e = eff[n]
+            if e[1] >= c and e[2] >= m:
+                return n, (g,)
+        return None
+
+    def _random(self, share: int, c: int, m: int, rng: random.Random) -> Spot | None:
+        eff = self.pool.eff
+        options = [
+            (n, g)
+            for n, node in sorted(self.nodes.items())
+            if eff[n][1] >= c and eff[n][2] >= m
+            for g in range(len(node.sh_now))
+            if _fits_gpu(node, g, share) and (node.used(g) or eff[n][0] > 0)
+        ]
+        if not options:
+            return None
+        n, g = rng.choice(options)
+        return n, (g,)
+
+    def room(self) -> tuple[int, int]:
+        """Milli-GPUs free for admissions in the pool, and the most on one GPU."""
+        whole = self.pool.free[0]
+        partial = sum(r for r, n, _ in self.partial if self.pool.eff[n][1] >= 0)
+        most = MILLI if whole else max((r for r, _, _ in self.partial), default=0)
+        return whole * MILLI + partial, most
+
+    # -- FGD --
+
+    def _fgd(self, pod: Vec, share: int) -> Spot | None:
+        """The node and GPUs where the pod grows the expected fragmentation least; among
+        equals, the first in best-fit order (nodes with the same GPUs are tried once)."""
+        pool = self.pool
+        g, c, m = pod
+        best: tuple[float, int, int] | None = None  # (growth, node, used milli of the GPU)
+        seen: set[tuple[tuple[int, ...], int, int]] = set()
+        steps = self.cpu_steps
+        buckets = pool.buckets
+        partial_nodes = self.partial_of
+        for b in range(0 if share else g, len(buckets)):
+            bucket = buckets[b]
+            for j in range(bisect_left(bucket, (c, m)), len(bucket)):
+                cpu, mem, n = bucket[j]
+                if mem < m or (share and not b and n not in partial_nodes):
+                    continue
+                sig = self._sig(n)
+                before, after = bisect_right(steps, cpu), bisect_right(steps, cpu - c)
+                if (sig, before, after) in seen:
+                    continue
+                seen.add((sig, before, after))
+                for used, growth in self._growth(sig, before, after, share, g, b):
+                    if best is None or growth < best[0] - 1e-9:
+                        best = (growth, n, used)
+        if best is None:
+            return None
+        _, n, used = best
+        node = self.nodes[n]
+        if share:
+            return n, (next(k for k in range(len(node.sh_now)) if _shareable(node, k, used)),)
+        return n, self.names(n, pod)
+
+    def _sig(self, n: int) -> tuple[int, ...]:
+        """The node's GPUs as FGD sees them: milli-GPUs taken on each, sorted."""
+        node = self.nodes[n]
+        return tuple(sorted(node.used(k) for k in range(len(node.sh_now))))
+
+    def _growth(
+        self, sig: tuple[int, ...], before: int, after: int, share: int, g: int, whole: int
+    ) -> list[tuple[int, float]]:
+        """For each way to put the pod on GPUs like these (a shared pod: on a GPU with so
+        much used), how much the fragmentation grows, the node's CPU going from step
+        `before` to `after`; the fullest GPU first. `whole`: GPUs the pool may still open
+        there (a reservation may hold some of those the signature shows free)."""
+        key = (sig, before, after, share, g if share else g * 1000 + whole)
+        out = self._options.get(key)
+        if out is None:
+            now = self._frag(sig, before)
+            out = []
+            if share:
+                for used in sorted({u for u in sig if u + share <= MILLI}, reverse=True):
+                    if used == 0 and not whole:
+                        continue
+                    gpus = list(sig)
+                    gpus[gpus.index(used)] += share
+                    out.append((used, self._frag(tuple(sorted(gpus)), after) - now))
+            else:
+                gpus, left = list(sig), g
+                for k in range(len(gpus)):
+                    if gpus[k] == 0 and left:
+                        gpus[k], left = MILLI, left - 1
+                out.append((0, self._frag(tuple(sorted(gpus)), after) - now))
+            self._options[key] = out
+        return out
+
+    def _frag(self, sig: tuple[int, ...], step: int) -> float:
+        """Expected GPU room on a node with these GPUs, and CPU for the shapes below `step`,
+        that the workload's pods cannot use."""
+        frag = self._frags.get((sig, step))
+        if frag is None:
+            frees = [MILLI - u for u in sig if u < MILLI]
+            total = sum(frees)
+            whole = frees.count(MILLI)
+            most = max(frees, default=0)
+            cpu = self.cpu_steps[step - 1] if step else -1  # the most CPU a shape may need
+            frag = 0.0
+            for ask, need, weight in self.workload:
+                if need > cpu:
+                    lost = total
+                elif ask >= MILLI:
+                    lost = total - MILLI * whole if whole >= ask // MILLI else total
+                else:
+                    lost = sum(f for f in frees if f < ask) if most >= ask else total
+                frag += weight * lost
+            self._frags[(sig, step)] = frag
+        return frag
+
+
+class _FutRoom:
+    """The `fut` room of a sharing pool, GPU by GPU, with victims' pods taken out, for a
+    reclaiming owner to plan on: per node the milli-GPUs used on each GPU, the whole GPUs
+    the pool's count still has free (`spare`: reservations hold some), CPU and memory."""
+
+    def __init__(self, shares: Shares) -> None:
+        self.shares = shares
+        pool = shares.pool
+        self.rows: dict[int, list] = {}
+        for n, node in shares.nodes.items():
+            fut = pool.fut[n]
+            used = [a + b for a, b in zip(node.sh_fut, node.wh_fut, strict=True)]
+            self.rows[n] = [used, fut[0], fut[1], fut[2]]
+
+    def free(self, job: RunningJob, sign: int) -> bool:
+        """Take (sign 1) or put back (-1) a job's pods; False if it has none here."""
+        held, rows = self.shares.held, self.rows
+        touched = False
+        for pod in job.pods:
+            h = held.get(pod.pod_id)
+            if h is None or h[3] or h[0] not in rows:
+                continue
+            touched = True
+            n, gpus, milli, _ = h
+            row = rows[n]
+            used = row[0]
+            for g in gpus:
+                before = used[g]
+                used[g] -= sign * (milli or MILLI)
+                if (before == 0) != (used[g] == 0):
+                    row[1] += sign
+            row[2] += sign * pod.resources.cpu
+            row[3] += sign * pod.resources.memory
+        return touched
+
+    def place(self, pods: Sequence[Vec], shares: Sequence[int]) -> list[Spot] | None:
+        """Best fit of the gang on this room, GPU by GPU (the rule of `Shares._spot`),
+        without changing it."""
+        changed: dict[int, list] = {}
+        rows = self.rows
+        spots: list[Spot] = [(0, ())] * len(pods)
+        for i in largest_first(pods, shares):
+            g, c, m = pods[i]
+            share = shares[i]
+            best: tuple | None = None
+            key: tuple[int, ...]
+            for n, kept in rows.items():
+                used, spare, cpu, mem = changed.get(n, kept)
+                if cpu < c or mem < m:
+                    continue
+                if share:
+                    for k in range(len(used)):
+                        u = used[k]
+                        if 0 < u and u + share <= MILLI:
+                            key = (0, MILLI - u, n, k)
+                        elif u == 0 and spare > 0:
+                            key = (1, spare, cpu, mem, n, k)
+                        else:
+                            continue
+                        if best is None or key < best[0]:
+                            best = (key, n, k)
+                elif spare >= g:
+                    key = (spare, cpu, mem, n)
+                    if best is None or key < best[0]:
+                        best = (key, n, -1)
+            if best is None:
+                return None
+            _, n, k = best
+            if n not in changed:
+                old = rows[n]
+                changed[n] = [old[0][:], old[1], old[2], old[3]]
+            row = changed[n]
+            used = row[0]
+            if share:
+                if used[k] == 0:
+                    row[1] -= 1
+                used[k] += share
+                spots[i] = (n, (k,))
+            else:
+                free = [j for j in range(len(used)) if used[j] == 0][:g]
+                for j in free:
+                    used[j] = MILLI
+                row[1] -= g
+                spots[i] = (n, tuple(free))
+            row[2] -= c
+            row[3] -= m
+        return spots
+
+
+def _fits_gpu(node: _Gpus, g: int, share: int) -> bool:
+    return not (node.wh_now[g] or node.wh_fut[g]) and node.used(g) + share <= MILLI
+
+
+def _shareable(node: _Gpus, g: int, used: int) -> bool:
+    return not (node.wh_now[g] or node.wh_fut[g]) and node.used(g) == used
+
+
+def _choose(
+    node: _Gpus, share: int, placement: str, rng: random.Random | None, *, tolerant: bool
+) -> int:
+    """The GPU of a node for a share: the least room that fits. `tolerant`: a running pod
+    that fits nowhere goes on the least used GPU (the snapshot says it is there)."""
+    size = len(node.sh_now)
+    fitting = [g for g in range(size) if _fits_gpu(node, g, share)]
+    if not fitting:
+        if not tolerant or not size:
+            raise SchedulerError("no GPU of the node can take the shared pod")
+        return min(range(size), key=lambda g: (node.used(g), g))
+    return min(fitting, key=lambda g: (-node.used(g), g))
+
+
+def largest_first(pods: Sequence[Vec], shares: Sequence[int]) -> list[int]:
+    """Whole GPUs first, then the largest shares, then CPU and memory."""
+    return sorted(
+        range(len(pods)),
+        key=lambda i: (-pods[i][0], -shares[i], -pods[i][1], -pods[i][2], i),
+    )
