@@ -51,10 +51,11 @@ PRESETS = {
     "random-victims": Policy("random-victims", victim_order="random"),
     "worst-fit": Policy("worst-fit", placement="worst_fit"),
     "random-fit": Policy("random-fit", placement="random"),
+    "fgd": Policy("fgd", placement="fgd"),
 }
 DEFAULTS = {
     "replay": "ours,kueue,random-victims",
-    "fill": "ours,worst-fit,random-fit",
+    "fill": "ours,fgd,worst-fit,random-fit",
 }
 
 

@@ -76,8 +76,14 @@ def _head(summary: dict[str, Any]) -> str:
     if not summary["gpu_sharing"] and summary["fractional_pods_rounded_up"]:
         note = (
             f"<p class=note>{summary['fractional_pods_rounded_up']:,} pods ask for part of a "
-            "GPU; the engine counts whole GPUs and gives each a whole one. Allocation is "
+            "GPU; GPU sharing is off, so each is given a whole one. Allocation is "
             "measured in the milli-GPUs pods asked for.</p>"
+        )
+    elif summary["gpu_sharing"] and summary.get("fractional_pods"):
+        note = (
+            f"<p class=note>{summary['fractional_pods']:,} pods ask for part of a GPU and "
+            "share GPUs with each other. Allocation is measured in the milli-GPUs pods "
+            "asked for.</p>"
         )
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8">

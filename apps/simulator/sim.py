@@ -35,6 +35,7 @@ from apps.scheduler.engine import (
     Config,
     IdleMode,
     PendingJob,
+    Placement,
     Plan,
     PodRequest,
     Resources,
@@ -70,6 +71,7 @@ class Settings:
     shuffle: bool = False
     batch: int = 256
     spot: SpotSettings | None = None  # replay: some classes bid on a public pool instead
+    gpu_sharing: bool = True  # a pod asking for part of a GPU shares one (else: a whole GPU)
 
 
 @dataclass(slots=True)
@@ -80,7 +82,7 @@ class Series:
     allocated: list[float] = field(
         default_factory=list
     )  # milli-GPU asked by running pods ÷ capacity
-    occupied: list[int] = field(default_factory=list)  # whole GPUs held
+    occupied: list[int] = field(default_factory=list)  # GPUs with a pod on them
     running: list[int] = field(default_factory=list)
     pending: list[int] = field(default_factory=list)
     preemptions: list[int] = field(default_factory=list)  # so far
@@ -132,6 +134,7 @@ class _Job:
         "attempt",
         "checkpoints",
         "outcome",
+        "share",
     )
 
     def __init__(
@@ -147,6 +150,12 @@ class _Job:
         self.attempt = 0
         self.checkpoints = 0  # of the current attempt, as last shown to the engine
         self.outcome = JobOutcome(trace.name, trace.qos, quota, trace.submit)
+        self.share = 0  # milli-GPUs of one shared GPU per pod; 0: whole GPUs
+
+    @property
+    def shape(self) -> Resources:
+        t = self.trace
+        return Resources(cpu=t.cpu, memory=t.memory, gpu=0 if self.share else t.gpu)
 
     @property
     def milli(self) -> int:
@@ -154,11 +163,11 @@ class _Job:
 
     @property
     def gpus(self) -> int:
-        return self.trace.gpu * self.trace.pods
+        return 0 if self.share else self.trace.gpu * self.trace.pods
 
     def pending(self, *, submitted_at: float, not_before: float | None) -> PendingJob:
         t = self.trace
-        shape = Resources(cpu=t.cpu, memory=t.memory, gpu=t.gpu)
+        shape, share = self.shape, self.share
         return PendingJob(
             job_id=self.id,
             name=t.name,
@@ -166,7 +175,9 @@ class _Job:
             idle_mode=self.idle_mode,
             priority=self.priority,
             submitted_at=submitted_at,
-            pods=tuple(PodRequest(key=f"pod-{i}", resources=shape) for i in range(t.pods)),
+            pods=tuple(
+                PodRequest(key=f"pod-{i}", resources=shape, gpu_milli=share) for i in range(t.pods)
+            ),
             not_before=not_before,
         )
 
@@ -174,13 +185,21 @@ class _Job:
 class _Cluster:
     """Jobs running and waiting, and the figures that follow them."""
 
-    def __init__(self, cluster: Cluster, policy: Policy, settings: Settings) -> None:
+    def __init__(
+        self,
+        cluster: Cluster,
+        policy: Policy,
+        settings: Settings,
+        traces: Sequence[TraceJob] = (),
+    ) -> None:
         self.cluster = cluster
         self.capacity = cluster.gpus * 1000  # milli-GPU
         self.settings = settings
         self.config: Config = policy.config(
             seed=settings.seed, min_run_seconds=settings.min_run_seconds
         )
+        if self.config.placement == "fgd":
+            self.config = replace(self.config, workload=workload(traces, settings))
         interval = policy.checkpoint_interval
         self.interval = settings.checkpoint_interval if interval is None else interval
         self.state = ClusterState(cluster.nodes, cluster.quotas, config=self.config)
@@ -194,6 +213,7 @@ class _Cluster:
         self.lost = 0.0
         self.plan_calls = 0
         self.pod_ids = 0
+        self.shared: dict[tuple[int, int], int] = {}  # (node, GPU) -> milli-GPUs shared on it
 
     def plan(self, now: float) -> Plan:
         """The engine's plan on the cluster as it is now (kept between plans, not rebuilt)."""
@@ -222,21 +242,21 @@ class _Cluster:
             self.state.update(self.running[jid])
             heapq.heappush(due, (job.started + (done + 1) * self.interval, jid, attempt))
 
-    def start(
-        self, job: _Job, admission_placements: Sequence[tuple[int, bool]], now: float
-    ) -> None:
+    def start(self, job: _Job, placements: Sequence[Placement], now: float) -> None:
         t = job.trace
-        shape = Resources(cpu=t.cpu, memory=t.memory, gpu=t.gpu)
+        shape, share = job.shape, job.share
         pods = []
-        for node_id, in_quota in admission_placements:
+        for pl in placements:
             self.pod_ids += 1
-            pods.append(RunningPod(self.pod_ids, node_id, shape, in_quota))
+            pods.append(RunningPod(self.pod_ids, pl.node_id, shape, pl.in_quota, share, pl.gpus))
+            if share:
+                self._share(pl.node_id, pl.gpus, share)
         job.attempt += 1
         job.started = now
         job.checkpoints = 0
         if job.outcome.first_start is None:
             job.outcome.first_start = now
-            job.outcome.nodes = tuple(node_id for node_id, _ in admission_placements)
+            job.outcome.nodes = tuple(pl.node_id for pl in placements)
         self.pending.pop(job.id, None)
         self.running[job.id] = RunningJob(
             job_id=job.id,
@@ -254,7 +274,22 @@ class _Cluster:
         self.allocated += job.milli
         self.occupied += job.gpus
 
+    def _share(self, node_id: int, gpus: tuple[int, ...], milli: int) -> None:
+        """A shared pod arrives (milli > 0) on or leaves (< 0) its GPU: `occupied` counts
+        the GPUs with something on them."""
+        key = (node_id, gpus[0])
+        was = self.shared.get(key, 0)
+        now = was + milli
+        self.occupied += (now > 0) - (was > 0)
+        if now:
+            self.shared[key] = now
+        else:
+            del self.shared[key]
+
     def stop(self, job: _Job) -> None:
+        if job.share:
+            for pod in self.running[job.id].pods:
+                self._share(pod.node_id, pod.gpus, -job.share)
         del self.running[job.id]
         self.state.stop(job.id)
         self.allocated -= job.milli
@@ -281,9 +316,21 @@ class _Cluster:
                 preempted.append(job)
         for admission in p.admissions:
             job = self.jobs[admission.job_id]
-            self.start(job, [(pl.node_id, pl.in_quota) for pl in admission.placements], now)
+            self.start(job, admission.placements, now)
             started.append(job)
         return started, preempted
+
+
+def workload(traces: Sequence[TraceJob], settings: Settings) -> tuple[tuple[int, int, float], ...]:
+    """FGD's target workload: the trace's mix of (milli-GPUs, CPU) per GPU-asking pod, as
+    shares of all such pods (weights summing to 1). A fraction is whole GPUs without
+    sharing."""
+    mix: dict[tuple[int, int], int] = {}
+    for t in traces:
+        milli = t.share if settings.gpu_sharing and t.share else t.gpu * 1000
+        mix[(milli, t.cpu)] = mix.get((milli, t.cpu), 0) + t.pods
+    total = sum(mix.values())
+    return tuple((m, c, n / total) for (m, c), n in sorted(mix.items())) if total else ()
 
 
 def make_jobs(
@@ -334,7 +381,7 @@ def _replay(
     settings: Settings,
     progress: Progress | None,
 ) -> Result:
-    state = _Cluster(cluster, policy, settings)
+    state = _Cluster(cluster, policy, settings, traces)
     events: list[tuple[float, int, int, int, int]] = []  # time, kind, seq, job id, attempt
     seq = 0
     spot = settings.spot
@@ -347,6 +394,8 @@ def _replay(
         if settings.speedup != 1.0:
             t = replace(t, submit=t.submit / settings.speedup)
         job = _Job(i + 1, t, quota, quota_id, mode)
+        if settings.gpu_sharing:
+            job.share = t.share
         state.jobs[job.id] = job
         events.append((t.submit, _ARRIVE, seq, job.id, 0))
         seq += 1
@@ -552,11 +601,13 @@ def _fill(
     settings: Settings,
     progress: Progress | None,
 ) -> Result:
-    state = _Cluster(cluster, policy, settings)
+    state = _Cluster(cluster, policy, settings, traces)
     arrivals = inflate(traces, gpus=cluster.gpus, settings=settings)
     jobs = []
     for i, (t, quota, quota_id, mode) in enumerate(make_jobs(arrivals, cluster, settings)):
         job = _Job(i + 1, t, quota, quota_id, mode)
+        if settings.gpu_sharing:
+            job.share = t.share
         job.priority = 1  # arrival order is the queue order
         state.jobs[job.id] = job
         jobs.append(job)

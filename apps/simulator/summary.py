@@ -1,8 +1,9 @@
 """What a run reports: the JSON summary, and the CSV series behind the charts.
 
 Allocation is measured as the literature does: the milli-GPUs that running pods asked for,
-over the cluster's capacity (`gpu_allocation_ratio`). The engine gives a fractional pod a
-whole GPU, so the GPUs it holds (`gpu_occupied_ratio`) can be higher.
+over the cluster's capacity (`gpu_allocation_ratio`). The GPUs with a pod on them
+(`gpu_occupied_ratio`) can be higher: a GPU shared by fractional pods counts whole, as does
+the whole GPU a fractional pod is given when GPU sharing is off.
 """
 
 from __future__ import annotations
@@ -160,6 +161,7 @@ def run_summary(
     gpus: int,
 ) -> dict[str, Any]:
     recorded = [t.recorded_delay for t in traces if t.recorded_delay is not None]
+    fractional = sum(t.pods for t in traces if t.fractional)
     return {
         "mode": settings.mode,
         "sources": sources,
@@ -168,8 +170,9 @@ def run_summary(
         "capacity_gpus": gpus,
         "jobs": len(traces),
         "pods": sum(t.pods for t in traces),
-        "gpu_sharing": False,
-        "fractional_pods_rounded_up": sum(t.pods for t in traces if t.fractional),
+        "gpu_sharing": settings.gpu_sharing,
+        "fractional_pods": fractional,
+        "fractional_pods_rounded_up": 0 if settings.gpu_sharing else fractional,
         "settings": {
             "quota_rule": settings.quota_rule,
             "idle_modes": dict(settings.idle_modes),

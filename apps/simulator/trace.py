@@ -12,9 +12,10 @@ node list of the 2026 spot-GPU trace (`gpu_model,gpu_capacity_num,cpu_num,node_n
 records no memory, so memory never binds there) and the simulator's own
 (`name,cpu,memory_gib,gpu[,model][,count]`).
 
-The engine counts whole GPUs. A pod asking for a fraction of one (openb's `gpu_milli` below
-1000, or `gpu = 0.5` in the own format) is given a whole GPU; `gpu_milli` keeps what it asked
-for, which is what allocation ratios are measured in.
+A pod may ask for a fraction of one GPU (openb's `gpu_milli` below 1000, or `gpu = 0.5` in
+the own format): the engine places it on one GPU it shares with other such pods (or, with GPU
+sharing off, gives it a whole GPU). `gpu_milli` keeps what it asked for, which is what
+allocation ratios are measured in.
 """
 
 from __future__ import annotations
@@ -36,8 +37,9 @@ class TraceJob:
     """One job of a trace: `pods` alike pods of the given shape, all started together.
 
     `duration` is the seconds of work it does once started (None: it runs to the end of the
-    replay). `gpu` is whole GPUs per pod as the engine gives them, `gpu_milli` per pod as
-    asked. `recorded_delay` is the queueing delay the trace itself recorded, if any.
+    replay). `gpu` is whole GPUs per pod, a fraction rounded up (what the pod holds when
+    GPUs are not shared), `gpu_milli` per pod as asked. `recorded_delay` is the queueing
+    delay the trace itself recorded, if any.
     """
 
     name: str
@@ -56,8 +58,13 @@ class TraceJob:
 
     @property
     def fractional(self) -> bool:
-        """Asks for part of a GPU, and is given a whole one."""
+        """Asks for part of one GPU."""
         return self.gpu * 1000 != self.gpu_milli
+
+    @property
+    def share(self) -> int:
+        """The milli-GPUs of one GPU a fractional pod asks for; 0 for whole GPUs."""
+        return self.gpu_milli if self.fractional else 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -42,7 +42,8 @@ def test_it_replays_the_sample_and_writes_every_output(tmp_path):
     )
     summary = json.loads((tmp_path / "out.json").read_text())
     assert summary["mode"] == "replay" and summary["jobs"] == 600
-    assert summary["gpu_sharing"] is False and summary["fractional_pods_rounded_up"] > 0
+    assert summary["gpu_sharing"] is True and summary["fractional_pods"] > 0
+    assert summary["fractional_pods_rounded_up"] == 0
     names = [p["policy"] for p in summary["policies"]]
     assert names == ["ours", "kueue", "random-victims"]
     for p in summary["policies"]:
@@ -147,7 +148,8 @@ def test_it_shows_progress_on_stderr_when_asked(tmp_path):
     assert "replay ours [" in err.getvalue() and "100%" in err.getvalue()
 
 
-def test_it_fills_an_openb_trace_and_says_what_it_rounded_up(tmp_path):
+@pytest.mark.parametrize("sharing", [True, False])
+def test_it_fills_an_openb_trace_sharing_gpus_or_rounding_up(tmp_path, sharing):
     pods = tmp_path / "pods.csv"
     pods.write_text(
         "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,"
@@ -157,7 +159,7 @@ def test_it_fills_an_openb_trace_and_says_what_it_rounded_up(tmp_path):
         "p2,4000,8192,2,1000,,LS,Running,2,100,2\n"
     )
     nodes = tmp_path / "nodes.csv"
-    nodes.write_text("sn,cpu_milli,memory_mib,gpu,model\nn0,32000,65536,2,T4\n")
+    nodes.write_text("sn,cpu_milli,memory_mib,gpu,model\nn0,32000,65536,3,T4\n")
     out = simulate(
         "--trace",
         str(pods),
@@ -171,14 +173,22 @@ def test_it_fills_an_openb_trace_and_says_what_it_rounded_up(tmp_path):
         "ours",
         "--json",
         str(tmp_path / "o.json"),
+        *([] if sharing else ["--no-gpu-sharing"]),
     )
     summary = json.loads((tmp_path / "o.json").read_text())
-    assert summary["fractional_pods_rounded_up"] == 2 and summary["gpu_sharing"] is False
+    assert summary["fractional_pods"] == 2 and summary["gpu_sharing"] is sharing
     (ours,) = summary["policies"]
-    # the two half-GPU pods take both GPUs; the 2-GPU pod finds none
-    assert ours["allocation_at_arrived"] == {"1": 0.5}
-    assert ours["gpu_occupied_ratio"] == 1.0 and ours["pods_unplaced"] == 1
-    assert "2 fractional-GPU pods given a whole GPU" in out
+    if sharing:  # the two half-GPU pods share one GPU; the 2-GPU pod takes the other two
+        assert summary["fractional_pods_rounded_up"] == 0
+        assert ours["allocation_at_arrived"] == {"1": 1.0}
+        assert ours["gpu_occupied_ratio"] == 1.0 and ours["pods_unplaced"] == 0
+        assert "2 fractional-GPU pods sharing GPUs" in out
+    else:  # the two half-GPU pods take two GPUs; the 2-GPU pod finds one
+        assert summary["fractional_pods_rounded_up"] == 2
+        assert ours["allocation_at_arrived"] == {"1": pytest.approx(1 / 3, abs=1e-6)}
+        assert ours["gpu_occupied_ratio"] == pytest.approx(2 / 3, abs=1e-6)
+        assert ours["pods_unplaced"] == 1
+        assert "2 fractional-GPU pods given a whole GPU" in out
 
 
 def test_it_sends_a_class_to_the_spot_market(tmp_path):

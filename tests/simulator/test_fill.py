@@ -18,14 +18,32 @@ def test_it_reports_the_allocation_reached_as_the_trace_arrives():
     assert summary["unallocated_gpus"] == 0
 
 
-def test_it_measures_fractional_pods_by_what_they_asked_for():
+def test_it_puts_fractional_pods_on_shared_gpus():
     trace = [job(f"half{i}", i, milli=500) for i in range(4)]
     result = run(trace, one_quota(2), mode="fill", fill_to=1.0)
+    summary = policy_summary(result)
+    assert summary["gpu_allocation_ratio"] == pytest.approx(1.0)  # 4 × 500 of 2,000 milli
+    assert summary["gpu_occupied_ratio"] == pytest.approx(1.0)
+    assert summary["unallocated_gpus"] == pytest.approx(0.0)
+    assert summary["pods_placed"] == 4
+
+
+def test_it_measures_fractional_pods_by_what_they_asked_for_without_sharing():
+    trace = [job(f"half{i}", i, milli=500) for i in range(4)]
+    result = run(trace, one_quota(2), mode="fill", fill_to=1.0, gpu_sharing=False)
     summary = policy_summary(result)
     assert summary["gpu_allocation_ratio"] == pytest.approx(0.5)  # 2 × 500 of 2,000 milli
     assert summary["gpu_occupied_ratio"] == pytest.approx(1.0)  # each holds a whole GPU
     assert summary["unallocated_gpus"] == pytest.approx(1.0)
     assert summary["pods_placed"] == 2
+
+
+def test_it_keeps_whole_gpus_free_of_fractions_for_whole_gpu_pods():
+    # best fit puts the 0.75 beside the 0.25 on one GPU, leaving the other whole
+    trace = [job("q0", 0, milli=250), job("q1", 1, milli=750), job("whole", 2, gpu=1)]
+    result = run(trace, one_quota(2), mode="fill", fill_to=0.1)
+    assert not any(j.dropped for j in result.jobs)
+    assert policy_summary(result)["gpu_allocation_ratio"] == pytest.approx(1.0)
 
 
 def test_it_inflates_the_trace_with_seeded_copies():
@@ -49,3 +67,12 @@ def test_it_places_by_best_fit_unless_told_otherwise():
     assert policy_summary(best)["gpu_allocation_ratio"] == pytest.approx(5 / 6, abs=1e-6)
     assert policy_summary(worst)["gpu_allocation_ratio"] == pytest.approx(1 / 6, abs=1e-6)
     assert outcome(worst, "large").dropped
+
+
+def test_it_fills_with_fgd_placement_against_the_traces_own_mix():
+    trace = [job(f"s{i}", i, milli=300) for i in range(6)] + [job("pair", 9, gpu=2)]
+    result = run(trace, one_quota(2, 2), Policy("fgd", placement="fgd"), mode="fill", fill_to=0.9)
+    summary = policy_summary(result)
+    # six 0.3 shares pack onto two GPUs (three each), leaving a pair whole for the 2-GPU pod
+    assert summary["pods_placed"] == 7
+    assert summary["gpu_occupied_ratio"] == pytest.approx(1.0)

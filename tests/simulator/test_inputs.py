@@ -41,8 +41,9 @@ def test_it_reads_the_openb_pod_list(tmp_path):
     assert [j.name for j in jobs] == ["pod-a", "pod-b", "pod-c"]  # by creation time
     a, b, c = jobs
     assert (a.gpu, a.gpu_milli, a.duration, a.qos) == (8, 8000, 500, "BE")
-    # a share of one GPU: given a whole one, measured by what it asked for
-    assert (b.gpu, b.gpu_milli, b.fractional) == (1, 460, True)
+    # a share of one GPU (a whole one when GPUs are not shared), measured by what it asked for
+    assert (b.gpu, b.gpu_milli, b.fractional, b.share) == (1, 460, True, 460)
+    assert (a.fractional, a.share) == (False, 0)
     assert b.duration == 1000 - 60 and b.recorded_delay == 10
     assert (c.gpu, c.duration, c.recorded_delay) == (0, 20, None)  # never scheduled
 

@@ -133,8 +133,11 @@ def test_it_decides_as_the_engine_does_for_the_same_snapshot(trace):
                     PodRequest(
                         key=f"w{k}",
                         resources=Resources(
-                            cpu=CPU * max(t.gpu, 1), memory=MEM * max(t.gpu, 1), gpu=t.gpu
+                            cpu=CPU * max(t.gpu, 1),
+                            memory=MEM * max(t.gpu, 1),
+                            gpu=0 if t.fractional else t.gpu,
                         ),
+                        gpu_milli=t.gpu_milli if t.fractional else 0,  # shares one GPU
                     )
                     for k in range(t.pods)
                 ),

@@ -92,6 +92,12 @@ class Command(BaseCommand):
             default="10",
             help="original price of an instance: this many CNY per GPU-hour (+0.1 per vCPU-hour)",
         )
+        parser.add_argument(
+            "--no-gpu-sharing",
+            dest="gpu_sharing",
+            action="store_false",
+            help="give each fractional-GPU pod a whole GPU instead of sharing one",
+        )
         parser.add_argument("--json", help="write the summary here")
         parser.add_argument("--csv-dir", help="write series.csv and jobs.csv here")
         parser.add_argument("--html", help="write the report here (default: beside --json)")
@@ -171,6 +177,7 @@ class Command(BaseCommand):
             shuffle=o["shuffle"],
             batch=o["batch"],
             spot=self._spot(o),
+            gpu_sharing=o["gpu_sharing"],
         )
 
     def _spot(self, o: dict[str, Any]) -> SpotSettings | None:
@@ -200,8 +207,9 @@ class Command(BaseCommand):
     def _print(self, summary: dict[str, Any]) -> None:
         self.stdout.write(
             f"{summary['mode']}: {summary['jobs']:,} jobs, {summary['nodes']:,} nodes, "
-            f"{summary['capacity_gpus']:,} GPUs; {summary['fractional_pods_rounded_up']:,} "
-            "fractional-GPU pods given a whole GPU"
+            f"{summary['capacity_gpus']:,} GPUs; {summary['fractional_pods']:,} "
+            "fractional-GPU pods "
+            + ("sharing GPUs" if summary["gpu_sharing"] else "given a whole GPU")
         )
         for p in summary["policies"]:
             line = f"  {p['policy']:<16} GPU allocation {p['gpu_allocation_ratio']:.2%}"
