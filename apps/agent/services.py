@@ -38,6 +38,7 @@ from apps.jobs.models import (
     Pod,
     PodStatus,
     ResourceSource,
+    gpu_indexes,
 )
 from apps.jobs.services import SCHEDULER_TICK_TASK, job_event, job_transition
 from apps.jobs.signals import paid_pods_created
@@ -117,19 +118,20 @@ def pods_launch(*, job: Job, now: datetime) -> list[Pod]:
     return pending
 
 
-def _gpu_set(ids: str) -> set[int]:
-    return {int(i) for i in ids.split(",") if i.strip().isdigit()}
-
-
 def _assign_gpus(pods: Sequence[Pod]) -> None:
-    """Give each pod GPU indexes on its node that no other live pod there holds. A pod of
-    the public pool runs on an instance of its own: indexes 0…n-1."""
+    """Give each pod GPU indexes on its node that no other live pod there holds. A pod the
+    scheduler placed on named GPUs (a pool where GPUs are shared) keeps them; a shared pod
+    shares its one GPU with the others the scheduler put there. A pod of the public pool
+    runs on an instance of its own: indexes 0…n-1."""
     by_node: dict[int, list[Pod]] = defaultdict(list)
     for pod in pods:
-        if pod.role.gpu and pod.node_id:
+        wanted = 1 if pod.role.gpu_milli else pod.role.gpu
+        if pod.gpu_ids or not wanted:
+            continue
+        if pod.node_id:
             by_node[pod.node_id].append(pod)
-        elif pod.role.gpu:
-            pod.gpu_ids = ",".join(str(i) for i in range(pod.role.gpu))
+        else:
+            pod.gpu_ids = ",".join(str(i) for i in range(wanted))
     for node_id, group in by_node.items():
         used: set[int] = set()
         holders = (
@@ -138,20 +140,24 @@ def _assign_gpus(pods: Sequence[Pod]) -> None:
             .exclude(gpu_ids="")
         )
         for ids in holders.values_list("gpu_ids", flat=True):
-            used |= _gpu_set(ids)
+            used |= set(gpu_indexes(ids))
+        for pod in pods:  # named by the scheduler in this batch
+            if pod.node_id == node_id and pod.gpu_ids:
+                used |= set(gpu_indexes(pod.gpu_ids))
         node = group[0].node
         assert node is not None  # the pods were grouped by their node
         free = [i for i in range(node.gpu) if i not in used]
         for pod in group:
-            if len(free) < pod.role.gpu:
+            wanted = 1 if pod.role.gpu_milli else pod.role.gpu
+            if len(free) < wanted:
                 logger.warning(
                     "node %s has %d free GPU indexes for pod %s, which needs %d",
                     node.name,
                     len(free),
                     pod.pod_id,
-                    pod.role.gpu,
+                    wanted,
                 )
-            taken, free = free[: pod.role.gpu], free[pod.role.gpu :]
+            taken, free = free[:wanted], free[wanted:]
             pod.gpu_ids = ",".join(map(str, taken))
     Pod.objects.bulk_update(pods, ["gpu_ids"])
 

@@ -19,7 +19,7 @@ from apps.api.serializers import IDLE_MODE
 from apps.cluster.selectors import resource_type_of
 from apps.core.errors import ApplicationError
 from apps.jobs.models import ExecutionMode, IdleMode, ResourceSource
-from apps.jobs.specs import JobSpec, RoleSpec, as_decimal
+from apps.jobs.specs import JobSpec, RoleSpec, as_decimal, gpu_amount
 
 SPOT_STRATEGIES = ("SpotWithPriceLimit",)
 MAX_INT = 2**31 - 1  # what the database's integer columns hold
@@ -375,13 +375,15 @@ def _role(p: Problems, item: dict, path: str) -> tuple[RoleSpec, bool]:
     if strategy and strategy not in SPOT_STRATEGIES:
         p.add(f"{path}.SpotSpec.SpotStrategy", f"must be {' or '.join(SPOT_STRATEGIES)}")
     is_spot = bool(spot_spec) or p.boolean(item, "UseSpotInstance", f"{path}.UseSpotInstance")
+    gpus = _gpu(p, config, f"{path}.ResourceConfig.GPU")
     role = RoleSpec(
         role_type=p.text(item, "Type", f"{path}.Type", default="Worker"),
         pod_count=p.integer(item, "PodCount", f"{path}.PodCount", default=1, maximum=10**6),
         instance_type=p.text(item, "EcsSpec", f"{path}.EcsSpec").strip(),
         cpu=_cpu(p, config, f"{path}.ResourceConfig.CPU"),
         memory=_memory(p, config, f"{path}.ResourceConfig.Memory"),
-        gpu=_gpu(p, config, f"{path}.ResourceConfig.GPU"),
+        gpu=gpus[0] if gpus else None,
+        gpu_milli=gpus[1] if gpus else 0,
         image=p.text(item, "Image", f"{path}.Image", max_length=512),
         restart_policy=p.text(item, "RestartPolicy", f"{path}.RestartPolicy", default="OnFailure"),
         spot_discount_limit=p.number(
@@ -438,15 +440,20 @@ def _memory(p: Problems, config: dict, path: str) -> int | None:
     return mib
 
 
-def _gpu(p: Problems, config: dict, path: str) -> int | None:
+def _gpu(p: Problems, config: dict, path: str) -> tuple[int, int] | None:
+    """Whole GPUs ("2") or a share of one ("0.5") → (GPUs, milli-GPUs of the share)."""
     parsed = _quantity(p, config, "GPU", path)
     if parsed is None:
         return None
     amount, unit = parsed
-    if unit or amount != amount.to_integral_value() or amount > MAX_GPUS:
-        p.add(path, f"must be a whole number of GPUs up to {MAX_GPUS}")
+    if unit or amount > MAX_GPUS:
+        p.add(path, f"must be whole GPUs up to {MAX_GPUS}, or a share of one GPU (0.5)")
         return None
-    return int(amount)
+    try:
+        return gpu_amount(amount)
+    except ValueError as problem:
+        p.add(path, str(problem))
+        return None
 
 
 def _idle_mode(p: Problems, settings: dict, role_values: set[str], *, quota: bool) -> str:

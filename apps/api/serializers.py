@@ -116,7 +116,7 @@ def job_spec(job: Job, role: JobRole) -> dict[str, Any]:
                 {
                     "CPU": cpu_text(role.cpu),
                     "Memory": memory_text(role.memory),
-                    "GPU": str(role.gpu),
+                    "GPU": role.gpu_text,
                     "GPUType": (itype.gpu_model if itype else "") or None,
                 }
             ),
@@ -142,7 +142,7 @@ def _finish_times(job: Job) -> dict[str, str | None]:
 def _requests(roles: list[JobRole]) -> tuple[int, Decimal, Decimal]:
     """Total CPU cores, GPUs and memory (GiB) the job asks for."""
     cpu = sum(r.cpu * r.pod_count for r in roles)
-    gpu = sum(r.gpu * r.pod_count for r in roles)
+    gpu = sum(r.gpus * r.pod_count for r in roles)
     memory = sum(r.memory * r.pod_count for r in roles)
     return cpu // 1000, Decimal(gpu), Decimal(memory) / MIB_PER_GIB
 

@@ -86,12 +86,12 @@ class JobUsage:
 def job_usage(*, job: Job, now: datetime | None = None) -> JobUsage:
     now = now or timezone.now()
     gpu_seconds = instance_seconds = 0.0
-    for started, finished, gpu in Pod.objects.filter(job=job, started_at__isnull=False).values_list(
-        "started_at", "finished_at", "role__gpu"
-    ):
+    for started, finished, gpu, milli in Pod.objects.filter(
+        job=job, started_at__isnull=False
+    ).values_list("started_at", "finished_at", "role__gpu", "role__gpu_milli"):
         seconds = max(((finished or now) - started).total_seconds(), 0.0)
         instance_seconds += seconds
-        gpu_seconds += seconds * gpu
+        gpu_seconds += seconds * (milli / 1000 if milli else gpu)
     billed = BillLine.objects.filter(job=job).aggregate(n=Count("id"), total=Sum("amount"))
     prepaid = job.resource_source == ResourceSource.QUOTA
     return JobUsage(

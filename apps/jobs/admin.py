@@ -42,6 +42,7 @@ class JobRoleInline(_ReadOnlyInline):
         "cpu",
         "memory",
         "gpu",
+        "gpu_milli",
         "restart_policy",
         "spot_strategy",
         "spot_discount_limit",
@@ -235,6 +236,7 @@ class JobRoleAdmin(_ReadOnlyAdmin):
         "cpu",
         "memory",
         "gpu",
+        "gpu_milli",
         "spot_discount_limit",
         "spot_price_limit",
     )

@@ -28,7 +28,7 @@ from apps.jobs.models import (
     SuccessPolicy,
 )
 from apps.jobs.selectors import JOB_SORT_DEFAULT, JOB_SORTS, PriceInfo
-from apps.jobs.specs import SPOT_DISCOUNTS, JobSpec, RoleSpec, job_spec_resolve
+from apps.jobs.specs import SPOT_DISCOUNTS, JobSpec, RoleSpec, gpu_amount, job_spec_resolve
 
 ROLE_ROWS = 4
 DEFAULT_ROLE_TYPES = ("Worker", "Master", "PS", "Chief")
@@ -222,7 +222,13 @@ class RoleForm(forms.Form):
     memory_gib = forms.DecimalField(
         label="Memory (GiB)", required=False, min_value=0, decimal_places=3
     )
-    gpus = forms.IntegerField(label="GPUs", required=False, min_value=0)
+    gpus = forms.DecimalField(
+        label="GPUs",
+        required=False,
+        min_value=0,
+        decimal_places=3,
+        help_text="Whole GPUs, or a share of one (0.5) that other shared pods use too.",
+    )
     restart_policy = forms.ChoiceField(
         choices=_as_named(JobRole.RestartPolicy),
         initial=JobRole.RestartPolicy.ON_FAILURE,
@@ -269,6 +275,14 @@ class RoleForm(forms.Form):
             },
         )
 
+    def clean_gpus(self) -> Decimal | None:
+        gpus = self.cleaned_data.get("gpus")
+        try:
+            self.cleaned_data["gpu_amount"] = gpu_amount(gpus) if gpus is not None else (0, 0)
+        except ValueError as problem:
+            raise forms.ValidationError(str(problem)) from None
+        return gpus
+
     def full_clean(self) -> None:
         if self.is_bound and not self.is_enabled:  # an unused row is not validated
             self._errors, self.cleaned_data = ErrorDict(), {}
@@ -305,7 +319,7 @@ class RoleForm(forms.Form):
         if not itype:
             role.cpu = _scaled(c.get("cpu_cores"), 1000)
             role.memory = _scaled(c.get("memory_gib"), 1024)
-            role.gpu = c.get("gpus") or 0
+            role.gpu, role.gpu_milli = c.get("gpu_amount") or (0, 0)
         return role
 
     def price_info(self) -> PriceInfo | None:
@@ -557,7 +571,7 @@ def _role_initial(role: JobRole, *, index: int) -> dict:
     if not role.instance_type_id:  # a resource config, in the form's units (3 places)
         initial["cpu_cores"] = _plain(Decimal(role.cpu) / 1000, places=3)
         initial["memory_gib"] = _plain(Decimal(role.memory) / 1024, places=3)
-        initial["gpus"] = role.gpu
+        initial["gpus"] = role.gpu_text
     return initial
 
 

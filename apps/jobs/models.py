@@ -3,12 +3,23 @@
 from __future__ import annotations
 
 import secrets
+from decimal import Decimal
 
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
 from apps.cluster.models import ResourceType
+
+
+def gpu_text(gpu: int, gpu_milli: int = 0) -> str:
+    """GPUs as people write them: "2", or a share of one GPU, "0.5"."""
+    return f"{Decimal(gpu_milli) / 1000:f}".rstrip("0") if gpu_milli else str(gpu)
+
+
+def gpu_indexes(ids: str) -> tuple[int, ...]:
+    """A pod's GPU indexes from its `gpu_ids` ("0,3"); empty when not named yet."""
+    return tuple(int(i) for i in ids.split(",") if i.strip().isdigit())
 
 
 def new_job_id() -> str:
@@ -216,6 +227,9 @@ class JobRole(models.Model):
     cpu = models.PositiveIntegerField(help_text="millicores")
     memory = models.PositiveIntegerField(help_text="MiB")
     gpu = models.PositiveIntegerField(default=0)
+    # A share of one GPU, 1..999 milli-GPUs (gpu then 0): the pod runs on one GPU that other
+    # shared pods may use too. Quota jobs only; 0 for whole GPUs.
+    gpu_milli = models.PositiveSmallIntegerField(default=0)
     restart_policy = models.CharField(
         max_length=16, choices=RestartPolicy.choices, default=RestartPolicy.ON_FAILURE
     )
@@ -238,10 +252,24 @@ class JobRole(models.Model):
                 condition=Q(spot_discount_limit__isnull=True) | Q(spot_price_limit__isnull=True),
                 name="role_at_most_one_spot_limit",
             ),
+            models.CheckConstraint(
+                condition=Q(gpu_milli=0) | (Q(gpu=0) & Q(gpu_milli__lt=1000)),
+                name="role_gpu_share_below_one_gpu",
+            ),
         ]
 
     def __str__(self) -> str:
         return f"{self.role_type}×{self.pod_count}"
+
+    @property
+    def gpus(self) -> Decimal:
+        """GPUs per pod: whole, or the share of one (0.5)."""
+        return Decimal(self.gpu_milli) / 1000 if self.gpu_milli else Decimal(self.gpu)
+
+    @property
+    def gpu_text(self) -> str:
+        """GPUs per pod as people write them: "2", "0.5"."""
+        return gpu_text(self.gpu, self.gpu_milli)
 
 
 class PodStatus(models.TextChoices):

@@ -18,6 +18,7 @@ from django.db.models import (
     Exists,
     ExpressionWrapper,
     F,
+    FloatField,
     IntegerField,
     OuterRef,
     Prefetch,
@@ -204,7 +205,8 @@ def job_list_rows(
     """`job_list` with what the console's job list shows of each job, in the order `sort`
     names (one of `JOB_SORTS`; anything else is the default, newest first):
 
-    - `gpus_total`: the GPUs the job asks for (each role's GPUs per pod × its pods);
+    - `gpus_total`: the GPUs the job asks for (each role's GPUs per pod × its pods; a
+      share of a GPU counts its part, 0.5);
     - of the current attempt's pods: `pods_live` (Pending or Running), of them
       `pods_in_quota` and `pods_not_in_quota`; and how the others ended
       (`pods_succeeded`, `pods_failed`, `pods_stopped`, `pods_preempted`);
@@ -215,7 +217,7 @@ def job_list_rows(
     gpus = (
         JobRole.objects.filter(job=OuterRef("pk"))
         .values("job")
-        .annotate(total=Sum(F("gpu") * F("pod_count")))
+        .annotate(total=Sum((F("gpu") * 1000 + F("gpu_milli")) * F("pod_count")) / 1000.0)
         .values("total")
     )
     span = ExpressionWrapper(
@@ -235,7 +237,7 @@ def job_list_rows(
         return Count("pods", filter=condition)
 
     jobs = job_list(user=user, workspace=workspace, filters=filters).annotate(
-        gpus_total=Subquery(gpus, output_field=IntegerField()),
+        gpus_total=Subquery(gpus, output_field=FloatField()),
         running_time=Subquery(running, output_field=DurationField()),
         pods_live=pods(live),
         pods_in_quota=pods(live & Q(pods__in_quota=True)),

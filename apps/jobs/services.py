@@ -265,6 +265,7 @@ def job_submit(*, workspace, user, spec: JobSpec, now: datetime | None = None) -
             cpu=r.cpu,
             memory=r.memory,
             gpu=r.gpu,
+            gpu_milli=r.gpu_milli,
             restart_policy=r.spec.restart_policy,
             spot_strategy="SpotWithPriceLimit"
             if spec.resource_source == ResourceSource.SPOT

@@ -49,6 +49,7 @@ class RoleSpec:
     cpu: int | None = None  # millicores
     memory: int | None = None  # MiB
     gpu: int | None = None
+    gpu_milli: int = 0  # a share of one GPU, 1..999 (gpu then 0): `gpu_amount`
     image: str = ""
     restart_policy: str = JobRole.RestartPolicy.ON_FAILURE
     spot_discount_limit: Decimal | None = None
@@ -93,6 +94,12 @@ class ResolvedRole:
     cpu: int
     memory: int
     gpu: int
+    gpu_milli: int = 0
+
+    @property
+    def milli(self) -> int:
+        """Milli-GPUs per pod, as quotas count them."""
+        return self.gpu_milli or self.gpu * 1000
 
 
 @dataclass(frozen=True)
@@ -111,6 +118,21 @@ def spot_price_range_per_minute(
     if floor_ratio is None:
         floor_ratio = market_params().floor_ratio
     return pricing.price_limit_range(instance_type.price_per_hour, floor_ratio)
+
+
+def gpu_amount(number: Decimal) -> tuple[int, int]:
+    """GPUs per pod as (whole GPUs, milli-GPUs of a share): "2" → (2, 0), "0.5" → (0, 500).
+    A fraction is a share of one GPU, in thousandths, below 1; raises ValueError otherwise."""
+    if number < 0:
+        raise ValueError("must not be negative")
+    if number == number.to_integral_value():
+        return int(number), 0
+    milli = number * 1000
+    if number > 1 or milli != milli.to_integral_value():
+        raise ValueError(
+            "give whole GPUs, or a share of one GPU below 1 in thousandths (0.5, 0.25)"
+        )
+    return 0, int(milli)
 
 
 def as_decimal(value) -> Decimal | None:
@@ -149,14 +171,17 @@ def _check_fits(spec: JobSpec, quota: Quota, roles: list[ResolvedRole], errors: 
     queue it would block every job behind it): a pod larger than every node of the quota's
     pool, or, without idle resources, a job needing more in all than its quota guarantees
     (its pods may only use the quota's min), or more than the whole pool with them."""
-    nodes = list(quota.pool.nodes.values_list("cpu", "memory", "gpu"))
+    nodes = [
+        (cpu, memory, gpu * 1000)
+        for cpu, memory, gpu in quota.pool.nodes.values_list("cpu", "memory", "gpu")
+    ]
     largest = tuple(max((n[i] for n in nodes), default=0) for i in range(3))
     for i, role in enumerate(roles):
         if any(
             need > room
-            for need, room in zip((role.cpu, role.memory, role.gpu), largest, strict=True)
+            for need, room in zip((role.cpu, role.memory, role.milli), largest, strict=True)
         ):
-            needs = _amounts(role.cpu, role.memory, role.gpu)
+            needs = _amounts(role.cpu, role.memory, role.milli)
             errors.add(
                 f"roles[{i}]",
                 f"one pod needs {needs}, more than any node of pool "
@@ -166,10 +191,10 @@ def _check_fits(spec: JobSpec, quota: Quota, roles: list[ResolvedRole], errors: 
     if errors:
         return
     total = tuple(
-        sum(getattr(r, k) * r.spec.pod_count for r in roles) for k in ("cpu", "memory", "gpu")
+        sum(getattr(r, k) * r.spec.pod_count for r in roles) for k in ("cpu", "memory", "milli")
     )
     if spec.idle_mode == IdleMode.OFF:
-        room = (quota.min_cpu, quota.min_memory, quota.min_gpu)
+        room = (quota.min_cpu, quota.min_memory, quota.min_gpu * 1000)
         what = (
             f"quota {quota.name} guarantees ({_amounts(*room)}): it could never start; "
             "with idle resources (Acceptable) it may borrow"
@@ -181,8 +206,8 @@ def _check_fits(spec: JobSpec, quota: Quota, roles: list[ResolvedRole], errors: 
         errors.add("quota", f"the job needs {_amounts(*total)} in all, more than {what}")
 
 
-def _amounts(cpu: int, memory: int, gpu: int) -> str:
-    return f"{cpu / 1000:g} cores, {memory / 1024:g} GiB, {gpu} GPU"
+def _amounts(cpu: int, memory: int, milli_gpu: int) -> str:
+    return f"{cpu / 1000:g} cores, {memory / 1024:g} GiB, {milli_gpu / 1000:g} GPU"
 
 
 def _check_basics(spec: JobSpec, errors: _Errors) -> None:
@@ -317,6 +342,13 @@ def _check_role(
             )
             ok = False
         cpu, memory, gpu = itype.cpu, itype.memory, itype.gpu
+        if role.gpu_milli:
+            errors.add(
+                f"{path}.gpu",
+                "a share of a GPU is asked for with CPU and memory, not with an instance "
+                "type (instances come whole)",
+            )
+            ok = False
     else:
         if spec.resource_source != ResourceSource.QUOTA:
             errors.add(f"{path}.instance_type", "public and spot jobs need an instance type")
@@ -331,6 +363,9 @@ def _check_role(
         if gpu < 0:
             errors.add(f"{path}.gpu", "must not be negative")
             ok = False
+        if role.gpu_milli and (gpu or not 0 < role.gpu_milli < 1000):
+            errors.add(f"{path}.gpu", "a share of a GPU is below one GPU, with no whole GPU")
+            ok = False
         for name, value, most, shown in (
             ("cpu", cpu, MAX_POD_CPU, f"{MAX_POD_CPU // 1000:,} cores"),
             ("memory", memory, MAX_POD_MEMORY, f"{MAX_POD_MEMORY // 1024:,} GiB"),
@@ -342,7 +377,10 @@ def _check_role(
     ok = _check_bid(spec, role, path, itype, errors) and ok
     if not ok:
         return None
-    return ResolvedRole(spec=role, instance_type=itype, cpu=cpu, memory=memory, gpu=gpu)
+    share = 0 if itype is not None else role.gpu_milli
+    return ResolvedRole(
+        spec=role, instance_type=itype, cpu=cpu, memory=memory, gpu=gpu, gpu_milli=share
+    )
 
 
 def _check_bid(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from django.db.models import Q, Sum
+from django.db.models import F, Q, Sum
 
 from apps.cluster.clusterfile import Resources
 from apps.cluster.models import Quota, ResourceType
@@ -13,12 +13,17 @@ from apps.jobs.models import Pod, PodStatus
 
 # A pod holds its node's resources while it runs, and from the moment it is placed.
 HOLDING = Q(status=PodStatus.RUNNING) | Q(status=PodStatus.PENDING, node__isnull=False)
-_SUMS = {"cpu": Sum("role__cpu"), "memory": Sum("role__memory"), "gpu": Sum("role__gpu")}
+_SUMS = {
+    "cpu": Sum("role__cpu"),
+    "memory": Sum("role__memory"),
+    "gpu": Sum(F("role__gpu") * 1000 + F("role__gpu_milli")),  # milli-GPUs: shares count
+}
 
 
 @dataclass(frozen=True)
 class Usage:
-    """One resource of one quota row: amounts in the model's units (millicores, MiB, GPUs)."""
+    """One resource of one quota row: amounts in millicores, MiB and milli-GPUs (a pod on a
+    share of a GPU uses its part of the quota)."""
 
     resource: str
     min: int
@@ -42,12 +47,12 @@ class Usage:
         return {"cpu": "cores", "memory": "GiB", "gpu": "GPU"}[self.resource]
 
     def show(self, amount: int) -> str:
-        """In the page's units: cores and GiB (one decimal at most), GPUs."""
+        """In the page's units: cores and GiB (one decimal at most), GPUs (a share: 0.25)."""
         if self.resource == "cpu":
             return _trim(amount / 1000)
         if self.resource == "memory":
             return _trim(amount / 1024)
-        return str(amount)
+        return f"{amount / 1000:g}"
 
     @property
     def min_text(self) -> str:
@@ -126,7 +131,7 @@ def quota_usage_rows() -> dict[str, list[QuotaRow]]:
     rows: dict[str, list[QuotaRow]] = {rt: [] for rt in ResourceType.values}
 
     def emit(q: Quota, depth: int) -> None:
-        minimum = Resources(q.min_cpu, q.min_memory, q.min_gpu)
+        minimum = Resources(q.min_cpu, q.min_memory, q.min_gpu * 1000)
         idle_takers = pool_borrowed.get(q.pool_id, Resources())
         usage = {
             r: Usage(

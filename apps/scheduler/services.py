@@ -34,6 +34,7 @@ from apps.jobs.models import (
     Pod,
     PodStatus,
     ResourceSource,
+    gpu_indexes,
 )
 from apps.jobs.services import jobs_transition_bulk, resumed_events
 from apps.scheduler import engine, lifecycle
@@ -141,7 +142,7 @@ def _running_jobs(*, live: bool) -> list[engine.RunningJob]:
         )
     by_job: dict[int, list[engine.RunningPod]] = defaultdict(list)
     first_start: dict[int, datetime] = {}
-    for pk, job_id, node_id, in_quota, started, cpu, memory, gpu in pods.values_list(
+    for pk, job_id, node_id, in_quota, started, cpu, memory, gpu, milli, ids in pods.values_list(
         "id",
         "job_id",
         "node_id",
@@ -150,6 +151,8 @@ def _running_jobs(*, live: bool) -> list[engine.RunningJob]:
         "role__cpu",
         "role__memory",
         "role__gpu",
+        "role__gpu_milli",
+        "gpu_ids",
     ):
         by_job[job_id].append(
             engine.RunningPod(
@@ -157,6 +160,8 @@ def _running_jobs(*, live: bool) -> list[engine.RunningJob]:
                 node_id=node_id,
                 resources=engine.Resources(cpu, memory, gpu),
                 in_quota=bool(in_quota),
+                gpu_milli=milli,
+                gpus=gpu_indexes(ids),
             )
         )
         if started and (job_id not in first_start or started < first_start[job_id]):
@@ -214,14 +219,14 @@ def _pending_jobs() -> tuple[tuple[engine.PendingJob, ...], dict]:
         )
     )
     requests: dict[int, list[engine.PodRequest]] = defaultdict(list)
-    for job_id, role_type, count, cpu, memory, gpu in (
+    for job_id, role_type, count, cpu, memory, gpu, milli in (
         JobRole.objects.filter(job__in=queued)
         .order_by("id")
-        .values_list("job_id", "role_type", "pod_count", "cpu", "memory", "gpu")
+        .values_list("job_id", "role_type", "pod_count", "cpu", "memory", "gpu", "gpu_milli")
     ):
         resources = engine.Resources(cpu, memory, gpu)
         requests[job_id] += [
-            engine.PodRequest(key=f"{role_type.lower()}-{i}", resources=resources)
+            engine.PodRequest(key=f"{role_type.lower()}-{i}", resources=resources, gpu_milli=milli)
             for i in range(count)
         ]
     pending, shown = [], {}
@@ -294,6 +299,8 @@ def _apply_admissions(admissions: tuple[engine.Admission, ...], *, now: datetime
                     node=nodes[placement.node_id],
                     in_quota=placement.in_quota,
                     status=PodStatus.PENDING,
+                    # named where GPUs are shared; elsewhere the node agent names them
+                    gpu_ids=",".join(map(str, placement.gpus)),
                 )
             )
     Pod.objects.bulk_create(pods)
@@ -401,7 +408,7 @@ def pods_lost_gpu_seconds(*, job: Job, pods: Iterable[Pod], now: datetime) -> fl
     for pod in pods:
         if pod.started_at is not None:
             lost += lifecycle.lost_gpu_seconds(
-                gpus=pod.role.gpu,
+                gpus=float(pod.role.gpus),
                 started_at=pod.started_at.timestamp(),
                 last_checkpoint_at=checkpoint,
                 now=(pod.finished_at or now).timestamp(),

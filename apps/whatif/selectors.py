@@ -40,7 +40,7 @@ def jobs_trace(*, days: int, now: datetime) -> list[TraceJob]:
         if job.started_at is None and job.finished_at is not None:
             continue  # ended without running
         first = first or job.submitted_at
-        shape = max(roles, key=lambda r: (r.gpu, r.cpu, r.memory))
+        shape = max(roles, key=lambda r: (r.gpus, r.cpu, r.memory))
         duration = None
         if job.started_at is not None and job.finished_at is not None:
             duration = max((job.finished_at - job.started_at).total_seconds(), 1.0)
@@ -52,8 +52,8 @@ def jobs_trace(*, days: int, now: datetime) -> list[TraceJob]:
                 name=job.job_id,
                 submit=(job.submitted_at - first).total_seconds(),
                 duration=duration,
-                gpu=shape.gpu,
-                gpu_milli=shape.gpu * 1000,
+                gpu=shape.gpu or (1 if shape.gpu_milli else 0),  # a share: one GPU, rounded up
+                gpu_milli=shape.gpu_milli or shape.gpu * 1000,
                 cpu=shape.cpu,
                 memory=shape.memory,
                 pods=sum(r.pod_count for r in roles),

@@ -104,6 +104,13 @@ def _role(**fields):
         ),
         (lambda ws: quota_job_body(ws, JobSpecs=[]), ["JobSpecs"]),
         (
+            lambda ws: spot_job_body(
+                ws,
+                JobSpecs=_role(ResourceConfig={"GPU": "0.5"}, SpotSpec={"SpotDiscountLimit": 0.5}),
+            ),
+            ["JobSpecs[0].ResourceConfig.GPU", "instance type"],
+        ),
+        (
             lambda ws: quota_job_body(ws, DataSources=[{"Uri": "oss://b/", "MountPath": "/etc"}]),
             ["DataSources[0].MountPath"],
         ),
@@ -128,6 +135,7 @@ def _role(**fields):
         "oversold-without-quota",
         "aimaster-args",
         "no-job-specs",
+        "gpu-share-on-an-instance",
         "mount-path",
     ],
 )
@@ -150,6 +158,8 @@ def test_it_refuses_a_bad_create_job_naming_the_dlc_parameter(create_job, ws_a, 
         ("ResourceConfig", {"CPU": "lots"}, "JobSpecs[0].ResourceConfig.CPU"),
         ("ResourceConfig", {"Memory": "16Qi"}, "JobSpecs[0].ResourceConfig.Memory"),
         ("ResourceConfig", {"GPU": "1.5"}, "JobSpecs[0].ResourceConfig.GPU"),
+        ("ResourceConfig", {"GPU": "0.0005"}, "JobSpecs[0].ResourceConfig.GPU"),
+        ("ResourceConfig", {"GPU": "-0.5"}, "JobSpecs[0].ResourceConfig.GPU"),
         ("Image", "x" * 600, "JobSpecs[0].Image"),
     ],
 )

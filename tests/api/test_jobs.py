@@ -350,3 +350,27 @@ def test_a_member_manages_only_their_own_jobs_and_the_owner_all_of_them(dlc_for,
     assert alice.stop_job(his).body.job_id == his
     own = create_job(spot_job_body(ws_a), client=bob)
     assert bob.stop_job(own).body.job_id == own
+
+
+def test_it_runs_quota_jobs_on_a_share_of_one_gpu(dlc, create_job, ws_a):
+    def half(name: str) -> dict:
+        return quota_job_body(
+            ws_a,
+            DisplayName=name,
+            JobSpecs=[
+                {
+                    "Type": "Worker",
+                    "PodCount": 1,
+                    "ResourceConfig": {"CPU": "4", "Memory": "8Gi", "GPU": "0.5"},
+                }
+            ],
+        )
+
+    first, second = create_job(half("half-a")), create_job(half("half-b"))
+    body = dlc.get_job(first, GetJobRequest()).body
+    assert body.job_specs[0].resource_config.gpu == "0.5"
+    assert body.request_gpu == "0.5" or float(body.request_gpu) == 0.5
+    pods = [Pod.objects.get(job__job_id=job_id) for job_id in (first, second)]
+    assert all(p.node_id for p in pods), [(p.status, p.node_id) for p in pods]  # both placed …
+    assert pods[0].node_id == pods[1].node_id and pods[0].gpu_ids == pods[1].gpu_ids != ""
+    assert len(pods[0].gpu_ids.split(",")) == 1  # … sharing one GPU

@@ -380,3 +380,41 @@ def test_the_sweep_fails_jobs_past_their_max_running_time(personas, sent):
     assert job.status == JobStatus.FAILED and job.reason_code == "JobTimeout"
     assert job.pods.get().reason == "JobTimeout"
     scheduler_tick(now=now)  # the room is free again: nothing to do, nothing breaks
+
+
+def test_shares_of_a_gpu_go_on_one_named_gpu_beside_whole_gpu_pods(personas, sent):
+    """A pool's first share makes the scheduler name GPUs: it counts the whole-GPU pod the
+    agent named, packs shares onto one GPU, and gives whole-GPU pods only empty GPUs."""
+
+    def share(milli: int) -> RoleSpec:
+        return RoleSpec(cpu=1000, memory=1024, gpu=0, gpu_milli=milli)
+
+    whole = submit(personas, gpu=1, name="whole")
+    (w,) = whole.pods.all()
+    assert (w.node.name, w.gpu_ids) == ("gpu-node-0", "0")  # the agent named it
+    halves = [submit(personas, roles=[share(500)], name=f"half-{i}") for i in range(2)]
+    pair = submit(personas, gpu=2, name="pair")
+    third = submit(personas, roles=[share(300)], name="third")
+    placed = {
+        job.display_name: [(p.node.name, p.gpu_ids) for p in job.pods.all()]
+        for job in (*halves, pair, third)
+    }
+    assert placed == {
+        "half-0": [("gpu-node-0", "1")],  # beside the whole GPU on the fullest node
+        "half-1": [("gpu-node-0", "1")],  # on the same GPU: 0.5 + 0.5
+        "pair": [("gpu-node-0", "2,3")],  # whole GPUs: only those with nothing on them
+        "third": [("gpu-node-1", "0")],  # no GPU of node 0 has 0.3 left
+    }
+    run_all(halves[0])
+    process = PodProcess.objects.get(pod__job=halves[0])
+    assert process.pod.gpu_ids == "1"  # what CUDA_VISIBLE_DEVICES is set to
+
+
+def test_the_quotas_page_counts_a_share_as_its_part_of_a_gpu(personas, sent):
+    from apps.scheduler.selectors import quota_usage_rows
+
+    submit(personas, roles=[RoleSpec(cpu=1000, memory=1024, gpu=0, gpu_milli=250)])
+    submit(personas, gpu=2)
+    rows = {r.quota.name: r for r in quota_usage_rows()["ECS"]}
+    assert (rows["team-a"].gpu.used_text, rows["team-a"].gpu.min_text) == ("2.25", "8")
+    assert rows["root-ecs"].gpu.used_text == "2.25"

@@ -214,7 +214,7 @@ def test_it_fills_a_resource_config_quota_and_idle_mode(alice_client, quota_job)
         "",
         "6.5",
         "24",
-        2,
+        "2",
     )
     assert role["pod_count"] == 3
 

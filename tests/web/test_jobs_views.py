@@ -722,3 +722,32 @@ def test_it_refuses_a_quota_job_that_could_never_start(alice_client):
         quota_form(**{"roles-0-pod_count": "3", "roles-0-gpus": "4", "idle_mode": "acceptable"}),
     )
     assert response.status_code == 302 and Job.objects.count() == 1
+
+
+def test_it_creates_a_quota_job_on_a_share_of_a_gpu(alice_client):
+    response = alice_client.post(reverse("jobs:create"), quota_form(**{"roles-0-gpus": "0.5"}))
+    assert response.status_code == 302
+    role = JobRole.objects.get()
+    assert (role.gpu, role.gpu_milli, role.gpu_text) == (0, 500, "0.5")
+    detail = alice_client.get(response["Location"]).content.decode()
+    assert "0.5 GPU (a share of one GPU)" in detail
+
+
+@pytest.mark.parametrize(
+    "fields, says",
+    [
+        ({"roles-0-gpus": "1.5"}, "give whole GPUs, or a share of one GPU below 1"),
+        ({"roles-0-gpus": "0.0005"}, "Ensure that there are no more than 3 decimal places."),
+        (
+            {"roles-0-gpus": "0.5", "roles-0-pod_count": "17"},
+            "the job needs 136 cores, 544 GiB, 8.5 GPU in all, more than quota team-a",
+        ),
+    ],
+)
+def test_it_refuses_a_share_that_is_not_part_of_one_gpu_or_beyond_the_quota(
+    alice_client, fields, says
+):
+    response = alice_client.post(reverse("jobs:create"), quota_form(**fields))
+    assert response.status_code == 200
+    assert says in html_lib.unescape(response.content.decode())
+    assert not Job.objects.exists()

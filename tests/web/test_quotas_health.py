@@ -105,9 +105,10 @@ def _row(rows, name):
 def test_it_sums_in_quota_use_over_the_subtree(busy):
     rows = quota_usage_rows()
     team_a, team_b, root = _row(rows, "team-a"), _row(rows, "team-b"), _row(rows, "root-ecs")
-    assert (team_a.gpu.used, team_a.cpu.used, team_a.memory.used) == (4, 16000, 64 * GIB)
-    assert (team_b.gpu.used, team_b.cpu.used) == (1, 8000)
-    assert (root.gpu.used, root.memory.used) == (5, 80 * GIB)
+    # GPUs in milli-GPUs (a share of a GPU counts its part)
+    assert (team_a.gpu.used, team_a.cpu.used, team_a.memory.used) == (4000, 16000, 64 * GIB)
+    assert (team_b.gpu.used, team_b.cpu.used) == (1000, 8000)
+    assert (root.gpu.used, root.memory.used) == (5000, 80 * GIB)
     assert [r.depth for r in rows["ECS"]] == [0, 1, 1]
     assert team_a.workspaces == ["team-a"]
 
@@ -115,9 +116,9 @@ def test_it_sums_in_quota_use_over_the_subtree(busy):
 def test_it_shows_borrowed_and_lent(busy):
     rows = quota_usage_rows()
     team_a, team_b, root = _row(rows, "team-a"), _row(rows, "team-b"), _row(rows, "root-ecs")
-    assert (team_a.gpu.borrowed, team_b.gpu.borrowed, root.gpu.borrowed) == (2, 0, 2)
+    assert (team_a.gpu.borrowed, team_b.gpu.borrowed, root.gpu.borrowed) == (2000, 0, 2000)
     # Idle guarantee (min − use), capped by what borrowers hold in the pool (2 GPU).
-    assert (team_a.gpu.lent, team_b.gpu.lent, root.gpu.lent) == (2, 2, 2)
+    assert (team_a.gpu.lent, team_b.gpu.lent, root.gpu.lent) == (2000, 2000, 2000)
     assert _row(rows, "lingjun-a").gpu.lent == 0
 
 
