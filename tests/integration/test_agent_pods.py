@@ -106,6 +106,7 @@ def submit(
     quota: str = "team-a",
     pods: int = 1,
     gpu: int = 1,
+    gpu_milli: int = 0,
     idle: str = "off",
     aimaster: bool = False,
     name: str = "job",
@@ -128,7 +129,15 @@ def submit(
         data_sources=data_sources or [],
         max_running_time_minutes=max_minutes,
         enable_easyckpt=True,
-        roles=[RoleSpec(pod_count=pods, cpu=4000, memory=memory, gpu=gpu)],
+        roles=[
+            RoleSpec(
+                pod_count=pods,
+                cpu=4000,
+                memory=memory,
+                gpu=0 if gpu_milli else gpu,
+                gpu_milli=gpu_milli,
+            )
+        ],
     )
     job = job_submit(workspace=personas[ws], user=personas[user], spec=spec)
     if grace is not None:
@@ -363,3 +372,14 @@ def test_it_records_heartbeats_and_requeues_the_jobs_of_a_lost_node(personas, ag
 
     agents_ping(timeout=1.0)  # it answers again: Ready
     assert Node.objects.get(pk=pod.node_id).status == Node.Status.READY
+
+
+def test_pods_on_shares_of_one_gpu_see_that_gpu(personas, agent_backend):
+    command = 'echo "GPUS=$CUDA_VISIBLE_DEVICES"'
+    jobs = [submit(personas, command=command, gpu_milli=500, name=f"half-{i}") for i in range(2)]
+    for job in jobs:
+        job_in(job, JobStatus.SUCCEEDED, agent=agent_backend)
+    pods = [job.pods.get() for job in jobs]
+    assert pods[0].node_id == pods[1].node_id and pods[0].gpu_ids == pods[1].gpu_ids
+    for pod in pods:
+        assert f"GPUS={pod.gpu_ids}\n" in pod_log(pod) and pod.gpu_ids.isdigit()
