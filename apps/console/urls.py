@@ -10,4 +10,6 @@ urlpatterns = [
     path("stop/", views.job_bulk_stop, name="bulk-stop"),
     path("<str:job_id>/", views.job_detail, name="detail"),
     path("<str:job_id>/stop/", views.job_stop_view, name="stop"),
+    path("<str:job_id>/delete/", views.job_delete_view, name="delete"),
+    path("<str:job_id>/priority/", views.job_priority_view, name="priority"),
 ]

@@ -31,7 +31,13 @@ from apps.core.http import HtmxHttpRequest
 from apps.jobs import selectors
 from apps.jobs.forms import ROLE_ROWS, JobCreateForm, JobFilterForm, RoleForm, clone_initial
 from apps.jobs.models import Job
-from apps.jobs.services import job_stop, job_submit
+from apps.jobs.services import (
+    PRIORITY_EDITABLE,
+    job_delete,
+    job_priority_update,
+    job_stop,
+    job_submit,
+)
 from apps.market.selectors import job_bid_history, waiting_show
 
 
@@ -231,8 +237,12 @@ def job_detail(request: HtmxHttpRequest, job_id: str) -> HttpResponse:
     }
     if target != "spot-bids":
         context["live"] = job_live(job=job)
-        if not job.is_finished:  # the Stop button
-            context["can_manage"] = selectors.job_can_manage(user=request.user, job=job)
+        # Stop, Delete and the priority: for who may manage it
+        context["can_manage"] = selectors.job_can_manage(user=request.user, job=job)
+        context["priority_editable"] = (
+            job.status in PRIORITY_EDITABLE and job.resource_source == "quota"
+        )
+        context["priorities"] = range(1, 10)
     if target != "job-live" and job.is_spot:
         context["bid_history"] = job_bid_history(job=job)
     if target in DETAIL_PARTIALS:
@@ -266,6 +276,39 @@ def job_stop_view(request: HtmxHttpRequest, job_id: str) -> HttpResponse:
     else:
         messages.success(request, f"Job {job.job_id} stopped.")
     return redirect(_next_url(request, reverse("jobs:detail", args=[job.job_id])))
+
+
+@login_required
+@require_POST
+def job_delete_view(request: HtmxHttpRequest, job_id: str) -> HttpResponse:
+    """Delete a finished job (the rule of `job_delete`), then back to the list."""
+    job = _get_job_to_manage(request, job_id, action="delete")
+    try:
+        job_delete(job=job)
+    except ApplicationError as error:
+        messages.error(request, error.message)
+        return redirect(reverse("jobs:detail", args=[job.job_id]))
+    messages.success(request, f"Job {job.display_name} ({job.job_id}) deleted.")
+    return redirect(_next_url(request, reverse("jobs:list")))
+
+
+@login_required
+@require_POST
+def job_priority_view(request: HtmxHttpRequest, job_id: str) -> HttpResponse:
+    """Change the priority of a queued quota job (the rule of `job_priority_update`)."""
+    job = _get_job_to_manage(request, job_id, action="change")
+    try:
+        priority = int(request.POST.get("priority", ""))
+    except ValueError:
+        messages.error(request, "Priority: choose a whole number from 1 to 9.")
+    else:
+        try:
+            job_priority_update(job=job, priority=priority, by=request.user)
+        except ApplicationError as error:
+            messages.error(request, error.message)
+        else:
+            messages.success(request, f"Priority of job {job.job_id} set to {priority}.")
+    return redirect(reverse("jobs:detail", args=[job.job_id]))
 
 
 BULK_STOP_MAX = 200  # job ids taken from one request

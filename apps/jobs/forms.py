@@ -338,6 +338,15 @@ class RoleForm(forms.Form):
         )
 
 
+@dataclass(frozen=True)
+class ErrorLink:
+    """One line of the create form's error summary: the input it is about, and why."""
+
+    field_id: str
+    label: str
+    message: str
+
+
 class JobCreateForm:
     """The create-job page's input: a `JobForm` and `ROLE_ROWS` role rows, as one form."""
 
@@ -380,6 +389,22 @@ class JobCreateForm:
             or self.other_errors
             or any(r.errors for r in self.enabled_roles)
         )
+
+    @property
+    def error_links(self) -> list[ErrorLink]:
+        """Every field error, in the page's order, for the summary above the form: each
+        links to its input."""
+        links = []
+        parts: list[tuple[str, forms.Form]] = [("", self.job)]
+        parts += [(f"Role {r.index + 1}: ", r) for r in self.enabled_roles]
+        for prefix, part in parts:
+            for name, form_field in part.fields.items():
+                for message in part.errors.get(name, ()):
+                    label = form_field.label or name.replace("_", " ").capitalize()
+                    bound = part[name]
+                    target = bound.id_for_label or f"{bound.auto_id}_0"  # radios: the first
+                    links.append(ErrorLink(target, f"{prefix}{label}", message))
+        return links
 
     def is_valid(self) -> bool:
         """Parse every part; when parsing fails, still run the spec's rules so the page

@@ -76,4 +76,20 @@
 
   form.addEventListener("change", update);
   update();
+
+  // A rejected form: the summary of what to fix takes the focus (a screen reader reads it,
+  // the page scrolls to it), and each of its links puts the cursor in the input it names.
+  var summary = document.getElementById("form-errors");
+  if (summary) {
+    summary.focus();
+    summary.addEventListener("click", function (event) {
+      var link = event.target.closest("a[data-focus]");
+      if (!link) return;
+      var input = document.getElementById(link.getAttribute("data-focus"));
+      if (!input) return;
+      event.preventDefault();
+      input.scrollIntoView({ block: "center" });
+      input.focus();
+    });
+  }
 })();

@@ -61,3 +61,11 @@ def test_it_shows_field_errors_and_saves_nothing(browser_page, live_server, pers
         re.compile("market price range")
     )
     assert Job.objects.count() == 0
+    # the summary takes the focus and names each problem; its links put the cursor there
+    expect(page.locator("#form-errors")).to_be_focused()
+    summary = page.locator("#error-summary")
+    expect(summary).to_contain_text("Display name: is required")
+    expect(summary).to_contain_text("Role 1: SpotPriceLimit")
+    summary.locator("a[data-focus='id_roles-0-spot_price_limit']").click()
+    expect(page.locator("#id_roles-0-spot_price_limit")).to_be_focused()
+    expect(page.locator("label[for=id_display_name] .req")).to_have_text("required")
