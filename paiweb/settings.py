@@ -98,6 +98,7 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "apps.workspaces.middleware.CurrentWorkspaceMiddleware",
+    "apps.workspaces.middleware.TimezoneMiddleware",
 ]
 
 ROOT_URLCONF = "paiweb.urls"

@@ -10,7 +10,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, tzinfo
 from decimal import Decimal
 
 Points = list[tuple[float, Decimal]]  # [(epoch seconds, ¥/h)], sorted, a step function
@@ -99,13 +99,16 @@ def price_range(values: Sequence[Decimal]) -> tuple[Decimal, Decimal]:
     return max(low - margin, Decimal(0)), high + margin
 
 
-def chart_build(series: Sequence[Series], *, since: datetime, until: datetime) -> Chart:
+def chart_build(
+    series: Sequence[Series], *, since: datetime, until: datetime, zone: tzinfo = UTC
+) -> Chart:
     """The chart of step-function series over [since, until], each clipped to the window.
 
     The y axis is scaled to the moving lines (price, bid, average), so a price that moves by
     a few fen is seen moving; the floor and the original price are reference lines, drawn
     where they fall inside that scale and otherwise named in the legend as above or below
-    it. Only with no moving line to show does the axis span the references."""
+    it. Only with no moving line to show does the axis span the references. Time ticks are
+    written in `zone` (the reader's), 24-hour."""
     start, end = since.timestamp(), until.timestamp()
     clipped = [(label, kind, _clip(h, start, end)) for label, kind, h in series]
     moving = [p for _, kind, h in clipped if kind not in REFERENCE_KINDS for _, p in h]
@@ -126,7 +129,7 @@ def chart_build(series: Sequence[Series], *, since: datetime, until: datetime) -
     x_ticks = [
         (
             scale.x(start + (end - start) * i / 4),
-            datetime.fromtimestamp(start + (end - start) * i / 4, UTC).strftime("%m-%d %H:%M"),
+            datetime.fromtimestamp(start + (end - start) * i / 4, zone).strftime("%m-%d %H:%M"),
         )
         for i in range(5)
     ]

@@ -266,7 +266,7 @@ def price_chart(*, row: MarketRow, window: str = "6h", now: datetime | None = No
     series.append(("Original (pay-as-you-go)", "original", [(since.timestamp(), row.original)]))
     if row.is_lingjun and history:
         series.append(("System average", "average", _rolling_average(t, since, until)))
-    return chart_build(series, since=since, until=until)
+    return chart_build(series, since=since, until=until, zone=timezone.get_current_timezone())
 
 
 def _rolling_average(t: InstanceType, since: datetime, until: datetime) -> History:
@@ -341,7 +341,9 @@ def job_bid_history(*, job: Job, now: datetime | None = None) -> BidHistory:
         series.append(
             ("Original (pay-as-you-go)", "original", [(since.timestamp(), t.price_per_hour)])
         )
-        charts[name] = chart_build(series, since=since, until=until)
+        charts[name] = chart_build(
+            series, since=since, until=until, zone=timezone.get_current_timezone()
+        )
     return BidHistory(job=job, bids=bids, prices=prices, charts=charts)
 
 

@@ -5,7 +5,7 @@ from django.contrib import admin, messages
 from django.db.models import Count, QuerySet
 from django.http import HttpRequest
 
-from apps.workspaces.models import AccessKey, Membership, Workspace
+from apps.workspaces.models import AccessKey, Membership, UserPreference, Workspace
 from apps.workspaces.services import access_key_disable, access_key_enable
 
 
@@ -122,3 +122,10 @@ class AccessKeyAdmin(admin.ModelAdmin):
             "it will not be shown again.",
             messages.WARNING,
         )
+
+
+@admin.register(UserPreference)
+class UserPreferenceAdmin(admin.ModelAdmin):
+    list_display = ("user", "time_zone")
+    search_fields = ("user__username", "time_zone")
+    autocomplete_fields = ("user",)

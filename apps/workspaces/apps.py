@@ -3,3 +3,10 @@ from django.apps import AppConfig
 
 class WorkspacesConfig(AppConfig):
     name = "apps.workspaces"
+
+    def ready(self) -> None:
+        from django.contrib.auth.signals import user_logged_in
+
+        from apps.workspaces.middleware import remember_time_zone
+
+        user_logged_in.connect(remember_time_zone, dispatch_uid="paiweb-remember-time-zone")

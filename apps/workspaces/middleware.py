@@ -1,8 +1,16 @@
 from __future__ import annotations
 
-from apps.workspaces.selectors import workspace_default, workspace_for_user
+from urllib.parse import unquote
+
+from django.conf import settings
+from django.utils import timezone
+
+from apps.core.timezones import valid_zone
+from apps.workspaces.selectors import user_time_zone, workspace_default, workspace_for_user
 
 SESSION_KEY = "workspace_id"
+ZONE_SESSION_KEY = "time_zone"  # the user's saved zone, "" for none (read once per session)
+ZONE_COOKIE = "paiweb_tz"  # the browser's zone, set by paiweb.js
 
 
 class CurrentWorkspaceMiddleware:
@@ -19,3 +27,40 @@ class CurrentWorkspaceMiddleware:
             workspace = workspace_for_user(user=user, workspace_id=chosen) if chosen else None
             request.workspace = workspace or workspace_default(user=user)
         return self.get_response(request)
+
+
+def remember_time_zone(sender, request, user, **kwargs) -> None:
+    """At sign-in, the user's saved zone goes into the session: pages need not read it."""
+    if request is not None and hasattr(request, "session"):
+        request.session[ZONE_SESSION_KEY] = user_time_zone(user=user)
+
+
+class TimezoneMiddleware:
+    """Pages show times in the reader's zone: the one they saved (their preference), else
+    their browser's (the cookie paiweb.js sets), else the server's TIME_ZONE. Sets
+    request.time_zone (a ZoneInfo) and request.time_zone_source ("saved", "browser" or
+    "server")."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        zone, source = None, "server"
+        user = getattr(request, "user", None)
+        if user is not None and user.is_authenticated:
+            saved = request.session.get(ZONE_SESSION_KEY)
+            if saved is None:
+                saved = request.session[ZONE_SESSION_KEY] = user_time_zone(user=user)
+            zone = valid_zone(saved)
+            source = "saved" if zone is not None else source
+        if zone is None:
+            zone = valid_zone(unquote(request.COOKIES.get(ZONE_COOKIE, "")))
+            source = "browser" if zone is not None else source
+        if zone is None:
+            zone = valid_zone(settings.TIME_ZONE) or valid_zone("UTC")
+        request.time_zone, request.time_zone_source = zone, source
+        timezone.activate(zone)
+        try:
+            return self.get_response(request)
+        finally:
+            timezone.deactivate()

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from django.db.models import QuerySet
 
-from apps.workspaces.models import Membership, Workspace
+from apps.workspaces.models import Membership, UserPreference, Workspace
 
 # The roles that run a workspace: DLC's AdminNames, and who manages every job in it.
 MANAGING_ROLES = frozenset({Membership.Role.OWNER, Membership.Role.ADMIN})
@@ -73,3 +73,10 @@ def workspace_admins(*, workspaces: Iterable[Workspace]) -> dict[int, WorkspaceA
     ):
         admins[membership.workspace_id].memberships.append(membership)
     return admins
+
+
+def user_time_zone(*, user) -> str:
+    """The time zone the user saved ("" if none: their browser's is used)."""
+    return (
+        UserPreference.objects.filter(user=user).values_list("time_zone", flat=True).first() or ""
+    )

@@ -7,7 +7,8 @@ from django.db import transaction
 from django.views.decorators.debug import sensitive_variables
 
 from apps.core.errors import ApplicationError
-from apps.workspaces.models import AccessKey
+from apps.core.timezones import valid_zone
+from apps.workspaces.models import AccessKey, UserPreference
 
 MAX_ACCESS_KEYS_PER_USER = 5
 
@@ -50,3 +51,13 @@ def access_key_delete(*, key: AccessKey) -> None:
             "AccessKeyEnabled", f"Disable {key.key_id} before deleting it.", status=409
         )
     key.delete()
+
+
+def user_time_zone_set(*, user, time_zone: str) -> None:
+    """Save the zone the user's pages show times in ("" to follow the browser's). The name
+    must be an IANA zone."""
+    if time_zone and valid_zone(time_zone) is None:
+        raise ApplicationError(
+            "InvalidParameter", f"{time_zone[:64]!r} is not a time zone name", field="time_zone"
+        )
+    UserPreference.objects.update_or_create(user=user, defaults={"time_zone": time_zone})

@@ -5,6 +5,7 @@ from apps.workspaces import views
 app_name = "workspaces"
 urlpatterns = [
     path("switch/", views.workspace_switch, name="switch"),
+    path("preferences/", views.preferences, name="preferences"),
     path("access-keys/", views.access_key_list, name="access-keys"),
     path("access-keys/new/", views.access_key_create, name="access-key-create"),
     path("access-keys/<str:key_id>/disable/", views.access_key_disable, name="access-key-disable"),

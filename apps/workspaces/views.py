@@ -1,4 +1,5 @@
 from django import forms
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBadRequest
 from django.shortcuts import get_object_or_404, redirect, render
@@ -9,8 +10,9 @@ from django.views.decorators.http import require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
 from apps.core.errors import ApplicationError
+from apps.core.timezones import zone_names
 from apps.workspaces import services
-from apps.workspaces.middleware import SESSION_KEY
+from apps.workspaces.middleware import SESSION_KEY, ZONE_SESSION_KEY
 from apps.workspaces.models import AccessKey
 from apps.workspaces.selectors import workspace_for_user
 
@@ -73,6 +75,27 @@ def _access_keys_page(
     if new_secret:
         response["Cache-Control"] = "no-store"  # the secret must not linger in any cache
     return response
+
+
+@login_required
+def preferences(request: HttpRequest) -> HttpResponse:
+    """The user's preferences: the time zone pages show times in."""
+    if request.method == "POST":
+        choice = request.POST.get("time_zone", "").strip()
+        try:
+            services.user_time_zone_set(user=request.user, time_zone=choice)
+        except ApplicationError as error:
+            messages.error(request, error.message)
+        else:
+            request.session[ZONE_SESSION_KEY] = choice
+            shown = choice or "your browser's"
+            messages.success(request, f"Times are now shown in {shown} time zone.")
+            return redirect(reverse("workspaces:preferences"))
+    return render(
+        request,
+        "workspaces/preferences.html",
+        {"zones": zone_names(), "saved": request.session.get(ZONE_SESSION_KEY, "")},
+    )
 
 
 @login_required

@@ -8,13 +8,26 @@
     return value == null ? "—" : "¥" + value.toFixed(4) + "/h";
   }
 
+  // "12-01 19:05" (or "19:05") in that zone, whatever the browser's own locale
+  function clock(ts, zone, withDate) {
+    var parts = {};
+    new Intl.DateTimeFormat("en-GB", {
+      timeZone: zone, month: "2-digit", day: "2-digit", hour: "2-digit", minute: "2-digit",
+      hourCycle: "h23"
+    }).formatToParts(new Date(ts * 1e3)).forEach(function (p) { parts[p.type] = p.value; });
+    var time = parts.hour + ":" + parts.minute;
+    return withDate ? parts.month + "-" + parts.day + " " + time : time;
+  }
+
   function upgrade(figure) {
     if (typeof window.uPlot !== "function" || figure.dataset.upgraded) return;
     var source = document.getElementById(figure.dataset.priceChart);
     if (!source) return;
     var data = JSON.parse(source.textContent);
     var stepped = window.uPlot.paths.stepped({ align: 1 });
-    var series = [{ label: "Time (UTC)", value: "{YYYY}-{MM}-{DD} {HH}:{mm}:{ss}" }];
+    // the page's zone (the reader's: <html data-tz>), one 24-hour format as the tables
+    var zone = document.documentElement.dataset.tz || "Etc/UTC";
+    var series = [{ label: "Time (" + zone + ")", value: "{YYYY}-{MM}-{DD} {HH}:{mm}:{ss}" }];
     var columns = [data.t];
     data.series.forEach(function (s) {
       series.push({
@@ -34,15 +47,12 @@
       // the server's scale: the moving lines, not the far-off floor and original price
       scales: data.y ? { y: { range: function () { return data.y; } } } : undefined,
       tzDate: function (ts) {
-        return window.uPlot.tzDate(new Date(ts * 1e3), "Etc/UTC");
+        return window.uPlot.tzDate(new Date(ts * 1e3), zone);
       },
       axes: [{ values: function (u, ticks) {
-        // one 24-hour format, as the tables write times (UTC); the date once ticks span days
+        // the date too once ticks span days
         var long = ticks.length > 1 && ticks[ticks.length - 1] - ticks[0] > 86400;
-        return ticks.map(function (ts) {
-          var iso = new Date(ts * 1e3).toISOString();
-          return long ? iso.slice(5, 10) + " " + iso.slice(11, 16) : iso.slice(11, 16);
-        });
+        return ticks.map(function (ts) { return clock(ts, zone, long); });
       } }, { values: function (u, ticks) {
         // enough decimals that neighbouring ticks differ (a price moving by fen)
         var step = ticks.length > 1 ? Math.abs(ticks[1] - ticks[0]) : 1;

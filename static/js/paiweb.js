@@ -14,6 +14,23 @@
     if (message && !window.confirm(message)) event.preventDefault();
   });
 
+  // The browser's time zone, for pages to show times in (unless the user saved one): told
+  // to the server in a cookie; the first page it was not known yet is shown again in it.
+  try {
+    var zone = Intl.DateTimeFormat().resolvedOptions().timeZone;
+    var root = document.documentElement;
+    var told = document.cookie.split("; ").some(function (c) { return c === "paiweb_tz=" + encodeURIComponent(zone); });
+    if (zone && !told) {
+      document.cookie = "paiweb_tz=" + encodeURIComponent(zone) + "; path=/; max-age=31536000; samesite=lax";
+      // once per tab: without cookies (or a zone the server does not know) it would loop
+      if (root.dataset.tzSource === "server" && root.dataset.tz !== zone &&
+          !window.sessionStorage.getItem("paiweb_tz_reloaded")) {
+        window.sessionStorage.setItem("paiweb_tz_reloaded", "1");
+        window.location.reload();
+      }
+    }
+  } catch (e) { /* no Intl: the server's zone it is */ }
+
   // Buttons only needed without JavaScript (the workspace switcher's "Switch").
   document.addEventListener("DOMContentLoaded", function () {
     document.querySelectorAll("[data-hide-with-js]").forEach(function (el) {

@@ -55,3 +55,21 @@ def test_it_lands_a_persona_on_the_jobs_list(
     assert response.status == 200
     assert urlsplit(browser_page.url).path == reverse("jobs:list")
     assert browser_page.external_requests == []
+
+
+def test_a_browser_in_shanghai_sees_its_own_time_zone(
+    chromium_browser, live_server, personas, password
+):
+    context = chromium_browser.new_context(timezone_id="Asia/Shanghai")
+    try:
+        page = context.new_page()
+        login(page, live_server, "alice", password)
+        # the first page did not know the zone yet: it is shown again in it
+        expect(page.locator("#time-zone-label")).to_contain_text("Asia/Shanghai (UTC+08:00)")
+        page.click("#time-zone-label")
+        expect(page.locator("h1")).to_have_text("Preferences")
+        page.select_option("#time-zone", "Europe/Berlin")
+        page.click("#save-time-zone")
+        expect(page.locator("#time-zone-label")).to_contain_text("Europe/Berlin (UTC+01:00)")
+    finally:
+        context.close()

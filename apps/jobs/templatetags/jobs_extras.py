@@ -121,6 +121,22 @@ def binary_size(value) -> str:
 
 
 @register.filter
+def when(moment, form: str = "full"):
+    """A time as every table writes it, in the reader's zone (TimezoneMiddleware), 24-hour:
+    `{{ event.at|when }}` → 2026-12-01 19:10:10, `|when:"time"` → 19:10:10; the exact time
+    with its zone on hover, the instant in `datetime`."""
+    if not moment:
+        return "—"
+    from django.utils import timezone
+    from django.utils.html import format_html
+
+    local = timezone.localtime(moment) if timezone.is_aware(moment) else moment
+    shown = local.strftime("%H:%M:%S" if form == "time" else "%Y-%m-%d %H:%M:%S")
+    exact = f"{local:%Y-%m-%d %H:%M:%S} {local.tzname() or ''}".strip()
+    return format_html('<time datetime="{}" title="{}">{}</time>', moment.isoformat(), exact, shown)
+
+
+@register.filter
 def ago(moment) -> str:
     """How long ago: `{{ job.disk_measured_at|ago }}` → just now, 2 min ago, 3 h ago, 4 d ago."""
     if not moment:
