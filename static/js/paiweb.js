@@ -22,8 +22,11 @@
     var told = document.cookie.split("; ").some(function (c) { return c === "paiweb_tz=" + encodeURIComponent(zone); });
     if (zone && !told) {
       document.cookie = "paiweb_tz=" + encodeURIComponent(zone) + "; path=/; max-age=31536000; samesite=lax";
-      // once per tab: without cookies (or a zone the server does not know) it would loop
+      // only a page that shows times (never one being typed into, like the sign-in
+      // form), and once per tab: without cookies, or with a zone the server does not
+      // know, it would loop
       if (root.dataset.tzSource === "server" && root.dataset.tz !== zone &&
+          document.querySelector("time") &&
           !window.sessionStorage.getItem("paiweb_tz_reloaded")) {
         window.sessionStorage.setItem("paiweb_tz_reloaded", "1");
         window.location.reload();
