@@ -744,6 +744,81 @@ def yuan(price: Decimal | None) -> str:
 # --- replay ------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class BidExposure:
+    """How a bid would have fared over a window of price history (the create form's spot
+    guidance): the market price's time-weighted low, median and high; the share of the
+    window its bid would not have held (below the price it is held to: the market price, or
+    for Lingjun the system average); and how many times it would have been reclaimed (each
+    time the held-to price rose above it after it had held)."""
+
+    low: Decimal
+    median: Decimal
+    high: Decimal
+    below_share: float
+    reclaims: int
+
+
+def bid_exposure(
+    bid: Decimal,
+    prices: Sequence[tuple[float, Decimal]],
+    held_to: Sequence[tuple[float, Decimal]],
+    *,
+    since: float,
+    until: float,
+) -> BidExposure | None:
+    """`BidExposure` of a bid (¥/h) over [since, until]. `prices` and `held_to` are step
+    functions [(epoch seconds, ¥/h)], sorted, each starting with the point in force at
+    `since`; held_to is `prices` itself for ECS. None when there is no price in the window."""
+    spans = _spans(prices, since, until)
+    if not spans:
+        return None
+    total = sum(d for _, d in spans)
+    ordered = sorted(spans)
+    values = [ordered[0][0], _weighted_median(ordered, total), ordered[-1][0]]
+    below = 0.0
+    reclaims = 0
+    holding: bool | None = None
+    for limit, duration in _spans(held_to, since, until):
+        held = bid >= limit
+        if not held:
+            below += duration
+        if holding and not held:
+            reclaims += 1
+        holding = held
+    return BidExposure(
+        low=values[0],
+        median=values[1],
+        high=values[2],
+        below_share=below / total if total else 0.0,
+        reclaims=reclaims,
+    )
+
+
+def _spans(
+    series: Sequence[tuple[float, Decimal]], since: float, until: float
+) -> list[tuple[Decimal, float]]:
+    """(value, seconds in force) of each step of a step function within [since, until], in
+    time order."""
+    out = []
+    for i, (at, value) in enumerate(series):
+        start = max(at, since)
+        end = min(series[i + 1][0] if i + 1 < len(series) else until, until)
+        if end > start:
+            out.append((value, end - start))
+    return out
+
+
+def _weighted_median(ordered: Sequence[tuple[Decimal, float]], total: float) -> Decimal:
+    """The value in force for half the window or more, counting from the lowest."""
+    seen = 0.0
+    for value, duration in ordered:
+        seen += duration
+        if seen >= total / 2:
+            return value
+    return ordered[-1][0]
+
+
 def load_replay_csv(lines: Iterable[str]) -> dict[str, list[PricePoint]]:
     """Price series per type from a CSV with header `timestamp,instance_type,price`.
 

@@ -251,6 +251,24 @@ def price_panel(*, name: str) -> MarketRow | None:
     return row if row.instance_type.spot_enabled else None
 
 
+GUIDANCE_WINDOW = timedelta(hours=24)
+
+
+def bid_guidance(
+    *, row: MarketRow, bid_per_hour: Decimal, now: datetime | None = None
+) -> pricing.BidExposure | None:
+    """How a bid on this type would have fared over the last 24 hours (`pricing.
+    bid_exposure`): held to the market price, or for Lingjun to the system average."""
+    until = now or timezone.now()
+    since = until - GUIDANCE_WINDOW
+    t = row.instance_type
+    prices = price_histories(type_ids=[t.pk], since=since, until=until).get(t.pk, [])
+    held = _rolling_average(t, since, until) if row.is_lingjun and prices else prices
+    return pricing.bid_exposure(
+        bid_per_hour, prices, held, since=since.timestamp(), until=until.timestamp()
+    )
+
+
 # --- charts (geometry in apps/market/charts.py) ----------------------------------------------
 
 

@@ -7,6 +7,8 @@ scoped to a workspace.
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.http import HttpResponse, JsonResponse
@@ -14,7 +16,9 @@ from django.shortcuts import render
 from django.utils.cache import patch_vary_headers
 from django.views.decorators.http import require_GET
 
+from apps.core import pricing
 from apps.core.http import HtmxHttpRequest
+from apps.jobs.specs import as_decimal
 from apps.market import selectors
 
 
@@ -74,6 +78,29 @@ def _instance_type_param(query) -> str:
     return ""
 
 
+def _bid_param(query, row: selectors.MarketRow) -> Decimal | None:
+    """The create form's bid for the row, in ¥/h: its SpotDiscountLimit or SpotPriceLimit
+    (whichever its limit type says; the inputs are named like `roles-0-spot_price_limit`).
+    None when absent or not a number."""
+
+    def field(suffix: str) -> str:
+        return next((v for k, v in query.items() if k.endswith(suffix) and v), "")
+
+    kind = field("spot_limit_type") or "discount"
+    try:
+        value = as_decimal(field("spot_price_limit" if kind == "price" else "spot_discount_limit"))
+    except ValueError:
+        return None
+    if value is None or value <= 0:
+        return None
+    original = row.instance_type.price_per_hour
+    if kind == "price":
+        return pricing.bid_limit_per_hour(original, discount=None, price_limit_per_minute=value)
+    if value >= 1:
+        return None
+    return pricing.bid_limit_per_hour(original, discount=value, price_limit_per_minute=None)
+
+
 @login_required
 @require_GET
 def price_panel(request: HtmxHttpRequest) -> HttpResponse:
@@ -83,7 +110,13 @@ def price_panel(request: HtmxHttpRequest) -> HttpResponse:
     row = selectors.price_panel(name=name) if name else None
     if request.GET.get("format") == "json":
         return JsonResponse(_panel_json(name, row), status=200 if row else 404)
-    response = render(request, "market/price_panel.html", {"row": row, "name": name})
+    bid = _bid_param(request.GET, row) if row is not None else None
+    guidance = selectors.bid_guidance(row=row, bid_per_hour=bid) if bid and row else None
+    response = render(
+        request,
+        "market/price_panel.html",
+        {"row": row, "name": name, "bid": bid, "guidance": guidance},
+    )
     patch_vary_headers(response, ["HX-Request"])
     return response
 

@@ -16,6 +16,7 @@ from apps.core.pricing import (
     Start,
     TypeMarket,
     Waiting,
+    bid_exposure,
     bid_limit_per_hour,
     bill_minutes,
     hour_to_per_minute,
@@ -607,3 +608,31 @@ def test_it_writes_prices_with_two_to_four_decimals():
         "¥12.00",
     ]
     assert yuan(None) == "—"
+
+
+# --- a bid's exposure over the price history (the create form's spot guidance) -------------
+
+
+def test_a_bid_is_reclaimed_each_time_the_price_rises_above_it_after_it_held():
+    prices = [(0.0, D("1.0")), (100.0, D("3.0")), (200.0, D("1.0")), (300.0, D("4.0"))]
+    exposure = bid_exposure(D("2.0"), prices, prices, since=0.0, until=400.0)
+    assert exposure is not None
+    assert (exposure.low, exposure.median, exposure.high) == (D("1.0"), D("1.0"), D("4.0"))
+    assert exposure.below_share == 0.5 and exposure.reclaims == 2
+
+
+def test_a_bid_below_every_price_never_runs_so_is_never_reclaimed():
+    prices = [(0.0, D("5.0")), (50.0, D("6.0"))]
+    exposure = bid_exposure(D("1.0"), prices, prices, since=0.0, until=100.0)
+    assert exposure is not None and exposure.below_share == 1.0 and exposure.reclaims == 0
+
+
+def test_lingjun_bids_are_held_to_the_system_average():
+    prices = [(0.0, D("1.0")), (10.0, D("9.0")), (20.0, D("1.0"))]  # a spike
+    average = [(0.0, D("1.0")), (10.0, D("2.0"))]  # the average barely moves
+    exposure = bid_exposure(D("2.5"), prices, average, since=0.0, until=30.0)
+    assert exposure is not None and exposure.reclaims == 0 and exposure.below_share == 0.0
+
+
+def test_no_price_in_the_window_is_no_exposure():
+    assert bid_exposure(D("1"), [], [], since=0.0, until=10.0) is None

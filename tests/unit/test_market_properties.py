@@ -16,6 +16,7 @@ from apps.core.pricing import (
     SpotRequest,
     TypeMarket,
     asked_price,
+    bid_exposure,
     bill_minutes,
     market_step,
     minute_charge,
@@ -458,3 +459,36 @@ def test_it_offers_price_limits_that_bid_exactly_the_market_range(ticks, permill
     assert per_minute_to_hour(low) == floor
     assert per_minute_to_hour(low - MINUTE) < floor
     assert per_minute_to_hour(high) == original
+
+
+# --- a bid's exposure over the price history ---------------------------------------------
+
+_STEPS = st.lists(
+    st.tuples(st.integers(1, 50), st.integers(1, 900)), min_size=1, max_size=30
+)  # (seconds the step lasts, fen per hour)
+
+
+def _series(steps) -> list[tuple[float, D]]:
+    t, out = 0.0, []
+    for seconds, fen in steps:
+        out.append((t, D(fen) / 100))
+        t += seconds
+    return out
+
+
+@FAST
+@given(_STEPS, st.integers(0, 1000))
+def test_bid_exposure_is_bounded_and_monotone_in_the_bid(steps, bid_fen):
+    prices = _series(steps)
+    until = sum(s for s, _ in steps)
+    bid = D(bid_fen) / 100
+    exposure = bid_exposure(bid, prices, prices, since=0.0, until=until)
+    higher = bid_exposure(bid + 1, prices, prices, since=0.0, until=until)
+    assert exposure is not None and higher is not None
+    assert exposure.low <= exposure.median <= exposure.high
+    assert 0.0 <= exposure.below_share <= 1.0 and 0 <= exposure.reclaims < len(steps)
+    assert higher.below_share <= exposure.below_share  # a higher bid holds at least as long
+    if bid >= exposure.high:
+        assert exposure.below_share == 0.0 and exposure.reclaims == 0
+    if bid < exposure.low:
+        assert exposure.below_share == 1.0 and exposure.reclaims == 0

@@ -146,3 +146,53 @@ def test_a_lingjun_jobs_bid_history_shows_the_system_average_it_is_reclaimed_aga
     html = render_to_string("market/_bid_history.html", {"bid_history": history})
     assert 'data-kind="average"' in html and "System average" in html
     assert 'data-kind="bid"' in html
+
+
+def _history(now, steps):
+    """Price points of G7: (hours ago, ¥/h)."""
+    from decimal import Decimal
+
+    from apps.cluster.models import InstanceType
+    from apps.market.models import PricePoint
+
+    g7 = InstanceType.objects.get(name=G7)
+    PricePoint.objects.filter(instance_type=g7).delete()
+    for hours, price in steps:
+        PricePoint.objects.create(
+            instance_type=g7, at=now - timedelta(hours=hours), price_per_hour=Decimal(price)
+        )
+
+
+@pytest.mark.parametrize(
+    ("bid", "says"),
+    [
+        (
+            {"r0-spot_limit_type": "discount", "r0-spot_discount_limit": "0.3"},
+            "Your bid ¥0.2400/h was below the market price 25% of that time: a job running "
+            "on it would have been reclaimed 1 time.",
+        ),
+        (
+            {"r0-spot_limit_type": "price", "r0-spot_price_limit": "0.0100"},  # ¥0.60/h
+            "Your bid ¥0.6000/h held all of that time: it would not have been reclaimed.",
+        ),
+    ],
+)
+def test_its_price_panel_says_how_a_bid_would_have_fared_over_a_day(
+    alice_client, personas, bid, says
+):
+    now = timezone.now()
+    _history(now, [(30, "0.10"), (12, "0.40"), (6, "0.10")])
+    response = alice_client.get(
+        reverse("market:price-panel"),
+        {"r0-instance_type": G7, **bid},
+        headers={"HX-Request": "true"},
+    )
+    html = response.content.decode()
+    assert "Last 24 h: low ¥0.1000, median ¥0.1000, high ¥0.4000/h." in html
+    assert says in html
+
+
+def test_its_price_panel_gives_no_guidance_without_a_bid(alice_client, personas):
+    _history(timezone.now(), [(30, "0.10")])
+    html = alice_client.get(reverse("market:price-panel"), {"r0-instance_type": G7}).content
+    assert b"bid-guidance" not in html
