@@ -256,7 +256,8 @@ def test_it_ignores_a_role_row_that_is_not_used(alice_client):
 def test_it_asks_the_market_for_each_roles_live_price(alice_client):
     content = alice_client.get(reverse("jobs:create")).content.decode()
     assert content.count(f'hx-get="{reverse("market:price-panel")}"') == 4
-    assert 'hx-include="#id_roles-0-instance_type"' in content
+    # the row's instance type and its bid: the panel says how that bid would have fared
+    assert 'hx-include="#id_roles-0-instance_type, #id_roles-0-spot_discount_limit,' in content
 
 
 def test_it_creates_nothing_for_a_user_without_a_workspace(client, personas):
