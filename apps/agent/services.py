@@ -387,9 +387,9 @@ def pod_report_exit(
     pod.reason = reason or ("Completed" if ok else "Error")
     pod.message = message or f"Exited with {code_text}"
     pod.save(update_fields=["status", "exit_code", "finished_at", "reason", "message"])
-    job_event(
-        job=job, pod=pod, kind="PodSucceeded" if ok else "PodFailed", now=now, message=pod.message
-    )
+    # an OOM kill (or another limit) is named as such: GetPodEvents and the job page say it
+    kind = "PodSucceeded" if ok else (pod.reason if pod.reason in LIMIT_REASONS else "PodFailed")
+    job_event(job=job, pod=pod, kind=kind, now=now, message=pod.message)
     if job.status in RUNNABLE_JOB_STATUSES and pod.attempt == job.attempt:
         _job_after_pod_exit(job=job, pod=pod, now=now)
 

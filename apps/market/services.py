@@ -625,13 +625,26 @@ def _apply_reclaims(reclaims: tuple[pricing.Reclaim, ...], *, now: datetime) -> 
         now=now,
     )
     JobEvent.objects.bulk_create(
-        JobEvent(
-            job=job,
-            kind="Reclaimed",
-            at=now,
-            message=f"{planned[job.pk].code}: {planned[job.pk].reason}",
-        )
-        for job in jobs
+        [
+            JobEvent(
+                job=job,
+                kind="Reclaimed",
+                at=now,
+                message=f"{planned[job.pk].code}: {planned[job.pk].reason}",
+            )
+            for job in jobs
+        ]
+        + [  # and on each pod, for its own events (GetPodEvents)
+            JobEvent(
+                job=job,
+                pod=pod,
+                kind="PodReclaimed",
+                at=now,
+                message=f"{planned[job.pk].code}: {planned[job.pk].reason}",
+            )
+            for job in jobs
+            for pod in pods[job.pk]
+        ]
     )
     jobs_requeue_or_fail(
         interruptions=[

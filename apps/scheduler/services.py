@@ -371,7 +371,15 @@ def _apply_preemptions(preemptions: tuple[engine.Preemption, ...], *, now: datet
         now=now,
     )
     JobEvent.objects.bulk_create(
-        JobEvent(job=job, kind="Preempted", message=planned[job.pk].reason, at=now) for job in jobs
+        [
+            JobEvent(job=job, kind="Preempted", message=planned[job.pk].reason, at=now)
+            for job in jobs
+        ]
+        + [  # and on each pod, for its own events (GetPodEvents)
+            JobEvent(job=job, pod=pod, kind="PodPreempted", message=planned[job.pk].reason, at=now)
+            for job in jobs
+            for pod in pods[job.pk]
+        ]
     )
     jobs_requeue_or_fail(
         interruptions=[

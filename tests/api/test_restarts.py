@@ -69,3 +69,21 @@ def test_a_job_never_interrupted_has_no_restart_record(live_server, keys, story)
     assert body["RestartRecord"] == []
     [worker] = body["JobReplicaStatuses"]
     assert (worker["Active"], worker["EstimatedPodCount"]) == (1, 1)
+
+
+def test_a_preempted_pods_own_events_say_it_was_preempted_and_by_whom(
+    dlc_for,
+    story,  # noqa: F811
+):
+    from alibabacloud_pai_dlc20201203.models import GetPodEventsRequest
+
+    borrower, owner = story["borrower"], story["owner"]
+    pod = borrower.pods.filter(attempt=0).first()
+    events = (
+        dlc_for("charlie")
+        .get_pod_events(borrower.job_id, pod.pod_id, GetPodEventsRequest())
+        .body.events
+    )
+    preempted = [e for e in events if "PodPreempted" in e]
+    assert len(preempted) == 1, events
+    assert f"preempted by job owner ({owner.job_id})" in preempted[0]

@@ -325,6 +325,7 @@ def test_it_sends_a_reclaimed_job_with_aimaster_back_to_bidding_and_runs_it_agai
         "Bidding",
         "BidAccepted",
         "Reclaimed",
+        "PodReclaimed",  # on the pod too: its own events say so
         "Requeued",
         "BidAccepted",
         "Resumed",
@@ -548,6 +549,7 @@ def test_it_requeues_and_fails_jobs_reclaimed_in_the_same_tick(personas, replay)
         "Bidding",
         "BidAccepted",
         "Reclaimed",
+        "PodReclaimed",
         "Requeued",
     ]
     assert list(lost.events.values_list("kind", flat=True)) == [
@@ -555,6 +557,7 @@ def test_it_requeues_and_fails_jobs_reclaimed_in_the_same_tick(personas, replay)
         "Bidding",
         "BidAccepted",
         "Reclaimed",
+        "PodReclaimed",
         "Failed",
     ]
     assert [t.status for t in lost.status_history.all()] == [

@@ -321,7 +321,7 @@ def test_a_pod_over_its_memory_ends_oomkilled(personas, agent_backend):
     assert (pod.status, pod.reason) == (PodStatus.FAILED, "OOMKilled"), pod.message
     assert "memory limit of 256 MiB" in pod.message
     assert "OOMKilled" in job.reason_message
-    assert any("OOMKilled" in m or "memory limit" in m for m in events(job, "PodFailed"))
+    assert any("OOMKilled" in m or "memory limit" in m for m in events(job, "OOMKilled"))
 
 
 def test_a_fork_bomb_stops_at_the_process_limit(personas, agent_backend):

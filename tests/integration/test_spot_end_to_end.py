@@ -129,6 +129,8 @@ def test_a_spot_job_with_aimaster_survives_a_price_spike_and_is_billed_to_the_ce
         "Bidding",
         "BidAccepted",
         "Reclaimed",
+        "PodReclaimed",  # each of its two pods
+        "PodReclaimed",
         "Requeued",
         "BidAccepted",
         "Resumed",
