@@ -41,6 +41,7 @@ from apps.scheduler.engine import (
     Resources,
     RunningJob,
     RunningPod,
+    target_workload,
 )
 from apps.simulator.cluster import Cluster, assign_quota
 from apps.simulator.policy import Policy
@@ -322,15 +323,12 @@ class _Cluster:
 
 
 def workload(traces: Sequence[TraceJob], settings: Settings) -> tuple[tuple[int, int, float], ...]:
-    """FGD's target workload: the trace's mix of (milli-GPUs, CPU) per GPU-asking pod, as
-    shares of all such pods (weights summing to 1). A fraction is whole GPUs without
-    sharing."""
-    mix: dict[tuple[int, int], int] = {}
-    for t in traces:
-        milli = t.share if settings.gpu_sharing and t.share else t.gpu * 1000
-        mix[(milli, t.cpu)] = mix.get((milli, t.cpu), 0) + t.pods
-    total = sum(mix.values())
-    return tuple((m, c, n / total) for (m, c), n in sorted(mix.items())) if total else ()
+    """FGD's target workload: the trace's mix of pods (the engine's `target_workload`). A
+    fraction is whole GPUs without sharing."""
+    return target_workload(
+        (t.share if settings.gpu_sharing and t.share else t.gpu * 1000, t.cpu, t.pods)
+        for t in traces
+    )
 
 
 def make_jobs(

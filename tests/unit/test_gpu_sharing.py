@@ -27,6 +27,7 @@ from apps.scheduler.engine import (
     SchedulerError,
     Snapshot,
     plan,
+    target_workload,
 )
 
 NOW = 1_700_000_000.0
@@ -285,6 +286,31 @@ def test_it_rejects_a_share_that_is_not_part_of_one_gpu(pod):
         plan(shot([node(1)], [job]), now=NOW)
 
 
+@pytest.mark.parametrize("placement", ["best_fit", "worst_fit", "random", "fgd"])
+def test_a_share_leaves_alone_the_gpu_an_owner_waits_for(placement):
+    # the owner's 2 GPUs are node 1's once the borrower's share on GPU 0 leaves; the share
+    # queued behind it must not go on that GPU (it would void the reclaim): it reclaims
+    # room of its own on node 2
+    borrower = {"idle": "only_idle", "started": NOW - 3600}
+    snapshot = shot(
+        [node(1, gpus=2), node(2)],
+        [queued(1, 2000), queued(2, 250)],
+        [
+            running(101, held(1010, 1, 250, (0,), in_quota=False), **borrower),
+            running(100, held(1000, 2, 250, (0,), in_quota=False), **borrower),
+            running(102, held(1020, 2, 250, (0,), in_quota=False), **borrower),
+            running(103, held(1030, 2, 300, (0,), in_quota=False), **borrower),
+        ],
+        quotas=[quota(min_gpu=4)],
+    )
+    config = Config(placement=placement, workload=((250, 1000, 1.0),))
+    p = plan(snapshot, now=NOW, config=config)
+    assert admitted(p) == {}
+    waiting = {w.job_id: [(r.node_id, r.gpus) for r in w.reserved] for w in p.waiting}
+    assert waiting == {1: [(1, ())], 2: [(2, (0,))]}
+    assert {v.job_id for v in p.preemptions} >= {101}
+
+
 def test_fgd_keeps_a_hole_the_workload_fits():
     # best fit would fill the 0.3 left on node 1; the workload is all 0.3 pods
     snapshot = shot([node(1), node(2, gpus=2)], [queued(2, 200)], [running(1, held(1, 1, 700))])
@@ -303,6 +329,27 @@ def test_fgd_keeps_whole_gpus_for_the_whole_gpu_pods_pending():
     )
     p = plan(snapshot, now=NOW, config=Config(placement="fgd"))
     assert admitted(p) == {2: [(2, (1,), True)], 3: [(1, (0, 1), True)]}
+
+
+def test_fgd_weighs_a_pod_by_the_whole_gpus_it_asks_for():
+    # three pods of 0.5 GPU weigh 3, one of 2 whole GPUs 1 + 2, one CPU-only pod 1
+    mix = target_workload([(500, 4000, 3), (2000, 8000, 1), (0, 2000, 1)])
+    assert mix == ((0, 2000, 1 / 7), (500, 4000, 3 / 7), (2000, 8000, 3 / 7))
+    assert target_workload([]) == ()
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from([0, 250, 1000, 2000, 8000]), st.integers(0, 64), st.integers(1, 9)
+        ),
+        min_size=1,
+    )
+)
+def test_fgd_workload_weights_sum_to_one(pods):
+    mix = target_workload(pods)
+    assert abs(sum(w for _, _, w in mix) - 1) < 1e-9
+    assert {(m, c) for m, c, _ in mix} == {(m, c) for m, c, _ in pods}
 
 
 @pytest.mark.parametrize("placement", ["best_fit", "worst_fit", "random", "fgd"])

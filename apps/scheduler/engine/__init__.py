@@ -12,7 +12,7 @@ Import from here; the modules are the engine's parts, each importing only those 
 - `model`: the values in and out (`Snapshot`, `Plan`, ...), `SchedulerError`, the quota tree;
 - `room`: room on a pool's nodes during a pass, gang placement by best fit;
 - `reclaim`: which borrowers an owner preempts (victim choice);
-- `sharing`: GPUs one by one, in a pool where some pod asks for part of one;
+- `sharing`: GPUs one by one, in a pool where some pod asks for part of one, and FGD;
 - `plan`: the planner, the two passes over the queues (how a pass runs is told there);
 - `report`: quota use, free guarantee, borrowing and lending, for the quotas page.
 """
@@ -43,6 +43,7 @@ from apps.scheduler.engine.model import (
 )
 from apps.scheduler.engine.plan import ClusterState, plan
 from apps.scheduler.engine.report import QuotaReport, quota_report, quota_usage
+from apps.scheduler.engine.sharing import target_workload
 
 __all__ = [
     "ZERO",
@@ -70,4 +71,5 @@ __all__ = [
     "plan",
     "quota_report",
     "quota_usage",
+    "target_workload",
 ]

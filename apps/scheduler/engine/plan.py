@@ -58,7 +58,7 @@ from apps.scheduler.engine.model import (
 )
 from apps.scheduler.engine.reclaim import Borrower, Reclaimer, preemption
 from apps.scheduler.engine.room import Pool
-from apps.scheduler.engine.sharing import Shares, Spot
+from apps.scheduler.engine.sharing import Shares, Spot, target_workload
 from apps.scheduler.engine.vectors import (
     Vec,
     add,
@@ -673,14 +673,9 @@ def _credit(borrower: Borrower, pools: dict[int, Pool]) -> None:
 
 
 def _workload(pending: Iterable[PendingJob]) -> tuple[tuple[int, int, float], ...]:
-    """FGD's target workload when none is configured: the pending pods asking for GPUs,
-    by (milli-GPUs, CPU), weights summing to 1."""
-    mix: dict[tuple[int, int], int] = {}
-    for job in pending:
-        for p in job.pods:
-            milli = p.gpu_milli or p.resources.gpu * MILLI
-            if milli:
-                key = (milli, p.resources.cpu)
-                mix[key] = mix.get(key, 0) + 1
-    total = sum(mix.values())
-    return tuple((m, c, n / total) for (m, c), n in sorted(mix.items())) if total else ()
+    """FGD's target workload when none is configured: the pending pods' mix."""
+    return target_workload(
+        (p.gpu_milli or p.resources.gpu * MILLI, p.resources.cpu, 1)
+        for job in pending
+        for p in job.pods
+    )

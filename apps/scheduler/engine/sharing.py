@@ -393,9 +393,19 @@ class Shares:
         for j in rows:
             _, n, g = partial[j]
             e = eff[n]
-            if e[1] >= c and e[2] >= m:
+            if e[1] >= c and e[2] >= m and self._opens(n, g):
                 return n, (g,)
         return None
+
+    def _opens(self, n: int, g: int) -> bool:
+        """Whether the pool's count has the whole GPU a share on GPU g would open: in `fut`
+        when all of its shares are leaving (a reclaiming owner's reservation, held by count,
+        may have taken it), in `now` and `fut` when it has none."""
+        node = self.nodes[n]
+        if node.sh_fut[g]:
+            return True
+        pool = self.pool
+        return pool.fut[n][0] > 0 and (node.sh_now[g] > 0 or pool.now[n][0] > 0)
 
     def _random(self, share: int, c: int, m: int, rng: random.Random) -> Spot | None:
         eff = self.pool.eff
@@ -404,7 +414,7 @@ class Shares:
             for n, node in sorted(self.nodes.items())
             if eff[n][1] >= c and eff[n][2] >= m
             for g in range(len(node.sh_now))
-            if _fits_gpu(node, g, share) and (node.used(g) or eff[n][0] > 0)
+            if _fits_gpu(node, g, share) and (node.used(g) or eff[n][0] > 0) and self._opens(n, g)
         ]
         if not options:
             return None
@@ -438,19 +448,39 @@ class Shares:
                     continue
                 sig = self._sig(n)
                 before, after = bisect_right(steps, cpu), bisect_right(steps, cpu - c)
-                if (sig, before, after) in seen:
-                    continue
-                seen.add((sig, before, after))
+                # a node with no whole GPU to open may have GPUs whose shares all leave,
+                # which a reservation holds: each such node is looked at on its own
+                odd = share and not b and self._leaving(n)
+                if not odd:
+                    if (sig, before, after) in seen:
+                        continue
+                    seen.add((sig, before, after))
                 for used, growth in self._growth(sig, before, after, share, g, b):
                     if best is None or growth < best[0] - 1e-9:
+                        if odd and self._gpu(n, used) is None:
+                            continue
                         best = (growth, n, used)
         if best is None:
             return None
         _, n, used = best
-        node = self.nodes[n]
         if share:
-            return n, (next(k for k in range(len(node.sh_now)) if _shareable(node, k, used)),)
+            gpu = self._gpu(n, used)
+            assert gpu is not None
+            return n, (gpu,)
         return n, self.names(n, pod)
+
+    def _gpu(self, n: int, used: int) -> int | None:
+        """The first GPU of node n with so much used that a share may take."""
+        node = self.nodes[n]
+        for k in range(len(node.sh_now)):
+            if _shareable(node, k, used) and self._opens(n, k):
+                return k
+        return None
+
+    def _leaving(self, n: int) -> bool:
+        """Whether some GPU of node n has shares now and none later."""
+        node = self.nodes[n]
+        return any(a and not b for a, b in zip(node.sh_now, node.sh_fut, strict=True))
 
     def _sig(self, n: int) -> tuple[int, ...]:
         """The node's GPUs as FGD sees them: milli-GPUs taken on each, sorted."""
@@ -595,6 +625,20 @@ class _FutRoom:
             row[2] -= c
             row[3] -= m
         return spots
+
+
+def target_workload(pods: Iterable[tuple[int, int, int]]) -> tuple[tuple[int, int, float], ...]:
+    """FGD's target workload from pods given as (milli-GPUs each asks for, its CPU, how
+    many): one (milli-GPUs, CPU, weight) per shape, weights summing to 1. A pod weighs 1,
+    and 1 more per whole GPU it asks for: a gang of whole GPUs that finds no room strands
+    more of the cluster than a share does (on the openb fill this weighting, FGD's
+    GpuResWeight, lifts the allocation by about half a point; docs/simulator.md)."""
+    mix: dict[tuple[int, int], float] = {}
+    for milli, cpu, count in pods:
+        weight = count * (1 + (milli // MILLI if milli >= MILLI else 0))
+        mix[(milli, cpu)] = mix.get((milli, cpu), 0.0) + weight
+    total = sum(mix.values())
+    return tuple((m, c, w / total) for (m, c), w in sorted(mix.items()) if w) if total else ()
 
 
 def _fits_gpu(node: _Gpus, g: int, share: int) -> bool:
