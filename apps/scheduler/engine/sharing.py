@@ -631,8 +631,9 @@ def target_workload(pods: Iterable[tuple[int, int, int]]) -> tuple[tuple[int, in
     """FGD's target workload from pods given as (milli-GPUs each asks for, its CPU, how
     many): one (milli-GPUs, CPU, weight) per shape, weights summing to 1. A pod weighs 1,
     and 1 more per whole GPU it asks for: a gang of whole GPUs that finds no room strands
-    more of the cluster than a share does (on the openb fill this weighting, FGD's
-    GpuResWeight, lifts the allocation by about half a point; docs/simulator.md)."""
+    more of the cluster than a share does (FGD's GpuResWeight: on the openb fill with
+    shuffled arrivals it lifts the allocation by about half a point, in trace order it
+    costs as much; docs/simulator.md)."""
     mix: dict[tuple[int, int], float] = {}
     for milli, cpu, count in pods:
         weight = count * (1 + (milli // MILLI if milli >= MILLI else 0))
