@@ -88,7 +88,8 @@ class Shares:
         # GPUs partly used by shares, room left > 0, as (room, node, gpu), sorted
         self.partial: list[tuple[int, int, int]] = []
         self.partial_of: dict[int, list[tuple[int, int, int]]] = {}
-        self.held: dict[int, tuple[int, tuple[int, ...], int, bool]] = {}  # pod: n, gpus, milli
+        # per running pod: its node, GPU indexes, milli-GPUs (0: whole GPUs), leaving
+        self.held: dict[int, tuple[int, tuple[int, ...], int, bool]] = {}
         self.failed: set[tuple[tuple[Vec, int], ...]] = set()
         self.reclaim_failed: set[tuple[tuple[tuple[Vec, int], ...], bool]] = set()
         self.journal: dict[int, _Gpus] | None = None
