@@ -118,3 +118,31 @@ def test_it_chooses_victims_in_a_fixed_random_order_per_seed():
     assert victim(Config(victim_order="random", seed=4)) == victim(
         Config(victim_order="random", seed=4)
     )
+
+
+def whole_node_victims(config: Config) -> set[int]:
+    """An owner needs a whole 8-GPU node back; four nodes are full of 1-GPU borrowers whose
+    start times interleave across the nodes, so that no victim order frees one node within
+    a few victims (the planner goes node by node). Node 1's were checkpointed a moment ago."""
+    run = []
+    for k in range(1, 5):
+        for j in range(8):
+            jid = 100 * k + j
+            started = 1_000.0 + 10 * (4 * j + k - 1)
+            ckpt = NOW - 5 if k == 1 else None
+            run.append(borrower(jid, started=started, priority=1, ckpt=ckpt, node_id=k))
+    shot = Snapshot(
+        nodes=tuple(node(k, 8) for k in range(1, 5)),
+        quotas=(quota(1, "root", 32), quota(2, "a", 8, parent=1), quota(3, "b", 1, parent=1)),
+        running=tuple(run),
+        pending=(pending(1, gpu=8, quota_id=2),),
+    )
+    p = plan(shot, now=NOW, config=config)
+    return {v.job_id // 100 for v in p.preemptions}
+
+
+def test_node_by_node_reclaim_keeps_the_victim_order():
+    # least lost work empties the node that checkpointed; Kueue's order the node whose
+    # oldest borrower is newest (node 4: its borrowers are each the newest of their round)
+    assert whole_node_victims(Config()) == {1}
+    assert whole_node_victims(Config(victim_order="kueue")) == {4}

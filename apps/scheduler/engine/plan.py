@@ -357,7 +357,7 @@ class _Planner:
 
     def _load_borrowers(self) -> Reclaimer:
         state, config = self.state, self.config
-        reclaimer = Reclaimer(self.pools)
+        reclaimer = Reclaimer(self.pools, per_slot=config.victim_order == "least_lost_work")
         for job in state.reclaimable.values():
             freed, idle_pools = state.frees[job.job_id]
             if job.stopping:

@@ -32,7 +32,7 @@ _GREEDY_BUDGET = (8, 16)  # victims per pod, plus, before greedy reclaim turns t
 class Borrower:
     """A running job that could be preempted to give room back to an owner."""
 
-    __slots__ = ("job", "lost", "order", "young", "claimed", "freed", "returns")
+    __slots__ = ("job", "lost", "order", "rank", "young", "claimed", "freed", "returns")
 
     def __init__(
         self,
@@ -56,6 +56,7 @@ class Borrower:
             self.order = (job.priority, -job.started_at, job.job_id)
         elif victim_order == "random":
             self.order = (_shuffled(seed, job.job_id), job.job_id)
+        self.rank = 0  # its place in victim order among the plan's borrowers (`sort`)
         self.young = now - job.started_at < min_run
         self.claimed = False
         self.freed: dict[int, dict[int, Vec]] = {}  # pool id -> node id -> room it frees
@@ -91,7 +92,9 @@ def preemption(victim: Borrower, *, by: PendingJob, quota: Quota) -> Preemption:
 class _Step:
     """Borrowers to preempt on one node for one more slot (`Reclaimer._choose_by_node`)."""
 
-    key: tuple[float, int, float, int]  # lost work per slot, priorities, -newest, node
+    # lost work per slot, priorities, -newest, node; in another victim order than least
+    # lost work: the rank of the step's last victim, 0, 0, node
+    key: tuple[float, int, float, int]
     victims: list[Borrower]
     end: int  # where the node's next step starts in its candidate list
 
@@ -119,8 +122,11 @@ class Reclaimer:
     Filled while the planner loads the running jobs (`add`, `freeing_jobs`), then `sort`ed.
     """
 
-    def __init__(self, pools: dict[int, Pool]) -> None:
+    def __init__(self, pools: dict[int, Pool], *, per_slot: bool = True) -> None:
         self.pools = pools
+        # node-by-node steps cost lost work per slot (least lost work); else they follow
+        # the victim order: a step costs its last victim's rank
+        self.per_slot = per_slot
         self.freeing_jobs: dict[int, set[int]] = {}  # node id -> ids of jobs leaving it
         self.borrowers: dict[int, list[Borrower]] = {}  # pool id -> candidates, best first
         # node id -> candidates, best first, with the room each frees there, its priority
@@ -136,6 +142,9 @@ class Reclaimer:
 
     def sort(self) -> None:
         """Put the candidates in victim order, per pool and per node."""
+        everyone = {id(b): b for candidates in self.borrowers.values() for b in candidates}
+        for rank, borrower in enumerate(sorted(everyone.values(), key=lambda b: b.order)):
+            borrower.rank = rank
         for pool_id, candidates in self.borrowers.items():
             candidates.sort(key=lambda b: b.order)
             for borrower in candidates:
@@ -244,7 +253,9 @@ class Reclaimer:
         A slot is room for the gang's envelope (its largest pod in every component), so as
         many slots as pods always hold the gang. Each node opens slots in steps: its
         borrowers, in victim order, until one more slot opens; a step costs their lost work
-        per slot opened, then their priorities, then newest. Steps are taken cheapest first
+        per slot opened, then their priorities, then newest (in another victim order than
+        least lost work, the place of its last victim in that order, so that Kueue's and
+        the random order are kept node by node too). Steps are taken cheapest first
         until there are enough slots. A borrower taken for one node frees its room on its
         other nodes too, whose next steps are then recomputed. Every node's first step is
         kept in a heap for the plan (`_first_steps`) and only the nodes whose room changed
@@ -383,6 +394,8 @@ class Reclaimer:
             if g >= ng and c >= nc and m >= nm:
                 opened = holds((g, c, m), envelope) - slots
                 if opened > 0:
+                    if not self.per_slot:
+                        return _Step((float(victim.rank), 0, 0.0, n), victims, i + 1)
                     return _Step((lost / opened, priority, -newest, n), victims, i + 1)
         return None
 
