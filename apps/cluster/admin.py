@@ -8,7 +8,7 @@ from django.db.models import Count, QuerySet, Sum
 from django.http import HttpRequest
 
 from apps.cluster.clusterfile import cluster_file_check, path_of
-from apps.cluster.models import InstanceType, Node, Quota, ResourcePool
+from apps.cluster.models import Image, InstanceType, Node, Quota, ResourcePool
 from apps.cluster.selectors import cluster_state
 
 
@@ -43,6 +43,12 @@ class InstanceTypeAdmin(admin.ModelAdmin):
     @admin.display(description="memory (GiB)", ordering="memory")
     def memory_gib_(self, obj: InstanceType) -> str:
         return gib_text(obj.memory)
+
+
+@admin.register(Image)
+class ImageAdmin(admin.ModelAdmin):
+    list_display = ("name", "uri", "description")
+    search_fields = ("name", "uri", "description")
 
 
 class NodeInline(admin.TabularInline):

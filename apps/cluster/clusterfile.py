@@ -1,6 +1,6 @@
 """The cluster file: one TOML document declaring instance types, pools and their nodes, the
-quota tree, workspaces, users, access keys and the spot market's parameters (the shape is
-documented at the top of examples/demo-cluster.toml).
+quota tree, workspaces, users, access keys, the images the create form suggests and the spot
+market's parameters (the shape is documented at the top of examples/demo-cluster.toml).
 
 `cluster_file_check(data, existing=…)` reads the parsed TOML and returns typed declarations
 and every problem it found as "path: message", the path naming the place in the file
@@ -25,13 +25,23 @@ RESOURCE_TYPES = ("ECS", "Lingjun")
 POOL_KINDS = ("dedicated", "public")
 QUEUE_STRATEGIES = ("StrictFIFO", "BestEffortFIFO")
 ROLES = ("owner", "admin", "member")
-SECTIONS = ("instance_types", "pools", "quotas", "workspaces", "users", "access_keys", "market")
+SECTIONS = (
+    "instance_types",
+    "pools",
+    "quotas",
+    "workspaces",
+    "users",
+    "access_keys",
+    "images",
+    "market",
+)
 
 SLUG = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 TYPE_NAME = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 NODE_NAME = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
 USERNAME = re.compile(r"^[\w.@+-]{1,150}$")
 KEY_ID = re.compile(r"^[A-Za-z0-9]{8,64}$")
+IMAGE_URI = re.compile(r"[!-~]{1,512}")  # printable ASCII, no spaces: what a job's image takes
 BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
 MAX_INT = 2**31 - 1  # PositiveIntegerField on PostgreSQL
 MARKET_DEFAULTS = MarketParams()  # pure, like this module
@@ -141,6 +151,15 @@ class AccessKeyDecl:
 
 
 @dataclass(frozen=True)
+class ImageDecl:
+    """An image the create form suggests (`[images.<name>]`)."""
+
+    name: str
+    uri: str
+    description: str
+
+
+@dataclass(frozen=True)
 class MarketDecl:
     """The spot market's tuning (`[market]`); a key left out takes the market's default."""
 
@@ -162,6 +181,7 @@ class ClusterDeclaration:
     workspaces: tuple[WorkspaceDecl, ...] = ()
     users: tuple[UserDecl, ...] = ()
     access_keys: tuple[AccessKeyDecl, ...] = ()
+    images: tuple[ImageDecl, ...] = ()
     market: MarketDecl | None = None  # None: the file has no [market] table
 
 
@@ -463,6 +483,7 @@ def cluster_file_check(
     )
     users = _users(data, all_workspaces, environ, problems)
     keys = _access_keys(data, existing.users | declared["users"], existing, environ, problems)
+    images = _images(data, problems)
     market = _market(data, problems)
 
     if problems.items:
@@ -475,6 +496,7 @@ def cluster_file_check(
         workspaces=tuple(workspaces.values()),
         users=tuple(users.values()),
         access_keys=tuple(keys.values()),
+        images=tuple(images.values()),
         market=market,
     ), []
 
@@ -1042,6 +1064,30 @@ def _access_keys(
         enabled = t.flag("enabled", default=True)
         if t.ok and secret is not None:
             out[key_id] = AccessKeyDecl(key_id, user, secret, description, enabled)
+    return out
+
+
+def _images(data: Mapping, problems: Problems) -> dict[str, ImageDecl]:
+    """`[images.<name>]`: a `uri` (what a job's image field takes) and a `description`. The
+    name is the image's identity: a new `uri` under the same name replaces the suggestion."""
+    out = {}
+    where: dict[str, str] = {}  # uri → the path that declared it first
+    for name, path, body in _entries(data, "images", problems):
+        t = _Table(body, path, problems, ("uri", "description"))
+        if not TYPE_NAME.match(name):
+            problems.add(path, "an image name holds only letters, digits, '.', '-' and '_' (≤ 64)")
+        uri = t.text("uri", required=True, max_length=512)
+        if uri == t.raw.get("uri") and not IMAGE_URI.fullmatch(uri):
+            problems.add(
+                t.at("uri"),
+                "must be printable ASCII without spaces" if uri else "must not be empty",
+            )
+        elif uri in where:
+            problems.add(t.at("uri"), f"{uri!r} is already declared at {where[uri]}")
+        description = t.text("description", max_length=200)
+        if t.ok:
+            where[uri] = path
+            out[name] = ImageDecl(name, uri, description)
     return out
 
 

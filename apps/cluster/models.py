@@ -1,5 +1,6 @@
-"""The cluster: instance types, resource pools and their nodes, the quota tree, and the spot
-market's parameters (all declared by the cluster file).
+"""The cluster: instance types, resource pools and their nodes, the quota tree, the images
+the create form suggests, and the spot market's parameters (all declared by the cluster
+file).
 
 Units everywhere: CPU in millicores, memory in MiB, GPUs as a count; money is Decimal
 CNY, prices per instance-hour.
@@ -138,6 +139,20 @@ class Quota(models.Model):
             chain.append(node)
             node = node.parent
         return chain
+
+
+class Image(models.Model):
+    """An image the create form suggests for a job or a role (a job may name any other)."""
+
+    name = models.CharField(max_length=64, unique=True)
+    uri = models.CharField(max_length=512, help_text="what a job's image field takes")
+    description = models.CharField(max_length=200, blank=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
 
 
 _MARKET_DEFAULTS = pricing.MarketParams()

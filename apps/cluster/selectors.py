@@ -1,5 +1,5 @@
-"""Reads of the cluster: instance types, the quotas a user's workspaces use, what the cluster
-file is checked against, and the market's tuning."""
+"""Reads of the cluster: instance types, the images it suggests, the quotas a user's
+workspaces use, what the cluster file is checked against, and the market's tuning."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from apps.cluster.clusterfile import (
     Resources,
 )
 from apps.cluster.models import (
+    Image,
     InstanceType,
     MarketParameters,
     Node,
@@ -43,6 +44,11 @@ def instance_type_list(
     if resource_type:
         types = types.filter(resource_type=resource_type)
     return types
+
+
+def image_list() -> list[Image]:
+    """The images the create form suggests, by name."""
+    return list(Image.objects.order_by("name"))
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import HTMX_STOP_POLLING
 
+from apps.cluster.selectors import image_list
 from apps.console.selectors import job_list_clocks, job_list_version, job_live
 from apps.core.errors import ApplicationError, ValidationFailed
 from apps.core.http import HtmxHttpRequest
@@ -163,6 +164,7 @@ def _job_create_form(request: HttpRequest, data=None, initial=None) -> JobCreate
         resource_types=selectors.resource_types_for(workspace=workspace),
         quotas=selectors.quotas_for(workspace=workspace),
         instance_types=selectors.instance_types(),
+        images=image_list(),
         initial=initial,
     )
 

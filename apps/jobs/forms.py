@@ -9,13 +9,14 @@ with the API. Its errors come back as spec paths (`roles[1].spot_discount_limit`
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 
 from django import forms
 from django.forms.utils import ErrorDict
 
-from apps.cluster.models import InstanceType, Quota, ResourceType
+from apps.cluster.models import Image, InstanceType, Quota, ResourceType
 from apps.core.errors import ValidationFailed
 from apps.jobs.models import (
     ExecutionMode,
@@ -28,13 +29,20 @@ from apps.jobs.models import (
     SuccessPolicy,
 )
 from apps.jobs.selectors import JOB_SORT_DEFAULT, JOB_SORTS, PriceInfo
-from apps.jobs.specs import SPOT_DISCOUNTS, JobSpec, RoleSpec, gpu_amount, job_spec_resolve
+from apps.jobs.specs import (
+    JOB_ROLE_TYPES,
+    SPOT_DISCOUNTS,
+    JobSpec,
+    RoleSpec,
+    gpu_amount,
+    job_spec_resolve,
+)
 
-ROLE_ROWS = 4
-DEFAULT_ROLE_TYPES = ("Worker", "Master", "PS", "Chief")
+ROLE_ROWS = max(map(len, JOB_ROLE_TYPES.values()))  # room for every role of any job type
 DISCOUNT_CHOICES = [("", "—")] + [
     (str(d), f"{d} ({int(d * 100)}% of the original price)") for d in SPOT_DISCOUNTS
 ]
+IMAGE_LIST_ID = "image-choices"  # the page's <datalist> of the cluster's images
 LIMIT_TYPES = [("discount", "SpotDiscountLimit"), ("price", "SpotPriceLimit")]
 # spec field → role-form field, where the form asks in friendlier units
 ROLE_FIELD_NAMES = {"cpu": "cpu_cores", "memory": "memory_gib", "gpu": "gpus"}
@@ -152,8 +160,18 @@ class JobForm(forms.Form):
     )
     enable_easyckpt = forms.BooleanField(label="EasyCkpt checkpoints", required=False)
 
-    def __init__(self, *args, resource_types: list[str], quotas: list[Quota], **kwargs):
+    def __init__(
+        self,
+        *args,
+        resource_types: list[str],
+        quotas: list[Quota],
+        images: Sequence[Image] = (),
+        **kwargs,
+    ):
         super().__init__(*args, **kwargs)
+        if images:
+            self.fields["image"].widget.attrs["list"] = IMAGE_LIST_ID
+            self.fields["image"].help_text = "Pick one the cluster offers, or type any other."
         labels = dict(ResourceType.choices)
         self.fields["resource_type"].choices = [(t, labels[t]) for t in resource_types]
         self.fields["resource_type"].initial = resource_types[0]
@@ -252,12 +270,22 @@ class RoleForm(forms.Form):
         widget=forms.NumberInput(attrs={"step": "0.000001", "min": 0}),
     )
 
-    def __init__(self, *args, index: int, instance_types: list[InstanceType], **kwargs):
+    def __init__(
+        self,
+        *args,
+        index: int,
+        instance_types: list[InstanceType],
+        job_type: str = JobType.PYTORCH,
+        images: Sequence[Image] = (),
+        **kwargs,
+    ):
         kwargs.setdefault("prefix", f"roles-{index}")
         super().__init__(*args, **kwargs)
         self.index = index
         self.instance_types = {t.name: t for t in instance_types}
-        self.fields["role_type"].initial = DEFAULT_ROLE_TYPES[index % len(DEFAULT_ROLE_TYPES)]
+        self._offer_role_types(job_type)
+        if images:
+            self.fields["image"].widget.attrs["list"] = IMAGE_LIST_ID
         if index == 0:
             del self.fields["enabled"]
         choices = [("", "Custom resources (quota jobs only)")] + [
@@ -274,6 +302,29 @@ class RoleForm(forms.Form):
                 for t in instance_types
             },
         )
+
+    def _offer_role_types(self, job_type: str) -> None:
+        """Offer the job type's roles, this row's by default. A known role of another job
+        type that the row already holds stays on offer, marked, so the select shows what
+        was asked for beside the error that says why it does not fit."""
+        roles = JOB_ROLE_TYPES[job_type]
+        self.default_role_type = roles[self.index % len(roles)]
+        if self.is_bound:
+            held = self.data.get(self.add_prefix("role_type"))
+        else:
+            held = self.initial.get("role_type")
+        choices = [(role, role) for role in roles]
+        if held in JobRole.RoleType.values and held not in roles:
+            choices.append((held, f"{held} (not a {job_type} role)"))
+        self.fields["role_type"].choices = choices
+        self.fields["role_type"].initial = self.default_role_type
+
+    @property
+    def show_when(self) -> str:
+        """The page's condition for showing this row: a job type with a role for it (""
+        when every job type has one)."""
+        types = [t for t, roles in JOB_ROLE_TYPES.items() if self.index < len(roles)]
+        return "" if len(types) == len(JOB_ROLE_TYPES) else "job_type=" + "|".join(types)
 
     def clean_gpus(self) -> Decimal | None:
         gpus = self.cleaned_data.get("gpus")
@@ -306,7 +357,7 @@ class RoleForm(forms.Form):
         itype = c.get("instance_type") or ""
         spot = resource_source == ResourceSource.SPOT
         role = RoleSpec(
-            role_type=c.get("role_type") or DEFAULT_ROLE_TYPES[self.index],
+            role_type=c.get("role_type") or self.default_role_type,
             pod_count=_or(c.get("pod_count"), 0),
             instance_type=itype,
             image=c.get("image", ""),
@@ -350,6 +401,8 @@ class ErrorLink:
 class JobCreateForm:
     """The create-job page's input: a `JobForm` and `ROLE_ROWS` role rows, as one form."""
 
+    role_types = JOB_ROLE_TYPES  # for the page's script: the roles each job type offers
+
     def __init__(
         self,
         data=None,
@@ -358,16 +411,23 @@ class JobCreateForm:
         resource_types: list[str],
         quotas: list[Quota],
         instance_types: list[InstanceType],
+        images: Sequence[Image] = (),
         initial: CloneInitial | None = None,
     ):
         self.workspace = workspace
         initial = initial or CloneInitial()
-        self.job = JobForm(data, initial=initial.job, resource_types=resource_types, quotas=quotas)
+        self.images = list(images)
+        self.job = JobForm(
+            data, initial=initial.job, resource_types=resource_types, quotas=quotas, images=images
+        )
+        job_type = (data if data is not None else initial.job).get("job_type")
         self.roles = [
             RoleForm(
                 data,
                 index=i,
                 instance_types=instance_types,
+                job_type=job_type if job_type in JOB_ROLE_TYPES else JobType.PYTORCH,
+                images=images,
                 initial=initial.roles[i] if i < len(initial.roles) else None,
             )
             for i in range(ROLE_ROWS)

@@ -39,6 +39,15 @@ MAX_DATA_SOURCES = 32  # each is a bind mount in every pod of the job
 MAX_POD_CPU = 10_000 * 1000  # millicores
 MAX_POD_MEMORY = 64 * 1024 * 1024  # MiB (64 TiB)
 MAX_POD_GPU = 1024
+# The roles (JobSpecs types) of each job type, as its training operator names its replicas,
+# in the order the create form's rows offer them: a one-role job of the type uses the first.
+JOB_ROLE_TYPES: dict[str, tuple[str, ...]] = {
+    JobType.PYTORCH: ("Worker", "Master"),
+    JobType.TF: ("Worker", "PS", "Chief", "Evaluator"),
+    JobType.MPI: ("Launcher", "Worker"),
+    JobType.XGBOOST: ("Worker", "Master"),
+    JobType.RAY: ("Head", "Worker"),
+}
 
 
 @dataclass
@@ -323,6 +332,13 @@ def _check_role(
     ok = True
     if role.role_type not in JobRole.RoleType.values:
         errors.add(f"{path}.role_type", f"must be one of {', '.join(JobRole.RoleType.values)}")
+        ok = False
+    elif spec.job_type in JOB_ROLE_TYPES and role.role_type not in JOB_ROLE_TYPES[spec.job_type]:
+        roles = ", ".join(JOB_ROLE_TYPES[spec.job_type])
+        errors.add(
+            f"{path}.role_type",
+            f"{spec.job_type} has no {role.role_type} role; its roles are {roles}",
+        )
         ok = False
     if not isinstance(role.pod_count, int) or not 1 <= role.pod_count <= MAX_PODS_PER_ROLE:
         errors.add(f"{path}.pod_count", f"must be from 1 to {MAX_PODS_PER_ROLE}")

@@ -1,5 +1,5 @@
 """Apply a checked cluster file: instance types, pools, nodes, the quota tree, workspaces,
-users, access keys and the market's parameters, in one transaction."""
+users, access keys, images and the market's parameters, in one transaction."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from django.contrib.auth import get_user_model
 from django.db import models, transaction
 
 from apps.cluster.clusterfile import ClusterDeclaration, MarketDecl, UserDecl
-from apps.cluster.models import InstanceType, MarketParameters, Node, Quota, ResourcePool
+from apps.cluster.models import Image, InstanceType, MarketParameters, Node, Quota, ResourcePool
 from apps.market.services import market_params_set
 from apps.workspaces.models import AccessKey, Membership, Workspace
 
@@ -24,6 +24,7 @@ KINDS = (
     "users",
     "memberships",
     "access keys",
+    "images",
     "market",
 )
 OUTCOMES = ("created", "updated", "unchanged")
@@ -180,6 +181,15 @@ def cluster_apply(*, declaration: ClusterDeclaration) -> ApplyReport:
             user_id=users[k.user],
             secret=k.secret,
             values={"description": k.description, "enabled": k.enabled},
+        )
+    for i in declaration.images:
+        _upsert(
+            report,
+            "images",
+            Image,
+            i.name,
+            name=i.name,
+            values={"uri": i.uri, "description": i.description},
         )
     if declaration.market is not None:
         _market_apply(report, declaration.market)

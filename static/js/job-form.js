@@ -1,4 +1,5 @@
-// The create-job form: show the sections that follow the choices made so far.
+// The create-job form: show the sections that follow the choices made so far, and offer the
+// roles of the chosen job type.
 //
 // An element with data-show-when="name=value|value;other=value" is shown only while every
 // condition holds (a checkbox reads "on" when checked, "" when not). The inputs inside a
@@ -57,6 +58,25 @@
     return cleared;
   }
 
+  // Offer each role row the chosen job type's roles (the page's #job-role-types, from the
+  // same table the server checks). A row keeps its role while the type has it and no row
+  // above took it; otherwise it takes the first role no row above holds.
+  var roleTypes = JSON.parse(document.getElementById("job-role-types").textContent);
+
+  function offerRoles() {
+    var roles = roleTypes[valueOf("job_type")];
+    if (!roles) return;
+    var taken = [];
+    form.querySelectorAll("select[name$='-role_type']").forEach(function (select) {
+      var free = roles.filter(function (r) { return taken.indexOf(r) === -1; });
+      var role = free.indexOf(select.value) !== -1 ? select.value : free[0] || roles[0];
+      select.replaceChildren.apply(select, roles.map(function (r) {
+        return new Option(r, r, false, r === role);
+      }));
+      taken.push(role);
+    });
+  }
+
   function update() {
     var cleared = filterOptions();
     for (var pass = 0; pass < 3; pass++) {  // conditions depend on each other; settle them
@@ -74,7 +94,10 @@
     });
   }
 
-  form.addEventListener("change", update);
+  form.addEventListener("change", function (event) {
+    if (event.target.name === "job_type") offerRoles();
+    update();
+  });
   update();
 
   // A rejected form: the summary of what to fix takes the focus (a screen reader reads it,

@@ -106,6 +106,14 @@ def _role(**fields):
         (
             lambda ws: spot_job_body(
                 ws,
+                JobType="TFJob",
+                JobSpecs=_role(Type="Master", SpotSpec={"SpotDiscountLimit": 0.4}),
+            ),
+            ["JobSpecs[0].Type: TFJob has no Master role; its roles are Worker, PS, Chief"],
+        ),
+        (
+            lambda ws: spot_job_body(
+                ws,
                 JobSpecs=_role(ResourceConfig={"GPU": "0.5"}, SpotSpec={"SpotDiscountLimit": 0.5}),
             ),
             ["JobSpecs[0].ResourceConfig.GPU", "instance type"],
@@ -135,6 +143,7 @@ def _role(**fields):
         "oversold-without-quota",
         "aimaster-args",
         "no-job-specs",
+        "role-of-another-job-type",
         "gpu-share-on-an-instance",
         "mount-path",
     ],

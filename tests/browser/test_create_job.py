@@ -1,5 +1,5 @@
-"""Creating jobs in a real Chromium: a spot job that lands in Bidding, and a form that
-refuses bad input beside each field."""
+"""Creating jobs in a real Chromium: a spot job that lands in Bidding, a form that refuses
+bad input beside each field, and role choices that follow the job type."""
 
 from __future__ import annotations
 
@@ -69,3 +69,46 @@ def test_it_shows_field_errors_and_saves_nothing(browser_page, live_server, pers
     summary.locator("a[data-focus='id_roles-0-spot_price_limit']").click()
     expect(page.locator("#id_roles-0-spot_price_limit")).to_be_focused()
     expect(page.locator("label[for=id_display_name] .req")).to_have_text("required")
+
+
+def test_it_offers_the_roles_of_the_chosen_job_type(browser_page, live_server, personas, password):
+    page = browser_page
+    open_create_form(page, live_server, password)
+    rows = [page.locator(f"#id_roles-{row}-role_type") for row in range(4)]
+
+    expect(rows[0].locator("option")).to_have_text(["Worker", "Master"])
+    expect(rows[0]).to_have_value("Worker")
+    expect(rows[1]).to_have_value("Master")
+    expect(page.locator("#roles-2")).to_be_hidden()  # only a TFJob has more than two roles
+
+    page.select_option("#id_job_type", "TFJob")
+    expect(rows[0].locator("option")).to_have_text(["Worker", "PS", "Chief", "Evaluator"])
+    for row, role in enumerate(["Worker", "PS", "Chief", "Evaluator"]):
+        expect(rows[row]).to_have_value(role)
+    expect(page.locator("#roles-2")).to_be_visible()
+    expect(page.locator("#roles-3")).to_be_visible()
+
+    page.select_option("#id_job_type", "MPIJob")
+    expect(rows[1].locator("option")).to_have_text(["Launcher", "Worker"])
+    expect(rows[0]).to_have_value("Worker")  # the type has it: the row keeps it
+    expect(rows[1]).to_have_value("Launcher")
+    expect(page.locator("#roles-2")).to_be_hidden()
+
+    page.select_option("#id_job_type", "RayJob")
+    expect(rows[0]).to_have_value("Worker")
+    expect(rows[1]).to_have_value("Head")
+
+    page.fill("#id_display_name", "ray-job")
+    page.fill("#id_user_command", "python tune.py")
+    page.fill("#id_roles-0-cpu_cores", "1")
+    page.fill("#id_roles-0-memory_gib", "2")
+    page.check("#id_roles-1-enabled")
+    page.fill("#id_roles-1-cpu_cores", "1")
+    page.fill("#id_roles-1-memory_gib", "2")
+    page.click("#submit-job")
+
+    expect(page.locator("h1")).to_contain_text("ray-job")
+    job = Job.objects.get(display_name="ray-job")
+    assert job.job_type == "RayJob"
+    assert [role.role_type for role in job.roles.order_by("id")] == ["Worker", "Head"]
+    assert page.external_requests == []

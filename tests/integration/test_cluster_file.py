@@ -15,7 +15,7 @@ from django.contrib.auth import get_user_model
 from django.core.management import CommandError, ManagementUtility, call_command
 
 from apps.cluster.clusterfile import cluster_file_check
-from apps.cluster.models import InstanceType, MarketParameters, Node, Quota, ResourcePool
+from apps.cluster.models import Image, InstanceType, MarketParameters, Node, Quota, ResourcePool
 from apps.cluster.selectors import cluster_state
 from apps.core import pricing
 from apps.ops.services import cluster_apply
@@ -30,6 +30,7 @@ ALL_MODELS = (
     Workspace,
     Membership,
     AccessKey,
+    Image,
     MarketParameters,
 )
 
@@ -95,6 +96,10 @@ def test_it_applies_the_demo_file(demo):
     assert admin.is_superuser and admin.is_staff
     key = AccessKey.objects.get(key_id="LTAI5tDemoAlice000000001")
     assert key.user == alice and key.secret() == "DemoSecretAlice000000000000001"
+    assert report.counts["images"]["created"] == 6
+    sample = Image.objects.get(name="pytorch-cpu")
+    assert sample.uri == "pytorch-training:1.12-cpu-py39-ubuntu20.04"  # the README's SDK job
+    assert sample.description == "PyTorchJob: PyTorch 1.12, CPU"
 
 
 @pytest.mark.django_db
@@ -130,6 +135,28 @@ def test_it_updates_changed_values_only(demo):
     assert AccessKey.objects.get(key_id="LTAI5tDemoBob00000000001").secret() == (
         "AnotherBobSecret0000000000001"
     )
+
+
+@pytest.mark.django_db
+def test_it_applies_images_by_name_and_again_changes_nothing(demo):
+    apply(demo)
+    demo["images"]["ray-gpu"] = {"uri": "ray-training:2.10-gpu"}  # a new image, no description
+    demo["images"]["extra"] = {"uri": "registry.local/extra:1", "description": "Extra"}
+    report = apply(demo)
+    assert report.counts["images"] == {"created": 1, "updated": 1, "unchanged": 5}
+    assert "created image extra" in report.changes
+    assert (
+        "updated image ray-gpu: uri 'ray-training:2.9-gpu-py310-cu121-ubuntu22.04' → "
+        "'ray-training:2.10-gpu', description 'RayJob: Ray 2.9, CUDA 12.1' → ''"
+    ) in report.changes
+    assert Image.objects.get(name="ray-gpu").uri == "ray-training:2.10-gpu"
+    before = counts()
+    report = apply(demo)
+    assert report.counts["images"] == {"created": 0, "updated": 0, "unchanged": 7}
+    assert not report.changed and counts() == before
+    del demo["images"]["extra"]  # left out of the file: kept (delete it in the admin)
+    apply(demo)
+    assert Image.objects.filter(name="extra").exists()
 
 
 @pytest.mark.django_db
@@ -336,6 +363,28 @@ PROBLEMS = {
     "secret twice": (
         _set("access_keys.LTAI5tDemoBob00000000001.secret_env", "BOB_SECRET"),
         "access_keys.LTAI5tDemoBob00000000001: give either secret or secret_env",
+    ),
+    "image without a uri": (
+        _set("images.pytorch-gpu.uri", _DELETE),
+        "images.pytorch-gpu.uri: is required",
+    ),
+    "image uri with a space": (
+        _set("images.ray-gpu.uri", "ray training:2.9"),
+        "images.ray-gpu.uri: must be printable ASCII without spaces",
+    ),
+    "empty image uri": (_set("images.horovod-gpu.uri", ""), "images.horovod-gpu.uri: must not"),
+    "image uri twice": (
+        _set("images.xgboost-cpu.uri", "pytorch-training:1.12-cpu-py39-ubuntu20.04"),
+        "images.xgboost-cpu.uri: 'pytorch-training:1.12-cpu-py39-ubuntu20.04' is already "
+        "declared at images.pytorch-cpu",
+    ),
+    "unknown image key": (
+        _set("images.tensorflow-gpu.tag", "2.15"),
+        "images.tensorflow-gpu.tag: unknown key (expected uri, description)",
+    ),
+    "bad image name": (
+        _set(("images", "py torch"), {"uri": "pytorch:2"}),
+        'images."py torch": an image name holds only',
     ),
     "unknown market key": (
         _set("market.floor", 0.2),
@@ -553,10 +602,11 @@ def test_it_applies_from_the_command_and_reports_counts():
     out = StringIO()
     call_command("apply_cluster", str(DEMO), stdout=out)
     assert "quotas          created   7  updated   0  unchanged   0" in out.getvalue()
-    assert "39 created, 0 updated." in out.getvalue()
+    assert "images          created   6  updated   0  unchanged   0" in out.getvalue()
+    assert "45 created, 0 updated." in out.getvalue()
     out = StringIO()
     call_command("apply_cluster", str(DEMO), stdout=out)
-    assert "total           created   0  updated   0  unchanged  39" in out.getvalue()
+    assert "total           created   0  updated   0  unchanged  45" in out.getvalue()
     assert "Nothing to change" in out.getvalue()
 
 
@@ -599,7 +649,7 @@ def test_it_writes_nothing_on_a_dry_run():
     out = StringIO()
     call_command("apply_cluster", str(DEMO), "--dry-run", stdout=out)
     assert "dry run, nothing written" in out.getvalue()
-    assert "created  39" in out.getvalue()
+    assert "created  45" in out.getvalue()
     assert Quota.objects.count() == 0 and get_user_model().objects.count() == 0
 
 

@@ -57,11 +57,13 @@ def submit(
     user: str = "alice",
     name: str = "job",
     max_restarts: int = 3,
+    job_type: str = "PyTorchJob",
 ) -> Job:
     """Submit and admit a job (Creating → Bidding or Queuing) at `now`."""
     lingjun = itype.startswith("ml.")
     spec = JobSpec(
         display_name=name,
+        job_type=job_type,
         user_command="python train.py",
         resource_source=source,
         resource_type="Lingjun" if lingjun else "ECS",
@@ -147,6 +149,7 @@ def test_it_starts_a_job_when_its_bid_covers_the_price_and_stock_covers_every_po
     replay([(NOW, G7, "0.30")])
     job = submit(
         personas,
+        job_type="TFJob",
         roles=[
             RoleSpec(
                 role_type="Worker", pod_count=3, instance_type=G7, spot_discount_limit=D("0.8")
@@ -408,6 +411,7 @@ def test_it_hands_started_jobs_to_the_agents_with_pending_pods(
     replay([(NOW, G7, "0.30")])
     spot = submit(
         personas,
+        job_type="TFJob",
         name="spot",
         roles=[
             RoleSpec(
@@ -588,6 +592,7 @@ def test_it_keeps_a_job_waiting_when_one_of_its_roles_bids_too_low(personas, rep
     replay([(NOW, G7, "0.50")])
     job = submit(
         personas,
+        job_type="TFJob",
         roles=[
             RoleSpec(
                 role_type="Worker", pod_count=2, instance_type=G7, spot_discount_limit=D("0.9")

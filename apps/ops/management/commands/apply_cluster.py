@@ -17,9 +17,10 @@ from apps.ops.services import KINDS, OUTCOMES, ApplyReport, cluster_apply
 class Command(BaseCommand):
     help = (
         "Apply a cluster file (TOML): instance types, pools and nodes, the quota tree, "
-        "workspaces, users, access keys and the spot market's parameters. The whole file is "
-        "checked first and applied in one transaction, or not at all. Re-applying is safe; "
-        "nothing absent from the file is deleted. See examples/demo-cluster.toml for the format."
+        "workspaces, users, access keys, images and the spot market's parameters. The whole "
+        "file is checked first and applied in one transaction, or not at all. Re-applying is "
+        "safe; nothing absent from the file is deleted. See examples/demo-cluster.toml for the "
+        "format."
     )
 
     def add_arguments(self, parser) -> None:
