@@ -528,17 +528,37 @@ def _prune_checkpoints(job_fd: int, job_pk: int, keep: int) -> None:
         problems = []
         with os.scandir(ckpt_fd) as entries:
             names = [entry.name for entry in entries]
+        removed = []
         for entry_name in names:
             if entry_name in keep_names and _is_regular(ckpt_fd, entry_name):
                 continue
             try:
                 remove_tree(ckpt_fd, entry_name)
+                removed.append(entry_name)
             except OSError as exc:
                 problems.append(str(exc))
+        _mark_removed(job_pk, set(removed))
         if problems:
             raise OSError(f"{CHECKPOINTS}: " + "; ".join(problems)[:1000])
     finally:
         os.close(ckpt_fd)
+
+
+def _mark_removed(job_pk: int, removed: set[str]) -> None:
+    """The job's checkpoint rows whose files a prune removed say so."""
+    if not removed:
+        return
+    gone = [
+        path
+        for path in Checkpoint.objects.filter(job_id=job_pk, removed_at__isnull=True)
+        .values_list("path", flat=True)
+        .iterator()
+        if Path(path).name in removed and Path(path).parent.name == CHECKPOINTS
+    ]
+    for start in range(0, len(gone), 500):
+        Checkpoint.objects.filter(
+            job_id=job_pk, path__in=gone[start : start + 500], removed_at__isnull=True
+        ).update(removed_at=timezone.now())
 
 
 def _is_regular(dir_fd: int, name: str) -> bool:

@@ -39,7 +39,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -780,6 +780,7 @@ class ManifestReader:
         self.offset = 0
         self.problems: list[str] = []
         self._reported: set[str] = set()
+        self.present: dict[str, str] = {}  # checkpoint file name -> its recorded path
         data = self._read(0, whole=True)
         self.offset = data if isinstance(data, int) else 0
 
@@ -811,6 +812,39 @@ class ManifestReader:
             return os.pread(fd, MANIFEST_READ_MAX, offset)
         finally:
             os.close(fd)
+
+    def track(self, paths: Iterable[str]) -> None:
+        """Recorded checkpoints of this directory whose files `gone` looks for."""
+        for path in paths:
+            p = Path(path)
+            if p.parent == self.path.parent and p.name not in ("", ".", ".."):
+                self.present[p.name] = path
+
+    def gone(self) -> list[str]:
+        """The recorded paths among those tracked whose files are no longer there (each once).
+        The directory is the pod's: opened without following a link, each name looked up in
+        it without following one; a directory that is gone, or is now a link, has none."""
+        if not self.present:
+            return []
+        flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+        try:
+            fd = os.open(self.path.parent, flags)
+        except OSError:
+            fd = -1
+        try:
+            missing = []
+            for name in list(self.present):
+                if fd >= 0:
+                    try:
+                        if stat.S_ISREG(os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode):
+                            continue
+                    except OSError:
+                        pass
+                missing.append(self.present.pop(name))
+            return missing
+        finally:
+            if fd >= 0:
+                os.close(fd)
 
     def new_entries(self) -> list[dict]:
         data = self._read(self.offset)

@@ -15,6 +15,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from pathlib import Path
 
 from django.conf import settings
 from django.db import transaction
@@ -619,6 +620,27 @@ def checkpoint_report(*, job_pk: int, step: int, path: str, size_bytes: int, at:
         Q(last_checkpoint_at__isnull=True) | Q(last_checkpoint_at__lt=at)
     ).update(last_checkpoint_at=at)
     return True
+
+
+def checkpoint_files(*, job_pk: int, directory: str) -> list[str]:
+    """The paths of the job's checkpoints in `directory` not yet known to be removed."""
+    return [
+        path
+        for path in Checkpoint.objects.filter(job_id=job_pk, removed_at__isnull=True)
+        .order_by("created_at", "id")
+        .values_list("path", flat=True)
+        if str(Path(path).parent) == directory
+    ]
+
+
+def checkpoints_removed(*, job_pk: int, paths: Iterable[str], at: datetime) -> int:
+    """The job's checkpoint files at these paths are gone: their rows say so (once)."""
+    paths = list(paths)
+    if not paths:
+        return 0
+    return Checkpoint.objects.filter(job_id=job_pk, path__in=paths, removed_at__isnull=True).update(
+        removed_at=at
+    )
 
 
 @dataclass(frozen=True)

@@ -437,7 +437,11 @@ def _launch(launch: services.PodLaunch) -> None:
 
 def _entry(launch: services.PodLaunch, process: runner.PodProcess, **kwargs) -> _Entry:
     paths = pod_paths(job_id=launch.job_id, pod_id=launch.pod_id)
-    manifest = runner.ManifestReader(paths.checkpoint_dir) if launch.rank == 0 else None
+    manifest = None
+    if launch.rank == 0:
+        manifest = runner.ManifestReader(paths.checkpoint_dir)
+        directory = str(paths.checkpoint_dir)
+        manifest.track(services.checkpoint_files(job_pk=launch.job_pk, directory=directory))
     return _Entry(launch=launch, process=process, paths=paths, manifest=manifest, **kwargs)
 
 
@@ -671,7 +675,7 @@ def _finish(entry: _Entry) -> None:
     launch, ended = entry.launch, entry.exit
     if entry.ending is None:
         try:
-            _report_checkpoints(entry)
+            _report_checkpoints(entry, last=True)
         except Exception:
             logger.exception("could not read pod %s's last checkpoints", launch.pod_id)
         entry.ending = _exit_reason(entry, ended)
@@ -803,18 +807,26 @@ def _check_disk(entry: _Entry) -> None:
         entry.process.request_stop(0)
 
 
-def _report_checkpoints(entry: _Entry) -> None:
+def _report_checkpoints(entry: _Entry, *, last: bool = False) -> None:
+    """New checkpoints in the manifest; and, when there were some (EasyCkpt removes the
+    oldest as it writes one) or the pod ended, the recorded ones whose files are gone."""
     manifest, launch = entry.manifest, entry.launch
     if manifest is None:
         return
+    found_any = False
     for found in manifest.new_entries():
+        path = str(manifest.path.parent / found["file"])
         services.checkpoint_report(
             job_pk=launch.job_pk,
             step=found["step"],
-            path=str(manifest.path.parent / found["file"]),
+            path=path,
             size_bytes=found["bytes"],
             at=datetime.fromtimestamp(found["time"], tz=UTC),
         )
+        manifest.track([path])
+        found_any = True
+    if found_any or last:
+        services.checkpoints_removed(job_pk=launch.job_pk, paths=manifest.gone(), at=timezone.now())
     while manifest.problems:
         services.pod_event(
             pod_pk=launch.pod_pk,

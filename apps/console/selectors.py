@@ -34,6 +34,7 @@ class JobLive:
     restarts: list[JobRestart]
     usage: JobUsage
     resumed: JobEvent | None = None  # the latest "resumed from …" event of a restarted job
+    removed_checkpoints: int = 0  # saved, and their files since removed (not listed)
 
     @property
     def lost_gpu_seconds(self) -> float:
@@ -107,7 +108,8 @@ def job_live(*, job: Job) -> JobLive:
         history_pods=[p for p in pods if p.attempt < job.attempt],
         status_history=list(job.status_history.all()),
         events=events,
-        checkpoints=list(job.checkpoints.all()[: CHECKPOINTS_SHOWN + 1]),
+        checkpoints=list(job.checkpoints.filter(removed_at__isnull=True)[: CHECKPOINTS_SHOWN + 1]),
+        removed_checkpoints=job.checkpoints.filter(removed_at__isnull=False).count(),
         restarts=list(job_restarts(job=job)),
         usage=job_usage(job=job),
         resumed=next((e for e in events if e.kind in RESUME_EVENT_KINDS), None),

@@ -357,6 +357,9 @@ class Checkpoint(models.Model):
     path = models.CharField(max_length=512, blank=True)
     size_bytes = models.PositiveBigIntegerField(default=0)
     created_at = models.DateTimeField()
+    # when the agent found its file gone (EasyCkpt keeps only the latest, the job's own code
+    # or the work-dir sweep removed it): the row stays, for the job's history
+    removed_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at", "-id"]

@@ -383,3 +383,19 @@ def test_pods_on_shares_of_one_gpu_see_that_gpu(personas, agent_backend):
     assert pods[0].node_id == pods[1].node_id and pods[0].gpu_ids == pods[1].gpu_ids
     for pod in pods:
         assert f"GPUS={pod.gpu_ids}\n" in pod_log(pod) and pod.gpu_ids.isdigit()
+
+
+def test_checkpoints_easyckpt_rotates_away_are_marked_removed(personas, agent_backend):
+    command = (
+        "python -c \"import easyckpt\n"
+        "for step in range(1, 6):\n"
+        "    easyckpt.save({'step': step}, step)\n"
+        "    easyckpt.wait()\""
+    )
+    job = submit(personas, command=command, envs={"PAIWEB_CKPT_KEEP": "2"})
+    job_in(job, JobStatus.SUCCEEDED, agent=agent_backend)
+    rows = dict(job.checkpoints.values_list("step", "removed_at"))
+    assert sorted(rows) == [1, 2, 3, 4, 5]
+    assert [step for step, removed in sorted(rows.items()) if removed is None] == [4, 5]
+    left = sorted(p.name for p in Path(job.checkpoints.get(step=5).path).parent.iterdir())
+    assert left == ["ckpt-000000000004.pkl", "ckpt-000000000005.pkl", "manifest.jsonl"]

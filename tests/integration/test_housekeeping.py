@@ -142,6 +142,9 @@ def test_a_finished_job_past_retention_keeps_only_logs_and_the_newest_checkpoint
     assert job.work_swept_at is not None and job.disk_measured_at is not None
     assert job.disk_bytes == disk_usage(job_dir).bytes
     assert 20_000 <= job.disk_bytes < 200_000  # two checkpoints, the manifest, logs, dirs
+    # the row of the checkpoint removed says so; the kept ones' rows do not
+    removed = dict(job.checkpoints.values_list("step", "removed_at"))
+    assert removed[20] is not None and removed[40] is None and removed[60] is None
     # done once: the next rounds leave it alone
     swept_at = job.work_swept_at
     again = sweep(root, keep=1)

@@ -413,3 +413,28 @@ def test_a_command_of_any_size_reaches_the_pod(root, mode):
     assert process.wait(timeout=30) == 0
     process.finish()
     assert "42 from a big command" in pod_spec.log_path.read_text()
+
+
+def test_it_tells_which_recorded_checkpoint_files_are_gone(root):
+    directory = root / "ckpt"
+    directory.mkdir()
+    for step in (1, 2, 3):
+        (directory / f"ckpt-{step}.pkl").write_bytes(b"x")
+    reader = runner.ManifestReader(directory)
+    reader.track([str(directory / f"ckpt-{step}.pkl") for step in (1, 2, 3)])
+    reader.track(["/elsewhere/ckpt-9.pkl", str(directory / "..")])  # not of this directory
+    assert reader.gone() == []
+    (directory / "ckpt-1.pkl").unlink()
+    (directory / "ckpt-2.pkl").unlink()
+    (directory / "ckpt-2.pkl").symlink_to("/etc/passwd")  # a link is not the checkpoint
+    assert sorted(reader.gone()) == [str(directory / "ckpt-1.pkl"), str(directory / "ckpt-2.pkl")]
+    assert reader.gone() == []  # each once
+    # the pod swaps the directory for a link to one holding a file of that name
+    elsewhere = root / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "ckpt-3.pkl").write_bytes(b"x")
+    (directory / "ckpt-3.pkl").unlink()
+    (directory / "ckpt-2.pkl").unlink()
+    directory.rmdir()
+    directory.symlink_to(elsewhere)
+    assert reader.gone() == [str(directory / "ckpt-3.pkl")]

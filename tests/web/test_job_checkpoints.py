@@ -54,3 +54,19 @@ def test_a_few_checkpoints_are_all_open_and_many_say_only_the_latest_are_listed(
         alice_client.get(reverse("jobs:detail", args=[many.job_id])), "older-checkpoints"
     )
     assert "47+ older checkpoints" in older and "The latest 50 checkpoints are listed" in older
+
+
+def test_it_lists_only_checkpoints_whose_files_are_left(alice_client, personas):
+    job = make_job(personas)
+    _checkpoints(job, 6)
+    Checkpoint.objects.filter(job=job, step__lte=400).update(removed_at=timezone.now())
+    response = alice_client.get(reverse("jobs:detail", args=[job.job_id]))
+    part = section(response, "checkpoints")
+    assert "step-600.pt" in part and "step-500.pt" in part
+    assert "step-400.pt" not in part and "step-100.pt" not in part
+    assert 'id="older-checkpoints"' not in part  # two left: both open
+    assert "4 older checkpoints not listed: their files were removed" in text(response)
+    Checkpoint.objects.filter(job=job).update(removed_at=timezone.now())
+    response = alice_client.get(reverse("jobs:detail", args=[job.job_id]))
+    assert "No checkpoint files left." in text(response)
+    assert "6 older checkpoints not listed" in text(response)
