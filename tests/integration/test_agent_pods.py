@@ -387,10 +387,10 @@ def test_pods_on_shares_of_one_gpu_see_that_gpu(personas, agent_backend):
 
 def test_checkpoints_easyckpt_rotates_away_are_marked_removed(personas, agent_backend):
     command = (
-        "python -c \"import easyckpt\n"
+        'python -c "import easyckpt\n'
         "for step in range(1, 6):\n"
         "    easyckpt.save({'step': step}, step)\n"
-        "    easyckpt.wait()\""
+        '    easyckpt.wait()"'
     )
     job = submit(personas, command=command, envs={"PAIWEB_CKPT_KEEP": "2"})
     job_in(job, JobStatus.SUCCEEDED, agent=agent_backend)
