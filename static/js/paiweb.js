@@ -34,10 +34,34 @@
     }
   } catch (e) { /* no Intl: the server's zone it is */ }
 
+  // <table class="cards">: each cell names its column (data-label, from the table's
+  // header or its data-labels), which a phone's stylesheet shows beside it, a row becoming
+  // a card; again after htmx swaps new rows in.
+  function labelCards(root) {
+    root.querySelectorAll("table.cards").forEach(function (table) {
+      var labels = table.dataset.labels ? table.dataset.labels.split(",") :
+        Array.prototype.map.call(table.querySelectorAll("thead th"), function (th) {
+          return th.textContent.trim();
+        });
+      table.querySelectorAll("tbody tr").forEach(function (row) {
+        var column = 0;
+        Array.prototype.forEach.call(row.children, function (cell) {
+          var span = cell.colSpan || 1;
+          if (span === 1 && labels[column] && !cell.hasAttribute("data-label")) {
+            cell.setAttribute("data-label", labels[column]);
+          }
+          column += span;
+        });
+      });
+    });
+  }
+  document.addEventListener("htmx:afterSettle", function (event) { labelCards(event.target); });
+
   // Buttons only needed without JavaScript (the workspace switcher's "Switch").
   document.addEventListener("DOMContentLoaded", function () {
     document.querySelectorAll("[data-hide-with-js]").forEach(function (el) {
       el.hidden = true;
     });
+    labelCards(document);
   });
 })();

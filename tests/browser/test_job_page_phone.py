@@ -1,0 +1,55 @@
+"""The job page on a phone: its tables become one card per row, each cell under its
+column's name, and nothing widens the page."""
+
+from __future__ import annotations
+
+from django.urls import reverse
+from django.utils import timezone
+from playwright.sync_api import expect
+
+from apps.jobs.models import Checkpoint, JobEvent
+from tests.browser.conftest import login
+from tests.web.test_jobs_views import make_job
+
+PHONE = {"width": 390, "height": 844}
+
+
+def _job(personas):
+    job = make_job(personas, name="phone", pods=2)
+    now = timezone.now()
+    for kind in ("Submitted", "Scheduled", "PodStarted"):
+        message = f"{kind}: " + "a long message that would run far past a phone's width " * 2
+        JobEvent.objects.create(job=job, kind=kind, message=message, at=now)
+    path = f"/var/lib/paiweb/pods/{job.job_id}/checkpoints/ckpt-000000001200.pkl"
+    Checkpoint.objects.create(job=job, step=1200, path=path, size_bytes=4096, created_at=now)
+    return job
+
+
+def test_the_job_pages_tables_become_cards_on_a_phone(
+    browser_page, live_server, personas, password
+):
+    page = browser_page
+    job = _job(personas)
+    login(page, live_server, "alice", password)
+    page.set_viewport_size(PHONE)
+    page.goto(f"{live_server.url}{reverse('jobs:detail', args=[job.job_id])}")
+    events = page.locator("#events table")
+    expect(events.locator("thead")).to_be_hidden()
+    first = events.locator("tbody tr").first
+    expect(first.locator("td").first).to_have_attribute("data-label", "Time")
+    labels = first.locator("td").evaluate_all(
+        "tds => tds.map(td => getComputedStyle(td, '::before').content)"
+    )
+    assert labels == ['"Time"', '"Kind"', '"Pod"', '"Message"']
+    box = first.bounding_box()
+    assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= PHONE["width"]
+    step = page.locator("#checkpoints tbody td").first
+    expect(step).to_have_attribute("data-label", "Step")
+    assert page.evaluate("document.documentElement.scrollWidth") <= PHONE["width"]
+    assert page.external_requests == []
+
+    page.set_viewport_size({"width": 1280, "height": 900})  # a desktop keeps the table
+    expect(events.locator("thead")).to_be_visible()
+    assert first.locator("td").first.evaluate("td => getComputedStyle(td).display") == (
+        "table-cell"
+    )
