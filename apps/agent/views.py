@@ -15,16 +15,16 @@ from django_htmx.http import HTMX_STOP_POLLING
 from apps.agent import logs
 from apps.core.http import HtmxHttpRequest
 from apps.jobs.models import Pod
-from apps.workspaces.selectors import workspace_list
+from apps.jobs.selectors import jobs_visible
 
 DEFAULT_TAIL = 200
 MAX_TAIL = 10_000
 
 
 def _get_pod_for_user(request: HttpRequest, pod_id: str) -> Pod:
-    """The pod, if the user belongs to its job's workspace; 404 otherwise (never 403)."""
+    """The pod, if the user may see its job (`jobs_visible`); 404 otherwise (never 403)."""
     pod = (
-        Pod.objects.filter(pod_id=pod_id, job__workspace__in=workspace_list(user=request.user))
+        Pod.objects.filter(pod_id=pod_id, job__in=jobs_visible(user=request.user))
         .select_related("job", "role", "node")
         .first()
     )

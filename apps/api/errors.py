@@ -67,6 +67,7 @@ def throttling(code: str, reason: str, *, retry_at: datetime, retry_after: int) 
 # Spec field path (apps.jobs.specs) → the CreateJob parameter a DLC user wrote.
 _TOP_LEVEL = {
     "display_name": "DisplayName",
+    "accessibility": "Accessibility",
     "job_type": "JobType",
     "image": "JobSpecs[0].Image",
     "user_command": "UserCommand",

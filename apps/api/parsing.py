@@ -307,6 +307,7 @@ def job_spec_from_create_job(body: dict) -> JobSpec:
     spec = JobSpec(
         display_name=p.text(body, "DisplayName", "DisplayName"),
         description=p.text(body, "Description", "Description", max_length=MAX_DESCRIPTION),
+        accessibility=p.text(body, "Accessibility", "Accessibility", default="PUBLIC"),
         job_type=p.text(body, "JobType", "JobType"),
         image=next((r.image for r in roles if r.image), ""),
         user_command=p.text(body, "UserCommand", "UserCommand"),

@@ -166,6 +166,7 @@ def _job_common(job: Job, roles: list[JobRole]) -> dict[str, Any]:
         "JobId": job.job_id,
         "DisplayName": job.display_name,
         "Description": job.description or None,
+        "Accessibility": job.accessibility,
         "JobType": job.job_type,
         "WorkspaceId": job.workspace.workspace_id,
         "WorkspaceName": job.workspace.name,

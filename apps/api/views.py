@@ -38,7 +38,7 @@ from apps.cluster.models import InstanceType
 from apps.cluster.selectors import instance_type_list, market_params, quota_list
 from apps.core.errors import ApplicationError, ValidationFailed
 from apps.core.pricing import hour_to_per_minute
-from apps.jobs.models import Job, JobStatus, Pod, ResourceSource
+from apps.jobs.models import Accessibility, Job, JobStatus, Pod, ResourceSource
 from apps.jobs.selectors import (
     ALL_WORKSPACES,
     JobFilters,
@@ -51,6 +51,7 @@ from apps.jobs.selectors import (
     jobs_with_roles,
 )
 from apps.jobs.services import (
+    job_accessibility_update,
     job_delete,
     job_description_update,
     job_priority_update,
@@ -289,6 +290,12 @@ def _job_filters(call: Call) -> JobFilters:
         filters["submitter"] = call.user
     if job_ids := _listed(query, "JobIds"):
         filters["job_ids"] = job_ids
+    if accessibility := query.get("Accessibility", "").strip():
+        if accessibility not in Accessibility.values:
+            raise invalid_parameter(
+                "Accessibility", f"must be one of {', '.join(Accessibility.values)}"
+            )
+        filters["accessibility"] = accessibility
     if quotas := _listed(query, "ResourceIds"):
         filters["quotas"] = quotas
     for param, key in (
@@ -317,7 +324,6 @@ def _job_filters(call: Call) -> JobFilters:
 LIST_JOBS_UNSUPPORTED = frozenset(
     {
         "Tags",
-        "Accessibility",
         "NumericRangeField",
         "NumericRangeMax",
         "NumericRangeMin",
@@ -366,24 +372,31 @@ def update_job(call: Call, job_id: str) -> dict[str, Any]:
     job = _job(call, job_id)
     job_ensure_can_manage(user=call.user, job=job, action="change the priority of")
     body = _json_body(call)
-    for name in ("UserCommand", "JobSpecs", "Accessibility"):
+    for name in ("UserCommand", "JobSpecs"):
         if body.get(name) is not None:
             raise invalid_parameter(
-                name, "cannot be changed; UpdateJob changes Priority and Description"
+                name, "cannot be changed; UpdateJob changes Priority, Description and Accessibility"
             )
     problems = parsing.Problems()
     priority = problems.integer(body, "Priority", "Priority")
     description = problems.text(
         body, "Description", "Description", default=None, max_length=parsing.MAX_DESCRIPTION
     )
+    accessibility = problems.text(body, "Accessibility", "Accessibility", default=None)
+    if accessibility is not None and accessibility not in Accessibility.values:
+        problems.add("Accessibility", f"must be one of {', '.join(Accessibility.values)}")
     problems.raise_if_any()
-    if priority is None and description is None:
+    if priority is None and description is None and accessibility is None:
         raise missing_parameter("Priority")
     with transaction.atomic():
         if priority is not None:
             job_priority_update(job=job, priority=priority, by=call.user, now=call.now)
         if description is not None:
             job_description_update(job=job, description=description, by=call.user, now=call.now)
+        if accessibility is not None:
+            job_accessibility_update(
+                job=job, accessibility=accessibility, by=call.user, now=call.now
+            )
     return {"JobId": job.job_id}
 
 

@@ -19,6 +19,7 @@ from django.forms.utils import ErrorDict
 from apps.cluster.models import Image, InstanceType, Quota, ResourceType
 from apps.core.errors import ValidationFailed
 from apps.jobs.models import (
+    Accessibility,
     ExecutionMode,
     IdleMode,
     Job,
@@ -121,6 +122,12 @@ class JobForm(forms.Form):
     )
     success_policy = forms.ChoiceField(
         choices=_as_named(SuccessPolicy), initial=SuccessPolicy.ALL_WORKERS, required=False
+    )
+    accessibility = forms.ChoiceField(
+        label="Visibility",
+        choices=Accessibility.choices,
+        initial=Accessibility.PUBLIC,
+        required=False,
     )
 
     # Resource information
@@ -496,6 +503,7 @@ class JobCreateForm:
             priority=_or(c.get("priority"), 1),
             max_running_time_minutes=c.get("max_running_time_minutes"),
             success_policy=c.get("success_policy") or SuccessPolicy.ALL_WORKERS,
+            accessibility=c.get("accessibility") or Accessibility.PUBLIC,
             resource_type=c.get("resource_type") or fields["resource_type"].initial,
             resource_source=source,
             quota=c.get("quota", "") if source == ResourceSource.QUOTA else "",
@@ -620,6 +628,7 @@ def clone_initial(*, job: Job, roles: list[JobRole]) -> CloneInitial:
         "priority": job.priority,
         "max_running_time_minutes": job.max_running_time_minutes,
         "success_policy": job.success_policy,
+        "accessibility": job.accessibility,
         "resource_type": job.resource_type,
         "resource_source": job.resource_source,
         "quota": job.quota.name if job.quota_id else "",

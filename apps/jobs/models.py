@@ -72,6 +72,11 @@ class SuccessPolicy(models.TextChoices):
     CHIEF_WORKER = "ChiefWorker"
 
 
+class Accessibility(models.TextChoices):
+    PUBLIC = "PUBLIC", "Public: every member of the workspace"
+    PRIVATE = "PRIVATE", "Private: its owner and the workspace's administrators"
+
+
 class ExecutionMode(models.TextChoices):
     SYNC = "Sync", "Sync (restart the whole job)"
     ASYNC = "Async", "Async (restart failed pods only)"
@@ -124,6 +129,9 @@ class Job(models.Model):
     enable_easyckpt = models.BooleanField(default=False)
     termination_grace_seconds = models.PositiveIntegerField(default=30)
     description = models.TextField(blank=True)
+    accessibility = models.CharField(
+        max_length=8, choices=Accessibility.choices, default=Accessibility.PUBLIC
+    )
 
     # State
     status = models.CharField(max_length=20, choices=JobStatus.choices, default=JobStatus.CREATING)

@@ -40,6 +40,7 @@ from apps.core import pricing
 from apps.core.errors import ApplicationError
 from apps.jobs.models import (
     LIVE_POD_STATUSES,
+    Accessibility,
     Job,
     JobEvent,
     JobRestart,
@@ -51,7 +52,7 @@ from apps.jobs.models import (
     StatusTransition,
 )
 from apps.jobs.specs import spot_price_range_per_minute
-from apps.workspaces.models import Workspace
+from apps.workspaces.models import Membership, Workspace
 from apps.workspaces.selectors import MANAGING_ROLES, workspace_list, workspace_role
 
 if TYPE_CHECKING:
@@ -87,6 +88,7 @@ class JobFilters(TypedDict, total=False):
     reason_contains: str  # part of the reason (status or waiting), any case
     image_contains: str  # part of a role's image, any case
     description_contains: str
+    accessibility: str  # PUBLIC or PRIVATE
 
 
 def job_list(
@@ -99,9 +101,9 @@ def job_list(
     current attempt only, so history pods never inflate it.
     """
     if workspace is ALL_WORKSPACES:
-        jobs = Job.objects.filter(workspace__in=workspace_list(user=user))
+        jobs = jobs_visible(user=user)
     elif workspace is not None and workspace_list(user=user).filter(pk=workspace.pk).exists():
-        jobs = Job.objects.filter(workspace=workspace)
+        jobs = jobs_visible(user=user).filter(workspace=workspace)
     else:
         return Job.objects.none()
     planned = (
@@ -180,6 +182,8 @@ def _filter_jobs(jobs: QuerySet[Job], filters: JobFilters) -> QuerySet[Job]:
         )
     if description := filters.get("description_contains"):
         jobs = jobs.filter(description__icontains=description)
+    if accessibility := filters.get("accessibility"):
+        jobs = jobs.filter(accessibility=accessibility)
     return jobs
 
 
@@ -259,10 +263,25 @@ def job_list_rows(
     return jobs.order_by(order, "-created_at", "-id")
 
 
+def jobs_visible(*, user) -> QuerySet[Job]:
+    """The jobs `user` may see: those of its workspaces, a PRIVATE one only to whoever may
+    manage it (`job_can_manage`: its submitter, the workspace's owners and administrators,
+    platform admins). Every page and call that shows a job starts from here."""
+    jobs = Job.objects.filter(workspace__in=workspace_list(user=user))
+    if not user.is_authenticated or user.is_staff or user.is_superuser:
+        return jobs
+    managed = Membership.objects.filter(user=user, role__in=MANAGING_ROLES).values("workspace")
+    return jobs.filter(
+        Q(accessibility=Accessibility.PUBLIC) | Q(user=user) | Q(workspace__in=managed)
+    )
+
+
 def job_get_for_user(*, user, job_id: str) -> Job:
-    """The job if `user` belongs to its workspace; Http404 otherwise (never 403: no leaks)."""
+    """The job if `user` may see it (`jobs_visible`); Http404 otherwise (never 403: no
+    leaks)."""
     job = (
-        Job.objects.filter(job_id=job_id, workspace__in=workspace_list(user=user))
+        jobs_visible(user=user)
+        .filter(job_id=job_id)
         .select_related("workspace", "quota", "user")
         .first()
     )
@@ -272,11 +291,13 @@ def job_get_for_user(*, user, job_id: str) -> Job:
 
 
 def jobs_get_for_user(*, user, job_ids: Collection[str]) -> dict[str, Job]:
-    """The jobs among `job_ids` in workspaces `user` belongs to, by job id (one query);
-    any other id is left out, as `job_get_for_user` answers 404 for it."""
-    jobs = Job.objects.filter(
-        job_id__in=list(job_ids), workspace__in=workspace_list(user=user)
-    ).select_related("workspace", "quota", "user")
+    """The jobs among `job_ids` that `user` may see, by job id (one query); any other id is
+    left out, as `job_get_for_user` answers 404 for it."""
+    jobs = (
+        jobs_visible(user=user)
+        .filter(job_id__in=list(job_ids))
+        .select_related("workspace", "quota", "user")
+    )
     return {job.job_id: job for job in jobs}
 
 

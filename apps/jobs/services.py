@@ -19,6 +19,7 @@ from apps.jobs.execution import pods_stopping
 from apps.jobs.models import (
     FINISHED_STATUSES,
     LIVE_POD_STATUSES,
+    Accessibility,
     Checkpoint,
     Job,
     JobEvent,
@@ -251,6 +252,7 @@ def job_submit(*, workspace, user, spec: JobSpec, now: datetime | None = None) -
         enable_easyckpt=spec.enable_easyckpt,
         termination_grace_seconds=spec.termination_grace_seconds,
         description=spec.description,
+        accessibility=spec.accessibility,
         status=JobStatus.CREATING,
         submitted_at=now,
         status_changed_at=now,
@@ -411,6 +413,29 @@ def job_priority_update(*, job: Job, priority: int, by, now: datetime | None = N
 
 
 @transaction.atomic
+def job_accessibility_update(
+    *, job: Job, accessibility: str, by, now: datetime | None = None
+) -> Job:
+    """Make a job PUBLIC (every member of its workspace sees it) or PRIVATE (its submitter
+    and the workspace's administrators), in any status."""
+    if accessibility not in Accessibility.values:
+        raise ApplicationError(
+            "InvalidParameter", f"Accessibility must be one of {', '.join(Accessibility.values)}"
+        )
+    now = now or timezone.now()
+    job = Job.objects.select_for_update().get(pk=job.pk)
+    if job.accessibility != accessibility:
+        job.accessibility = accessibility
+        job.save(update_fields=["accessibility"])
+        job_event(
+            job=job,
+            kind="AccessibilityChanged",
+            now=now,
+            message=f"{accessibility} by {by.get_username()}",
+        )
+    return job
+
+
 def job_description_update(*, job: Job, description: str, by, now: datetime | None = None) -> Job:
     """Change a job's description, in any status."""
     now = now or timezone.now()

@@ -16,6 +16,7 @@ from apps.cluster.selectors import market_params
 from apps.core import pricing
 from apps.core.errors import ValidationFailed
 from apps.jobs.models import (
+    Accessibility,
     ExecutionMode,
     IdleMode,
     JobRole,
@@ -69,6 +70,7 @@ class RoleSpec:
 class JobSpec:
     display_name: str = ""
     description: str = ""
+    accessibility: str = Accessibility.PUBLIC  # PRIVATE: its owner and workspace admins see it
     job_type: str = JobType.PYTORCH
     image: str = ""
     user_command: str = ""
@@ -226,6 +228,8 @@ def _check_basics(spec: JobSpec, errors: _Errors) -> None:
         errors.add("display_name", f"must be at most {MAX_DISPLAY_NAME} characters")
     if spec.job_type not in JobType.values:
         errors.add("job_type", f"must be one of {', '.join(JobType.values)}")
+    if spec.accessibility not in Accessibility.values:
+        errors.add("accessibility", f"must be one of {', '.join(Accessibility.values)}")
     if not spec.user_command.strip():
         errors.add("user_command", "is required")
     elif _utf8_size(spec.user_command) > MAX_USER_COMMAND_BYTES:
