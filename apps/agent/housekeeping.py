@@ -31,6 +31,7 @@ from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
+from apps.agent import services
 from apps.agent.models import PodProcess
 from apps.jobs.models import FINISHED_STATUSES, Checkpoint, Job
 
@@ -555,10 +556,7 @@ def _mark_removed(job_pk: int, removed: set[str]) -> None:
         .iterator()
         if Path(path).name in removed and Path(path).parent.name == CHECKPOINTS
     ]
-    for start in range(0, len(gone), 500):
-        Checkpoint.objects.filter(
-            job_id=job_pk, path__in=gone[start : start + 500], removed_at__isnull=True
-        ).update(removed_at=timezone.now())
+    services.checkpoints_removed(job_pk=job_pk, paths=gone, at=timezone.now())
 
 
 def _is_regular(dir_fd: int, name: str) -> bool:

@@ -635,12 +635,12 @@ def checkpoint_files(*, job_pk: int, directory: str) -> list[str]:
 
 def checkpoints_removed(*, job_pk: int, paths: Iterable[str], at: datetime) -> int:
     """The job's checkpoint files at these paths are gone: their rows say so (once)."""
-    paths = list(paths)
-    if not paths:
-        return 0
-    return Checkpoint.objects.filter(job_id=job_pk, path__in=paths, removed_at__isnull=True).update(
-        removed_at=at
-    )
+    marked = 0
+    for chunk in id_chunks(list(paths)):  # type: ignore[arg-type]
+        marked += Checkpoint.objects.filter(
+            job_id=job_pk, path__in=chunk, removed_at__isnull=True
+        ).update(removed_at=at)
+    return marked
 
 
 @dataclass(frozen=True)

@@ -383,8 +383,6 @@ def update_job(call: Call, job_id: str) -> dict[str, Any]:
         body, "Description", "Description", default=None, max_length=parsing.MAX_DESCRIPTION
     )
     accessibility = problems.text(body, "Accessibility", "Accessibility", default=None)
-    if accessibility is not None and accessibility not in Accessibility.values:
-        problems.add("Accessibility", f"must be one of {', '.join(Accessibility.values)}")
     problems.raise_if_any()
     if priority is None and description is None and accessibility is None:
         raise missing_parameter("Priority")
