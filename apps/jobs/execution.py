@@ -20,8 +20,14 @@ from datetime import datetime
 from typing import Protocol
 
 from django.conf import settings
+from django.db.models import Count, QuerySet
 
-from apps.jobs.models import Job, JobStatus, Pod, PodStatus
+from apps.cluster.models import Node
+from apps.jobs.models import LIVE_POD_STATUSES, Job, JobStatus, Pod, PodStatus
+
+# The states of a pod's process (apps.agent.models.PodProcess) in which it runs or may
+# still start.
+LIVE_PROCESS_STATES = ("queued", "starting", "running")
 
 
 @dataclass(frozen=True)
@@ -88,3 +94,31 @@ def pods_stopping_bulk(*, stops: Sequence[PodsStop], now: datetime) -> None:
     reclaim stops thousands in one tick."""
     if settings.EXECUTION_BACKEND == "agent":
         executor().pods_terminate_bulk(stops=stops, now=now)
+
+
+def pods_winding_down() -> QuerySet[Pod]:
+    """Pods already marked ended (Preempted, Stopped, Failed) whose processes have not
+    exited: SIGTERM sent and the grace period running, or an agent yet to act. They hold
+    their room until they exit, and their job's next attempt waits for them: a rank 0 that
+    saves on SIGTERM must not write the checkpoint directory while the next attempt reads
+    it. A Lost node's processes are gone as far as anyone knows (a dead host never reports
+    their exits); if the node comes back they count again until its agent has stopped
+    them. With EXECUTION_BACKEND "none" there are no processes, and none wind down."""
+    return (
+        Pod.objects.filter(process__state__in=LIVE_PROCESS_STATES)
+        .exclude(status__in=LIVE_POD_STATUSES)
+        .exclude(node__status=Node.Status.LOST)
+    )
+
+
+def jobs_winding_down(jobs: QuerySet[Job]) -> dict[int, int]:
+    """How many pods of each of these jobs are still winding down (`pods_winding_down`);
+    jobs with none are left out. One query, `jobs` as its subquery."""
+    return dict(
+        pods_winding_down()
+        .filter(job__in=jobs)
+        .values("job_id")
+        .annotate(n=Count("pk"))
+        .order_by()
+        .values_list("job_id", "n")
+    )

@@ -22,6 +22,7 @@ from apps.cluster.models import InstanceType, ResourceType
 from apps.cluster.selectors import market_params
 from apps.core import pricing
 from apps.core.db import Epoch
+from apps.jobs.execution import jobs_winding_down
 from apps.jobs.models import (
     LIVE_POD_STATUSES,
     Job,
@@ -33,6 +34,7 @@ from apps.jobs.models import (
 from apps.jobs.selectors import role_bid_per_hour, role_list
 from apps.market.charts import Chart, chart_build
 from apps.market.models import MarketState, PricePoint
+from apps.scheduler.lifecycle import winding_down_reason
 
 MARKET_SOURCES = (ResourceSource.PUBLIC, ResourceSource.SPOT)
 CHART_WINDOWS = {
@@ -385,13 +387,17 @@ def held_reason(
     roles: Sequence[RoleNeed],
     not_spot: Container[str],
     now: datetime,
+    winding_down: int = 0,
 ) -> str:
     """Why a waiting market job sits out the ticks ("" when it does not): an AIMaster
-    backoff, a role without an instance type, a spot role without a readable bid, or a type
-    no longer sold as spot (`not_spot`). The tick and the job pages both ask this."""
+    backoff, pods of its previous attempt not yet exited (`winding_down`), a role without an
+    instance type, a spot role without a readable bid, or a type no longer sold as spot
+    (`not_spot`). The tick and the job pages both ask this."""
     if not_before is not None and not_before > now:
         again = "bids" if spot else "queues"
         return f"AIMaster backoff: {again} again from {not_before:%H:%M:%S} UTC"
+    if winding_down:
+        return winding_down_reason(winding_down)
     if any(not role.instance_type for role in roles):
         return "every role of a public or spot job needs an instance type"
     if not spot:
@@ -493,10 +499,16 @@ def spot_waits(*, jobs: Iterable[Job], now: datetime | None = None) -> dict[int,
         else:
             quotes[t.name] = state.quote()
     waits = {}
+    winding = jobs_winding_down(Job.objects.filter(pk__in=list(bidding)))
     for job_id, job in bidding.items():
         roles = needs.get(job_id, [])
         reason = held_reason(
-            spot=True, not_before=job.not_before, roles=roles, not_spot=not_spot, now=now
+            spot=True,
+            not_before=job.not_before,
+            roles=roles,
+            not_spot=not_spot,
+            now=now,
+            winding_down=winding.get(job_id, 0),
         )
         code = ""
         if reason:

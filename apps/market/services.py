@@ -51,7 +51,7 @@ from apps.core import pricing
 from apps.core.db import Epoch, db_datetime, id_chunks, rows_insert
 from apps.core.errors import ValidationFailed
 from apps.core.perf import gc_paused
-from apps.jobs.execution import PodsStop, pods_placed, pods_stopping_bulk
+from apps.jobs.execution import PodsStop, jobs_winding_down, pods_placed, pods_stopping_bulk
 from apps.jobs.models import (
     LIVE_POD_STATUSES,
     Job,
@@ -367,6 +367,12 @@ def _add_waiting(snapshot: MarketSnapshot, names: dict[int, str], queuing: list[
         .values("job_id")
     )
     rows = _waiting_rows(JobRole.objects.filter(job_id__in=ready)) + queuing
+    winding = jobs_winding_down(
+        Job.objects.filter(
+            status__in=(JobStatus.BIDDING, JobStatus.QUEUING),
+            resource_source__in=(ResourceSource.SPOT, ResourceSource.PUBLIC),
+        )
+    )
     jobs: dict[int, tuple] = {}
     needs: dict[int, list[RoleNeed]] = defaultdict(list)
     originals = {t.name: t.original for t in snapshot.types.values()}
@@ -403,6 +409,7 @@ def _add_waiting(snapshot: MarketSnapshot, names: dict[int, str], queuing: list[
             roles=roles,
             not_spot=not_spot,
             now=snapshot.now,
+            winding_down=winding.get(job_id, 0),
         ):
             snapshot.held[job_id] = held
         elif source == ResourceSource.PUBLIC:

@@ -31,6 +31,15 @@ def lost_gpu_seconds(
     return max(0.0, gpus * (now - since))
 
 
+def winding_down_reason(pods: int) -> str:
+    """Why a job's next attempt waits although room may be free: `pods` of its previous
+    attempt have been told to stop and have not exited yet (SIGTERM, the grace period, a
+    save on the way out). Two attempts never run at once, so none reads or writes the
+    checkpoint directory while the other still does. The scheduler and the market say it."""
+    noun = "pod" if pods == 1 else "pods"
+    return f"waiting for {pods} {noun} of its previous attempt to exit (grace period)"
+
+
 # --- success policy ------------------------------------------------------------------------
 
 SuccessPolicy = Literal["AllWorkers", "ChiefWorker"]

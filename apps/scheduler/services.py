@@ -22,7 +22,13 @@ from django.db.models import F
 from apps.cluster.models import Node, Quota, ResourcePool
 from apps.core.db import id_chunks, rows_update
 from apps.core.perf import gc_paused
-from apps.jobs.execution import PodsStop, pods_placed, pods_stopping_bulk
+from apps.jobs.execution import (
+    PodsStop,
+    jobs_winding_down,
+    pods_placed,
+    pods_stopping_bulk,
+    pods_winding_down,
+)
 from apps.jobs.models import (
     ACTIVE_STATUSES,
     LIVE_POD_STATUSES,
@@ -39,7 +45,6 @@ from apps.jobs.models import (
 from apps.jobs.services import jobs_transition_bulk, resumed_events
 from apps.scheduler import engine, lifecycle
 
-LIVE_PROCESS_STATES = ("queued", "starting", "running")
 DEDICATED = ResourcePool.Kind.DEDICATED
 
 
@@ -123,23 +128,14 @@ def scheduler_cluster() -> tuple[tuple[engine.Node, ...], tuple[engine.Quota, ..
 
 
 def _running_jobs(*, live: bool) -> list[engine.RunningJob]:
-    """Jobs with pods on dedicated nodes. With live=False: pods already marked Preempted,
-    Stopped or Failed whose processes are still winding down (SIGTERM, grace period); they
-    hold their room until they exit. Those appear as one `stopping` job per job under a
-    negative id, so the engine neither admits onto that room nor picks them as victims again
-    (an owner waiting for it says "room being freed")."""
-    pods = Pod.objects.filter(node__isnull=False, node__pool__kind=DEDICATED)
-    if live:
-        pods = pods.filter(status__in=LIVE_POD_STATUSES)
-    else:
-        # A Lost node's processes are gone as far as anyone knows (a dead host never
-        # reports their exits): their room is not held. If the node comes back they count
-        # again until its agent has stopped them.
-        pods = (
-            pods.filter(process__state__in=LIVE_PROCESS_STATES)
-            .exclude(status__in=LIVE_POD_STATUSES)
-            .exclude(node__status=Node.Status.LOST)
-        )
+    """Jobs with pods on dedicated nodes. With live=False: the pods winding down
+    (`pods_winding_down`: marked Preempted, Stopped or Failed, processes not yet exited),
+    which hold their room until they exit. Those appear as one `stopping` job per job under
+    a negative id, so the engine neither admits onto that room nor picks them as victims
+    again (an owner waiting for it says "room being freed")."""
+    pods = (
+        Pod.objects.filter(status__in=LIVE_POD_STATUSES) if live else pods_winding_down()
+    ).filter(node__isnull=False, node__pool__kind=DEDICATED)
     by_job: dict[int, list[engine.RunningPod]] = defaultdict(list)
     first_start: dict[int, datetime] = {}
     for pk, job_id, node_id, in_quota, started, cpu, memory, gpu, milli, ids in pods.values_list(
@@ -229,6 +225,7 @@ def _pending_jobs() -> tuple[tuple[engine.PendingJob, ...], dict]:
             engine.PodRequest(key=f"{role_type.lower()}-{i}", resources=resources, gpu_milli=milli)
             for i in range(count)
         ]
+    winding = jobs_winding_down(queued)
     pending, shown = [], {}
     for row in rows:
         pk, name, public_id, quota_id, idle_mode, priority, submitted, not_before, *previous = row
@@ -244,6 +241,7 @@ def _pending_jobs() -> tuple[tuple[engine.PendingJob, ...], dict]:
                 submitted_at=submitted.timestamp(),
                 pods=tuple(requests[pk]),
                 not_before=_ts(not_before),
+                winding_down=winding.get(pk, 0),
             )
         )
         shown[pk] = tuple(previous)

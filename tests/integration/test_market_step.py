@@ -383,6 +383,24 @@ def test_it_lets_a_re_bid_wait_out_the_aimaster_backoff(personas, replay, settin
     assert job.status == JobStatus.RUNNING
 
 
+def test_a_re_bid_waits_for_the_reclaimed_pods_to_exit(personas, replay):
+    replay([(NOW, G7, "0.30"), (at(1), G7, "0.70"), (at(2), G7, "0.30")])
+    job = submit(personas, discount="0.8", aimaster=True)
+    step(at(0))
+    PodProcess.objects.create(pod=job.pods.get(), state="running", queue="node.n", queued_at=at(0))
+    step(at(1))  # reclaimed: SIGTERM, and its process saves on the way out
+    step(at(2))  # the price is back under its bid
+    reload(job)
+    assert job.status == JobStatus.BIDDING
+    assert reason(job, at(2)) == (
+        "waiting for 1 pod of its previous attempt to exit (grace period)"
+    )
+    PodProcess.objects.update(state="exited", exit_code=143)
+    step(at(3))
+    reload(job)
+    assert job.status == JobStatus.RUNNING
+
+
 def test_it_frees_the_stock_of_a_stopped_spot_job(personas, replay):
     replay([(NOW, G7, "0.30")])
     first = submit(personas, discount="0.9", pods=20, name="first")

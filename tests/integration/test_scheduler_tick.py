@@ -190,6 +190,53 @@ def test_it_waits_for_preempted_processes_to_exit_before_placing_the_owner(perso
     assert owner.status == JobStatus.RUNNING
 
 
+def test_a_preempted_job_starts_again_only_after_its_old_pods_exit(personas):
+    """Its rank 0 may still be saving on SIGTERM into the checkpoint directory the next
+    attempt would read: the next attempt waits for it, though room is free elsewhere."""
+    from apps.agent.models import PodProcess
+
+    fillers = [
+        submit(personas, ws="ws_b", user="charlie", quota="team-b", gpu=4, idle="only_idle")
+        for _ in range(3)
+    ]
+    borrower = submit(
+        personas,
+        ws="ws_b",
+        user="charlie",
+        quota="team-b",
+        gpu=4,
+        idle="only_idle",
+        aimaster=True,
+        name="newest",  # the least work to lose: the owner's victim
+    )
+    PodProcess.objects.create(
+        pod=borrower.pods.get(),
+        state="running",
+        queue="node.n",
+        queued_at=timezone.now(),
+    )
+    owner = submit(personas, gpu=4, name="owner")
+    borrower.refresh_from_db()
+    assert borrower.status == JobStatus.QUEUING and borrower.attempt == 1
+    for filler in fillers[:2]:  # two nodes free up: one for the owner, one the borrower fits
+        job_stop(job=filler, by=personas["charlie"])
+    scheduler_tick(now=timezone.now() + timedelta(seconds=1))
+    owner.refresh_from_db()
+    borrower.refresh_from_db()
+    assert owner.status == JobStatus.RUNNING
+    assert borrower.status == JobStatus.QUEUING
+    assert borrower.pending_reason == (
+        "waiting for 1 pod of its previous attempt to exit (grace period)"
+    )
+    assert not borrower.pods.filter(attempt=1).exists()
+
+    PodProcess.objects.update(state="exited", exit_code=143)
+    scheduler_tick(now=timezone.now() + timedelta(seconds=2))
+    borrower.refresh_from_db()
+    assert borrower.status == JobStatus.RUNNING
+    assert borrower.pods.filter(attempt=1).count() == 1
+
+
 def _preemption_wave(personas, *, victims: int) -> tuple[list[dict], int]:
     """Fill all 16 GPUs with 1-GPU borrowers of team-b, then let one team-a owner of
     `victims` 1-GPU pods reclaim in a tick of its own. Returns each victim's rows (as

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import subprocess
 import sys
@@ -508,6 +509,16 @@ def test_it_waits_out_a_requeue_backoff_without_blocking_the_queue():
     result = plan(snapshot(machines(1), [TEAM_A], pending=pending), now=NOW)
     assert list(admitted(result)) == [2]
     assert waiting(result, 1).reason.startswith("requeue backoff until")
+
+
+def test_a_new_attempt_waits_for_its_previous_pods_to_exit():
+    pending = [dataclasses.replace(queued(1, 1, 8), winding_down=2), queued(2, 1, 8)]
+    result = plan(snapshot(machines(1, 2), [TEAM_A], pending=pending), now=NOW)
+    assert list(admitted(result)) == [2]  # room for both: job 1 waits only for itself
+    assert waiting(result, 1).reason == (
+        "waiting for 2 pods of its previous attempt to exit (grace period)"
+    )
+    assert list(admitted(plan(snapshot(machines(1), [TEAM_A], pending=[queued(1, 1, 8)]), now=NOW)))
 
 
 # --- 7. owners before borrowers --------------------------------------------------------------

@@ -125,6 +125,8 @@ class PendingJob:
     submitted_at: float
     pods: tuple[PodRequest, ...]
     not_before: float | None = None  # requeue backoff
+    # pods of its previous attempt not yet exited (saving on SIGTERM): it waits for them
+    winding_down: int = 0
 
 
 @dataclass(frozen=True, slots=True)

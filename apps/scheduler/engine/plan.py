@@ -72,6 +72,7 @@ from apps.scheduler.engine.vectors import (
     shape,
     sum_of,
 )
+from apps.scheduler.lifecycle import winding_down_reason
 
 _DEFAULT_CONFIG = Config()  # frozen: one instance serves as every call's default
 
@@ -405,6 +406,9 @@ class _Planner:
         if pending.not_before is not None and pending.not_before > self.now:
             left = pending.not_before - self.now
             self._wait(job, f"requeue backoff until {pending.not_before:.0f} ({left:.0f} s left)")
+            return True
+        if pending.winding_down:
+            self._wait(job, winding_down_reason(pending.winding_down))
             return True
         if (blocker := self._blocker(job)) is not None:
             self._wait(job, f"blocked behind {blocker.job.name} (StrictFIFO)")
