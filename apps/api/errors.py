@@ -68,6 +68,7 @@ def throttling(code: str, reason: str, *, retry_at: datetime, retry_after: int) 
 _TOP_LEVEL = {
     "display_name": "DisplayName",
     "accessibility": "Accessibility",
+    "tags": "Settings.Tags",
     "job_type": "JobType",
     "image": "JobSpecs[0].Image",
     "user_command": "UserCommand",

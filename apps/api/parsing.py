@@ -301,6 +301,7 @@ def job_spec_from_create_job(body: dict) -> JobSpec:
     advanced = p.mapping(settings, "AdvancedSettings", "Settings.AdvancedSettings")
     p.track(advanced, "Settings.AdvancedSettings")
     easyckpt = p.boolean(advanced, "EnableEasyCkpt", "Settings.AdvancedSettings.EnableEasyCkpt")
+    tags = p.mapping(settings, "Tags", "Settings.Tags")  # checked with the spec
     vpc = p.mapping(body, "UserVpc", "UserVpc")
     p.track(vpc, "UserVpc")
 
@@ -308,6 +309,7 @@ def job_spec_from_create_job(body: dict) -> JobSpec:
         display_name=p.text(body, "DisplayName", "DisplayName"),
         description=p.text(body, "Description", "Description", max_length=MAX_DESCRIPTION),
         accessibility=p.text(body, "Accessibility", "Accessibility", default="PUBLIC"),
+        tags=dict(tags),
         job_type=p.text(body, "JobType", "JobType"),
         image=next((r.image for r in roles if r.image), ""),
         user_command=p.text(body, "UserCommand", "UserCommand"),

@@ -90,6 +90,7 @@ def job_settings(job: Job) -> dict[str, Any]:
             "ErrorMonitoringArgs": error_monitoring_args(job) if job.enable_aimaster else None,
             "AdvancedSettings": {"EnableEasyCkpt": job.enable_easyckpt},
             "TerminationGracePeriodSeconds": job.termination_grace_seconds,
+            "Tags": {tag.key: tag.value for tag in job.tags.all()} or None,
         }
     )
 

@@ -8,6 +8,7 @@ error carries, so bad input is never a 500.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -58,7 +59,7 @@ from apps.jobs.services import (
     job_stop,
     job_submit,
 )
-from apps.jobs.specs import spot_price_range_per_minute
+from apps.jobs.specs import spot_price_range_per_minute, tags_problems
 from apps.market.selectors import (
     TypeUsage,
     market_states,
@@ -298,6 +299,8 @@ def _job_filters(call: Call) -> JobFilters:
         filters["accessibility"] = accessibility
     if quotas := _listed(query, "ResourceIds"):
         filters["quotas"] = quotas
+    if tags := query.get("Tags", "").strip():
+        filters["tags"] = _tags_filter(tags)
     for param, key in (
         ("UserCommandSearch", "user_command_contains"),
         ("ReasonSearch", "reason_contains"),
@@ -320,10 +323,24 @@ def _job_filters(call: Call) -> JobFilters:
     return filters
 
 
+def _tags_filter(text: str) -> dict[str, str]:
+    """ListJobs' Tags: a JSON object of key → value, as the SDK sends it; the jobs listed
+    carry every one of them."""
+    try:
+        tags = json.loads(text)
+    except ValueError:
+        example = '{"team": "vision"}'
+        raise invalid_parameter(
+            "Tags", f"must be a JSON object of key → value: {example}"
+        ) from None
+    if problems := tags_problems(tags):
+        raise invalid_parameter("Tags", problems[0])
+    return tags
+
+
 # ListJobs parameters the SDK models and paiweb has no meaning for: refused, never ignored.
 LIST_JOBS_UNSUPPORTED = frozenset(
     {
-        "Tags",
         "NumericRangeField",
         "NumericRangeMax",
         "NumericRangeMin",

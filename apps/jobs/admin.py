@@ -16,6 +16,7 @@ from apps.jobs.models import (
     JobEvent,
     JobRestart,
     JobRole,
+    JobTag,
     Pod,
     StatusTransition,
 )
@@ -90,6 +91,11 @@ class CheckpointInline(_ReadOnlyInline):
     fields = ("step", "path", "size_bytes", "created_at")
 
 
+class JobTagInline(_ReadOnlyInline):
+    model = JobTag
+    fields = ("key", "value")
+
+
 class JobRestartInline(_ReadOnlyInline):
     model = JobRestart
     fields = ("number", "at", "cause", "counted", "message", "lost_gpu_seconds")
@@ -156,6 +162,7 @@ class JobAdmin(admin.ModelAdmin):
     )
     inlines = [
         JobRoleInline,
+        JobTagInline,
         PodInline,
         StatusTransitionInline,
         JobEventInline,
@@ -297,3 +304,10 @@ class JobRestartAdmin(_ReadOnlyAdmin):
     list_select_related = ("job",)
     search_fields = ("job__job_id", "cause", "message")
     date_hierarchy = "at"
+
+
+@admin.register(JobTag)
+class JobTagAdmin(_ReadOnlyAdmin):
+    list_display = ("job", "key", "value")
+    list_select_related = ("job",)
+    search_fields = ("job__job_id", "key", "value")

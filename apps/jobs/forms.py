@@ -129,6 +129,13 @@ class JobForm(forms.Form):
         initial=Accessibility.PUBLIC,
         required=False,
     )
+    tags = forms.CharField(
+        required=False,
+        widget=forms.Textarea(
+            attrs={"rows": 2, "spellcheck": "false", "placeholder": "team=vision"}
+        ),
+        help_text="key=value, one per line (at most 20): to find the job again by them.",
+    )
 
     # Resource information
     resource_type = forms.ChoiceField(
@@ -199,18 +206,10 @@ class JobForm(forms.Form):
         return len(self.fields["resource_type"].choices) == 1
 
     def clean_envs(self) -> dict[str, str]:
-        envs, problems = {}, []
-        for n, line in enumerate(self.cleaned_data["envs"].splitlines(), start=1):
-            if not line.strip():
-                continue
-            name, sep, value = line.strip().partition("=")
-            if not sep or not name.strip():
-                problems.append(f"line {n}: write KEY=VALUE")
-                continue
-            envs[name.strip()] = value
-        if problems:
-            raise forms.ValidationError(problems)
-        return envs
+        return _key_values(self.cleaned_data["envs"], "KEY=VALUE")
+
+    def clean_tags(self) -> dict[str, str]:
+        return _key_values(self.cleaned_data["tags"], "key=value")
 
     def clean_data_sources(self) -> list[dict]:
         sources, problems = [], []
@@ -504,6 +503,7 @@ class JobCreateForm:
             max_running_time_minutes=c.get("max_running_time_minutes"),
             success_policy=c.get("success_policy") or SuccessPolicy.ALL_WORKERS,
             accessibility=c.get("accessibility") or Accessibility.PUBLIC,
+            tags=c.get("tags") or {},
             resource_type=c.get("resource_type") or fields["resource_type"].initial,
             resource_source=source,
             quota=c.get("quota", "") if source == ResourceSource.QUOTA else "",
@@ -607,6 +607,22 @@ class CloneInitial:
     roles_left_out: int = 0  # roles beyond the form's ROLE_ROWS rows
 
 
+def _key_values(text: str, shape: str) -> dict[str, str]:
+    """ "KEY=VALUE" lines (blank ones skipped) as a dict; the value is kept as written."""
+    pairs, problems = {}, []
+    for n, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        name, sep, value = line.strip().partition("=")
+        if not sep or not name.strip():
+            problems.append(f"line {n}: write {shape}")
+            continue
+        pairs[name.strip()] = value
+    if problems:
+        raise forms.ValidationError(problems)
+    return pairs
+
+
 def clone_initial(*, job: Job, roles: list[JobRole]) -> CloneInitial:
     """The create form as `job` was submitted: named "<name>-copy", with its roles (their
     type, pods, instance type or resource config, image, restart policy and bid), quota,
@@ -629,6 +645,7 @@ def clone_initial(*, job: Job, roles: list[JobRole]) -> CloneInitial:
         "max_running_time_minutes": job.max_running_time_minutes,
         "success_policy": job.success_policy,
         "accessibility": job.accessibility,
+        "tags": "\n".join(f"{tag.key}={tag.value}" for tag in job.tags.all()),
         "resource_type": job.resource_type,
         "resource_source": job.resource_source,
         "quota": job.quota.name if job.quota_id else "",

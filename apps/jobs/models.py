@@ -326,6 +326,24 @@ class Pod(models.Model):
         return self.attempt < self.job.attempt
 
 
+class JobTag(models.Model):
+    """One of the submitter's labels on a job, key → value (Settings.Tags; checked by
+    `apps.jobs.specs.tags_problems`). A row each, so ListJobs filters by them on any
+    database with an index."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="tags")
+    key = models.CharField(max_length=128)
+    value = models.CharField(max_length=128, blank=True)
+
+    class Meta:
+        ordering = ["key"]
+        constraints = [models.UniqueConstraint(fields=["job", "key"], name="job_tag_key_unique")]
+        indexes = [models.Index(fields=["key", "value"])]
+
+    def __str__(self) -> str:
+        return f"{self.key}={self.value}"
+
+
 class StatusTransition(models.Model):
     """One entry of StatusHistory: a status the job held, from start to end, and why."""
 

@@ -3,7 +3,7 @@ pods, status history and events, and the choices the create-job form offers in a
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
@@ -46,6 +46,7 @@ from apps.jobs.models import (
     JobRestart,
     JobRole,
     JobStatus,
+    JobTag,
     Pod,
     PodStatus,
     ResourceSource,
@@ -89,6 +90,7 @@ class JobFilters(TypedDict, total=False):
     image_contains: str  # part of a role's image, any case
     description_contains: str
     accessibility: str  # PUBLIC or PRIVATE
+    tags: Mapping[str, str]  # every one of these tags, key and value
 
 
 def job_list(
@@ -184,6 +186,8 @@ def _filter_jobs(jobs: QuerySet[Job], filters: JobFilters) -> QuerySet[Job]:
         jobs = jobs.filter(description__icontains=description)
     if accessibility := filters.get("accessibility"):
         jobs = jobs.filter(accessibility=accessibility)
+    for key, value in filters.get("tags", {}).items():
+        jobs = jobs.filter(Exists(JobTag.objects.filter(job=OuterRef("pk"), key=key, value=value)))
     return jobs
 
 
@@ -354,9 +358,9 @@ def role_list(*, job: Job) -> QuerySet[JobRole]:
 
 
 def jobs_with_roles(*, jobs: QuerySet[Job]) -> QuerySet[Job]:
-    """`jobs` with `job.roles.all()` (and each role's instance type) read in one more query,
-    whatever the number of jobs."""
-    return jobs.prefetch_related(Prefetch("roles", queryset=_roles_with_types()))
+    """`jobs` with `job.roles.all()` (and each role's instance type) and `job.tags.all()`
+    read in two more queries, whatever the number of jobs."""
+    return jobs.prefetch_related(Prefetch("roles", queryset=_roles_with_types()), "tags")
 
 
 def _roles_with_types() -> QuerySet[JobRole]:

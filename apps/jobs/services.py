@@ -25,6 +25,7 @@ from apps.jobs.models import (
     JobEvent,
     JobRole,
     JobStatus,
+    JobTag,
     Pod,
     PodStatus,
     ResourceSource,
@@ -277,6 +278,7 @@ def job_submit(*, workspace, user, spec: JobSpec, now: datetime | None = None) -
         )
         for r in resolved.roles
     )
+    JobTag.objects.bulk_create(JobTag(job=job, key=k, value=v) for k, v in spec.tags.items())
     StatusTransition.objects.create(job=job, status=JobStatus.CREATING, started_at=now)
     job_event(job=job, kind="Submitted", message=f"Submitted by {user.get_username()}", now=now)
     for note in spec.notes:

@@ -71,6 +71,7 @@ class JobSpec:
     display_name: str = ""
     description: str = ""
     accessibility: str = Accessibility.PUBLIC  # PRIVATE: its owner and workspace admins see it
+    tags: dict[str, str] = field(default_factory=dict)
     job_type: str = JobType.PYTORCH
     image: str = ""
     user_command: str = ""
@@ -221,6 +222,39 @@ def _amounts(cpu: int, memory: int, milli_gpu: int) -> str:
     return f"{cpu / 1000:g} cores, {memory / 1024:g} GiB, {milli_gpu / 1000:g} GPU"
 
 
+MAX_TAGS = 20
+MAX_TAG_KEY = 128
+MAX_TAG_VALUE = 128
+
+
+def tags_problems(tags: object) -> list[str]:
+    """What is wrong with a job's tags ([] when nothing): at most 20, each key 1–128
+    characters not starting with "aliyun" or "acs:" (names the cloud keeps for itself), each
+    value a string of at most 128; no control characters. The form, the API and ListJobs'
+    Tags filter all ask here."""
+    if not isinstance(tags, dict):
+        return ["must be an object of key → value"]
+    problems = []
+    if len(tags) > MAX_TAGS:
+        problems.append(f"at most {MAX_TAGS} tags")
+    for key, value in tags.items():
+        if not isinstance(key, str) or not key.strip():
+            problems.append("a tag key must be a non-empty string")
+            continue
+        if not isinstance(value, str):
+            problems.append(f"tag {key!r}: the value must be a string")
+            continue
+        if len(key) > MAX_TAG_KEY:
+            problems.append(f"tag key {key[:32]!r}…: at most {MAX_TAG_KEY} characters")
+        elif key.lower().startswith(("aliyun", "acs:")):
+            problems.append(f"tag key {key!r}: keys starting aliyun or acs: are reserved")
+        if len(value) > MAX_TAG_VALUE:
+            problems.append(f"tag {key!r}: the value must be at most {MAX_TAG_VALUE} characters")
+        if any(ord(c) < 32 or ord(c) == 127 for c in key + value):
+            problems.append(f"tag {key!r}: no control characters")
+    return problems
+
+
 def _check_basics(spec: JobSpec, errors: _Errors) -> None:
     if not spec.display_name.strip():
         errors.add("display_name", "is required")
@@ -230,6 +264,8 @@ def _check_basics(spec: JobSpec, errors: _Errors) -> None:
         errors.add("job_type", f"must be one of {', '.join(JobType.values)}")
     if spec.accessibility not in Accessibility.values:
         errors.add("accessibility", f"must be one of {', '.join(Accessibility.values)}")
+    for problem in tags_problems(spec.tags):
+        errors.add("tags", problem)
     if not spec.user_command.strip():
         errors.add("user_command", "is required")
     elif _utf8_size(spec.user_command) > MAX_USER_COMMAND_BYTES:

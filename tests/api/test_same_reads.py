@@ -285,8 +285,9 @@ def story(personas, cluster):
 
 def test_it_answers_get_job_with_job_parts(api_get, story, alice):
     job = job_get_for_user(user=alice, job_id=story["job"].job_id)
-    # the key and its last use, the job, then job_parts: roles, pods, status history, restarts
-    body = api_get(f"/api/v1/jobs/{job.job_id}", max_queries=7)
+    # the key and its last use, the job, then job_parts: roles, pods, status history,
+    # restarts; and its tags
+    body = api_get(f"/api/v1/jobs/{job.job_id}", max_queries=8)
     parts = job_parts(job=job)
     detail = serializers.job_detail(
         job,
@@ -318,8 +319,8 @@ def test_job_parts_reads_pods_with_roles_and_nodes_in_four_queries(
 def test_it_lists_jobs_with_their_roles_in_one_query(api_get, story, personas):
     for n in range(4):
         make_job(personas, name=f"more-{n}", pods=1)
-    # the key and its last use, the count, the page, every job's roles
-    body = api_get("/api/v1/jobs", {"StartTime": "2000-01-01T00:00:00Z"}, max_queries=5)
+    # the key and its last use, the count, the page, every job's roles, every job's tags
+    body = api_get("/api/v1/jobs", {"StartTime": "2000-01-01T00:00:00Z"}, max_queries=6)
     assert body["TotalCount"] == 5
     story_item = next(item for item in body["Jobs"] if item["DisplayName"] == "story")
     assert [spec["Type"] for spec in story_item["JobSpecs"]] == ["Worker", "PS"]

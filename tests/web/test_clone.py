@@ -69,6 +69,7 @@ def spot_job(personas) -> Job:
             image="registry.local/tf:2.15",
             user_command="python train.py --epochs 3",
             envs={"NCCL_DEBUG": "INFO", "SEED": "7"},
+            tags={"team": "nlp", "run": "b-7"},
             data_sources=[{"uri": "oss://bucket/imagenet", "mount_path": "/mnt/data/imagenet"}],
             code_source={"uri": "https://git.local/bert.git", "branch": "main"},
             priority=7,
@@ -153,6 +154,7 @@ def test_it_fills_the_form_with_the_jobs_fields(alice_client, spot_job):
         "max_running_time_minutes": 90,
         "success_policy": "ChiefWorker",
         "accessibility": "PUBLIC",
+        "tags": "run=b-7\nteam=nlp",
         "resource_type": "ECS",
         "resource_source": "spot",
         "quota": "",
@@ -232,6 +234,8 @@ def test_it_submits_the_unchanged_clone_as_the_same_job(alice_client, request, s
     assert copy.user.username == "alice"
     for name in JOB_FIELDS:
         assert getattr(copy, name) == getattr(original, name), name
+    tags = "key", "value"
+    assert list(copy.tags.values_list(*tags)) == list(original.tags.values_list(*tags))
     pairs = list(zip(copy.roles.order_by("id"), original.roles.order_by("id"), strict=True))
     for new, old in pairs:
         for name in ROLE_FIELDS:

@@ -362,6 +362,21 @@ def test_it_lists_parse_errors_and_rule_errors_together(alice_client):
     assert Job.objects.count() == 0
 
 
+def test_it_takes_tags_shows_them_and_refuses_bad_ones(alice_client):
+    response = alice_client.post(reverse("jobs:create"), spot_form(tags="team=vision\nrun=7"))
+    assert response.status_code == 302
+    job = Job.objects.get()
+    assert dict(job.tags.values_list("key", "value")) == {"team": "vision", "run": "7"}
+    page = alice_client.get(reverse("jobs:detail", args=[job.job_id])).content.decode()
+    assert "team=vision" in page and "run=7" in page
+
+    for tags, says in (("just-a-word", "line 1: write key=value"), ("aliyun:x=1", "reserved")):
+        response = alice_client.post(reverse("jobs:create"), spot_form(tags=tags))
+        assert response.status_code == 200
+        assert says in field_error(response, "id_tags")
+    assert Job.objects.count() == 1
+
+
 def test_it_keeps_the_input_of_a_rejected_form(alice_client):
     data = spot_form(user_command="", display_name="keep-me")
     content = alice_client.post(reverse("jobs:create"), data).content.decode()
