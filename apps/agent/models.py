@@ -35,6 +35,8 @@ class PodProcess(models.Model):
     queued_at = models.DateTimeField()
     started_at = models.DateTimeField(null=True, blank=True)
     exited_at = models.DateTimeField(null=True, blank=True)
+    # when its log last grew, as its agent reported it (every few seconds at most)
+    output_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         indexes = [

@@ -19,7 +19,8 @@ from pathlib import Path
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import Max, Q
+from django.utils import timezone
 
 from apps.agent import netns
 from apps.agent.models import NodeAgent, PodProcess
@@ -380,6 +381,8 @@ def pod_report_exit(
     if pod.status not in LIVE_POD_STATUSES:
         if pod.exit_code is None and exit_code is not None:
             Pod.objects.filter(pk=pod.pk).update(exit_code=exit_code)
+        if job.status == JobStatus.QUEUING:  # its next attempt may be waiting for this exit
+            _tick_soon()
         return
     ok = exit_code == 0
     code_text = f"code {exit_code}" if exit_code is not None else "no exit code"
@@ -649,21 +652,107 @@ class PodWatch:
 
     status: str
     deadline: datetime | None  # the job's max running time runs out then
+    hung: str | None = None  # AIMaster's hang detection says the job is hung: why
 
 
-def pods_watch(*, pod_pks: Iterable[int]) -> dict[int, PodWatch]:
+def pods_watch(*, pod_pks: Iterable[int], now: datetime | None = None) -> dict[int, PodWatch]:
     """What the agent re-checks every second for each of its running pods, in one query
-    (a pod missing from the answer was deleted)."""
-    rows = Pod.objects.filter(pk__in=list(pod_pks)).values_list(
-        "pk", "status", "job__started_at", "job__max_running_time_minutes"
+    (a pod missing from the answer was deleted), and one more over the pods of the jobs
+    with hang detection, whichever agent runs them."""
+    now = now or timezone.now()
+    rows = list(
+        Pod.objects.filter(pk__in=list(pod_pks)).values_list(
+            "pk",
+            "status",
+            "job_id",
+            "job__status",
+            "job__started_at",
+            "job__max_running_time_minutes",
+            "job__hang_seconds",
+        )
     )
+    watched = {job_id: hang for *_, job_id, status, _, _, hang in rows if hang is not None}
+    quiet = _jobs_quiet_since(list(watched)) if watched else {}
     return {
         pk: PodWatch(
             status=status,
             deadline=started + timedelta(minutes=minutes) if started and minutes else None,
+            hung=lifecycle.hang_message(
+                quiet_since=quiet.get(job_id), interval=hang, now=now.timestamp()
+            )
+            if hang is not None and job_status == JobStatus.RUNNING
+            else None,
         )
-        for pk, status, started, minutes in rows
+        for pk, status, job_id, job_status, started, minutes, hang in rows
     }
+
+
+def _jobs_quiet_since(job_ids: Sequence[int]) -> dict[int, float]:
+    """Since when each job's live pods have been quiet: the newest output any of them wrote
+    (as their agents reported it) or the newest pod start, whichever is later; jobs with no
+    started pod are left out."""
+    found: dict[int, float] = {}
+    rows = (
+        Pod.objects.filter(job_id__in=job_ids, status__in=LIVE_POD_STATUSES)
+        .values("job_id")
+        .annotate(output=Max("process__output_at"), start=Max("started_at"))
+        .order_by()
+        .values_list("job_id", "output", "start")
+    )
+    for job_id, output, start in rows:
+        moments = [m.timestamp() for m in (output, start) if m is not None]
+        if moments:
+            found[job_id] = max(moments)
+    return found
+
+
+def pod_output_report(*, pod_pk: int, at: datetime) -> None:
+    """The pod's log grew at `at` (its agent reports it every few seconds at most)."""
+    PodProcess.objects.filter(pod_id=pod_pk).filter(
+        Q(output_at__isnull=True) | Q(output_at__lt=at)
+    ).update(output_at=at)
+
+
+@transaction.atomic
+def job_hang(*, job_pk: int, now: datetime) -> bool:
+    """AIMaster's hang detection: a running job none of whose pods has written output for
+    its hang interval is restarted as a failed pod restarts it in Sync mode: every pod in
+    place (a counted restart, cause JobHang, with its lost work), or placed again if a node
+    of it is not Ready; failed once its restarts are spent. False when it is not hung (any
+    more), or not running."""
+    job = (
+        Job.objects.select_for_update()
+        .filter(pk=job_pk, status=JobStatus.RUNNING, hang_seconds__isnull=False)
+        .first()
+    )
+    if job is None:
+        return False
+    hung = lifecycle.hang_message(
+        quiet_since=_jobs_quiet_since([job.pk]).get(job.pk),
+        interval=job.hang_seconds,
+        now=now.timestamp(),
+    )
+    if hung is None:
+        return False
+    current = list(
+        Pod.objects.filter(job=job, status__in=LIVE_POD_STATUSES).select_related("role", "node")
+    )
+    job_event(job=job, kind="JobHang", message=f"AIMaster: {hung}", now=now)
+    message = f"The job hung: {hung}"
+    if declined := lifecycle.aimaster_declines(aimaster_budget(job)):
+        _job_end(
+            job=job,
+            status=JobStatus.FAILED,
+            now=now,
+            reason_code="JobHang",
+            message=f"{message} ({declined})",
+            pod_reason="JobHang",
+        )
+    elif _nodes_ready(current):  # as a failed pod in Sync mode: every pod, in place
+        _job_restart(job=job, current=current, now=now, cause="JobHang", message=message)
+    else:
+        _job_requeue(job=job, current=current, now=now, cause="JobHang", message=message)
+    return True
 
 
 @transaction.atomic

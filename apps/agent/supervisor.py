@@ -63,6 +63,8 @@ class _Entry:
     next_disk_check: float = 0.0
     stopped_by_agent: bool = False  # the agent's own stop (AGENT_STOP_PODS_ON_EXIT)
     exit: runner.Exit | None = None  # it ended; the report may still be due
+    log_mtime: int = 0  # its log's modification time (ns) when last looked at
+    output_reported: float = 0.0  # the log's growth last reported (its time, epoch seconds)
     ending: tuple[str, str] | None = None  # (reason, message), once released
 
 
@@ -758,11 +760,38 @@ def _check(entry: _Entry, watch: services.PodWatch | None, now: datetime) -> Non
     if time.monotonic() >= entry.next_disk_check:
         entry.next_disk_check = time.monotonic() + settings.POD_DISK_CHECK_SECONDS
         _check_disk(entry)
+    _report_output(entry)
     if watch is None or watch.status not in LIVE_POD_STATUSES:
         if process.stop_requested_at is None:
             process.request_stop(launch.grace)  # stopped, preempted or failed elsewhere
     elif watch.deadline is not None and now >= watch.deadline:
         services.job_timeout(job_pk=launch.job_pk, now=now)
+    elif watch.hung is not None:
+        services.job_hang(job_pk=launch.job_pk, now=now)
+
+
+# How far behind the database may know a pod's last output (hang intervals are longer:
+# apps.jobs.specs.MIN_HANG_SECONDS).
+OUTPUT_REPORT_SECONDS = 5.0
+
+
+def _report_output(entry: _Entry) -> None:
+    """When the pod's log last grew, for AIMaster's hang detection: its modification time,
+    told to the database once it is OUTPUT_REPORT_SECONDS newer than the one told before, or
+    once the log has been still that long (so its last output is told too). The log is the
+    agent's own file, outside the sandbox, looked at without following a link."""
+    try:
+        entry.log_mtime = os.stat(entry.paths.log_path, follow_symlinks=False).st_mtime_ns
+    except OSError:
+        return
+    at = entry.log_mtime / 1e9
+    if at <= entry.output_reported:
+        return
+    if at - entry.output_reported >= OUTPUT_REPORT_SECONDS or time.time() - at >= (
+        OUTPUT_REPORT_SECONDS
+    ):
+        services.pod_output_report(pod_pk=entry.launch.pod_pk, at=datetime.fromtimestamp(at, UTC))
+        entry.output_reported = at
 
 
 _disk_seen: dict[int, tuple[float, housekeeping.DiskUsage]] = {}

@@ -69,6 +69,7 @@ _TOP_LEVEL = {
     "display_name": "DisplayName",
     "accessibility": "Accessibility",
     "tags": "Settings.Tags",
+    "hang_seconds": "Settings.ErrorMonitoringArgs",
     "job_type": "JobType",
     "image": "JobSpecs[0].Image",
     "user_command": "UserCommand",

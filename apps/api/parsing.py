@@ -19,7 +19,7 @@ from apps.api.serializers import IDLE_MODE
 from apps.cluster.selectors import resource_type_of
 from apps.core.errors import ApplicationError
 from apps.jobs.models import ExecutionMode, IdleMode, ResourceSource
-from apps.jobs.specs import JobSpec, RoleSpec, as_decimal, gpu_amount
+from apps.jobs.specs import DEFAULT_HANG_SECONDS, JobSpec, RoleSpec, as_decimal, gpu_amount
 
 SPOT_STRATEGIES = ("SpotWithPriceLimit",)
 MAX_INT = 2**31 - 1  # what the database's integer columns hold
@@ -295,7 +295,7 @@ def job_spec_from_create_job(body: dict) -> JobSpec:
     aimaster = p.boolean(
         settings, "EnableErrorMonitoringInAIMaster", "Settings.EnableErrorMonitoringInAIMaster"
     )
-    mode, max_restarts = _error_monitoring_args(
+    mode, max_restarts, hang_seconds = _error_monitoring_args(
         p, p.text(settings, "ErrorMonitoringArgs", "Settings.ErrorMonitoringArgs")
     )
     advanced = p.mapping(settings, "AdvancedSettings", "Settings.AdvancedSettings")
@@ -331,6 +331,7 @@ def job_spec_from_create_job(body: dict) -> JobSpec:
         enable_aimaster=aimaster,
         max_restarts=max_restarts,
         execution_mode=mode,
+        hang_seconds=hang_seconds,
         enable_easyckpt=easyckpt,
         termination_grace_seconds=max(grace or 0, 0),
         roles=roles,
@@ -479,17 +480,19 @@ def _idle_mode(p: Problems, settings: dict, role_values: set[str], *, quota: boo
     return IDLE_MODE[value]
 
 
-def _error_monitoring_args(p: Problems, text: str) -> tuple[str, int]:
+def _error_monitoring_args(p: Problems, text: str) -> tuple[str, int, int | None]:
     """--job-execution-mode=Sync|Async --enable-job-restart=True|False
-    --max-num-of-job-restart=N → (execution mode, max restarts). Other flags DLC knows
-    (hang detection and the like) are accepted and ignored."""
+    --max-num-of-job-restart=N --enable-job-hang-detection=True|False --job-hang-interval=S
+    → (execution mode, max restarts, hang interval in seconds or None). Other flags DLC
+    knows are accepted and ignored."""
     path = "Settings.ErrorMonitoringArgs"
     mode, restart, max_restarts = ExecutionMode.SYNC, True, 3
+    hang, hang_interval = False, DEFAULT_HANG_SECONDS
     try:
         tokens = shlex.split(text)
     except ValueError:
         p.add(path, "cannot be split into --name=value flags")
-        return mode, max_restarts
+        return mode, max_restarts, None
     i = 0
     while i < len(tokens):
         token = tokens[i]
@@ -516,7 +519,17 @@ def _error_monitoring_args(p: Problems, text: str) -> tuple[str, int]:
                 p.add(path, "--max-num-of-job-restart must be a whole number")
             else:
                 max_restarts = int(value)
-    return mode, max_restarts if restart else 0
+        elif name == "enable-job-hang-detection":
+            if value.lower() not in ("true", "false", "1", "0"):
+                p.add(path, "--enable-job-hang-detection must be True or False")
+            else:
+                hang = value.lower() in ("true", "1")
+        elif name == "job-hang-interval":
+            if not value.isascii() or not value.isdigit() or len(value) > 9:
+                p.add(path, "--job-hang-interval must be a whole number of seconds")
+            else:
+                hang_interval = int(value)
+    return mode, max_restarts if restart else 0, hang_interval if hang else None
 
 
 def _envs(p: Problems, body: dict) -> dict:

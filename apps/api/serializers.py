@@ -74,10 +74,13 @@ def pod_uid(pod: Pod) -> str:
 def error_monitoring_args(job: Job) -> str:
     """AIMaster's settings in the ErrorMonitoringArgs syntax the DLC console writes."""
     restart = job.max_restarts > 0
-    return (
+    args = (
         f"--job-execution-mode={job.execution_mode} --enable-job-restart={restart} "
         f"--max-num-of-job-restart={job.max_restarts}"
     )
+    if job.hang_seconds is not None:
+        args += f" --enable-job-hang-detection=True --job-hang-interval={job.hang_seconds}"
+    return args
 
 
 def job_settings(job: Job) -> dict[str, Any]:

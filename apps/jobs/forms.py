@@ -172,6 +172,12 @@ class JobForm(forms.Form):
         initial=ExecutionMode.SYNC,
         required=False,
     )
+    hang_seconds = forms.IntegerField(
+        label="Hang detection (seconds)",
+        required=False,
+        widget=forms.NumberInput(attrs={"min": 10, "placeholder": "1800"}),
+        help_text="Restart the job when no pod has printed anything for this long. Empty: off.",
+    )
     enable_easyckpt = forms.BooleanField(label="EasyCkpt checkpoints", required=False)
 
     def __init__(
@@ -514,6 +520,7 @@ class JobCreateForm:
             enable_aimaster=bool(c.get("enable_aimaster")),
             max_restarts=_or(c.get("max_restarts"), 3),
             execution_mode=c.get("execution_mode") or ExecutionMode.SYNC,
+            hang_seconds=c.get("hang_seconds") if c.get("enable_aimaster") else None,
             enable_easyckpt=bool(c.get("enable_easyckpt")),
             roles=[r.to_spec(resource_source=source) for r in self.enabled_roles],
         )
@@ -656,6 +663,7 @@ def clone_initial(*, job: Job, roles: list[JobRole]) -> CloneInitial:
         "enable_aimaster": job.enable_aimaster,
         "max_restarts": job.max_restarts,
         "execution_mode": job.execution_mode,
+        "hang_seconds": job.hang_seconds,
         "enable_easyckpt": job.enable_easyckpt,
     }
     return CloneInitial(

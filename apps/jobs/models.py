@@ -126,6 +126,8 @@ class Job(models.Model):
     execution_mode = models.CharField(
         max_length=8, choices=ExecutionMode.choices, default=ExecutionMode.SYNC
     )
+    # AIMaster's hang detection: restart when no pod has written output for this long
+    hang_seconds = models.PositiveIntegerField(null=True, blank=True)
     enable_easyckpt = models.BooleanField(default=False)
     termination_grace_seconds = models.PositiveIntegerField(default=30)
     description = models.TextField(blank=True)

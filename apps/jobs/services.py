@@ -251,6 +251,7 @@ def job_submit(*, workspace, user, spec: JobSpec, now: datetime | None = None) -
         max_restarts=spec.max_restarts,
         execution_mode=spec.execution_mode,
         enable_easyckpt=spec.enable_easyckpt,
+        hang_seconds=spec.hang_seconds,
         termination_grace_seconds=spec.termination_grace_seconds,
         description=spec.description,
         accessibility=spec.accessibility,

@@ -91,6 +91,7 @@ class JobSpec:
     enable_aimaster: bool = False
     max_restarts: int = 3
     execution_mode: str = ExecutionMode.SYNC
+    hang_seconds: int | None = None  # AIMaster hang detection: restart after this long quiet
     enable_easyckpt: bool = False
     termination_grace_seconds: int = 30  # SIGTERM, this long to save a checkpoint, SIGKILL
     roles: list[RoleSpec] = field(default_factory=list)
@@ -222,6 +223,10 @@ def _amounts(cpu: int, memory: int, milli_gpu: int) -> str:
     return f"{cpu / 1000:g} cores, {memory / 1024:g} GiB, {milli_gpu / 1000:g} GPU"
 
 
+# at least twice as long as an agent may lag in telling a pod's output
+# (apps.agent.supervisor.OUTPUT_REPORT_SECONDS)
+MIN_HANG_SECONDS, MAX_HANG_SECONDS = 10, 7 * 86400
+DEFAULT_HANG_SECONDS = 1800  # PAI's --job-hang-interval default
 MAX_TAGS = 20
 MAX_TAG_KEY = 128
 MAX_TAG_VALUE = 128
@@ -289,6 +294,13 @@ def _check_basics(spec: JobSpec, errors: _Errors) -> None:
         errors.add("max_restarts", "must be from 0 to 100")
     if spec.execution_mode not in ExecutionMode.values:
         errors.add("execution_mode", "must be Sync or Async")
+    if spec.hang_seconds is not None:
+        if not spec.enable_aimaster:
+            errors.add("hang_seconds", "hang detection is part of AIMaster: turn AIMaster on")
+        elif not MIN_HANG_SECONDS <= spec.hang_seconds <= MAX_HANG_SECONDS:
+            errors.add(
+                "hang_seconds", f"must be from {MIN_HANG_SECONDS} to {MAX_HANG_SECONDS} seconds"
+            )
 
 
 def _utf8_size(text: str) -> int:

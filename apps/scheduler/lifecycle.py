@@ -31,6 +31,16 @@ def lost_gpu_seconds(
     return max(0.0, gpus * (now - since))
 
 
+def hang_message(*, quiet_since: float | None, interval: int | None, now: float) -> str | None:
+    """AIMaster's hang detection: why the job is hung — no pod of its attempt has written
+    any output since `quiet_since` (the newest output or pod start, whichever is later),
+    `interval` seconds or more ago — or None while it is not (or detection is off, or
+    nothing has started). The agent's check and the restart it asks for both ask here."""
+    if interval is None or quiet_since is None or now - quiet_since < interval:
+        return None
+    return f"no output from any pod for {now - quiet_since:.0f} s (hang detection: {interval} s)"
+
+
 def winding_down_reason(pods: int) -> str:
     """Why a job's next attempt waits although room may be free: `pods` of its previous
     attempt have been told to stop and have not exited yet (SIGTERM, the grace period, a

@@ -117,6 +117,7 @@ def submit(
     grace: int | None = None,
     schedule: bool = True,
     memory: int = 16384,
+    hang: int | None = None,
 ) -> Job:
     spec = JobSpec(
         display_name=name,
@@ -128,6 +129,7 @@ def submit(
         envs=envs or {},
         data_sources=data_sources or [],
         max_running_time_minutes=max_minutes,
+        hang_seconds=hang,
         enable_easyckpt=True,
         roles=[
             RoleSpec(
@@ -160,13 +162,16 @@ def wait_for(check, *, what: str, agent: AgentProcess, timeout: float = WAIT):
     )
 
 
-def job_in(job: Job, *statuses: str, agent: AgentProcess) -> Job:
+def job_in(job: Job, *statuses: str, agent: AgentProcess, timeout: float = WAIT) -> Job:
     def check():
         job.refresh_from_db()
         return job.status in statuses
 
     wait_for(
-        check, what=f"{job.display_name} to be {'/'.join(statuses)} (is {job.status})", agent=agent
+        check,
+        what=f"{job.display_name} to be {'/'.join(statuses)} (is {job.status})",
+        agent=agent,
+        timeout=timeout,
     )
     return job
 
@@ -322,6 +327,30 @@ def test_it_restarts_only_the_failed_pod_in_async_mode(personas, agent_backend):
     assert survivor.pod_id.endswith("-a0") and replacement.pod_id.endswith("-a1")
     ports = {p.process.master_port for p in (survivor, replacement)}
     assert len(ports) == 1  # the replacement rejoins the same master
+
+
+def test_aimaster_restarts_a_job_that_prints_nothing_for_its_hang_interval(personas, agent_backend):
+    """The first attempt prints once and hangs; AIMaster's hang detection (10 s) restarts
+    it. The second prints every second for longer than the interval, and is left alone."""
+    command = (
+        'if [ -e "$PAIWEB_CHECKPOINT_DIR/hung-once" ]; then '
+        "for i in $(seq 14); do echo tick $i; sleep 1; done; echo done; "
+        'else touch "$PAIWEB_CHECKPOINT_DIR/hung-once"; echo started; sleep 120; fi'
+    )
+    job = submit(personas, command=command, aimaster=True, hang=10, grace=1)
+    job_in(job, JobStatus.RUNNING, agent=agent_backend)
+    job_in(job, JobStatus.SUCCEEDED, agent=agent_backend, timeout=90)
+    restart = job.restarts.get()
+    assert restart.cause == "JobHang" and restart.counted
+    assert "no output from any pod for" in restart.message and "10 s" in restart.message
+    assert job.restart_times == 1
+    hung, second = job.pods.order_by("attempt")
+    assert (hung.attempt, hung.status) == (0, PodStatus.STOPPED)
+    assert second.status == PodStatus.SUCCEEDED and "tick 14" in pod_log(second)
+    # it was quiet at least the interval, from its output (or start) to the restart
+    quiet_since = hung.process.output_at or hung.started_at
+    assert (restart.at - quiet_since).total_seconds() >= 10
+    assert job.events.filter(kind="JobHang").exists()
 
 
 def test_it_fails_a_job_past_its_max_running_time(personas, agent_backend):

@@ -239,8 +239,13 @@ def test_it_requeues_the_job_of_a_pod_its_agent_lost(personas, sent, reason, exi
     second.refresh_from_db()
     assert (first.status, first.reason) == (PodStatus.FAILED, reason)
     assert (second.status, second.reason) == (PodStatus.STOPPED, reason)
-    assert (job.status, job.restart_times, job.attempt) == (JobStatus.ENV_PREPARING, 0, 1)
-    assert job.pods.filter(attempt=1, status=PodStatus.PENDING).count() == 2  # placed again
+    # requeued; placed again once the stopped pod's process has exited
+    assert (job.status, job.restart_times, job.attempt) == (JobStatus.QUEUING, 0, 1)
+    assert "waiting for 1 pod of its previous attempt to exit" in job.pending_reason
+    services.pod_report_exit(pod_id=second.pod_id, exit_code=143, now=timezone.now())
+    job.refresh_from_db()
+    assert job.status == JobStatus.ENV_PREPARING
+    assert job.pods.filter(attempt=1, status=PodStatus.PENDING).count() == 2
     back = requeue(job)
     assert back.reason_code == reason
     assert f"{reason}, {message}" in back.reason_message
@@ -377,6 +382,9 @@ def test_a_drain_cordons_the_node_and_moves_its_jobs_with_their_grace(personas, 
     )
     moved.refresh_from_db()
     assert (moved.restart_times, moved.attempt) == (0, 1)
+    assert moved.status == JobStatus.QUEUING  # until its pods have saved and exited
+    for pod in pods:
+        services.pod_report_exit(pod_id=pod.pod_id, exit_code=143, now=timezone.now())
     assert moved.pods.filter(attempt=1).exclude(node=node).count() == 2  # placed elsewhere
     event = moved.events.get(kind="Requeued").message
     assert event.startswith(f"Moved off {node.name}: the node is being drained by an admin")

@@ -536,3 +536,17 @@ def test_chief_worker_follows_the_rank_0_pod_and_all_workers_every_pod(pods):
     assert all_workers == (
         Succeeded("All pods succeeded") if all(p.status == "Succeeded" for p in pods) else None
     )
+
+
+# --- hang detection ----------------------------------------------------------------------
+
+
+def test_a_job_is_hung_once_quiet_for_its_whole_interval():
+    assert lifecycle.hang_message(quiet_since=100.0, interval=60, now=159.9) is None
+    message = lifecycle.hang_message(quiet_since=100.0, interval=60, now=160.0)
+    assert message == "no output from any pod for 60 s (hang detection: 60 s)"
+
+
+def test_hang_detection_off_or_nothing_started_is_never_hung():
+    assert lifecycle.hang_message(quiet_since=0.0, interval=None, now=1e9) is None
+    assert lifecycle.hang_message(quiet_since=None, interval=10, now=1e9) is None

@@ -36,6 +36,7 @@ JOB_FIELDS = [
     "enable_aimaster",
     "max_restarts",
     "execution_mode",
+    "hang_seconds",
     "enable_easyckpt",
 ]
 ROLE_FIELDS = [
@@ -82,6 +83,7 @@ def spot_job(personas) -> Job:
             enable_aimaster=True,
             max_restarts=5,
             execution_mode="Async",
+            hang_seconds=900,
             enable_easyckpt=True,
             roles=[
                 RoleSpec(
@@ -165,6 +167,7 @@ def test_it_fills_the_form_with_the_jobs_fields(alice_client, spot_job):
         "enable_aimaster": True,
         "max_restarts": 5,
         "execution_mode": "Async",
+        "hang_seconds": 900,
         "enable_easyckpt": True,
     }
     worker, ps, *unused = form.roles

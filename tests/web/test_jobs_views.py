@@ -377,6 +377,19 @@ def test_it_takes_tags_shows_them_and_refuses_bad_ones(alice_client):
     assert Job.objects.count() == 1
 
 
+def test_it_takes_a_hang_interval_with_aimaster(alice_client):
+    data = spot_form(enable_aimaster="on", max_restarts="2", hang_seconds="5")
+    response = alice_client.post(reverse("jobs:create"), data)
+    assert response.status_code == 200
+    assert "from 10 to" in field_error(response, "id_hang_seconds")
+    data["hang_seconds"] = "600"
+    assert alice_client.post(reverse("jobs:create"), data).status_code == 302
+    job = Job.objects.get()
+    assert job.hang_seconds == 600
+    page = alice_client.get(reverse("jobs:detail", args=[job.job_id])).content.decode()
+    assert "hang detection 600 s" in page
+
+
 def test_it_keeps_the_input_of_a_rejected_form(alice_client):
     data = spot_form(user_command="", display_name="keep-me")
     content = alice_client.post(reverse("jobs:create"), data).content.decode()
