@@ -716,10 +716,10 @@ def pod_output_report(*, pod_pk: int, at: datetime) -> None:
 @transaction.atomic
 def job_hang(*, job_pk: int, now: datetime) -> bool:
     """AIMaster's hang detection: a running job none of whose pods has written output for
-    its hang interval is restarted as a failed pod restarts it in Sync mode: every pod in
-    place (a counted restart, cause JobHang, with its lost work), or placed again if a node
-    of it is not Ready; failed once its restarts are spent. False when it is not hung (any
-    more), or not running."""
+    its hang interval is restarted as `lifecycle.after_hang` decides: every pod in place (a
+    counted restart, cause JobHang, with its lost work), or placed again if a node of it is
+    not Ready; failed once its restarts are spent. False when it is not hung (any more), or
+    not running."""
     job = (
         Job.objects.select_for_update()
         .filter(pk=job_pk, status=JobStatus.RUNNING, hang_seconds__isnull=False)
@@ -739,16 +739,21 @@ def job_hang(*, job_pk: int, now: datetime) -> bool:
     )
     job_event(job=job, kind="JobHang", message=f"AIMaster: {hung}", now=now)
     message = f"The job hung: {hung}"
-    if declined := lifecycle.aimaster_declines(aimaster_budget(job)):
+    decision = lifecycle.after_hang(
+        budget=aimaster_budget(job),
+        spot=job.resource_source == ResourceSource.SPOT,
+        nodes_ready=_nodes_ready(current),
+    )
+    if isinstance(decision, lifecycle.Fail):
         _job_end(
             job=job,
             status=JobStatus.FAILED,
             now=now,
             reason_code="JobHang",
-            message=f"{message} ({declined})",
+            message=f"{message} ({decision.reason})",
             pod_reason="JobHang",
         )
-    elif _nodes_ready(current):  # as a failed pod in Sync mode: every pod, in place
+    elif isinstance(decision, lifecycle.RestartInPlace):
         _job_restart(job=job, current=current, now=now, cause="JobHang", message=message)
     else:
         _job_requeue(job=job, current=current, now=now, cause="JobHang", message=message)

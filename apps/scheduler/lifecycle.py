@@ -41,6 +41,22 @@ def hang_message(*, quiet_since: float | None, interval: int | None, now: float)
     return f"no output from any pod for {now - quiet_since:.0f} s (hang detection: {interval} s)"
 
 
+def after_hang(*, budget: Budget, spot: bool, nodes_ready: bool) -> Requeue | RestartInPlace | Fail:
+    """AIMaster's hang detection found the job hung (`hang_message`): what a failed pod in
+    Sync mode gets — the whole job restarted in place, or placed again when a node of it is
+    gone, or failed when AIMaster declines. No restart policy declines: no pod exited."""
+    return after_pod_failure(
+        budget=budget,
+        platform=False,
+        restart_policy="Always",
+        exit_code=None,
+        spot=spot,
+        async_mode=False,
+        pod_node_ready=nodes_ready,
+        nodes_ready=nodes_ready,
+    )
+
+
 def winding_down_reason(pods: int) -> str:
     """Why a job's next attempt waits although room may be free: `pods` of its previous
     attempt have been told to stop and have not exited yet (SIGTERM, the grace period, a

@@ -550,3 +550,14 @@ def test_a_job_is_hung_once_quiet_for_its_whole_interval():
 def test_hang_detection_off_or_nothing_started_is_never_hung():
     assert lifecycle.hang_message(quiet_since=0.0, interval=None, now=1e9) is None
     assert lifecycle.hang_message(quiet_since=None, interval=10, now=1e9) is None
+
+
+def test_a_hung_job_is_restarted_like_a_failed_pod_in_sync_mode():
+    budget = Budget(aimaster=True, max_restarts=2, restart_times=0)
+    in_place = lifecycle.after_hang(budget=budget, spot=False, nodes_ready=True)
+    assert in_place == RestartInPlace(pods_only=False)
+    assert isinstance(lifecycle.after_hang(budget=budget, spot=False, nodes_ready=False), Requeue)
+    spent = Budget(aimaster=True, max_restarts=2, restart_times=2)
+    assert lifecycle.after_hang(budget=spent, spot=False, nodes_ready=True) == Fail(
+        "restarts exhausted (2/2)"
+    )
