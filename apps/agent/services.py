@@ -19,7 +19,7 @@ from pathlib import Path
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Max, Q
+from django.db.models import F, Max, Q
 from django.utils import timezone
 
 from apps.agent import netns
@@ -29,7 +29,7 @@ from apps.core.db import id_chunks
 from apps.core.models import Heartbeat
 from apps.core.services import heartbeat_record
 from apps.core.tasks import task_soon
-from apps.jobs.execution import PodsStop
+from apps.jobs.execution import PodsStop, pods_winding_down
 from apps.jobs.models import (
     LIVE_POD_STATUSES,
     Checkpoint,
@@ -383,6 +383,8 @@ def pod_report_exit(
             Pod.objects.filter(pk=pod.pk).update(exit_code=exit_code)
         if job.status == JobStatus.QUEUING:  # its next attempt may be waiting for this exit
             _tick_soon()
+        else:  # or an in-place restart's new pods
+            _restart_launch(job=job, now=now)
         return
     ok = exit_code == 0
     code_text = f"code {exit_code}" if exit_code is not None else "no exit code"
@@ -509,12 +511,16 @@ def _replacements(*, job: Job, pods: Iterable[Pod], now: datetime) -> None:
             ),
             new=False,
         )
+    winding = pods_winding_down().filter(job=job).count()
+    starting = f"Starting attempt {job.attempt}"
     job_transition(
         job=job,
         status=JobStatus.ENV_PREPARING,
         now=now,
         reason_code="JobRestarting",
-        reason_message=f"Starting attempt {job.attempt}",
+        reason_message=f"{starting}: {lifecycle.winding_down_reason(winding)}"
+        if winding
+        else starting,
     )
     latest = job.checkpoints.first()
     frm = f"checkpoint at step {latest.step}" if latest else "the start (no checkpoint yet)"
@@ -525,7 +531,43 @@ def _replacements(*, job: Job, pods: Iterable[Pod], now: datetime) -> None:
         message=f"AIMaster restart {job.restart_times}/{job.max_restarts}: "
         f"{len(new)} pod(s) restarted in place, resuming from {frm}",
     )
-    pods_launch(job=job, now=now)
+    if not winding:
+        pods_launch(job=job, now=now)
+
+
+def _restart_launch(*, job: Job, now: datetime) -> bool:
+    """Start an in-place restart's new pods once no pod of an earlier attempt winds down
+    (`pods_winding_down`): the old rank 0 may still be saving into the checkpoint directory
+    the new one reads, and the old processes still hold the GPUs the new ones get. True if
+    it started any."""
+    if job.status != JobStatus.ENV_PREPARING or pods_winding_down().filter(job=job).exists():
+        return False
+    started = pods_launch(job=job, now=now)
+    if started:
+        Job.objects.filter(pk=job.pk).update(reason_message=f"Starting attempt {job.attempt}")
+    return bool(started)
+
+
+def restarts_launch_sweep(*, now: datetime) -> int:
+    """Start the in-place restarts whose old pods are gone without a reported exit (their
+    node was lost, or a report went missing): `_restart_launch` for each job in
+    EnvPreparing with a Pending pod of its attempt not yet launched. Idempotent."""
+    jobs = (
+        Job.objects.filter(
+            status=JobStatus.ENV_PREPARING,
+            pods__status=PodStatus.PENDING,
+            pods__attempt=F("attempt"),
+            pods__process__isnull=True,
+        )
+        .exclude(pk__in=pods_winding_down().values("job_id"))
+        .values_list("pk", flat=True)
+        .distinct()
+    )
+    started = 0
+    for pk in list(jobs):
+        with transaction.atomic():
+            started += _restart_launch(job=_lock_job(pk), now=now)
+    return started
 
 
 def _job_restart(

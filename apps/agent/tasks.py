@@ -79,6 +79,7 @@ def nodes_watchdog_task() -> None:
             now = timezone.now()
             services.nodes_mark_lost(now=now)
             services.jobs_timeout_sweep(now=now)
+            services.restarts_launch_sweep(now=now)
 
 
 # --- inside the agent process --------------------------------------------------------------

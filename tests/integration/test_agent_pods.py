@@ -309,6 +309,35 @@ def test_it_restarts_the_whole_job_in_sync_mode(personas, agent_backend):
     assert "Restarting" in [t.status for t in job.status_history.all()]
 
 
+def test_an_in_place_restart_starts_once_the_old_pods_have_exited(personas, agent_backend):
+    """Rank 1 fails; rank 0 of that attempt takes 3 s to save on SIGTERM. The restart's new
+    pods wait for it: two attempts never run at once on the same GPUs and checkpoints."""
+    command = (
+        'if [ -e "$PAIWEB_CHECKPOINT_DIR/failed-once" ]; then echo second try; exit 0; fi; '
+        'if [ "$RANK" = 1 ]; then sleep 1; touch "$PAIWEB_CHECKPOINT_DIR/failed-once"; exit 3; fi; '
+        "trap 'sleep 3; echo saved on the way out; exit 0' TERM; "
+        "while true; do sleep 0.2; done"
+    )
+    job = submit(personas, command=command, pods=2, aimaster=True, grace=30)
+    wait_for(
+        lambda: Job.objects.filter(pk=job.pk, attempt=1).exists(),
+        what="the restart",
+        agent=agent_backend,
+    )
+    job.refresh_from_db()
+    assert job.status == JobStatus.ENV_PREPARING
+    assert "waiting for 1 pod of its previous attempt to exit" in job.reason_message
+    job_in(job, JobStatus.SUCCEEDED, agent=agent_backend)
+    old = list(job.pods.filter(attempt=0).select_related("process").order_by("index"))
+    new = list(job.pods.filter(attempt=1).order_by("index"))
+    assert [p.status for p in old] == [PodStatus.STOPPED, PodStatus.FAILED]
+    assert [p.status for p in new] == [PodStatus.SUCCEEDED] * 2
+    saver = old[0]
+    assert "saved on the way out" in pod_log(saver) and saver.process.exited_at is not None
+    for pod in new:
+        assert pod.started_at >= saver.process.exited_at, "a new pod ran beside the old one"
+
+
 def test_it_restarts_only_the_failed_pod_in_async_mode(personas, agent_backend):
     command = (
         'if [ "$RANK" = 1 ] && [ ! -e "$PAIWEB_CHECKPOINT_DIR/rank1-failed" ]; then '

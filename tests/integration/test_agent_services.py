@@ -265,25 +265,45 @@ def test_it_restarts_in_place_with_the_lost_work_since_the_checkpoint(personas, 
     restart = job.restarts.get()
     assert restart.cause == "PodFailed"
     assert restart.lost_gpu_seconds == pytest.approx(2 * 2 * 40)  # 2 pods × 2 GPU × 40 s
+    second.refresh_from_db()
+    assert second.status == PodStatus.STOPPED and second.reason == "JobRestarting"
+    # the new attempt waits for the stopped pod's process, still winding down
+    assert "waiting for 1 pod of its previous attempt to exit" in job.reason_message
+    assert not PodProcess.objects.filter(pod__job=job, pod__attempt=1).exists()
+    assert services.restarts_launch_sweep(now=now) == 0
+    services.pod_report_exit(pod_id=second.pod_id, exit_code=0, now=now)
     new = list(job.pods.filter(attempt=1).order_by("index"))
     assert [(p.node_id, p.status) for p in new] == [
         (first.node_id, PodStatus.PENDING),
         (second.node_id, PodStatus.PENDING),
     ]
     assert {p.gpu_ids for p in new} == {first.gpu_ids, second.gpu_ids}  # the room it had
-    second.refresh_from_db()
-    assert second.status == PodStatus.STOPPED and second.reason == "JobRestarting"
+    job.refresh_from_db()
+    assert job.reason_message == "Starting attempt 1"
+
+
+def test_a_restart_waiting_on_a_lost_nodes_pod_starts_from_the_sweep(personas, sent):
+    job = submit(personas, pods=2, gpu=2, aimaster=True)
+    first, second = run_all(job)
+    services.pod_report_exit(pod_id=first.pod_id, exit_code=1, now=timezone.now())
+    assert not PodProcess.objects.filter(pod__job=job, pod__attempt=1).exists()
+    # the stopped pod's host dies before it reports an exit: no one ever will
+    Node.objects.filter(pk=second.node_id).update(status=Node.Status.LOST)
+    assert services.restarts_launch_sweep(now=timezone.now()) == 1
+    assert PodProcess.objects.filter(pod__job=job, pod__attempt=1).count() == 2
+    assert services.restarts_launch_sweep(now=timezone.now()) == 0  # once
 
 
 def test_it_counts_the_lost_work_of_a_resumed_attempt_from_its_own_start(personas, sent):
     job = submit(personas, pods=2, gpu=2, aimaster=True)
-    first, _ = run_all(job)
+    first, second = run_all(job)
     start = timezone.now() - timedelta(seconds=1000)
     Pod.objects.filter(job=job).update(started_at=start)
     services.checkpoint_report(
         job_pk=job.pk, step=50, path="/ckpt/50", size_bytes=10, at=start + timedelta(seconds=60)
     )
     services.pod_report_exit(pod_id=first.pod_id, exit_code=1, now=start + timedelta(seconds=100))
+    services.pod_report_exit(pod_id=second.pod_id, exit_code=0, now=start + timedelta(seconds=101))
     again = start + timedelta(seconds=900)  # attempt 1 resumed from the checkpoint at 60 s
     first, _ = run_all(job)
     Pod.objects.filter(job=job, attempt=1).update(started_at=again)
