@@ -23,6 +23,7 @@ PINNED_VENV ?= .venv-sdk-pinned
 PINNED_SDKS ?= alibabacloud_pai_dlc20201203==1.4.17 alibabacloud_aiworkspace20210204==3.0.1
 
 .PHONY: help demo test install install-test venv migrate cluster chromium bubblewrap nginx lint \
+        translations \
         test-api-pinned clean
 
 help:
@@ -89,7 +90,12 @@ install-test: venv $(VENV)/.installed-test
 # so), and the demo's migrate and apply_cluster run with it too.
 migrate cluster: export DEBUG := $(or $(DEBUG),true)
 
-migrate: install
+# The console's translations (locale/<lang>/LC_MESSAGES/django.po) compiled to the .mo files
+# Django reads, with polib: no GNU gettext needed. Only stale ones are compiled.
+translations: install
+	@$(PY) -m apps.core.translations
+
+migrate: install translations
 	@$(PY) manage.py migrate --noinput
 
 cluster: migrate
@@ -145,14 +151,14 @@ nginx:
 	  exit 1; \
 	fi
 
-test: install-test chromium bubblewrap nginx
+test: install-test translations chromium bubblewrap nginx
 	@status=0; PAIWEB_CHROMIUM="$(CHROMIUM)" $(PY) -m pytest $(PYTEST_ARGS) || status=$$?; \
 	if [ $$status = 5 ]; then echo "pytest collected no tests: that counts as a failure" >&2; fi; \
 	exit $$status
 
 # The API tests against the SDK versions the seed pins, in a venv of their own.
 test-api-pinned:
-	@$(MAKE) install-test VENV=$(PINNED_VENV)
+	@$(MAKE) install-test translations VENV=$(PINNED_VENV)
 	@$(PINNED_VENV)/bin/python -m pip --disable-pip-version-check install --quiet \
 	  --progress-bar off $(PINNED_SDKS)
 	@$(PINNED_VENV)/bin/python -m pip --disable-pip-version-check list 2>/dev/null \

@@ -10,8 +10,11 @@ optional test instead. xfail is not a skip and is left alone.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
+
+from apps.core.translations import compile_catalogues
 
 FAIL_ON_SKIP = os.environ.get("PAIWEB_FAIL_ON_SKIP", "").strip().lower() in {"1", "true", "yes"}
 
@@ -20,6 +23,8 @@ _skipped: list[tuple[str, str]] = []
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # the console's translations, as `make test` compiles them (plain pytest runs too)
+    compile_catalogues([Path(__file__).resolve().parent / "locale"])
     config.addinivalue_line(
         "markers",
         "optional: may be skipped even when PAIWEB_FAIL_ON_SKIP=1 (CI) forbids skips",

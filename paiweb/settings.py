@@ -91,6 +91,7 @@ MIDDLEWARE = [
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "apps.core.middleware.RefuseNulMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.locale.LocaleMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
@@ -99,6 +100,7 @@ MIDDLEWARE = [
     "django_htmx.middleware.HtmxMiddleware",
     "apps.workspaces.middleware.CurrentWorkspaceMiddleware",
     "apps.workspaces.middleware.TimezoneMiddleware",
+    "apps.workspaces.middleware.LanguageMiddleware",
 ]
 
 ROOT_URLCONF = "paiweb.urls"
@@ -165,9 +167,14 @@ THROTTLE_KEY_PREFIX = "throttle:"  # Redis keys; the tests use one prefix per te
 TRUSTED_PROXY_COUNT = env_int("TRUSTED_PROXY_COUNT", 0, minimum=0)
 # --- end of throttling ---------------------------------------------------------------------
 
-LANGUAGE_CODE = "en-us"
+# The console speaks English and Simplified Chinese: the user's saved choice, else the
+# browser's Accept-Language (LocaleMiddleware). The catalogues under locale/ are compiled at
+# install (`manage.py compile_translations`); the API's codes stay English.
+LANGUAGE_CODE = "en"
+LANGUAGES = [("en", "English"), ("zh-hans", "简体中文")]
+LOCALE_PATHS = [BASE_DIR / "locale"]
 TIME_ZONE = env_str("TIME_ZONE", "UTC")
-USE_I18N = False
+USE_I18N = True
 USE_TZ = True
 
 STATIC_URL = "static/"

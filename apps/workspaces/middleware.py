@@ -3,14 +3,20 @@ from __future__ import annotations
 from urllib.parse import unquote
 
 from django.conf import settings
-from django.utils import timezone
+from django.utils import timezone, translation
 
 from apps.core.timezones import valid_zone
-from apps.workspaces.selectors import user_time_zone, workspace_default, workspace_for_user
+from apps.workspaces.selectors import (
+    user_language,
+    user_time_zone,
+    workspace_default,
+    workspace_for_user,
+)
 
 SESSION_KEY = "workspace_id"
 ZONE_SESSION_KEY = "time_zone"  # the user's saved zone, "" for none (read once per session)
 ZONE_COOKIE = "paiweb_tz"  # the browser's zone, set by paiweb.js
+LANGUAGE_SESSION_KEY = "language"  # the user's saved language, "" for none
 
 
 class CurrentWorkspaceMiddleware:
@@ -30,9 +36,31 @@ class CurrentWorkspaceMiddleware:
 
 
 def remember_time_zone(sender, request, user, **kwargs) -> None:
-    """At sign-in, the user's saved zone goes into the session: pages need not read it."""
+    """At sign-in, the user's saved zone and language go into the session: pages need not
+    read them."""
     if request is not None and hasattr(request, "session"):
         request.session[ZONE_SESSION_KEY] = user_time_zone(user=user)
+        request.session[LANGUAGE_SESSION_KEY] = user_language(user=user)
+
+
+class LanguageMiddleware:
+    """Pages speak the reader's language: the one they saved (their preference), else what
+    LocaleMiddleware chose before it (the language cookie the switcher sets, else the
+    browser's Accept-Language, else LANGUAGE_CODE)."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        user = getattr(request, "user", None)
+        if user is not None and user.is_authenticated:
+            saved = request.session.get(LANGUAGE_SESSION_KEY)
+            if saved is None:
+                saved = request.session[LANGUAGE_SESSION_KEY] = user_language(user=user)
+            if saved in dict(settings.LANGUAGES):
+                translation.activate(saved)
+                request.LANGUAGE_CODE = saved
+        return self.get_response(request)
 
 
 class TimezoneMiddleware:

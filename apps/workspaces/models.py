@@ -82,13 +82,14 @@ class AccessKey(models.Model):
 
 
 class UserPreference(models.Model):
-    """What a person chose for the console: the time zone its pages show times in (empty:
-    the browser's)."""
+    """What a person chose for the console: the time zone its pages show times in and the
+    language they speak (empty: the browser's)."""
 
     user = models.OneToOneField(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="preference"
     )
     time_zone = models.CharField(max_length=64, blank=True)
+    language = models.CharField(max_length=16, blank=True)
 
     def __str__(self) -> str:
         return f"{self.user}: {self.time_zone or 'browser time zone'}"

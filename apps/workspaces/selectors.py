@@ -75,6 +75,11 @@ def workspace_admins(*, workspaces: Iterable[Workspace]) -> dict[int, WorkspaceA
     return admins
 
 
+def user_language(*, user) -> str:
+    """The language the user saved ("" if none: their browser's is used)."""
+    return UserPreference.objects.filter(user=user).values_list("language", flat=True).first() or ""
+
+
 def user_time_zone(*, user) -> str:
     """The time zone the user saved ("" if none: their browser's is used)."""
     return (

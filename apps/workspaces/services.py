@@ -3,6 +3,7 @@ disable, enable, delete."""
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.db import transaction
 from django.views.decorators.debug import sensitive_variables
 
@@ -61,3 +62,13 @@ def user_time_zone_set(*, user, time_zone: str) -> None:
             "InvalidParameter", f"{time_zone[:64]!r} is not a time zone name", field="time_zone"
         )
     UserPreference.objects.update_or_create(user=user, defaults={"time_zone": time_zone})
+
+
+def user_language_set(*, user, language: str) -> None:
+    """Save the language the user's pages speak ("" to follow the browser's): one of
+    settings.LANGUAGES."""
+    if language and language not in dict(settings.LANGUAGES):
+        raise ApplicationError(
+            "InvalidParameter", f"{language[:16]!r} is not a language here", field="language"
+        )
+    UserPreference.objects.update_or_create(user=user, defaults={"language": language})

@@ -1,10 +1,13 @@
 from django import forms
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBadRequest
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
 from django.views.decorators.debug import sensitive_variables
 from django.views.decorators.http import require_POST
 from django_htmx.http import HttpResponseClientRedirect
@@ -12,7 +15,7 @@ from django_htmx.http import HttpResponseClientRedirect
 from apps.core.errors import ApplicationError
 from apps.core.timezones import zone_names
 from apps.workspaces import services
-from apps.workspaces.middleware import SESSION_KEY, ZONE_SESSION_KEY
+from apps.workspaces.middleware import LANGUAGE_SESSION_KEY, SESSION_KEY, ZONE_SESSION_KEY
 from apps.workspaces.models import AccessKey
 from apps.workspaces.selectors import workspace_for_user
 
@@ -23,10 +26,10 @@ def workspace_switch(request: HttpRequest) -> HttpResponse:
     """Make one of the user's workspaces the current one, then go back to where they were."""
     raw = request.POST.get("workspace_id", "").strip()
     if not raw.isdigit():
-        return HttpResponseBadRequest("workspace_id must be a workspace's id")
+        return HttpResponseBadRequest(gettext("workspace_id must be a workspace's id"))
     workspace = workspace_for_user(user=request.user, workspace_id=raw)
     if workspace is None:
-        raise Http404("No such workspace among yours")
+        raise Http404(gettext("No such workspace among yours"))
     request.session[SESSION_KEY] = workspace.pk
     target = request.POST.get("next") or request.GET.get("next") or ""
     if not url_has_allowed_host_and_scheme(
@@ -40,7 +43,10 @@ def workspace_switch(request: HttpRequest) -> HttpResponse:
 
 class AccessKeyForm(forms.Form):
     description = forms.CharField(
-        max_length=200, required=False, help_text='What the key is for, e.g. "training notebook".'
+        label=_("Description"),
+        max_length=200,
+        required=False,
+        help_text=_('What the key is for, e.g. "training notebook".'),
     )
 
 
@@ -88,14 +94,56 @@ def preferences(request: HttpRequest) -> HttpResponse:
             messages.error(request, error.message)
         else:
             request.session[ZONE_SESSION_KEY] = choice
-            shown = choice or "your browser's"
-            messages.success(request, f"Times are now shown in {shown} time zone.")
+            if choice:
+                message = gettext("Times are now shown in %(zone)s time zone.") % {"zone": choice}
+            else:
+                message = gettext("Times are now shown in your browser's time zone.")
+            messages.success(request, message)
             return redirect(reverse("workspaces:preferences"))
     return render(
         request,
         "workspaces/preferences.html",
-        {"zones": zone_names(), "saved": request.session.get(ZONE_SESSION_KEY, "")},
+        {
+            "zones": zone_names(),
+            "saved": request.session.get(ZONE_SESSION_KEY, ""),
+            "saved_language": request.session.get(LANGUAGE_SESSION_KEY) or "",
+        },
     )
+
+
+@require_POST
+def language_set(request: HttpRequest) -> HttpResponse:
+    """The header's language switcher (and the preferences page's): the console speaks the
+    chosen language from the next page on — remembered for a signed-in user, and in the
+    language cookie so the sign-in page speaks it too; "" follows the browser again."""
+    choice = request.POST.get("language", "").strip()
+    if choice and choice not in dict(settings.LANGUAGES):
+        known = ", ".join(code for code, _name in settings.LANGUAGES)
+        return HttpResponseBadRequest(
+            gettext("language must be one of %(known)s, or empty") % {"known": known}
+        )
+    if request.user.is_authenticated:
+        services.user_language_set(user=request.user, language=choice)
+        request.session[LANGUAGE_SESSION_KEY] = choice
+    target = request.POST.get("next") or ""
+    if not url_has_allowed_host_and_scheme(
+        target, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+    ):
+        target = reverse("jobs:list")
+    response = (
+        HttpResponseClientRedirect(target) if getattr(request, "htmx", False) else redirect(target)
+    )
+    if choice:
+        response.set_cookie(
+            settings.LANGUAGE_COOKIE_NAME,
+            choice,
+            max_age=365 * 24 * 3600,
+            samesite="Lax",
+            secure=request.is_secure(),
+        )
+    else:
+        response.delete_cookie(settings.LANGUAGE_COOKIE_NAME)
+    return response
 
 
 @login_required
