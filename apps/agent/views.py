@@ -9,6 +9,7 @@ from django.contrib.auth.decorators import login_required
 from django.http import FileResponse, Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils.cache import patch_vary_headers
+from django.utils.translation import gettext
 from django.views.decorators.http import require_GET
 from django_htmx.http import HTMX_STOP_POLLING
 
@@ -29,7 +30,7 @@ def _get_pod_for_user(request: HttpRequest, pod_id: str) -> Pod:
         .first()
     )
     if pod is None:
-        raise Http404("No such pod")
+        raise Http404(gettext("No such pod"))
     return pod
 
 
@@ -97,7 +98,7 @@ def pod_logs_download(request: HttpRequest, pod_id: str) -> FileResponse:
     pod = _get_pod_for_user(request, pod_id)
     log = logs.log_open(logs.pod_log_path(pod))
     if log is None:
-        raise Http404("This pod wrote no log")
+        raise Http404(gettext("This pod wrote no log"))
     return FileResponse(
         log,
         as_attachment=True,

@@ -17,11 +17,11 @@ from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse, QueryDict
 from django.shortcuts import redirect, render
-from django.template.defaultfilters import pluralize
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.cache import patch_cache_control, patch_vary_headers
 from django.utils.http import url_has_allowed_host_and_scheme
+from django.utils.translation import gettext, ngettext
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import HTMX_STOP_POLLING
 
@@ -192,7 +192,11 @@ def job_create(request: HtmxHttpRequest) -> HttpResponse:
             except ApplicationError as error:
                 form.other_errors.append(error.message)
             else:
-                messages.success(request, f"Job “{job.display_name}” submitted as {job.job_id}.")
+                messages.success(
+                    request,
+                    gettext("Job “%(name)s” submitted as %(job_id)s.")
+                    % {"name": job.display_name, "job_id": job.job_id},
+                )
                 return redirect("jobs:detail", job_id=job.job_id)
     # A rejected form answers 200, as Django's own form views do: the page is the answer,
     # and browsers and htmx treat it as an ordinary page.
@@ -276,7 +280,7 @@ def job_stop_view(request: HtmxHttpRequest, job_id: str) -> HttpResponse:
     except ApplicationError as error:
         messages.error(request, error.message)
     else:
-        messages.success(request, f"Job {job.job_id} stopped.")
+        messages.success(request, gettext("Job %(job_id)s stopped.") % {"job_id": job.job_id})
     return redirect(_next_url(request, reverse("jobs:detail", args=[job.job_id])))
 
 
@@ -290,7 +294,11 @@ def job_delete_view(request: HtmxHttpRequest, job_id: str) -> HttpResponse:
     except ApplicationError as error:
         messages.error(request, error.message)
         return redirect(reverse("jobs:detail", args=[job.job_id]))
-    messages.success(request, f"Job {job.display_name} ({job.job_id}) deleted.")
+    messages.success(
+        request,
+        gettext("Job %(name)s (%(job_id)s) deleted.")
+        % {"name": job.display_name, "job_id": job.job_id},
+    )
     return redirect(_next_url(request, reverse("jobs:list")))
 
 
@@ -302,14 +310,18 @@ def job_priority_view(request: HtmxHttpRequest, job_id: str) -> HttpResponse:
     try:
         priority = int(request.POST.get("priority", ""))
     except ValueError:
-        messages.error(request, "Priority: choose a whole number from 1 to 9.")
+        messages.error(request, gettext("Priority: choose a whole number from 1 to 9."))
     else:
         try:
             job_priority_update(job=job, priority=priority, by=request.user)
         except ApplicationError as error:
             messages.error(request, error.message)
         else:
-            messages.success(request, f"Priority of job {job.job_id} set to {priority}.")
+            messages.success(
+                request,
+                gettext("Priority of job %(job_id)s set to %(priority)s.")
+                % {"job_id": job.job_id, "priority": priority},
+            )
     return redirect(reverse("jobs:detail", args=[job.job_id]))
 
 
@@ -320,10 +332,6 @@ def _named(jobs: list[Job]) -> str:
     return ", ".join(f"{job.display_name} ({job.job_id})" for job in jobs)
 
 
-def _jobs_word(n: int) -> str:
-    return f"{n} job{pluralize(n)}"
-
-
 @login_required
 @require_POST
 def job_bulk_stop(request: HtmxHttpRequest) -> HttpResponse:
@@ -332,7 +340,7 @@ def job_bulk_stop(request: HtmxHttpRequest) -> HttpResponse:
     job_ids = list(dict.fromkeys(request.POST.getlist("job_ids")))[:BULK_STOP_MAX]
     back = _next_url(request, reverse("jobs:list"))
     if not job_ids:
-        messages.info(request, "No jobs selected: tick the jobs to stop first.")
+        messages.info(request, gettext("No jobs selected: tick the jobs to stop first."))
         return redirect(back)
     found = selectors.jobs_get_for_user(user=request.user, job_ids=job_ids)
     jobs = [found[job_id] for job_id in job_ids if job_id in found]
@@ -352,17 +360,26 @@ def job_bulk_stop(request: HtmxHttpRequest) -> HttpResponse:
         else:
             stopped.append(job)
     if stopped:
-        messages.success(request, f"Stopped {_jobs_word(len(stopped))}: {_named(stopped)}.")
-    if refused:
-        messages.error(
-            request,
-            f"Refused {_jobs_word(len(refused))}: {_named(refused)}. Only the user who "
-            "submitted a job, an owner of its workspace or a platform admin can stop it.",
+        message = ngettext(
+            "Stopped %(count)s job: %(names)s.", "Stopped %(count)s jobs: %(names)s.", len(stopped)
         )
+        messages.success(request, message % {"count": len(stopped), "names": _named(stopped)})
+    if refused:
+        message = ngettext(
+            "Refused %(count)s job: %(names)s. Only the user who submitted a job, an owner of "
+            "its workspace or a platform admin can stop it.",
+            "Refused %(count)s jobs: %(names)s. Only the user who submitted a job, an owner of "
+            "its workspace or a platform admin can stop it.",
+            len(refused),
+        )
+        messages.error(request, message % {"count": len(refused), "names": _named(refused)})
     if ended:
-        messages.info(request, f"Already ended, not stopped: {_named(ended)}.")
+        message = gettext("Already ended, not stopped: %(names)s.")
+        messages.info(request, message % {"names": _named(ended)})
     if failed:
-        messages.error(request, f"Not stopped: {'; '.join(failed)}.")
+        message = gettext("Not stopped: %(problems)s.")
+        messages.error(request, message % {"problems": "; ".join(failed)})
     if missing := len(job_ids) - len(jobs):
-        messages.error(request, f"{_jobs_word(missing)} not found.")
+        message = ngettext("%(count)s job not found.", "%(count)s jobs not found.", missing)
+        messages.error(request, message % {"count": missing})
     return redirect(back)

@@ -8,6 +8,7 @@ with the API. Its errors come back as spec paths (`roles[1].spot_discount_limit`
 
 from __future__ import annotations
 
+import operator
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -15,6 +16,9 @@ from decimal import Decimal
 
 from django import forms
 from django.forms.utils import ErrorDict
+from django.utils.functional import lazy
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
 
 from apps.cluster.models import Image, InstanceType, Quota, ResourceType
 from apps.core.errors import ValidationFailed
@@ -39,9 +43,19 @@ from apps.jobs.specs import (
     job_spec_resolve,
 )
 
+# `lazy_msg % values` would translate at once (at import); this formats when it is shown
+_format_lazy = lazy(operator.mod, str)
+
 ROLE_ROWS = max(map(len, JOB_ROLE_TYPES.values()))  # room for every role of any job type
 DISCOUNT_CHOICES = [("", "—")] + [
-    (str(d), f"{d} ({int(d * 100)}% of the original price)") for d in SPOT_DISCOUNTS
+    (
+        str(d),
+        _format_lazy(
+            _("%(discount)s (%(percent)s%% of the original price)"),
+            {"discount": d, "percent": int(d * 100)},
+        ),
+    )
+    for d in SPOT_DISCOUNTS
 ]
 IMAGE_LIST_ID = "image-choices"  # the page's <datalist> of the cluster's images
 LIMIT_TYPES = [("discount", "SpotDiscountLimit"), ("price", "SpotPriceLimit")]
@@ -79,23 +93,26 @@ class JobForm(forms.Form):
     """The job's own fields: basics, resource information, VPC, fault tolerance."""
 
     # Basics
-    display_name = forms.CharField(max_length=256, required=False)
+    display_name = forms.CharField(label=_("Display name"), max_length=256, required=False)
     job_type = forms.ChoiceField(
-        choices=_as_named(JobType), initial=JobType.PYTORCH, required=False
+        label=_("Job type"), choices=_as_named(JobType), initial=JobType.PYTORCH, required=False
     )
-    image = forms.CharField(max_length=512, required=False)
+    image = forms.CharField(label=_("Image"), max_length=512, required=False)
     user_command = forms.CharField(
-        required=False, widget=forms.Textarea(attrs={"rows": 4, "spellcheck": "false"})
+        label=_("User command"),
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 4, "spellcheck": "false"}),
     )
     envs = forms.CharField(
-        label="Environment variables",
+        label=_("Environment variables"),
         required=False,
         widget=forms.Textarea(
             attrs={"rows": 3, "spellcheck": "false", "placeholder": "NCCL_DEBUG=INFO"}
         ),
-        help_text="KEY=VALUE, one per line.",
+        help_text=_("KEY=VALUE, one per line."),
     )
     data_sources = forms.CharField(
+        label=_("Data sources"),
         required=False,
         widget=forms.Textarea(
             attrs={
@@ -104,81 +121,94 @@ class JobForm(forms.Form):
                 "placeholder": "oss://bucket/imagenet /mnt/data/imagenet",
             }
         ),
-        help_text="One per line: the source URI, a space, the mount path under /mnt/data/.",
+        help_text=_("One per line: the source URI, a space, the mount path under /mnt/data/."),
     )
-    code_source_uri = forms.CharField(label="Code source", max_length=512, required=False)
-    code_source_branch = forms.CharField(label="Branch", max_length=128, required=False)
+    code_source_uri = forms.CharField(label=_("Code source"), max_length=512, required=False)
+    code_source_branch = forms.CharField(label=_("Branch"), max_length=128, required=False)
     priority = forms.IntegerField(
+        label=_("Priority"),
         initial=1,
         required=False,
         widget=forms.NumberInput(attrs={"min": 1, "max": 9}),
-        help_text="1 to 9; 9 is the highest.",
+        help_text=_("1 to 9; 9 is the highest."),
     )
     max_running_time_minutes = forms.IntegerField(
-        label="Max running time (minutes)",
+        label=_("Max running time (minutes)"),
         required=False,
         widget=forms.NumberInput(attrs={"min": 1}),
-        help_text="Empty: no limit.",
+        help_text=_("Empty: no limit."),
     )
     success_policy = forms.ChoiceField(
-        choices=_as_named(SuccessPolicy), initial=SuccessPolicy.ALL_WORKERS, required=False
+        label=_("Success policy"),
+        choices=_as_named(SuccessPolicy),
+        initial=SuccessPolicy.ALL_WORKERS,
+        required=False,
     )
     accessibility = forms.ChoiceField(
-        label="Visibility",
+        label=_("Visibility"),
         choices=Accessibility.choices,
         initial=Accessibility.PUBLIC,
         required=False,
     )
     tags = forms.CharField(
+        label=_("Tags"),
         required=False,
         widget=forms.Textarea(
             attrs={"rows": 2, "spellcheck": "false", "placeholder": "team=vision"}
         ),
-        help_text="key=value, one per line (at most 20): to find the job again by them.",
+        help_text=_("key=value, one per line (at most 20): to find the job again by them."),
     )
 
     # Resource information
     resource_type = forms.ChoiceField(
-        choices=ResourceType.choices, widget=forms.RadioSelect, required=False
+        label=_("Resource type"),
+        choices=ResourceType.choices,
+        widget=forms.RadioSelect,
+        required=False,
     )
     resource_source = forms.ChoiceField(
+        label=_("Resource source"),
         choices=ResourceSource.choices,
         widget=forms.RadioSelect,
         initial=ResourceSource.QUOTA,
         required=False,
     )
-    quota = forms.ChoiceField(required=False)
+    quota = forms.ChoiceField(label=_("Quota"), required=False)
     idle_mode = forms.ChoiceField(
-        label="Idle resources",
+        label=_("Idle resources"),
         choices=IdleMode.choices,
         widget=forms.RadioSelect,
         initial=IdleMode.OFF,
         required=False,
     )
-    vpc_id = forms.CharField(label="VPC id", max_length=64, required=False)
-    vswitch_id = forms.CharField(label="vSwitch id", max_length=64, required=False)
-    security_group_id = forms.CharField(label="Security group id", max_length=64, required=False)
+    vpc_id = forms.CharField(label=_("VPC id"), max_length=64, required=False)
+    vswitch_id = forms.CharField(label=_("vSwitch id"), max_length=64, required=False)
+    security_group_id = forms.CharField(label=_("Security group id"), max_length=64, required=False)
 
     # Fault tolerance and diagnosis
     enable_aimaster = forms.BooleanField(
-        label="Automatic fault tolerance (AIMaster)", required=False
+        label=_("Automatic fault tolerance (AIMaster)"), required=False
     )
     max_restarts = forms.IntegerField(
-        initial=3, required=False, widget=forms.NumberInput(attrs={"min": 0, "max": 100})
+        label=_("Max restarts"),
+        initial=3,
+        required=False,
+        widget=forms.NumberInput(attrs={"min": 0, "max": 100}),
     )
     execution_mode = forms.ChoiceField(
+        label=_("Execution mode"),
         choices=ExecutionMode.choices,
         widget=forms.RadioSelect,
         initial=ExecutionMode.SYNC,
         required=False,
     )
     hang_seconds = forms.IntegerField(
-        label="Hang detection (seconds)",
+        label=_("Hang detection (seconds)"),
         required=False,
         widget=forms.NumberInput(attrs={"min": 10, "placeholder": "1800"}),
-        help_text="Restart the job when no pod has printed anything for this long. Empty: off.",
+        help_text=_("Restart the job when no pod has printed anything for this long. Empty: off."),
     )
-    enable_easyckpt = forms.BooleanField(label="EasyCkpt checkpoints", required=False)
+    enable_easyckpt = forms.BooleanField(label=_("EasyCkpt checkpoints"), required=False)
 
     def __init__(
         self,
@@ -191,7 +221,9 @@ class JobForm(forms.Form):
         super().__init__(*args, **kwargs)
         if images:
             self.fields["image"].widget.attrs["list"] = IMAGE_LIST_ID
-            self.fields["image"].help_text = "Pick one the cluster offers, or type any other."
+            self.fields["image"].help_text = gettext(
+                "Pick one the cluster offers, or type any other."
+            )
         labels = dict(ResourceType.choices)
         self.fields["resource_type"].choices = [(t, labels[t]) for t in resource_types]
         self.fields["resource_type"].initial = resource_types[0]
@@ -224,7 +256,10 @@ class JobForm(forms.Form):
             if not parts:
                 continue
             if len(parts) != 2:
-                problems.append(f"line {n}: write the URI and the mount path, separated by a space")
+                problems.append(
+                    gettext("line %(line)s: write the URI and the mount path, separated by a space")
+                    % {"line": n}
+                )
                 continue
             uri, mount = parts
             if not mount.startswith("/"):
@@ -238,34 +273,39 @@ class JobForm(forms.Form):
 class RoleForm(forms.Form):
     """One role row (JobSpec). Row 0 is always used; the others only when `enabled`."""
 
-    enabled = forms.BooleanField(label="Use this role", required=False)
-    role_type = forms.ChoiceField(label="Role", choices=_as_named(JobRole.RoleType), required=False)
-    pod_count = forms.IntegerField(label="Pods", initial=1, required=False)
-    instance_type = forms.ChoiceField(label="Instance type", required=False)
+    enabled = forms.BooleanField(label=_("Use this role"), required=False)
+    role_type = forms.ChoiceField(
+        label=_("Role"), choices=_as_named(JobRole.RoleType), required=False
+    )
+    pod_count = forms.IntegerField(label=_("Pods"), initial=1, required=False)
+    instance_type = forms.ChoiceField(label=_("Instance type"), required=False)
     image = forms.CharField(
-        label="Image of this role",
+        label=_("Image of this role"),
         max_length=512,
         required=False,
-        help_text="Empty: the job's image.",
+        help_text=_("Empty: the job's image."),
     )
-    cpu_cores = forms.DecimalField(label="CPU cores", required=False, min_value=0, decimal_places=3)
+    cpu_cores = forms.DecimalField(
+        label=_("CPU cores"), required=False, min_value=0, decimal_places=3
+    )
     memory_gib = forms.DecimalField(
-        label="Memory (GiB)", required=False, min_value=0, decimal_places=3
+        label=_("Memory (GiB)"), required=False, min_value=0, decimal_places=3
     )
     gpus = forms.DecimalField(
-        label="GPUs",
+        label=_("GPUs"),
         required=False,
         min_value=0,
         decimal_places=3,
-        help_text="Whole GPUs, or a share of one (0.5) that other shared pods use too.",
+        help_text=_("Whole GPUs, or a share of one (0.5) that other shared pods use too."),
     )
     restart_policy = forms.ChoiceField(
+        label=_("Restart policy"),
         choices=_as_named(JobRole.RestartPolicy),
         initial=JobRole.RestartPolicy.ON_FAILURE,
         required=False,
     )
     spot_limit_type = forms.ChoiceField(
-        label="Bid limit",
+        label=_("Bid limit"),
         choices=LIMIT_TYPES,
         widget=forms.RadioSelect,
         initial="discount",
@@ -275,7 +315,7 @@ class RoleForm(forms.Form):
         label="SpotDiscountLimit", required=False, widget=forms.Select(choices=DISCOUNT_CHOICES)
     )
     spot_price_limit = forms.DecimalField(
-        label="SpotPriceLimit (¥ per instance-minute)",
+        label=_("SpotPriceLimit (¥ per instance-minute)"),
         required=False,
         max_digits=12,
         decimal_places=6,
@@ -300,7 +340,7 @@ class RoleForm(forms.Form):
             self.fields["image"].widget.attrs["list"] = IMAGE_LIST_ID
         if index == 0:
             del self.fields["enabled"]
-        choices = [("", "Custom resources (quota jobs only)")] + [
+        choices = [("", gettext("Custom resources (quota jobs only)"))] + [
             (t.name, instance_type_label(t)) for t in instance_types
         ]
         self.fields["instance_type"].choices = choices
@@ -327,7 +367,8 @@ class RoleForm(forms.Form):
             held = self.initial.get("role_type")
         choices = [(role, role) for role in roles]
         if held in JobRole.RoleType.values and held not in roles:
-            choices.append((held, f"{held} (not a {job_type} role)"))
+            label = gettext("%(role)s (not a %(job_type)s role)")
+            choices.append((held, label % {"role": held, "job_type": job_type}))
         self.fields["role_type"].choices = choices
         self.fields["role_type"].initial = self.default_role_type
 
@@ -468,14 +509,19 @@ class JobCreateForm:
         links to its input."""
         links = []
         parts: list[tuple[str, forms.Form]] = [("", self.job)]
-        parts += [(f"Role {r.index + 1}: ", r) for r in self.enabled_roles]
-        for prefix, part in parts:
+        parts += [(str(r.index + 1), r) for r in self.enabled_roles]
+        for role, part in parts:
             for name, form_field in part.fields.items():
                 for message in part.errors.get(name, ()):
-                    label = form_field.label or name.replace("_", " ").capitalize()
+                    label = str(form_field.label or name.replace("_", " ").capitalize())
+                    if role:
+                        label = gettext("Role %(number)s: %(label)s") % {
+                            "number": role,
+                            "label": label,
+                        }
                     bound = part[name]
                     target = bound.id_for_label or f"{bound.auto_id}_0"  # radios: the first
-                    links.append(ErrorLink(target, f"{prefix}{label}", message))
+                    links.append(ErrorLink(target, label, message))
         return links
 
     def is_valid(self) -> bool:
@@ -541,7 +587,11 @@ class JobCreateForm:
                 self.role_errors += messages
             elif JOB_FIELD_NAMES.get(name, name) in self.job.fields:
                 if index is not None:  # data_sources[2].uri → "line 3: uri is required"
-                    messages = [f"line {int(index) + 1}: {field} {m}" for m in messages]
+                    line = gettext("line %(line)s: %(field)s %(message)s")
+                    messages = [
+                        line % {"line": int(index) + 1, "field": field, "message": m}
+                        for m in messages
+                    ]
                 _add_errors(self.job, JOB_FIELD_NAMES.get(name, name), messages)
             else:
                 self.other_errors += [f"{path}: {m}" for m in messages]
@@ -567,27 +617,35 @@ def _scaled(value: Decimal | None, factor: int) -> int | None:
 class JobFilterForm(forms.Form):
     """The job list's filters, read from the query string."""
 
-    q = forms.CharField(label="Name or id", required=False)
-    status = forms.ChoiceField(required=False, choices=[("", "Any status")] + JobStatus.choices)
+    q = forms.CharField(label=_("Name or id"), required=False)
+    status = forms.ChoiceField(
+        label=_("Status"), required=False, choices=[("", _("Any status"))] + JobStatus.choices
+    )
     payment_type = forms.ChoiceField(
-        label="Payment",
+        label=_("Payment"),
         required=False,
         choices=[
-            ("", "Any payment"),
-            ("PrePaid", "PrePaid (quota)"),
-            ("PostPaid", "PostPaid (public, spot)"),
+            ("", _("Any payment")),
+            ("PrePaid", _("PrePaid (quota)")),
+            ("PostPaid", _("PostPaid (public, spot)")),
         ],
     )
-    quota = forms.ChoiceField(required=False)
+    quota = forms.ChoiceField(label=_("Quota"), required=False)
     idle_mode = forms.ChoiceField(
-        label="Idle resources", required=False, choices=[("", "Any idle mode")] + IdleMode.choices
+        label=_("Idle resources"),
+        required=False,
+        choices=[("", _("Any idle mode"))] + IdleMode.choices,
     )
 
-    sort = forms.ChoiceField(required=False, choices=[(s, s) for s in sorted(JOB_SORTS)])
+    sort = forms.ChoiceField(
+        label=_("Sort"), required=False, choices=[(s, s) for s in sorted(JOB_SORTS)]
+    )
 
     def __init__(self, *args, quotas: list[Quota], **kwargs):
         super().__init__(*args, **kwargs)
-        self.fields["quota"].choices = [("", "Any quota")] + [(q.name, q.name) for q in quotas]
+        self.fields["quota"].choices = [("", gettext("Any quota"))] + [
+            (q.name, q.name) for q in quotas
+        ]
 
     def filters(self) -> dict:
         """The valid filters; an invalid value (a stale link) is ignored, not an error page."""
@@ -622,7 +680,7 @@ def _key_values(text: str, shape: str) -> dict[str, str]:
             continue
         name, sep, value = line.strip().partition("=")
         if not sep or not name.strip():
-            problems.append(f"line {n}: write {shape}")
+            problems.append(gettext("line %(line)s: write %(shape)s") % {"line": n, "shape": shape})
             continue
         pairs[name.strip()] = value
     if problems:

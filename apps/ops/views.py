@@ -13,6 +13,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.utils import timezone
 from django.utils.cache import patch_vary_headers
+from django.utils.translation import gettext
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_safe
 
@@ -46,7 +47,7 @@ def health(request: HtmxHttpRequest) -> HttpResponse:
     node and job counts; the panel re-polls every 10 s. Staff only: it names hosts, workers
     and the sandbox's weak spots."""
     if not request.user.is_staff:
-        raise PermissionDenied("The health page is for platform staff.")
+        raise PermissionDenied(gettext("The health page is for platform staff."))
     now = timezone.now()
     snapshot = health_snapshot(now=now)
     behind = backlog(now=now)

@@ -7,6 +7,8 @@ from django.core.exceptions import PermissionDenied
 from django.http import FileResponse, Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.cache import patch_vary_headers
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from apps.core.http import HtmxHttpRequest
@@ -16,17 +18,17 @@ from apps.whatif.selectors import current_cluster_file, whatif_runs
 from apps.whatif.services import SIDES, report_path, whatif_create, whatif_queue
 
 ROWS = (
-    ("gpu_allocation_ratio", "GPU allocation", "pct"),
-    ("unallocated_gpus", "Unallocated GPUs", "num"),
-    ("preemptions", "Preemptions", "num"),
-    ("lost_gpu_hours", "Lost GPU-hours", "num"),
-    ("wall_seconds", "Run time, s", "num"),
+    ("gpu_allocation_ratio", _("GPU allocation"), "pct"),
+    ("unallocated_gpus", _("Unallocated GPUs"), "num"),
+    ("preemptions", _("Preemptions"), "num"),
+    ("lost_gpu_hours", _("Lost GPU-hours"), "num"),
+    ("wall_seconds", _("Run time, s"), "num"),
 )
 
 
 def _staff(request: HttpRequest) -> None:
     if not request.user.is_staff:
-        raise PermissionDenied("What if is for platform staff.")
+        raise PermissionDenied(gettext("What if is for platform staff."))
 
 
 @login_required
@@ -89,7 +91,7 @@ def whatif_report(request: HttpRequest, pk: int, side: str) -> FileResponse:
     run = get_object_or_404(WhatIfRun, pk=pk)
     path = report_path(run, side)
     if side not in SIDES or not path.is_file():
-        raise Http404("No such report.")
+        raise Http404(gettext("No such report."))
     return FileResponse(open(path, "rb"), content_type="text/html; charset=utf-8")
 
 
@@ -108,7 +110,7 @@ def _comparison(run: WhatIfRun) -> list[dict]:
         for q in ("p50", "p90", "p99"):
             rows.append(
                 (
-                    f"Queueing delay {q}, s",
+                    gettext("Queueing delay %(percentile)s, s") % {"percentile": q},
                     "num",
                     (now.get("delay_seconds") or {}).get(q),
                     (then.get("delay_seconds") or {}).get(q),

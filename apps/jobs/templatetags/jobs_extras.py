@@ -6,6 +6,7 @@ from decimal import ROUND_HALF_UP, Decimal
 
 from django import template
 from django.utils.html import format_html
+from django.utils.translation import gettext, pgettext_lazy
 
 from apps.jobs.models import PENDING_STATUSES
 from apps.jobs.waiting import waiting_text
@@ -30,11 +31,34 @@ BADGE_KINDS = {
 }
 
 
+# What a job's or a pod's status is called on the page, in the reader's language; the code
+# (what the API returns) stays in the badge's title when the two differ.
+STATUS_LABELS = {
+    "Creating": pgettext_lazy("status", "Creating"),
+    "Queuing": pgettext_lazy("status", "Queuing"),
+    "Bidding": pgettext_lazy("status", "Bidding"),
+    "EnvPreparing": pgettext_lazy("status", "EnvPreparing"),
+    "SanityChecking": pgettext_lazy("status", "SanityChecking"),
+    "Running": pgettext_lazy("status", "Running"),
+    "Restarting": pgettext_lazy("status", "Restarting"),
+    "Stopping": pgettext_lazy("status", "Stopping"),
+    "Succeeded": pgettext_lazy("status", "Succeeded"),
+    "Failed": pgettext_lazy("status", "Failed"),
+    "Stopped": pgettext_lazy("status", "Stopped"),
+    "Pending": pgettext_lazy("status", "Pending"),
+    "Preempted": pgettext_lazy("status", "Preempted"),
+}
+
+
 @register.filter
 def status_badge(status: str) -> str:
     """`{{ job.status|status_badge }}` → a coloured badge."""
-    kind = BADGE_KINDS.get(str(status), "neutral")
-    return format_html('<span class="badge badge-{}">{}</span>', kind, status)
+    code = str(status)
+    kind = BADGE_KINDS.get(code, "neutral")
+    label = str(STATUS_LABELS.get(code, code))
+    if label == code:
+        return format_html('<span class="badge badge-{}">{}</span>', kind, code)
+    return format_html('<span class="badge badge-{}" title="{}">{}</span>', kind, code, label)
 
 
 @register.filter
@@ -54,7 +78,7 @@ def gpu_hours(seconds) -> str:
     """GPU-seconds as GPU-hours: `{{ restart.lost_gpu_seconds|gpu_hours }}` → 0.53 GPU-hours."""
     if seconds is None or seconds == "":
         return "—"
-    return f"{float(seconds) / 3600:,.2f} GPU-hours"
+    return gettext("%(hours)s GPU-hours") % {"hours": f"{float(seconds) / 3600:,.2f}"}
 
 
 @register.filter
@@ -67,12 +91,12 @@ def duration(seconds) -> str:
     hours, rest = divmod(rest, 3600)
     minutes, secs = divmod(rest, 60)
     if days:
-        return f"{days}d {hours}h"
+        return gettext("%(days)sd %(hours)sh") % {"days": days, "hours": hours}
     if hours:
-        return f"{hours}h {minutes:02d}m"
+        return gettext("%(hours)sh %(minutes)sm") % {"hours": hours, "minutes": f"{minutes:02d}"}
     if minutes:
-        return f"{minutes}m {secs:02d}s"
-    return f"{secs}s"
+        return gettext("%(minutes)sm %(seconds)ss") % {"minutes": minutes, "seconds": f"{secs:02d}"}
+    return gettext("%(seconds)ss") % {"seconds": secs}
 
 
 @register.filter
@@ -145,12 +169,12 @@ def ago(moment) -> str:
 
     seconds = max((timezone.now() - moment).total_seconds(), 0)
     if seconds < 60:
-        return "just now"
+        return gettext("just now")
     if seconds < 3600:
-        return f"{int(seconds // 60)} min ago"
+        return gettext("%(minutes)s min ago") % {"minutes": int(seconds // 60)}
     if seconds < 86400:
-        return f"{int(seconds // 3600)} h ago"
-    return f"{int(seconds // 86400)} d ago"
+        return gettext("%(hours)s h ago") % {"hours": int(seconds // 3600)}
+    return gettext("%(days)s d ago") % {"days": int(seconds // 86400)}
 
 
 @register.filter

@@ -1,0 +1,137 @@
+"""The console in English and Simplified Chinese: the browser's Accept-Language, else the
+switcher's choice (remembered per user), and catalogues that are complete."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import polib
+import pytest
+from django.conf import settings
+from django.urls import reverse
+
+from apps.workspaces.models import UserPreference
+
+pytestmark = pytest.mark.django_db
+
+CATALOGUE = Path(settings.BASE_DIR) / "locale" / "zh_Hans" / "LC_MESSAGES" / "django.po"
+PLACEHOLDER = re.compile(r"%\((\w+)\)[sd]|\{\w*\}")
+
+
+def jobs_page(client, **headers) -> str:
+    response = client.get(reverse("jobs:list"), headers=headers)
+    assert response.status_code == 200
+    return response.content.decode()
+
+
+def test_it_speaks_english_unless_the_browser_asks_for_chinese(alice_client):
+    page = jobs_page(alice_client)
+    assert '<html lang="en"' in page and ">Create job</a>" in page
+    page = jobs_page(alice_client, accept_language="zh-CN,zh;q=0.9,en;q=0.5")
+    assert '<html lang="zh-hans"' in page
+    assert ">新建任务</a>" in page and ">任务列表</a>" in page and ">资源配额</a>" in page
+    assert "Create job" not in page
+
+
+def test_the_sign_in_page_follows_the_browser_and_the_cookie(client):
+    page = client.get(reverse("login"), headers={"accept_language": "zh-CN"}).content.decode()
+    assert '<html lang="zh-hans"' in page and "登录" in page
+    response = client.post(reverse("workspaces:language"), {"language": "en", "next": "/login/"})
+    assert response.status_code == 302 and response["Location"] == "/login/"
+    page = client.get(reverse("login"), headers={"accept_language": "zh-CN"}).content.decode()
+    assert '<html lang="en"' in page  # the switcher's cookie wins over the browser
+
+
+def test_a_chosen_language_is_remembered_for_the_user(client, personas):
+    alice = personas["alice"]
+    client.force_login(alice)
+    response = client.post(
+        reverse("workspaces:language"), {"language": "zh-hans", "next": "/jobs/?status=Running"}
+    )
+    assert response.status_code == 302 and response["Location"] == "/jobs/?status=Running"
+    assert UserPreference.objects.get(user=alice).language == "zh-hans"
+    other = type(client)()  # another browser, one that prefers English, no cookie
+    other.force_login(alice)
+    assert '<html lang="zh-hans"' in jobs_page(other, accept_language="en-US")
+    # "" follows the browser again
+    client.post(reverse("workspaces:language"), {"language": ""})
+    assert UserPreference.objects.get(user=alice).language == ""
+    third = type(client)()
+    third.force_login(alice)
+    assert '<html lang="en"' in jobs_page(third, accept_language="en-US")
+
+
+def test_an_unknown_language_is_refused_and_changes_nothing(client, personas):
+    client.force_login(personas["alice"])
+    response = client.post(reverse("workspaces:language"), {"language": "klingon"})
+    assert response.status_code == 400 and "zh-hans" in response.content.decode()
+    assert not UserPreference.objects.filter(user=personas["alice"], language="klingon").exists()
+
+
+def test_the_switcher_goes_back_only_to_this_site(client, personas):
+    client.force_login(personas["alice"])
+    response = client.post(
+        reverse("workspaces:language"), {"language": "en", "next": "https://evil.example/"}
+    )
+    assert response.status_code == 302 and response["Location"] == reverse("jobs:list")
+
+
+def test_the_preferences_page_offers_the_languages(alice_client):
+    page = alice_client.get(reverse("workspaces:preferences")).content.decode()
+    assert 'id="language"' in page and ">简体中文</option>" in page and ">English</option>" in page
+
+
+def test_the_admin_speaks_chinese_too(admin_client):
+    page = admin_client.get(reverse("admin:index"), headers={"accept_language": "zh-CN"})
+    assert "站点管理" in page.content.decode()  # Django's own translation
+
+
+def test_every_message_of_the_catalogue_is_translated_with_its_placeholders():
+    catalogue = polib.pofile(str(CATALOGUE))
+    assert len(catalogue) > 300  # the console's text, not a sample of it
+    untranslated = [e.msgid for e in catalogue.untranslated_entries()]
+    fuzzy = [e.msgid for e in catalogue.fuzzy_entries()]
+    assert not untranslated and not fuzzy
+    for entry in catalogue.translated_entries():
+        assert sorted(PLACEHOLDER.findall(entry.msgid)) == sorted(
+            PLACEHOLDER.findall(entry.msgstr or entry.msgstr_plural.get(0, ""))
+        ), entry.msgid
+
+
+def test_the_compiled_catalogue_is_what_django_reads(alice_client):
+    assert CATALOGUE.with_suffix(".mo").stat().st_mtime >= CATALOGUE.stat().st_mtime
+
+
+def test_the_pages_in_chinese_show_no_template_syntax(client, personas):
+    from apps.jobs.services import job_submit
+    from apps.jobs.specs import JobSpec, RoleSpec
+
+    spec = JobSpec(
+        display_name="zh-job",
+        user_command="true",
+        quota="team-a",
+        roles=[RoleSpec(cpu=1000, memory=1024, gpu=0)],
+    )
+    job = job_submit(workspace=personas["ws_a"], user=personas["alice"], spec=spec)
+    client.force_login(personas["alice"])
+    pages = [
+        reverse("jobs:list"),
+        reverse("jobs:create"),
+        reverse("jobs:detail", args=[job.job_id]),
+        reverse("scheduler:quotas"),
+        reverse("market:index"),
+        reverse("billing:index"),
+        reverse("workspaces:preferences"),
+        reverse("workspaces:access-keys"),
+    ]
+    for url in pages:
+        response = client.get(url, headers={"accept_language": "zh-CN"})
+        assert response.status_code == 200, url
+        page = response.content.decode()
+        assert '<html lang="zh-hans"' in page, url
+        for leak in ("{%", "%}", "%(", "translate "):
+            assert leak not in page, (url, leak)
+    detail = client.get(pages[2], headers={"accept_language": "zh-CN"}).content.decode()
+    assert f'title="{job.status}">' in detail  # the badge names the API's code as well
+    assert 'title="Creating">创建中</span>' in detail
