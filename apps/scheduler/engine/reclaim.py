@@ -292,7 +292,16 @@ class Reclaimer:
         popped: list[_Entry] = []
         chosen: list[Borrower] = []
         taken: set[Borrower] = set()
+        touched: set[int] = set()  # nodes whose next step is due, once another is needed
         while total < len(pods):
+            for m in sorted(touched):
+                serial[m] = serial.get(m, 0) + 1
+                following = self._step(pool, m, envelope, young_ok, room[m], at.get(m, 0), taken)
+                if following is None:
+                    steps.pop(m, None)
+                else:
+                    steps[m] = following
+                    heappush(local, (following.key, m, serial[m]))
             while first and (first[0][2] != version[first[0][1]] or first[0][1] in serial):
                 entry = heappop(first)
                 if entry[2] == version[entry[1]]:
@@ -323,14 +332,6 @@ class Reclaimer:
                     total, slots[m] = total + count - slots[m], count
                     touched.add(m)
             at[n] = step.end
-            for m in sorted(touched):
-                serial[m] = serial.get(m, 0) + 1
-                following = self._step(pool, m, envelope, young_ok, room[m], at.get(m, 0), taken)
-                if following is None:
-                    steps.pop(m, None)
-                else:
-                    steps[m] = following
-                    heappush(local, (following.key, m, serial[m]))
         for entry in popped:
             heappush(first, entry)
         return chosen if total >= len(pods) else []
