@@ -1,15 +1,19 @@
 """Reads for the quota page: each quota's guarantee, its In Quota use, what its subtree
-borrows and what of its idle guarantee is lent out."""
+borrows, what of its idle guarantee is lent out, and to whom (the rule: `engine.lending`)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from django.db.models import F, Q, Sum
 
-from apps.cluster.clusterfile import Resources
-from apps.cluster.models import Quota, ResourceType
-from apps.jobs.models import Pod, PodStatus
+from apps.cluster.models import Node, Quota, ResourcePool, ResourceType
+from apps.jobs.models import Job, Pod, PodStatus
+from apps.scheduler import engine
+from apps.scheduler.engine.model import MILLI
+from apps.scheduler.engine.vectors import Vec
+
+BORROWERS_SHOWN = 5  # borrowing jobs named per quota on the quotas page, newest first
 
 # A pod holds its node's resources while it runs, and from the moment it is placed.
 HOLDING = Q(status=PodStatus.RUNNING) | Q(status=PodStatus.PENDING, node__isnull=False)
@@ -85,63 +89,92 @@ class QuotaRow:
         return [self.gpu, self.cpu, self.memory]
 
 
+@dataclass
+class LoanRow:
+    """Idle room that one quota's jobs use on another's free guarantee (or on capacity no
+    quota guarantees: `lender` None), as `engine.lending` attributes it."""
+
+    borrower: Quota
+    lender: Quota | None
+    gpu: Usage
+    cpu: Usage
+    memory: Usage
+    jobs: list[Job] = field(default_factory=list)  # on a borrower's first row: its borrowers
+    more: int = 0  # how many more of its jobs borrow than `jobs` lists
+
+    @property
+    def usages(self) -> list[Usage]:
+        return [self.gpu, self.cpu, self.memory]
+
+
+@dataclass(frozen=True)
+class PoolLending:
+    pool: ResourcePool
+    loans: list[LoanRow]  # by borrower, then lender (unguaranteed capacity first)
+
+
 def quota_usage_rows() -> dict[str, list[QuotaRow]]:
-    """Rows of the quota tree per resource type (parents before children), with usage.
+    """Rows of the quota tree per resource type (parents before children), with usage."""
+    return quota_page()[0]
+
+
+def quota_page() -> tuple[dict[str, list[QuotaRow]], list[PoolLending]]:
+    """Rows of the quota tree per resource type (parents before children), with usage, and
+    per pool who borrows from whom.
 
     - used: resources held (Running, or Pending on a node) by In Quota pods of jobs of the
       quota or any quota below it — a child's usage counts toward every ancestor.
     - borrowed: the same for Not in Quota pods of those jobs (idle capacity they run on).
-    - lent: the idle part of the guarantee, max(0, min − used), capped by what borrowers
-      hold in the quota's pool right now. Borrowers are not attributed to one quota, so
-      this is how much of the quota's idle guarantee is lent out at most; the scheduler
-      may record exact figures later.
-    Four queries whatever the size of the tree: quotas, their workspaces, and two sums.
+    - lent, loans: the scheduler core's attribution of idle room to the free guarantees
+      (`engine.lending`, the one rule): unguaranteed capacity first, then the quotas' free
+      min in proportion.
+    A few queries whatever the size of the tree: quotas, their workspaces, two sums, the
+    pools' capacity and the borrowing jobs.
     """
     quotas = list(Quota.objects.select_related("pool").prefetch_related("workspaces"))
-    own_used: dict[int, Resources] = {}
-    own_borrowed: dict[int, Resources] = {}
+    by_id = {q.pk: q for q in quotas}
+    used: dict[int, Vec] = {}
+    borrowed: dict[tuple[int, int], Vec] = {}
     for row in (
-        Pod.objects.filter(HOLDING, job__quota__isnull=False, in_quota__isnull=False)
-        .values("job__quota_id", "in_quota")
+        Pod.objects.filter(HOLDING, job__quota__isnull=False, in_quota=True)
+        .values("job__quota_id")
         .annotate(**_SUMS)
     ):
-        target = own_used if row["in_quota"] else own_borrowed
-        target[row["job__quota_id"]] = _resources(row)
-    pool_borrowed = {
-        row["node__pool_id"]: _resources(row)
-        for row in Pod.objects.filter(HOLDING, in_quota=False, node__isnull=False)
-        .values("node__pool_id")
+        used[row["job__quota_id"]] = _vec(row)
+    for row in (
+        Pod.objects.filter(HOLDING, job__quota__isnull=False, in_quota=False, node__isnull=False)
+        .values("job__quota_id", "node__pool_id")
         .annotate(**_SUMS)
+    ):
+        borrowed[(row["job__quota_id"], row["node__pool_id"])] = _vec(row)
+    capacity = {
+        row["pool_id"]: (row["gpu"] * MILLI, row["cpu"], row["memory"])
+        for row in Node.objects.filter(
+            status=Node.Status.READY, pool__kind=ResourcePool.Kind.DEDICATED
+        )
+        .values("pool_id")
+        .annotate(gpu=Sum("gpu"), cpu=Sum("cpu"), memory=Sum("memory"))
     }
+    result = engine.lending(
+        [quota_core(q) for q in quotas], used=used, borrowed=borrowed, capacity=capacity
+    )
 
     children: dict[int | None, list[Quota]] = {}
     for q in quotas:
         children.setdefault(q.parent_id, []).append(q)
-    used: dict[int, Resources] = {}
-    borrowed: dict[int, Resources] = {}
-
-    def roll_up(q: Quota) -> None:
-        used[q.pk] = own_used.get(q.pk, Resources())
-        borrowed[q.pk] = own_borrowed.get(q.pk, Resources())
-        for child in children.get(q.pk, []):
-            roll_up(child)
-            used[q.pk] += used[child.pk]
-            borrowed[q.pk] += borrowed[child.pk]
-
     rows: dict[str, list[QuotaRow]] = {rt: [] for rt in ResourceType.values}
 
     def emit(q: Quota, depth: int) -> None:
-        minimum = Resources(q.min_cpu, q.min_memory, q.min_gpu * 1000)
-        idle_takers = pool_borrowed.get(q.pool_id, Resources())
+        report = result.quotas[q.pk]
         usage = {
             r: Usage(
                 resource=r,
-                min=minimum.get(r),
-                used=used[q.pk].get(r),
-                borrowed=borrowed[q.pk].get(r),
-                lent=min(max(0, minimum.get(r) - used[q.pk].get(r)), idle_takers.get(r)),
+                min=report.min[i],
+                used=report.used[i],
+                borrowed=report.borrowed[i],
+                lent=report.lent[i],
             )
-            for r in ("gpu", "cpu", "memory")
+            for i, r in enumerate(("gpu", "cpu", "memory"))
         }
         rows.setdefault(q.resource_type, []).append(
             QuotaRow(
@@ -155,13 +188,56 @@ def quota_usage_rows() -> dict[str, list[QuotaRow]]:
             emit(child, depth + 1)
 
     for root in children.get(None, []):
-        roll_up(root)
         emit(root, 0)
-    return {rt: r for rt, r in rows.items() if r}
+
+    pools: dict[int, PoolLending] = {}
+    for loan in result.loans:
+        borrower = by_id[loan.borrower]
+        pool = pools.get(loan.pool_id)
+        if pool is None:
+            pool = pools[loan.pool_id] = PoolLending(borrower.pool, [])
+        pool.loans.append(
+            LoanRow(
+                borrower=borrower,
+                lender=by_id.get(loan.lender) if loan.lender is not None else None,
+                **{
+                    r: Usage(resource=r, min=0, used=loan.amount[i], borrowed=0, lent=0)
+                    for i, r in enumerate(("gpu", "cpu", "memory"))
+                },
+            )
+        )
+    for pool in pools.values():
+        pool.loans.sort(
+            key=lambda row: (row.borrower.name, row.lender is not None, str(row.lender))
+        )
+        first: dict[int, LoanRow] = {}
+        for row in pool.loans:
+            first.setdefault(row.borrower.pk, row)
+        for quota_id, row in first.items():
+            jobs = Job.objects.filter(
+                quota_id=quota_id,
+                pods__in=Pod.objects.filter(HOLDING, in_quota=False, node__pool=pool.pool),
+            ).distinct()
+            row.jobs = list(jobs.order_by("-created_at")[:BORROWERS_SHOWN])
+            if len(row.jobs) == BORROWERS_SHOWN:
+                row.more = jobs.count() - BORROWERS_SHOWN
+    ordered = sorted(pools.values(), key=lambda p: p.pool.name)
+    return {rt: r for rt, r in rows.items() if r}, ordered
 
 
-def _resources(row: dict) -> Resources:
-    return Resources(row["cpu"] or 0, row["memory"] or 0, row["gpu"] or 0)
+def quota_core(q: Quota) -> engine.Quota:
+    """A quota row as the scheduler's core reads it."""
+    return engine.Quota(
+        id=q.pk,
+        name=q.name,
+        parent_id=q.parent_id,
+        pool_id=q.pool_id,
+        min=engine.Resources(cpu=q.min_cpu, memory=q.min_memory, gpu=q.min_gpu),
+    )
+
+
+def _vec(row: dict) -> Vec:
+    return (row["gpu"] or 0, row["cpu"] or 0, row["memory"] or 0)
 
 
 def _trim(number: float) -> str:

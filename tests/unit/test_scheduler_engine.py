@@ -633,8 +633,8 @@ def test_it_reports_what_quotas_borrow_and_lend():
     quotas = [TEAM_A, TEAM_B]
     run = [running(9, 2, (1, 8), idle="off", in_quota=True), running(10, 2, (2, 8))]
     report = quota_report(snapshot(machines(1, 2), quotas, run))
-    assert (report[1].used.gpu, report[1].free.gpu, report[1].lent.gpu) == (0, 8, 8)
-    assert (report[2].used.gpu, report[2].borrowed.gpu, report[2].lent.gpu) == (8, 8, 0)
+    assert (report[1].used[0], report[1].free[0], report[1].lent[0]) == (0, 8000, 8000)
+    assert (report[2].used[0], report[2].borrowed[0], report[2].lent[0]) == (8000, 8000, 0)
 
 
 def test_it_rejects_a_quota_tree_with_a_cycle():

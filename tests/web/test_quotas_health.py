@@ -13,7 +13,7 @@ from apps.cluster.models import Node
 from apps.core.selectors import Health
 from apps.core.services import heartbeat_record
 from apps.jobs.models import Job, JobRole, JobStatus, Pod, PodStatus
-from apps.scheduler.selectors import quota_usage_rows
+from apps.scheduler.selectors import quota_page, quota_usage_rows
 
 GIB = 1024
 
@@ -117,18 +117,37 @@ def test_it_shows_borrowed_and_lent(busy):
     rows = quota_usage_rows()
     team_a, team_b, root = _row(rows, "team-a"), _row(rows, "team-b"), _row(rows, "root-ecs")
     assert (team_a.gpu.borrowed, team_b.gpu.borrowed, root.gpu.borrowed) == (2000, 0, 2000)
-    # Idle guarantee (min − use), capped by what borrowers hold in the pool (2 GPU).
-    assert (team_a.gpu.lent, team_b.gpu.lent, root.gpu.lent) == (2000, 2000, 2000)
+    # The pool's 16 GPUs are all guaranteed: root-ecs lends the 2 borrowed GPUs, split
+    # between its children by their free min (team-a 8 − 4, team-b 8 − 1), in milli-GPUs.
+    assert (team_a.gpu.lent, team_b.gpu.lent, root.gpu.lent) == (727, 1272, 2000)
     assert _row(rows, "lingjun-a").gpu.lent == 0
 
 
-def test_it_reads_usage_in_four_queries_whatever_the_size(
+def test_it_says_who_borrows_from_whom(busy):
+    _, pools = quota_page()
+    assert [p.pool.name for p in pools] == ["ecs-dedicated"]
+    loans = {(row.borrower.name, row.lender.name): row.gpu.used for row in pools[0].loans}
+    assert loans == {("team-a", "team-a"): 727, ("team-a", "team-b"): 1272}
+    first = pools[0].loans[0]
+    assert [job.idle_mode for job in first.jobs] == ["acceptable"]
+    assert pools[0].loans[1].jobs == []  # the borrower's jobs are named once
+
+
+def test_it_reads_usage_in_few_queries_whatever_the_size(
     busy, personas, django_assert_max_num_queries
 ):
     for _ in range(5):
         make_job(personas, busy["team_b"], pods=[(PodStatus.RUNNING, "gpu-node-3", True)] * 2)
-    with django_assert_max_num_queries(4):
-        quota_usage_rows()
+        make_job(
+            personas,
+            busy["team_a"],
+            idle_mode="only_idle",
+            pods=[(PodStatus.RUNNING, "gpu-node-3", False)],
+        )
+    # quotas, workspaces, in-quota and borrowed sums, capacity; per borrowing quota its
+    # jobs, and their count when there are more than the page names (team-a: 6)
+    with django_assert_max_num_queries(7):
+        quota_page()
 
 
 def test_it_computes_bar_widths(busy):
@@ -157,6 +176,8 @@ def test_it_renders_the_quota_tree(alice_client, busy):
         'style="width: 50%"',
         'class="quota-mine"',
         'hx-trigger="every 10s"',
+        "Who borrows from whom in ecs-dedicated",
+        "0.727",
     ):
         assert text in body, text
 

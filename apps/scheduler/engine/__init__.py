@@ -42,7 +42,15 @@ from apps.scheduler.engine.model import (
     Waiting,
 )
 from apps.scheduler.engine.plan import ClusterState, plan
-from apps.scheduler.engine.report import QuotaReport, quota_report, quota_usage
+from apps.scheduler.engine.report import (
+    Lending,
+    Loan,
+    QuotaReport,
+    lending,
+    quota_report,
+    quota_usage,
+    snapshot_lending,
+)
 from apps.scheduler.engine.sharing import target_workload
 
 __all__ = [
@@ -51,6 +59,8 @@ __all__ = [
     "ClusterState",
     "Config",
     "IdleMode",
+    "Lending",
+    "Loan",
     "Node",
     "PendingJob",
     "Placement",
@@ -68,8 +78,10 @@ __all__ = [
     "Snapshot",
     "VictimOrder",
     "Waiting",
+    "lending",
     "plan",
     "quota_report",
     "quota_usage",
+    "snapshot_lending",
     "target_workload",
 ]
