@@ -23,7 +23,7 @@ PINNED_VENV ?= .venv-sdk-pinned
 PINNED_SDKS ?= alibabacloud_pai_dlc20201203==1.4.17 alibabacloud_aiworkspace20210204==3.0.1
 
 .PHONY: help demo test install install-test venv migrate cluster chromium bubblewrap nginx lint \
-        translations \
+        translations messages gettext \
         test-api-pinned clean
 
 help:
@@ -33,6 +33,7 @@ help:
 	@echo "make test             install the test extras and run the whole test suite"
 	@echo "make test-api-pinned  run tests/api with the SDK versions the seed pins"
 	@echo "make lint             ruff (rules and format), mypy on the pure cores and services"
+	@echo "make messages         new console text into locale/*/django.po, to be translated"
 	@echo "make clean            remove the virtualenvs and collected static files"
 	@echo "Environment: DATABASE_URL, REDIS_URL, PORT, FLOWER_PORT, CLUSTER_FILE, PYTHON,"
 	@echo "PYTEST_ARGS (e.g. PYTEST_ARGS='tests/unit -x'). See .env.example and docs/operations.md."
@@ -95,6 +96,19 @@ migrate cluster: export DEBUG := $(or $(DEBUG),true)
 translations: install
 	@$(PY) -m apps.core.translations
 
+# New console text into the catalogues (untranslated until someone translates it): needs
+# GNU gettext, as does the test that no text is missing from them.
+messages: install gettext
+	@DEBUG=true $(PY) -m apps.core.translations --extract
+
+gettext:
+	@if ! command -v xgettext >/dev/null || ! command -v msgmerge >/dev/null; then \
+	  echo "Installing GNU gettext for the catalogue check (apt-get install gettext)"; \
+	  apt-get install -y -qq gettext >/dev/null 2>&1 || \
+	    { apt-get update -qq && apt-get install -y -qq gettext >/dev/null; } || \
+	    { echo "The catalogue check needs GNU gettext: apt-get install gettext" >&2; exit 1; }; \
+	fi
+
 migrate: install translations
 	@$(PY) manage.py migrate --noinput
 
@@ -151,7 +165,7 @@ nginx:
 	  exit 1; \
 	fi
 
-test: install-test translations chromium bubblewrap nginx
+test: install-test translations gettext chromium bubblewrap nginx
 	@status=0; PAIWEB_CHROMIUM="$(CHROMIUM)" $(PY) -m pytest $(PYTEST_ARGS) || status=$$?; \
 	if [ $$status = 5 ]; then echo "pytest collected no tests: that counts as a failure" >&2; fi; \
 	exit $$status

@@ -12,6 +12,46 @@ from pathlib import Path
 
 import polib
 
+LANGUAGES = ["zh_Hans"]  # the catalogues kept besides English, the source language
+# What `extract_messages` leaves out: code that is not the console's, and installed trees.
+EXTRACT_IGNORE = [
+    "tests",
+    "benchmarks",
+    "examples",
+    "var",
+    "static",
+    "staticfiles",
+    "deploy",
+    "node_modules",
+    ".venv",
+    ".venv-*",
+]
+
+
+def extract_messages(base: Path) -> None:
+    """Bring every catalogue up to date with the console's text (Django's makemessages,
+    which needs GNU gettext's xgettext and msgmerge): new messages come in untranslated,
+    vanished ones go. Run from `make messages`; then translate what is new."""
+    import os
+
+    import django
+    from django.core.management import call_command
+
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "paiweb.settings")
+    django.setup()
+    here = Path.cwd()
+    os.chdir(base)
+    try:
+        call_command(
+            "makemessages",
+            locale=LANGUAGES,
+            no_obsolete=True,
+            ignore_patterns=EXTRACT_IGNORE,
+            verbosity=0,
+        )
+    finally:
+        os.chdir(here)
+
 
 def catalogues(locale_dirs: Iterable[Path]) -> list[Path]:
     """Every .po file under the locale directories."""
@@ -34,6 +74,10 @@ def compile_catalogues(locale_dirs: Iterable[Path], *, force: bool = False) -> l
 
 
 if __name__ == "__main__":  # `python -m apps.core.translations`: the install's step, no Django
+    import sys
+
     base = Path(__file__).resolve().parents[2]
+    if sys.argv[1:] == ["--extract"]:  # `make messages`
+        extract_messages(base)
     for path in compile_catalogues([base / "locale"]):
         print(f"compiled {path.relative_to(base)}")

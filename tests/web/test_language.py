@@ -3,6 +3,7 @@ switcher's choice (remembered per user), and catalogues that are complete."""
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import pytest
 from django.conf import settings
 from django.urls import reverse
 
+from apps.core.translations import extract_messages
 from apps.workspaces.models import UserPreference
 
 pytestmark = pytest.mark.django_db
@@ -97,6 +99,21 @@ def test_every_message_of_the_catalogue_is_translated_with_its_placeholders():
         assert sorted(PLACEHOLDER.findall(entry.msgid)) == sorted(
             PLACEHOLDER.findall(entry.msgstr or entry.msgstr_plural.get(0, ""))
         ), entry.msgid
+
+
+def test_makemessages_finds_no_text_the_catalogue_lacks():
+    # the extraction `make messages` runs, on the working tree; the catalogue is put back
+    kept, stat = CATALOGUE.read_bytes(), CATALOGUE.stat()
+    before = {(e.msgctxt, e.msgid, e.msgid_plural) for e in polib.pofile(str(CATALOGUE))}
+    try:
+        extract_messages(Path(settings.BASE_DIR))
+        after = polib.pofile(str(CATALOGUE))
+    finally:
+        CATALOGUE.write_bytes(kept)
+        os.utime(CATALOGUE, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # the .mo stays current
+    new = [e.msgid for e in after if (e.msgctxt, e.msgid, e.msgid_plural) not in before]
+    assert not new, f"translate these in {CATALOGUE.name} (make messages): {new}"
+    assert len(after) > 300
 
 
 def test_the_compiled_catalogue_is_what_django_reads(alice_client):
