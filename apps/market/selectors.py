@@ -21,6 +21,7 @@ from django.utils import timezone
 from apps.cluster.models import InstanceType, ResourceType
 from apps.cluster.selectors import market_params
 from apps.core import pricing
+from apps.core.charts import Chart, chart_build
 from apps.core.db import Epoch
 from apps.jobs.execution import jobs_winding_down
 from apps.jobs.models import (
@@ -32,7 +33,6 @@ from apps.jobs.models import (
     ResourceSource,
 )
 from apps.jobs.selectors import role_bid_per_hour, role_list
-from apps.market.charts import Chart, chart_build
 from apps.market.models import MarketState, PricePoint
 from apps.scheduler.lifecycle import winding_down_reason
 
@@ -271,7 +271,7 @@ def bid_guidance(
     )
 
 
-# --- charts (geometry in apps/market/charts.py) ----------------------------------------------
+# --- charts (geometry in apps/core/charts.py) ----------------------------------------------
 
 
 def price_chart(*, row: MarketRow, window: str = "6h", now: datetime | None = None) -> Chart:

@@ -4,10 +4,15 @@ borrows, what of its idle guarantee is lent out, and to whom (the rule: `engine.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from decimal import Decimal
 
 from django.db.models import F, Q, Sum
+from django.utils import timezone
+from django.utils.translation import gettext, gettext_lazy
 
 from apps.cluster.models import Node, Quota, ResourcePool, ResourceType
+from apps.core.charts import Chart, chart_build
 from apps.jobs.models import Job, Pod, PodStatus
 from apps.scheduler import engine
 from apps.scheduler.engine.model import MILLI
@@ -242,3 +247,82 @@ def _vec(row: dict) -> Vec:
 
 def _trim(number: float) -> str:
     return f"{number:.1f}".removesuffix(".0")
+
+
+# --- a quota's use over time (the core's `use_over_time`, drawn by core/charts.py) ---------
+
+HISTORY_WINDOWS = {
+    "6h": timedelta(hours=6),
+    "24h": timedelta(days=1),
+    "7d": timedelta(days=7),
+}
+RESOURCES = {  # resource → (label, pod amount in the quota's units, one unit of the chart)
+    "gpu": (gettext_lazy("GPU"), F("role__gpu") * 1000 + F("role__gpu_milli"), MILLI),
+    "cpu": (gettext_lazy("CPU cores"), F("role__cpu"), 1000),
+    "memory": (gettext_lazy("Memory GiB"), F("role__memory"), 1024),
+}
+
+
+def quota_subtree(quota: Quota) -> list[int]:
+    """The quota's id and its descendants' (one query)."""
+    children: dict[int | None, list[int]] = {}
+    for pk, parent in Quota.objects.values_list("pk", "parent_id"):
+        children.setdefault(parent, []).append(pk)
+    ids, stack = [], [quota.pk]
+    while stack:
+        ids.append(stack.pop())
+        stack.extend(children.get(ids[-1], []))
+    return ids
+
+
+def quota_history_chart(
+    quota: Quota, *, resource: str = "gpu", window: str = "24h", now: datetime | None = None
+) -> Chart:
+    """What the quota's jobs (its descendants' included) held over the window, In Quota and
+    Not in Quota, against its min: from the pods' start and finish times, so no sampling is
+    needed and the chart is exact. A pod counts from its start until it finished (a live
+    one until now)."""
+    label, amount, unit = RESOURCES[resource]
+    until = now or timezone.now()
+    since = until - HISTORY_WINDOWS.get(window, HISTORY_WINDOWS["24h"])
+    pods = (
+        Pod.objects.filter(job__quota_id__in=quota_subtree(quota), started_at__lt=until)
+        .filter(
+            Q(finished_at__gt=since)
+            | Q(finished_at__isnull=True, status__in=(PodStatus.PENDING, PodStatus.RUNNING))
+        )
+        .exclude(in_quota__isnull=True)
+        .annotate(amount=amount)
+        .values_list("started_at", "finished_at", "in_quota", "amount")
+    )
+    spans: dict[bool, list[tuple[float, float | None, int]]] = {True: [], False: []}
+    for started, finished, in_quota, held in pods.iterator():
+        spans[in_quota].append((started.timestamp(), finished and finished.timestamp(), held))
+    start, end = since.timestamp(), until.timestamp()
+
+    def series(points: list[tuple[float, int]]) -> list[tuple[float, Decimal]]:
+        return [(at, Decimal(value) / unit) for at, value in points]
+
+    minimum = {"gpu": quota.min_gpu * MILLI, "cpu": quota.min_cpu, "memory": quota.min_memory}
+    lines = [
+        (
+            gettext("In Quota"),
+            "in_quota",
+            series(engine.use_over_time(spans[True], since=start, until=end)),
+        ),
+        (
+            gettext("Not in Quota (borrowed)"),
+            "borrowed",
+            series(engine.use_over_time(spans[False], since=start, until=end)),
+        ),
+        (gettext("min"), "min", series([(start, minimum[resource])])),
+    ]
+    return chart_build(
+        lines,
+        since=since,
+        until=until,
+        zone=timezone.get_current_timezone(),
+        references=(),
+        y_text=lambda v: f"{v.normalize():f}" if v == v.to_integral() else f"{v:.1f}",
+        from_zero=True,
+    )

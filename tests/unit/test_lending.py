@@ -148,3 +148,47 @@ def test_loans_add_up_to_what_is_borrowed_and_stay_within_each_lenders_free_guar
         own = sum(loan.amount[0] for loan in loans if loan.lender == quota.id)
         kids = sum_of(result.quotas[k.id].lent for k in quotas if k.parent_id == quota.id)
         assert own + kids[0] <= report.lent[0]
+
+
+# --- use over time ---------------------------------------------------------------------------
+
+
+def test_use_over_time_steps_up_and_down_with_the_spans_inside_the_window():
+    from apps.scheduler.engine import use_over_time
+
+    spans = [
+        (0.0, 50.0, 4),  # began before the window, ends inside it
+        (20.0, None, 2),  # still holding
+        (30.0, 40.0, 1),
+        (60.0, 200.0, 8),  # ends after the window
+        (5.0, 8.0, 3),  # over before the window
+    ]
+    assert use_over_time(spans, since=10.0, until=100.0) == [
+        (10.0, 4),
+        (20.0, 6),
+        (30.0, 7),
+        (40.0, 6),
+        (50.0, 2),
+        (60.0, 10),
+    ]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 100), st.one_of(st.none(), st.integers(0, 100)), st.integers(0, 9)
+        ),
+        max_size=12,
+    )
+)
+def test_use_over_time_is_what_holds_at_every_moment(raw):
+    from apps.scheduler.engine import use_over_time
+
+    spans = [(float(s), None if e is None else float(e), a) for s, e, a in raw]
+    points = use_over_time(spans, since=20.0, until=80.0)
+    assert points[0][0] == 20.0 and [t for t, _ in points] == sorted({t for t, _ in points})
+    for t in range(20, 80):
+        level = next(v for at, v in reversed(points) if at <= t)
+        held = sum(a for s, e, a in spans if s <= t and (e is None or t < e))
+        assert level == held, t

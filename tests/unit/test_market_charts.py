@@ -1,4 +1,4 @@
-"""The price chart's geometry (apps/market/charts.py). Pure: no database, fixed times."""
+"""The price chart's geometry (apps/core/charts.py). Pure: no database, fixed times."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from decimal import Decimal
 
 import pytest
 
-from apps.market.charts import (
+from apps.core.charts import (
     CHART_HEIGHT,
     CHART_WIDTH,
     PAD_BOTTOM,
@@ -76,7 +76,7 @@ def test_an_empty_series_draws_no_line():
 
 def test_it_imports_no_django():
     code = (
-        "import sys; import apps.market.charts; "
+        "import sys; import apps.core.charts; "
         "assert not [m for m in sys.modules if m.split('.')[0] in ('django', 'celery')]"
     )
     subprocess.run([sys.executable, "-c", code], check=True)

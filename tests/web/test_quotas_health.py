@@ -13,7 +13,7 @@ from apps.cluster.models import Node
 from apps.core.selectors import Health
 from apps.core.services import heartbeat_record
 from apps.jobs.models import Job, JobRole, JobStatus, Pod, PodStatus
-from apps.scheduler.selectors import quota_page, quota_usage_rows
+from apps.scheduler.selectors import quota_history_chart, quota_page, quota_usage_rows
 
 GIB = 1024
 
@@ -187,6 +187,52 @@ def test_it_serves_the_quota_tables_as_a_fragment(alice_client, busy):
     body = response.content.decode()
     assert body.lstrip().startswith('<div id="quota-tables"')
     assert "<html" not in body and "team-b" in body
+
+
+def test_a_quotas_use_over_time_follows_its_pods_start_and_finish(busy, personas):
+    now = timezone.now()
+    hour = timedelta(hours=1)
+    old = make_job(
+        personas,
+        busy["team_a"],
+        gpu=4,
+        status=JobStatus.SUCCEEDED,
+        pods=[(PodStatus.SUCCEEDED, "gpu-node-2", True)],
+    )
+    old.pods.update(started_at=now - 5 * hour, finished_at=now - 3 * hour)
+    Pod.objects.filter(job__quota=busy["team_a"], status=PodStatus.RUNNING).update(
+        started_at=now - 2 * hour
+    )
+    chart = quota_history_chart(busy["root"], window="6h", now=now)
+    series = {s["kind"]: s["values"] for s in chart.data["series"]}
+    times = chart.data["t"]
+
+    def at(kind: str, hours_ago: float) -> float:
+        moment = (now - timedelta(hours=hours_ago)).timestamp()
+        index = max(i for i, t in enumerate(times) if t <= moment)
+        return series[kind][index]
+
+    # a child's pods count for the root: 4 GPU from 5 h to 3 h ago, then 2 + 2 from 2 h ago
+    assert (at("in_quota", 5.5), at("in_quota", 4), at("in_quota", 2.5)) == (0, 4, 0)
+    assert (at("in_quota", 1), at("borrowed", 1), at("borrowed", 3)) == (4, 2, 0)
+    assert set(series["min"]) == {16}
+    cpu = quota_history_chart(busy["team_a"], resource="cpu", window="6h", now=now)
+    assert max(v for s in cpu.data["series"] if s["kind"] == "in_quota" for v in s["values"]) == 16
+
+
+def test_it_renders_a_quotas_page(alice_client, busy):
+    url = reverse("scheduler:quota", args=["team-a"])
+    body = alice_client.get(url, {"window": "7d", "resource": "memory"}).content.decode()
+    for text in ("team-a", "Use over time", 'aria-current="true">7d', "Memory GiB", "team-b"):
+        assert text in body, text
+    assert "<polyline" in body  # the chart is drawn on the server
+    fragment = alice_client.get(url, headers={"HX-Request": "true"}).content.decode()
+    assert fragment.lstrip().startswith('<div id="quota-history"')
+    bad = alice_client.get(url, {"window": "1y", "resource": "disk"})
+    assert bad.status_code == 200 and 'aria-current="true">24h' in bad.content.decode()
+    assert alice_client.get(reverse("scheduler:quota", args=["nobody"])).status_code == 404
+    tree = alice_client.get(reverse("scheduler:quotas")).content.decode()
+    assert f'href="{url}"' in tree
 
 
 def test_it_says_when_there_are_no_quotas(alice_client, personas):

@@ -50,6 +50,7 @@ from apps.scheduler.engine.report import (
     quota_report,
     quota_usage,
     snapshot_lending,
+    use_over_time,
 )
 from apps.scheduler.engine.sharing import target_workload
 
@@ -83,5 +84,6 @@ __all__ = [
     "quota_report",
     "quota_usage",
     "snapshot_lending",
+    "use_over_time",
     "target_workload",
 ]

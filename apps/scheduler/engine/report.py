@@ -199,3 +199,26 @@ def _share(
         pots[qid] = carried
         if kids:
             _share(_floor0(sub(part, carried)), kids, free, children, lent, pots)
+
+
+def use_over_time(
+    spans: Iterable[tuple[float, float | None, int]], *, since: float, until: float
+) -> list[tuple[float, int]]:
+    """The amount in use over [since, until] as a step function [(time, amount)], from the
+    spans of what held it: (start, end — None while it still holds —, amount). Starts at
+    `since`; one point per moment the amount changes."""
+    changes: dict[float, int] = {}
+    for start, end, amount in spans:
+        begin, stop = max(start, since), until if end is None else min(end, until)
+        if stop <= begin or not amount:
+            continue
+        changes[begin] = changes.get(begin, 0) + amount
+        if stop < until:
+            changes[stop] = changes.get(stop, 0) - amount
+    points = [(since, changes.pop(since, 0))]
+    level = points[0][1]
+    for at in sorted(changes):
+        if changes[at]:
+            level += changes[at]
+            points.append((at, level))
+    return points

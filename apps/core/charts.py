@@ -1,14 +1,15 @@
-"""Price charts as geometry: step-function series in, SVG user-space lines and ticks out.
+"""Charts as geometry: step-function series in, SVG user-space lines and ticks out.
 
-Pure (no Django, no database): the selectors read the price history and call `chart_build`;
-`templates/market/_chart.html` draws the result as inline SVG, which works without
-JavaScript, and `static/js/market-chart.js` upgrades it to uPlot from `Chart.data`.
+Pure (no Django, no database): the selectors read the price history (the market) or a
+quota's use over time (the scheduler) and call `chart_build`; `templates/market/_chart.html`
+draws a price chart as inline SVG, which works without JavaScript, and
+`static/js/market-chart.js` upgrades it to uPlot from `Chart.data`.
 """
 
 from __future__ import annotations
 
 import bisect
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, tzinfo
 from decimal import Decimal
@@ -28,6 +29,9 @@ LINE_STYLES = {  # css name → (colour, dash)
     "original": ("#dc2626", "6 4"),
     "average": ("#9333ea", "2 3"),
     "bid": ("#ea580c", ""),
+    "in_quota": ("#2563eb", ""),  # a quota's use over time (scheduler/selectors.py)
+    "borrowed": ("#ea580c", ""),
+    "min": ("#dc2626", "6 4"),
 }
 
 
@@ -100,31 +104,40 @@ def price_range(values: Sequence[Decimal]) -> tuple[Decimal, Decimal]:
 
 
 def chart_build(
-    series: Sequence[Series], *, since: datetime, until: datetime, zone: tzinfo = UTC
+    series: Sequence[Series],
+    *,
+    since: datetime,
+    until: datetime,
+    zone: tzinfo = UTC,
+    references: Sequence[str] = REFERENCE_KINDS,
+    y_text: Callable[[Decimal], str] = lambda v: f"¥{v:.4f}",
+    from_zero: bool = False,
 ) -> Chart:
     """The chart of step-function series over [since, until], each clipped to the window.
 
     The y axis is scaled to the moving lines (price, bid, average), so a price that moves by
-    a few fen is seen moving; the floor and the original price are reference lines, drawn
-    where they fall inside that scale and otherwise named in the legend as above or below
-    it. Only with no moving line to show does the axis span the references. Time ticks are
-    written in `zone` (the reader's), 24-hour."""
+    a few fen is seen moving; the floor and the original price (the `references` kinds) are
+    reference lines, drawn where they fall inside that scale and otherwise named in the
+    legend as above or below it. Only with no moving line to show does the axis span the
+    references. With `from_zero` the axis starts at zero (amounts rather than prices). Time
+    ticks are written in `zone` (the reader's), 24-hour; values with `y_text`."""
     start, end = since.timestamp(), until.timestamp()
     clipped = [(label, kind, _clip(h, start, end)) for label, kind, h in series]
-    moving = [p for _, kind, h in clipped if kind not in REFERENCE_KINDS for _, p in h]
+    moving = [p for _, kind, h in clipped if kind not in references for _, p in h]
     low, high = price_range(moving or [p for _, _, h in clipped for _, p in h])
+    if from_zero:
+        low = Decimal(0)
     scale = Scale(start, end, low, high)
     lines = []
     for label, kind, h in clipped:
         off = ""
-        if kind in REFERENCE_KINDS and h:
+        if kind in references and h:
             value = h[-1][1]
             off = "above" if value > high else "below" if value < low else ""
         points = "" if off else _step_points(h, end, scale)
         lines.append(ChartLine(label, kind, points, h[-1][1] if h else None, off))
     y_ticks = [
-        (scale.y(low + (high - low) * i / 4), f"¥{low + (high - low) * i / 4:.4f}")
-        for i in range(5)
+        (scale.y(low + (high - low) * i / 4), y_text(low + (high - low) * i / 4)) for i in range(5)
     ]
     x_ticks = [
         (
