@@ -22,6 +22,36 @@ _optional: set[str] = set()
 _skipped: list[tuple[str, str]] = []
 
 
+# Tests whose outcome can depend on the database or Redis the suite is given: pytest-django's
+# database fixtures, a whole demo on a database of its own, or a test marked `redis` (one
+# that talks to the suite's Redis itself). `--services-only` keeps just these, so a second
+# pass on PostgreSQL and the real Redis does not repeat the pure cores' tests.
+_DATABASE_FIXTURES = {
+    "db",
+    "transactional_db",
+    "live_server",
+    "django_db_reset_sequences",
+    "django_db_serialized_rollback",
+}
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--services-only",
+        action="store_true",
+        help="run only the tests that use the database or the suite's Redis",
+    )
+
+
+def uses_services(item: pytest.Item) -> bool:
+    return bool(
+        _DATABASE_FIXTURES & set(getattr(item, "fixturenames", ()))
+        or item.get_closest_marker("django_db")
+        or item.get_closest_marker("own_database")
+        or item.get_closest_marker("redis")
+    )
+
+
 def pytest_configure(config: pytest.Config) -> None:
     # the console's translations, as `make test` compiles them (plain pytest runs too)
     compile_catalogues([Path(__file__).resolve().parent / "locale"])
@@ -29,9 +59,16 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers",
         "optional: may be skipped even when PAIWEB_FAIL_ON_SKIP=1 (CI) forbids skips",
     )
+    config.addinivalue_line(
+        "markers", "redis: talks to the suite's Redis itself (kept by --services-only)"
+    )
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("--services-only"):
+        kept = [item for item in items if uses_services(item)]
+        config.hook.pytest_deselected(items=[item for item in items if not uses_services(item)])
+        items[:] = kept
     _optional.update(item.nodeid for item in items if item.get_closest_marker("optional"))
 
 

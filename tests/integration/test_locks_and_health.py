@@ -27,6 +27,8 @@ from apps.core.redis import singleton_lock
 from apps.core.selectors import health_snapshot
 from apps.core.tasks import heartbeat_task
 
+pytestmark = pytest.mark.redis  # the suite's Redis, not through the database fixtures
+
 WORKER_START_TIMEOUT = 60.0
 
 

@@ -23,6 +23,8 @@ CLIENT_BODY_TIMEOUT = 10.0  # the template's client_body_timeout
 SLACK = 4.0
 FLOWER_LOGIN = "ops:flower-test-pw"
 
+pytestmark = pytest.mark.redis  # the suite's Redis, not through the database fixtures
+
 
 @pytest.fixture(scope="module")
 def servers(_redis_for_tests):
