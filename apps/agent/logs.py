@@ -7,10 +7,13 @@ must see POD_WORK_ROOT: the same host, or shared storage when agents run elsewhe
 
 from __future__ import annotations
 
+import bisect
 import os
 from dataclasses import dataclass
+from datetime import datetime, tzinfo
 from pathlib import Path
 
+from apps.agent import shim
 from apps.agent.models import PodProcess
 from apps.agent.supervisor import pod_paths
 from apps.jobs.models import LIVE_POD_STATUSES, Pod
@@ -84,6 +87,97 @@ def log_read(
         elif not finished and len(data) < limit:
             data = b""
     return LogChunk(data.decode("utf-8", errors="replace"), offset + len(data), size)
+
+
+# --- when lines were written (the shim's `<log>.times`, see shim.LogWriter) ------------------
+
+
+def log_times(path: Path) -> tuple[list[int], list[float]]:
+    """The log's time marks: byte offsets (ascending) and the time each was written; empty
+    for a log written before there were marks, or none at all. A torn last line is left out."""
+    offsets: list[int] = []
+    times: list[float] = []
+    try:
+        data = path.with_name(path.name + shim.TIMES_SUFFIX).read_bytes()
+    except FileNotFoundError:
+        return offsets, times
+    for line in data.split(b"\n"):
+        try:
+            offset, at = line.split(b" ")
+            mark = int(offset), float(at)
+        except ValueError:
+            continue
+        if not offsets or mark[0] >= offsets[-1]:
+            offsets.append(mark[0])
+            times.append(mark[1])
+    return offsets, times
+
+
+def written_at(marks: tuple[list[int], list[float]], offset: int) -> float | None:
+    """When the byte at `offset` was written: the time of the last mark not past it."""
+    offsets, times = marks
+    index = bisect.bisect_right(offsets, offset) - 1
+    return times[index] if index >= 0 else None
+
+
+def timed_lines(path: Path, text: str, end: int) -> list[tuple[float | None, str]]:
+    """The lines of `text`, which ends at byte `end` of the log, each with when it began."""
+    marks = log_times(path)
+    lines = text.splitlines(keepends=True)
+    starts: list[int] = []
+    at = end
+    for line in reversed(lines):
+        at -= len(line.encode("utf-8", errors="replace"))
+        starts.append(at)
+    starts.reverse()
+    return [(written_at(marks, start), line) for start, line in zip(starts, lines, strict=True)]
+
+
+def stamped(path: Path, text: str, end: int, zone: tzinfo) -> str:
+    """`text` with each line prefixed by its time in `zone` (24-hour, to the second), or by
+    blanks of the same width where the log has no time for it."""
+    out = []
+    for at, line in timed_lines(path, text, end):
+        when = datetime.fromtimestamp(at, zone).strftime(STAMP) if at is not None else ""
+        out.append(f"{when:<{STAMP_WIDTH}} {line}")
+    return "".join(out)
+
+
+STAMP = "%Y-%m-%d %H:%M:%S"
+STAMP_WIDTH = 19
+
+
+def log_window(path: Path, *, since: float, until: float, lines: int) -> list[str]:
+    """The last `lines` lines written between `since` and `until` (epoch seconds), as
+    GetPodLogs' StartTime and EndTime ask; a log without time marks counts as written
+    when its file last changed."""
+    marks = log_times(path)
+    size = _size(path)
+    offsets, times = marks
+    if not offsets:
+        try:
+            changed = path.stat().st_mtime
+        except FileNotFoundError:
+            return []
+        offsets, times = [0], [changed]
+    first = bisect.bisect_left(times, since)  # marks are in time order, as written
+    past = bisect.bisect_right(times, until)
+    start = offsets[first] if first < len(offsets) else size
+    stop = offsets[past] if past < len(offsets) else size
+    if stop <= start:
+        return []
+    with path.open("rb") as log:
+        # a line belongs to when it began: one that began before `start` is not in the
+        # window, one that began before `stop` is, whole
+        log.seek(max(start - 1, 0))
+        before = log.read(1) if start else b"\n"
+        data = log.read(stop - start)
+        if data and not data.endswith(b"\n"):
+            rest = log.read(TAIL_BLOCK)
+            data += rest[: rest.find(b"\n") + 1] if b"\n" in rest else rest
+    if before != b"\n":
+        data = data[data.find(b"\n") + 1 :] if b"\n" in data else b""
+    return data.decode("utf-8", errors="replace").splitlines()[-lines:]
 
 
 def log_open(path: Path):

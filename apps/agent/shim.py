@@ -37,6 +37,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 TICK = 0.2  # seconds between checks of the stop file and the kill deadline
+TIMES_SUFFIX = ".times"  # beside the log: when its bytes were written (LogWriter)
 SPEC, STARTED, STOP, EXIT = "spec.json", "started.json", "stop", "exit.json"
 
 
@@ -46,24 +47,40 @@ def _stamp() -> str:
 
 class LogWriter:
     """Appends a pod's output to its log file, keeping at most `max_bytes` of it and then a
-    notice that the rest was dropped (the pod is never blocked: the pipe is always drained)."""
+    notice that the rest was dropped (the pod is never blocked: the pipe is always drained).
+
+    Beside it, `<log>.times` says when the output was written, so the log itself stays
+    exactly what the pod wrote: a line "OFFSET EPOCH" (byte offset in the log, seconds
+    since the epoch, to the millisecond) whenever a write starts in a new second, so at
+    most one line per second of output. A byte was written at the time of the last line
+    whose offset is not past it (apps/agent/logs.py reads them)."""
 
     def __init__(self, path: Path, max_bytes: int) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.file = path.open("ab", buffering=0)
+        self.times = path.with_name(path.name + TIMES_SUFFIX).open("ab", buffering=0)
+        self.second = -1  # the second of the last time line
         self.max_bytes = max_bytes
         self.written = self.file.tell()
         self.dropped = 0
         self.lock = threading.Lock()
 
+    def _mark(self) -> None:
+        now = time.time()
+        if int(now) != self.second:
+            self.second = int(now)
+            self.times.write(f"{self.file.tell()} {now:.3f}\n".encode())
+
     def write(self, data: bytes) -> None:
         with self.lock:
             room = max(self.max_bytes - self.written, 0)
             if room:
+                self._mark()
                 self.file.write(data[:room])
                 self.written += min(room, len(data))
             if len(data) > room:
                 if not self.dropped:
+                    self._mark()
                     self.file.write(
                         f"\n[log truncated: output beyond POD_LOG_MAX_BYTES={self.max_bytes} "
                         f"bytes is discarded]\n".encode()
@@ -73,11 +90,13 @@ class LogWriter:
     def note(self, message: str) -> None:
         """A line from paiweb itself; always written, even past the cap."""
         with self.lock:
+            self._mark()
             self.file.write(f"[paiweb] {_stamp()} {message}\n".encode())
 
     def close(self) -> None:
         with self.lock:
             self.file.close()
+            self.times.close()
 
 
 def _children_map() -> dict[int, list[int]]:

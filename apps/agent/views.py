@@ -8,6 +8,7 @@ from __future__ import annotations
 from django.contrib.auth.decorators import login_required
 from django.http import FileResponse, Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
+from django.utils import timezone
 from django.utils.cache import patch_vary_headers
 from django.utils.translation import gettext
 from django.views.decorators.http import require_GET
@@ -46,15 +47,28 @@ def _int(value: str | None, default: int, *, low: int, high: int) -> int:
 def pod_logs(request: HtmxHttpRequest, pod_id: str) -> HttpResponse:
     """The log page (last `tail` lines, then following); to its own poll (target
     #log-follow, `offset`) only the new bytes, with 286 once the pod ended and all is sent;
-    `format=text` gives the tail as plain text."""
+    `format=text` gives the tail as plain text; `timestamps=1` starts each line with when it
+    was written, in the reader's time zone."""
     pod = _get_pod_for_user(request, pod_id)
     path = logs.pod_log_path(pod)
     finished = logs.pod_log_finished(pod)
+    timestamps = request.GET.get("timestamps") == "1"
+    zone = timezone.get_current_timezone()
+
+    def shown(text: str, end: int) -> str:
+        return logs.stamped(path, text, end, zone) if timestamps and text else text
+
     if request.htmx and request.htmx.target == "log-follow":
         offset = _int(request.GET.get("offset"), 0, low=0, high=2**62)
         chunk = logs.log_read(path, offset, finished=finished)
         done = finished and chunk.offset >= chunk.size
-        context = {"pod": pod, "chunk": chunk.text, "offset": chunk.offset, "finished": done}
+        context = {
+            "pod": pod,
+            "chunk": shown(chunk.text, chunk.offset),
+            "offset": chunk.offset,
+            "finished": done,
+            "timestamps": timestamps,
+        }
         response = render(
             request,
             "agent/pod_logs.html#log-follow",
@@ -64,6 +78,7 @@ def pod_logs(request: HtmxHttpRequest, pod_id: str) -> HttpResponse:
     else:
         tail = _int(request.GET.get("tail"), DEFAULT_TAIL, low=1, high=MAX_TAIL)
         text, offset = logs.log_tail(path, tail)
+        text = shown(text, offset)
         if request.GET.get("format") == "text":
             response = HttpResponse(text, content_type="text/plain; charset=utf-8")
         else:
@@ -71,6 +86,8 @@ def pod_logs(request: HtmxHttpRequest, pod_id: str) -> HttpResponse:
                 "pod": pod,
                 "job": pod.job,
                 "text": text,
+                "timestamps": timestamps,
+                "zone": zone,
                 "tail": tail,
                 "offset": offset,
                 "finished": finished,

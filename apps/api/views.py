@@ -24,7 +24,7 @@ from django.http import Http404, HttpRequest, JsonResponse
 from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 
-from apps.agent.logs import log_tail, pod_log_path
+from apps.agent.logs import log_window, pod_log_path
 from apps.api import parsing, serializers
 from apps.api.auth import authenticate
 from apps.api.errors import (
@@ -462,18 +462,30 @@ def get_pod_events(call: Call, job_id: str, pod_id: str) -> dict[str, Any]:
 
 
 def get_pod_logs(call: Call, job_id: str, pod_id: str) -> dict[str, Any]:
-    """The last MaxLines lines (default 2000) of the pod's output, as the agent wrote it.
-    The lines carry no time, so StartTime and EndTime are accepted and not applied."""
+    """The last MaxLines lines (default 2000) of the pod's output, as the agent wrote it,
+    among those written between StartTime (default 7 days ago, as DLC) and EndTime (default
+    now), by the log's time marks: a line counts from when it began."""
     job = _job(call, job_id)
     pod = _pod(call, job, pod_id)
     pod.job = job
     lines = parsing.query_int(call.query, "MaxLines", default=2000, maximum=100_000)
-    text, _ = log_tail(pod_log_path(pod), lines)
+    start, end = (
+        parsing.query_time(call.query, "StartTime"),
+        parsing.query_time(call.query, "EndTime"),
+    )
+    if start and end and start > end:
+        raise invalid_parameter("StartTime", "must not be after EndTime")
+    found = log_window(
+        pod_log_path(pod),
+        since=(start or call.now - DEFAULT_LIST_WINDOW).timestamp(),
+        until=(end or call.now).timestamp(),
+        lines=lines,
+    )
     return {
         "JobId": job.job_id,
         "PodId": pod.pod_id,
         "PodUid": serializers.pod_uid(pod),
-        "Logs": text.splitlines(),
+        "Logs": found,
     }
 
 

@@ -302,6 +302,40 @@ def test_it_returns_the_tail_of_a_pods_log(dlc, create_job, ws_a, settings, tmp_
     assert len(body.logs) == 3
 
 
+def test_it_returns_the_lines_a_pod_wrote_within_a_time_window(
+    dlc, create_job, ws_a, settings, tmp_path, monkeypatch
+):
+    from apps.agent import shim
+
+    settings.POD_WORK_ROOT = tmp_path
+    job_id = create_job(quota_job_body(ws_a))
+    pod = Pod.objects.filter(job__job_id=job_id).select_related("job").first()
+    start = timezone.now().replace(microsecond=0) - timedelta(hours=3)
+    clock = [start.timestamp()]
+    monkeypatch.setattr(shim.time, "time", lambda: clock[0])
+    writer = shim.LogWriter(pod_log_path(pod), max_bytes=10_000)
+    for hour in range(3):  # one line at the start, +1 h and +2 h
+        clock[0] = start.timestamp() + 3600 * hour
+        writer.write(f"hour {hour}\n".encode())
+    writer.close()
+
+    def logs(**window) -> list[str]:
+        return dlc.get_pod_logs(job_id, pod.pod_id, GetPodLogsRequest(**window)).body.logs
+
+    def at(minutes: int) -> str:
+        return (start + timedelta(minutes=minutes)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+    assert logs() == ["hour 0", "hour 1", "hour 2"]  # the last 7 days until now
+    assert logs(start_time=at(30)) == ["hour 1", "hour 2"]
+    assert logs(start_time=at(30), end_time=at(90)) == ["hour 1"]
+    assert logs(end_time=at(30), max_lines=5) == ["hour 0"]
+    assert logs(start_time=at(200)) == []
+    with pytest.raises(Exception) as caught:
+        logs(start_time=at(90), end_time=at(30))
+    assert sdk_error(caught) == ("InvalidParameter", 400)
+    assert "StartTime" in str(caught.value)
+
+
 def test_it_lists_job_and_pod_events_and_empty_logs(dlc, create_job, ws_a, settings, tmp_path):
     settings.POD_WORK_ROOT = tmp_path  # no pod has written anything here
     job_id = create_job(quota_job_body(ws_a))

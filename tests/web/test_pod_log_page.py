@@ -29,3 +29,34 @@ def test_a_lone_pod_has_no_switcher(alice_client, personas):
     pod = Pod.objects.get(job=job)
     html = alice_client.get(reverse("pods:logs", args=[pod.pod_id])).content.decode()
     assert 'id="pod-switcher"' not in html
+
+
+def test_it_shows_when_each_line_was_written_in_the_readers_zone(
+    alice_client, personas, settings, tmp_path, monkeypatch
+):
+    from apps.agent import shim
+    from apps.agent.logs import pod_log_path
+
+    settings.POD_WORK_ROOT = tmp_path
+    job = make_job(personas, pods=1, name="timed")
+    pod = Pod.objects.get(job=job)
+    monkeypatch.setattr(shim.time, "time", lambda: 1_800_000_000.0)  # 08:00 UTC
+    writer = shim.LogWriter(pod_log_path(pod), max_bytes=10_000)
+    writer.write(b"loss 0.5\n")
+    writer.close()
+    alice_client.cookies["paiweb_tz"] = "Asia/Shanghai"
+    url = reverse("pods:logs", args=[pod.pod_id])
+
+    plain = alice_client.get(url).content.decode()
+    assert "Show times (Asia/Shanghai)" in plain and "16:00:00" not in plain
+    stamped = alice_client.get(url, {"timestamps": "1"}).content.decode()
+    assert "2027-01-15 16:00:00 loss 0.5" in stamped
+    assert "timestamps=1" in stamped[stamped.index('id="log-follow"') :]  # the poll keeps them
+    text = alice_client.get(url, {"timestamps": "1", "format": "text"}).content.decode()
+    assert text == "2027-01-15 16:00:00 loss 0.5\n"
+    follow = alice_client.get(
+        url,
+        {"offset": 0, "timestamps": "1"},
+        headers={"HX-Request": "true", "HX-Target": "log-follow"},
+    ).content.decode()
+    assert "2027-01-15 16:00:00 loss 0.5" in follow
