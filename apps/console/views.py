@@ -30,7 +30,14 @@ from apps.console.selectors import job_list_clocks, job_list_version, job_live
 from apps.core.errors import ApplicationError, ValidationFailed
 from apps.core.http import HtmxHttpRequest
 from apps.jobs import selectors
-from apps.jobs.forms import ROLE_ROWS, JobCreateForm, JobFilterForm, RoleForm, clone_initial
+from apps.jobs.forms import (
+    ROLE_ROWS,
+    JobCreateForm,
+    JobFilterForm,
+    RoleForm,
+    clone_initial,
+    template_initial,
+)
 from apps.jobs.models import Job
 from apps.jobs.services import (
     PRIORITY_EDITABLE,
@@ -38,7 +45,10 @@ from apps.jobs.services import (
     job_priority_update,
     job_stop,
     job_submit,
+    template_delete,
+    template_save,
 )
+from apps.jobs.specs import job_spec_of
 from apps.market.selectors import job_bid_history, waiting_show
 
 
@@ -173,11 +183,15 @@ def _job_create_form(request: HttpRequest, data=None, initial=None) -> JobCreate
 @require_http_methods(["GET", "POST"])
 def job_create(request: HtmxHttpRequest) -> HttpResponse:
     """The create form; `?clone=<job id>` fills it from that job (404 unless the user may
-    see the job), to submit as a new one."""
+    see the job), `?template=<id>` from a job template of the user's workspaces, to submit
+    as a new one."""
     initial = None
     if request.method == "GET" and (source_id := request.GET.get("clone")):
         source = _get_job_for_user(request, source_id)
         initial = clone_initial(job=source, roles=list(selectors.role_list(job=source)))
+    elif request.method == "GET" and (template_id := request.GET.get("template")):
+        template = selectors.template_get_for_user(user=request.user, pk=template_id)
+        initial = template_initial(template)
     form = _job_create_form(
         request, request.POST if request.method == "POST" else None, initial=initial
     )
@@ -383,3 +397,61 @@ def job_bulk_stop(request: HtmxHttpRequest) -> HttpResponse:
         message = ngettext("%(count)s job not found.", "%(count)s jobs not found.", missing)
         messages.error(request, message % {"count": missing})
     return redirect(back)
+
+
+# --- job templates -----------------------------------------------------------------------------
+
+
+@login_required
+@require_POST
+def template_save_view(request: HtmxHttpRequest, job_id: str) -> HttpResponse:
+    """Save a job's settings as a template of its workspace (any member who sees the job;
+    replacing one of the same name follows `template_save`'s rule), then to the list."""
+    job = _get_job_for_user(request, job_id)
+    spec = job_spec_of(job, list(selectors.role_list(job=job)))
+    try:
+        template = template_save(
+            workspace=job.workspace,
+            user=request.user,
+            name=request.POST.get("name", ""),
+            description=request.POST.get("description", "").strip(),
+            spec=spec,
+            replace=request.POST.get("replace") == "1",
+        )
+    except ApplicationError as error:
+        messages.error(request, error.message)
+        return redirect(reverse("jobs:detail", args=[job.job_id]) + "#save-template")
+    messages.success(
+        request,
+        gettext("Saved as template “%(name)s” (version %(version)s).")
+        % {"name": template.name, "version": template.version},
+    )
+    return redirect("jobs:templates")
+
+
+@login_required
+@require_GET
+def template_list_view(request: HtmxHttpRequest) -> HttpResponse:
+    """The job templates of the user's workspaces (the current one first), each with Use
+    (the create form filled from it) and, for who may manage it, Delete."""
+    templates = list(
+        selectors.templates_visible(user=request.user).order_by("workspace__name", "name")
+    )
+    current = request.workspace
+    templates.sort(key=lambda t: current is None or t.workspace_id != current.pk)
+    rows = [(t, selectors.template_can_manage(user=request.user, template=t)) for t in templates]
+    paginator = Paginator(rows, 50)
+    page = paginator.get_page(request.GET.get("page"))
+    return render(request, "jobs/templates.html", {"page": page})
+
+
+@login_required
+@require_POST
+def template_delete_view(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    template = selectors.template_get_for_user(user=request.user, pk=pk)
+    try:
+        template_delete(template=template, by=request.user)
+    except ApplicationError as error:
+        raise PermissionDenied(error.message) from None
+    messages.success(request, gettext("Template “%(name)s” deleted.") % {"name": template.name})
+    return redirect("jobs:templates")

@@ -17,6 +17,7 @@ from apps.jobs.models import (
     JobRestart,
     JobRole,
     JobTag,
+    JobTemplate,
     Pod,
     StatusTransition,
 )
@@ -311,3 +312,14 @@ class JobTagAdmin(_ReadOnlyAdmin):
     list_display = ("job", "key", "value")
     list_select_related = ("job",)
     search_fields = ("job__job_id", "key", "value")
+
+
+@admin.register(JobTemplate)
+class JobTemplateAdmin(_ReadOnlyAdmin):
+    """Saved from the console (a job's Save as template); admins may delete them here."""
+
+    list_display = ("name", "workspace", "user", "version", "updated_at")
+    list_filter = ("workspace",)
+    list_select_related = ("workspace", "user")
+    search_fields = ("name", "description")
+    readonly_fields = ("content",)

@@ -29,9 +29,11 @@ from apps.jobs.models import (
     Job,
     JobRole,
     JobStatus,
+    JobTemplate,
     JobType,
     ResourceSource,
     SuccessPolicy,
+    gpu_text,
 )
 from apps.jobs.selectors import JOB_SORT_DEFAULT, JOB_SORTS, PriceInfo
 from apps.jobs.specs import (
@@ -40,7 +42,9 @@ from apps.jobs.specs import (
     JobSpec,
     RoleSpec,
     gpu_amount,
+    job_spec_of,
     job_spec_resolve,
+    spec_from_json,
 )
 
 # `lazy_msg % values` would translate at once (at import); this formats when it is shown
@@ -486,6 +490,7 @@ class JobCreateForm:
             for i in range(ROLE_ROWS)
         ]
         self.cloned_from = initial.source
+        self.from_template = initial.template
         self.roles_left_out = initial.roles_left_out
         self.role_errors: list[str] = []  # about the roles as a whole ("add at least one")
         self.other_errors: list[str] = []  # paths no input shows
@@ -668,7 +673,8 @@ class CloneInitial:
 
     job: dict = field(default_factory=dict)
     roles: list[dict] = field(default_factory=list)
-    source: Job | None = None
+    source: Job | None = None  # the job cloned
+    template: JobTemplate | None = None  # or the template used
     roles_left_out: int = 0  # roles beyond the form's ROLE_ROWS rows
 
 
@@ -693,50 +699,68 @@ def clone_initial(*, job: Job, roles: list[JobRole]) -> CloneInitial:
     type, pods, instance type or resource config, image, restart policy and bid), quota,
     idle mode, environment, data and code sources, VPC and fault tolerance."""
     longest = JobForm.base_fields["display_name"].max_length - len("-copy")
-    name = f"{job.display_name[:longest]}-copy"
+    spec = job_spec_of(job, roles)
+    return spec_initial(spec, display_name=f"{job.display_name[:longest]}-copy", source=job)
+
+
+def template_initial(template: JobTemplate) -> CloneInitial:
+    """The create form filled from a job template, named as the job it was saved from."""
+    return spec_initial(spec_from_json(template.content), template=template)
+
+
+def spec_initial(
+    spec: JobSpec,
+    *,
+    display_name: str | None = None,
+    source: Job | None = None,
+    template: JobTemplate | None = None,
+) -> CloneInitial:
+    """The create form filled from a spec (a job's, or a template's)."""
     initial = {
-        "display_name": name,
-        "job_type": job.job_type,
-        "image": job.image,
-        "user_command": job.user_command,
+        "display_name": spec.display_name if display_name is None else display_name,
+        "job_type": spec.job_type,
+        "image": spec.image,
+        "user_command": spec.user_command,
         # by name: PostgreSQL's jsonb keeps no order of its own
-        "envs": "\n".join(f"{key}={value}" for key, value in sorted(job.envs.items())),
+        "envs": "\n".join(f"{key}={value}" for key, value in sorted(spec.envs.items())),
         "data_sources": "\n".join(
-            f"{source.get('uri', '')} {source.get('mount_path', '')}" for source in job.data_sources
+            f"{source.get('uri', '')} {source.get('mount_path', '')}"
+            for source in spec.data_sources
         ),
-        "code_source_uri": job.code_source.get("uri", ""),
-        "code_source_branch": job.code_source.get("branch", ""),
-        "priority": job.priority,
-        "max_running_time_minutes": job.max_running_time_minutes,
-        "success_policy": job.success_policy,
-        "accessibility": job.accessibility,
-        "tags": "\n".join(f"{tag.key}={tag.value}" for tag in job.tags.all()),
-        "resource_type": job.resource_type,
-        "resource_source": job.resource_source,
-        "quota": job.quota.name if job.quota_id else "",
-        "idle_mode": job.idle_mode,
-        "vpc_id": job.vpc_id,
-        "vswitch_id": job.vswitch_id,
-        "security_group_id": job.security_group_id,
-        "enable_aimaster": job.enable_aimaster,
-        "max_restarts": job.max_restarts,
-        "execution_mode": job.execution_mode,
-        "hang_seconds": job.hang_seconds,
-        "enable_easyckpt": job.enable_easyckpt,
+        "code_source_uri": spec.code_source.get("uri", ""),
+        "code_source_branch": spec.code_source.get("branch", ""),
+        "priority": spec.priority,
+        "max_running_time_minutes": spec.max_running_time_minutes,
+        "success_policy": spec.success_policy,
+        "accessibility": spec.accessibility,
+        "tags": "\n".join(f"{key}={value}" for key, value in spec.tags.items()),
+        "resource_type": spec.resource_type,
+        "resource_source": spec.resource_source,
+        "quota": spec.quota,
+        "idle_mode": spec.idle_mode,
+        "vpc_id": spec.vpc_id,
+        "vswitch_id": spec.vswitch_id,
+        "security_group_id": spec.security_group_id,
+        "enable_aimaster": spec.enable_aimaster,
+        "max_restarts": spec.max_restarts,
+        "execution_mode": spec.execution_mode,
+        "hang_seconds": spec.hang_seconds,
+        "enable_easyckpt": spec.enable_easyckpt,
     }
     return CloneInitial(
         job=initial,
-        roles=[_role_initial(role, index=i) for i, role in enumerate(roles[:ROLE_ROWS])],
-        source=job,
-        roles_left_out=max(len(roles) - ROLE_ROWS, 0),
+        roles=[_role_initial(role, index=i) for i, role in enumerate(spec.roles[:ROLE_ROWS])],
+        source=source,
+        template=template,
+        roles_left_out=max(len(spec.roles) - ROLE_ROWS, 0),
     )
 
 
-def _role_initial(role: JobRole, *, index: int) -> dict:
+def _role_initial(role: RoleSpec, *, index: int) -> dict:
     initial = {
         "role_type": role.role_type,
         "pod_count": role.pod_count,
-        "instance_type": role.instance_type.name if role.instance_type_id else "",
+        "instance_type": role.instance_type,
         "image": role.image,
         "restart_policy": role.restart_policy,
         "spot_limit_type": "price" if role.spot_price_limit is not None else "discount",
@@ -745,10 +769,10 @@ def _role_initial(role: JobRole, *, index: int) -> dict:
     }
     if index:
         initial["enabled"] = True
-    if not role.instance_type_id:  # a resource config, in the form's units (3 places)
-        initial["cpu_cores"] = _plain(Decimal(role.cpu) / 1000, places=3)
-        initial["memory_gib"] = _plain(Decimal(role.memory) / 1024, places=3)
-        initial["gpus"] = role.gpu_text
+    if not role.instance_type:  # a resource config, in the form's units (3 places)
+        initial["cpu_cores"] = _plain(Decimal(role.cpu or 0) / 1000, places=3)
+        initial["memory_gib"] = _plain(Decimal(role.memory or 0) / 1024, places=3)
+        initial["gpus"] = gpu_text(role.gpu or 0, role.gpu_milli)
     return initial
 
 

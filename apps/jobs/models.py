@@ -420,3 +420,31 @@ class JobRestart(models.Model):
 
     def __str__(self) -> str:
         return f"{self.job_id} restart {self.number}: {self.cause}"
+
+
+class JobTemplate(models.Model):
+    """A job's settings saved under a name in a workspace, to create jobs from (the console's
+    Templates; PAI's JobTemplate). `content` is a `JobSpec` as `specs.spec_to_json` writes
+    it; `version` counts its saves."""
+
+    workspace = models.ForeignKey(
+        "workspaces.Workspace", on_delete=models.CASCADE, related_name="job_templates"
+    )
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="job_templates"
+    )
+    name = models.CharField(max_length=128)
+    description = models.TextField(blank=True)
+    content = models.JSONField()
+    version = models.PositiveIntegerField(default=1)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.UniqueConstraint(fields=["workspace", "name"], name="one_template_name_per_ws")
+        ]
+
+    def __str__(self) -> str:
+        return self.name

@@ -47,6 +47,7 @@ from apps.jobs.models import (
     JobRole,
     JobStatus,
     JobTag,
+    JobTemplate,
     Pod,
     PodStatus,
     ResourceSource,
@@ -316,8 +317,40 @@ def job_can_manage(*, user, job: Job) -> bool:
     return _role_may_manage(workspace_role(user=user, workspace_id=job.workspace_id), user, job)
 
 
-def _role_may_manage(role: str | None, user, job: Job) -> bool:
+def _role_may_manage(role: str | None, user, job: Job | JobTemplate) -> bool:
     return role in MANAGING_ROLES or (role is not None and job.user_id == user.pk)
+
+
+# --- job templates ---------------------------------------------------------------------------
+
+
+def templates_visible(*, user) -> QuerySet[JobTemplate]:
+    """The job templates of `user`'s workspaces: every member sees them."""
+    return JobTemplate.objects.filter(workspace__in=workspace_list(user=user)).select_related(
+        "workspace", "user"
+    )
+
+
+def template_get_for_user(*, user, pk) -> JobTemplate:
+    """The template if `user` may see it; Http404 otherwise (never 403: no leaks)."""
+    try:
+        template = templates_visible(user=user).filter(pk=int(pk)).first()
+    except (TypeError, ValueError):
+        template = None
+    if template is None:
+        raise Http404("No such template")
+    return template
+
+
+def template_can_manage(*, user, template: JobTemplate) -> bool:
+    """May `user` replace or delete `template`? As for jobs (`job_can_manage`): platform
+    admins, the workspace's owners and administrators, and its creator while a member."""
+    if not user.is_authenticated:
+        return False
+    if user.is_staff or user.is_superuser:
+        return True
+    role = workspace_role(user=user, workspace_id=template.workspace_id)
+    return _role_may_manage(role, user, template)
 
 
 def jobs_can_manage(*, user, jobs: Collection[Job]) -> set[int]:

@@ -26,12 +26,14 @@ from apps.jobs.models import (
     JobRole,
     JobStatus,
     JobTag,
+    JobTemplate,
     Pod,
     PodStatus,
     ResourceSource,
     StatusTransition,
 )
-from apps.jobs.specs import JobSpec, job_spec_resolve
+from apps.jobs.selectors import template_can_manage
+from apps.jobs.specs import JobSpec, job_spec_resolve, spec_to_json
 
 CHUNK = 2000  # ids per IN (...) list
 SHARED_REASON_MIN = 100  # jobs sharing a status and reason that are written by one UPDATE
@@ -448,3 +450,66 @@ def job_description_update(*, job: Job, description: str, by, now: datetime | No
         job.save(update_fields=["description"])
         job_event(job=job, kind="DescriptionChanged", now=now, message=f"by {by.get_username()}")
     return job
+
+
+# --- job templates ---------------------------------------------------------------------------
+
+MAX_TEMPLATE_NAME = 128  # JobTemplate.name's max_length
+
+
+def template_save(
+    *, workspace, user, name: str, spec: JobSpec, description: str = "", replace: bool = False
+) -> JobTemplate:
+    """Save `spec` as the workspace's template `name`: a new one, or with `replace` a new
+    version of the one of that name (its creator or a workspace admin only, `may_replace`)."""
+    name = name.strip()
+    if not name:
+        raise ApplicationError("InvalidParameter", "give the template a name", field="name")
+    if len(name) > MAX_TEMPLATE_NAME:
+        raise ApplicationError(
+            "InvalidParameter",
+            f"a template name has at most {MAX_TEMPLATE_NAME} characters",
+            field="name",
+        )
+    content = spec_to_json(spec)
+    with transaction.atomic():
+        existing = (
+            JobTemplate.objects.select_for_update().filter(workspace=workspace, name=name).first()
+        )
+        if existing is None:
+            return JobTemplate.objects.create(
+                workspace=workspace, user=user, name=name, description=description, content=content
+            )
+        if not replace:
+            raise ApplicationError(
+                "TemplateExists",
+                f"this workspace already has a template named {name!r}: choose another name "
+                "or replace it",
+                field="name",
+                status=409,
+            )
+        if not template_can_manage(user=user, template=existing):
+            raise ApplicationError(
+                "Forbidden",
+                f"only the user who saved template {name!r}, an owner or administrator of its "
+                "workspace or a platform admin can replace it",
+                status=403,
+            )
+        existing.content = content
+        existing.description = description or existing.description
+        existing.version += 1
+        existing.save(update_fields=["content", "description", "version", "updated_at"])
+        return existing
+
+
+def template_delete(*, template: JobTemplate, by) -> None:
+    """Delete a template (its creator, a workspace admin or a platform admin); the jobs
+    created from it are not touched."""
+    if not template_can_manage(user=by, template=template):
+        raise ApplicationError(
+            "Forbidden",
+            f"only the user who saved template {template.name!r}, an owner or administrator "
+            "of its workspace or a platform admin can delete it",
+            status=403,
+        )
+    template.delete()

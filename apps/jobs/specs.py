@@ -7,6 +7,7 @@ are the spec's own (`roles[0].spot_discount_limit`); each interface maps them to
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
@@ -98,6 +99,85 @@ class JobSpec:
     # Fields accepted with no effect here, each said as an event on the job (the API's
     # Settings.EnableRDMA on a cluster without RDMA, …: docs/api.md).
     notes: tuple[str, ...] = ()
+
+
+# --- a spec as data (job templates) and a job's own spec --------------------------------------
+
+_DECIMALS = ("spot_discount_limit", "spot_price_limit")
+
+
+def spec_to_json(spec: JobSpec) -> dict:
+    """The spec as JSON data (decimals as strings), for a job template's `content`."""
+    data = dataclasses.asdict(spec)
+    data.pop("notes", None)  # said on the job it was submitted as, not kept
+    for role in data["roles"]:
+        for name in _DECIMALS:
+            if role[name] is not None:
+                role[name] = str(role[name])
+    return data
+
+
+def spec_from_json(data: dict) -> JobSpec:
+    """A spec from `spec_to_json`'s data; names it does not know are left out (a template
+    saved by an older version), the rest is checked when a job is submitted from it."""
+    job_fields = {f.name for f in dataclasses.fields(JobSpec)} - {"roles", "notes"}
+    role_fields = {f.name for f in dataclasses.fields(RoleSpec)}
+    roles = []
+    for raw in data.get("roles") or []:
+        role = {k: v for k, v in raw.items() if k in role_fields}
+        for name in _DECIMALS:
+            if role.get(name) is not None:
+                role[name] = Decimal(str(role[name]))
+        roles.append(RoleSpec(**role))
+    return JobSpec(**{k: v for k, v in data.items() if k in job_fields}, roles=roles)
+
+
+def job_spec_of(job, roles: list[JobRole]) -> JobSpec:
+    """The spec `job` was submitted with, as far as the job keeps it (its roles given)."""
+    return JobSpec(
+        display_name=job.display_name,
+        description=job.description,
+        accessibility=job.accessibility,
+        tags={tag.key: tag.value for tag in job.tags.all()},
+        job_type=job.job_type,
+        image=job.image,
+        user_command=job.user_command,
+        envs=dict(job.envs),
+        data_sources=[dict(source) for source in job.data_sources],
+        code_source=dict(job.code_source),
+        priority=job.priority,
+        max_running_time_minutes=job.max_running_time_minutes,
+        success_policy=job.success_policy,
+        resource_type=job.resource_type,
+        resource_source=job.resource_source,
+        quota=job.quota.name if job.quota_id else "",
+        idle_mode=job.idle_mode,
+        vpc_id=job.vpc_id,
+        vswitch_id=job.vswitch_id,
+        security_group_id=job.security_group_id,
+        enable_aimaster=job.enable_aimaster,
+        max_restarts=job.max_restarts,
+        execution_mode=job.execution_mode,
+        hang_seconds=job.hang_seconds,
+        enable_easyckpt=job.enable_easyckpt,
+        termination_grace_seconds=job.termination_grace_seconds,
+        roles=[
+            RoleSpec(
+                role_type=role.role_type,
+                pod_count=role.pod_count,
+                instance_type=role.instance_type.name if role.instance_type_id else "",
+                cpu=None if role.instance_type_id else role.cpu,
+                memory=None if role.instance_type_id else role.memory,
+                gpu=None if role.instance_type_id else role.gpu,
+                gpu_milli=0 if role.instance_type_id else role.gpu_milli,
+                image=role.image,
+                restart_policy=role.restart_policy,
+                spot_discount_limit=role.spot_discount_limit,
+                spot_price_limit=role.spot_price_limit,
+            )
+            for role in roles
+        ],
+    )
 
 
 @dataclass(frozen=True)

@@ -107,3 +107,39 @@ def test_it_clones_a_job_into_a_filled_form_and_submits_it(
     assert (role.pod_count, role.cpu, role.memory, role.gpu) == (2, 4000, 16384, 1)
     assert copy.quota.name == "team-a"
     assert page.external_requests == []
+
+
+def test_it_saves_a_job_as_a_template_and_creates_a_job_from_it(
+    browser_page, live_server, personas, password, tmp_path
+):
+    page = browser_page
+    job = make_job(personas, name="bert", status=JobStatus.SUCCEEDED)
+    Job.objects.filter(pk=job.pk).update(envs={"EPOCHS": "3"}, enable_easyckpt=True)
+    JobRole.objects.filter(job=job).update(pod_count=3, gpu=2)
+    login(page, live_server, "alice", password)
+    page.goto(f"{live_server.url}/jobs/{job.job_id}/")
+    page.locator("#save-template summary").click()
+    page.fill("#template-name", "bert-3x2")
+    page.click("#save-template-submit")
+
+    expect(page.locator("#templates")).to_contain_text("bert-3x2")
+    expect(page.locator("#templates")).to_contain_text("Worker ×3")
+    page.screenshot(path=str(tmp_path / "templates.png"), full_page=True)
+    page.locator("#templates").get_by_role("link", name="Use").click()
+    expect(page.locator("#from-template")).to_contain_text("bert-3x2")
+    expect(page.locator("#id_display_name")).to_have_value("bert")
+    expect(page.locator("#id_envs")).to_have_value("EPOCHS=3")
+    expect(page.locator("#id_roles-0-pod_count")).to_have_value("3")
+    expect(page.locator("#id_roles-0-gpus")).to_have_value("2")
+    expect(page.locator("#id_enable_easyckpt")).to_be_checked()
+    page.fill("#id_display_name", "bert-again")
+    page.click("#submit-job")
+
+    expect(page.locator("h1")).to_contain_text("bert-again")
+    made = Job.objects.get(display_name="bert-again")
+    assert (made.envs, made.enable_easyckpt, made.roles.get().pod_count) == (
+        {"EPOCHS": "3"},
+        True,
+        3,
+    )
+    assert page.external_requests == []

@@ -8,7 +8,7 @@ from django import template
 from django.utils.html import format_html
 from django.utils.translation import gettext, pgettext_lazy
 
-from apps.jobs.models import PENDING_STATUSES
+from apps.jobs.models import PENDING_STATUSES, gpu_text
 from apps.jobs.waiting import waiting_text
 
 register = template.Library()
@@ -106,6 +106,12 @@ def cny(value, places: int = 2) -> str:
         return "—"
     quantum = Decimal(1).scaleb(-int(places))
     return f"¥{Decimal(str(value)).quantize(quantum, rounding=ROUND_HALF_UP)}"
+
+
+@register.filter
+def spec_role_gpus(role: dict) -> str:
+    """GPUs per pod of a role in a template's content: "2", "0.5"."""
+    return gpu_text(role.get("gpu") or 0, role.get("gpu_milli") or 0)
 
 
 @register.filter
