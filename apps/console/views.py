@@ -191,7 +191,7 @@ def job_create(request: HtmxHttpRequest) -> HttpResponse:
         initial = clone_initial(job=source, roles=list(selectors.role_list(job=source)))
     elif request.method == "GET" and (template_id := request.GET.get("template")):
         template = selectors.template_get_for_user(user=request.user, pk=template_id)
-        initial = template_initial(template)
+        initial = template_initial(selectors.template_version(template))
     form = _job_create_form(
         request, request.POST if request.method == "POST" else None, initial=initial
     )
@@ -424,7 +424,7 @@ def template_save_view(request: HtmxHttpRequest, job_id: str) -> HttpResponse:
     messages.success(
         request,
         gettext("Saved as template “%(name)s” (version %(version)s).")
-        % {"name": template.name, "version": template.version},
+        % {"name": template.name, "version": template.default_version},
     )
     return redirect("jobs:templates")
 
@@ -435,11 +435,20 @@ def template_list_view(request: HtmxHttpRequest) -> HttpResponse:
     """The job templates of the user's workspaces (the current one first), each with Use
     (the create form filled from it) and, for who may manage it, Delete."""
     templates = list(
-        selectors.templates_visible(user=request.user).order_by("workspace__name", "name")
+        selectors.templates_visible(user=request.user)
+        .prefetch_related("versions")
+        .order_by("workspace__name", "name")
     )
     current = request.workspace
     templates.sort(key=lambda t: current is None or t.workspace_id != current.pk)
-    rows = [(t, selectors.template_can_manage(user=request.user, template=t)) for t in templates]
+    rows = [
+        (
+            t,
+            next(v for v in t.versions.all() if v.version == t.default_version),
+            selectors.template_can_manage(user=request.user, template=t),
+        )
+        for t in templates
+    ]
     paginator = Paginator(rows, 50)
     page = paginator.get_page(request.GET.get("page"))
     return render(request, "jobs/templates.html", {"page": page})

@@ -18,6 +18,7 @@ from apps.jobs.models import (
     JobRole,
     JobTag,
     JobTemplate,
+    JobTemplateVersion,
     Pod,
     StatusTransition,
 )
@@ -314,12 +315,26 @@ class JobTagAdmin(_ReadOnlyAdmin):
     search_fields = ("job__job_id", "key", "value")
 
 
+class _TemplateVersionInline(_ReadOnlyInline):
+    model = JobTemplateVersion
+    fields = ("version", "content", "constraints", "created_by", "created_at")
+    readonly_fields = fields
+
+
 @admin.register(JobTemplate)
 class JobTemplateAdmin(_ReadOnlyAdmin):
-    """Saved from the console (a job's Save as template); admins may delete them here."""
+    """Saved from the console (a job's Save as template) or the API; admins may delete them
+    here."""
 
-    list_display = ("name", "workspace", "user", "version", "updated_at")
+    list_display = ("name", "workspace", "user", "default_version", "updated_at")
     list_filter = ("workspace",)
     list_select_related = ("workspace", "user")
     search_fields = ("name", "description")
-    readonly_fields = ("content",)
+    inlines = [_TemplateVersionInline]
+
+
+@admin.register(JobTemplateVersion)
+class JobTemplateVersionAdmin(_ReadOnlyAdmin):
+    list_display = ("template", "version", "created_by", "created_at")
+    list_select_related = ("template", "created_by")
+    search_fields = ("template__name",)

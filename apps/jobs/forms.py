@@ -29,7 +29,7 @@ from apps.jobs.models import (
     Job,
     JobRole,
     JobStatus,
-    JobTemplate,
+    JobTemplateVersion,
     JobType,
     ResourceSource,
     SuccessPolicy,
@@ -674,7 +674,7 @@ class CloneInitial:
     job: dict = field(default_factory=dict)
     roles: list[dict] = field(default_factory=list)
     source: Job | None = None  # the job cloned
-    template: JobTemplate | None = None  # or the template used
+    template: JobTemplateVersion | None = None  # or the template (version) used
     roles_left_out: int = 0  # roles beyond the form's ROLE_ROWS rows
 
 
@@ -703,9 +703,9 @@ def clone_initial(*, job: Job, roles: list[JobRole]) -> CloneInitial:
     return spec_initial(spec, display_name=f"{job.display_name[:longest]}-copy", source=job)
 
 
-def template_initial(template: JobTemplate) -> CloneInitial:
-    """The create form filled from a job template, named as the job it was saved from."""
-    return spec_initial(spec_from_json(template.content), template=template)
+def template_initial(version: JobTemplateVersion) -> CloneInitial:
+    """The create form filled from a job template's version, named as in the template."""
+    return spec_initial(spec_from_json(version.content), template=version)
 
 
 def spec_initial(
@@ -713,7 +713,7 @@ def spec_initial(
     *,
     display_name: str | None = None,
     source: Job | None = None,
-    template: JobTemplate | None = None,
+    template: JobTemplateVersion | None = None,
 ) -> CloneInitial:
     """The create form filled from a spec (a job's, or a template's)."""
     initial = {

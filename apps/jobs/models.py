@@ -424,8 +424,8 @@ class JobRestart(models.Model):
 
 class JobTemplate(models.Model):
     """A job's settings saved under a name in a workspace, to create jobs from (the console's
-    Templates; PAI's JobTemplate). `content` is a `JobSpec` as `specs.spec_to_json` writes
-    it; `version` counts its saves."""
+    Templates; PAI's JobTemplate), in numbered versions: jobs are created from the default
+    one unless a version is named."""
 
     workspace = models.ForeignKey(
         "workspaces.Workspace", on_delete=models.CASCADE, related_name="job_templates"
@@ -435,10 +435,14 @@ class JobTemplate(models.Model):
     )
     name = models.CharField(max_length=128)
     description = models.TextField(blank=True)
-    content = models.JSONField()
-    version = models.PositiveIntegerField(default=1)
+    metadata = models.JSONField(default=dict, blank=True)
+    default_version = models.PositiveIntegerField(default=1)
+    modified_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["name"]
@@ -448,3 +452,26 @@ class JobTemplate(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class JobTemplateVersion(models.Model):
+    """One version of a template: `content` is a `JobSpec` as `specs.spec_to_json` writes
+    it; `constraints` maps a CreateJob field to locked, overridable or required."""
+
+    template = models.ForeignKey(JobTemplate, on_delete=models.CASCADE, related_name="versions")
+    version = models.PositiveIntegerField()
+    content = models.JSONField()
+    constraints = models.JSONField(default=dict, blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["version"]
+        constraints = [
+            models.UniqueConstraint(fields=["template", "version"], name="one_template_version")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.template.name} v{self.version}"

@@ -48,6 +48,7 @@ from apps.jobs.models import (
     JobStatus,
     JobTag,
     JobTemplate,
+    JobTemplateVersion,
     Pod,
     PodStatus,
     ResourceSource,
@@ -340,6 +341,14 @@ def template_get_for_user(*, user, pk) -> JobTemplate:
     if template is None:
         raise Http404("No such template")
     return template
+
+
+def template_version(template: JobTemplate, version: int | None = None) -> JobTemplateVersion:
+    """The template's version `version`, or its default one; Http404 if there is none."""
+    found = template.versions.filter(version=version or template.default_version).first()
+    if found is None:
+        raise Http404("No such template version")
+    return found
 
 
 def template_can_manage(*, user, template: JobTemplate) -> bool:

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from django.db import connection, transaction
-from django.db.models import ProtectedError
+from django.db.models import Max, ProtectedError
 from django.utils import timezone
 
 from apps.core.db import db_datetime, id_chunks, rows_insert, rows_update
@@ -27,6 +27,7 @@ from apps.jobs.models import (
     JobStatus,
     JobTag,
     JobTemplate,
+    JobTemplateVersion,
     Pod,
     PodStatus,
     ResourceSource,
@@ -455,14 +456,11 @@ def job_description_update(*, job: Job, description: str, by, now: datetime | No
 # --- job templates ---------------------------------------------------------------------------
 
 MAX_TEMPLATE_NAME = 128  # JobTemplate.name's max_length
+CONSTRAINT_KINDS = ("locked", "overridable", "required")
 
 
-def template_save(
-    *, workspace, user, name: str, spec: JobSpec, description: str = "", replace: bool = False
-) -> JobTemplate:
-    """Save `spec` as the workspace's template `name`: a new one, or with `replace` a new
-    version of the one of that name (its creator or a workspace admin only, `may_replace`)."""
-    name = name.strip()
+def _template_name(name: str) -> str:
+    name = (name or "").strip()
     if not name:
         raise ApplicationError("InvalidParameter", "give the template a name", field="name")
     if len(name) > MAX_TEMPLATE_NAME:
@@ -471,16 +469,33 @@ def template_save(
             f"a template name has at most {MAX_TEMPLATE_NAME} characters",
             field="name",
         )
-    content = spec_to_json(spec)
-    with transaction.atomic():
-        existing = (
-            JobTemplate.objects.select_for_update().filter(workspace=workspace, name=name).first()
+    return name
+
+
+def _ensure_can_manage(template: JobTemplate, by, action: str) -> None:
+    if not template_can_manage(user=by, template=template):
+        raise ApplicationError(
+            "Forbidden",
+            f"only the user who saved template {template.name!r}, an owner or administrator of "
+            f"its workspace or a platform admin can {action} it",
+            status=403,
         )
-        if existing is None:
-            return JobTemplate.objects.create(
-                workspace=workspace, user=user, name=name, description=description, content=content
-            )
-        if not replace:
+
+
+def template_create(
+    *,
+    workspace,
+    user,
+    name: str,
+    spec: JobSpec,
+    description: str = "",
+    constraints: Mapping[str, str] | None = None,
+    metadata: Mapping | None = None,
+) -> JobTemplate:
+    """A new template of the workspace, its version 1 holding `spec`."""
+    name = _template_name(name)
+    with transaction.atomic():
+        if JobTemplate.objects.filter(workspace=workspace, name=name).exists():
             raise ApplicationError(
                 "TemplateExists",
                 f"this workspace already has a template named {name!r}: choose another name "
@@ -488,28 +503,109 @@ def template_save(
                 field="name",
                 status=409,
             )
-        if not template_can_manage(user=user, template=existing):
-            raise ApplicationError(
-                "Forbidden",
-                f"only the user who saved template {name!r}, an owner or administrator of its "
-                "workspace or a platform admin can replace it",
-                status=403,
+        template = JobTemplate.objects.create(
+            workspace=workspace,
+            user=user,
+            name=name,
+            description=description,
+            metadata=dict(metadata or {}),
+            modified_by=user,
+        )
+        JobTemplateVersion.objects.create(
+            template=template,
+            version=1,
+            content=spec_to_json(spec),
+            constraints=dict(constraints or {}),
+            created_by=user,
+        )
+    return template
+
+
+def template_update(
+    *,
+    template: JobTemplate,
+    by,
+    spec: JobSpec | None = None,
+    constraints: Mapping[str, str] | None = None,
+    set_as_default: bool = True,
+    name: str | None = None,
+    description: str | None = None,
+    metadata: Mapping | None = None,
+) -> JobTemplateVersion | None:
+    """Change a template (its saver, a workspace admin, a platform admin): a new `spec`
+    makes a new version (the default one with `set_as_default`), returned; the name,
+    description and metadata change in place."""
+    _ensure_can_manage(template, by, "change")
+    created = None
+    with transaction.atomic():
+        template = JobTemplate.objects.select_for_update().get(pk=template.pk)
+        if name is not None and _template_name(name) != template.name:
+            if JobTemplate.objects.filter(
+                workspace_id=template.workspace_id, name=name.strip()
+            ).exists():
+                raise ApplicationError(
+                    "TemplateExists",
+                    f"this workspace already has a template named {name.strip()!r}",
+                    field="name",
+                    status=409,
+                )
+            template.name = name.strip()
+        if description is not None:
+            template.description = description
+        if metadata is not None:
+            template.metadata = dict(metadata)
+        if spec is not None:
+            number = (template.versions.aggregate(top=Max("version"))["top"] or 0) + 1
+            created = JobTemplateVersion.objects.create(
+                template=template,
+                version=number,
+                content=spec_to_json(spec),
+                constraints=dict(constraints or {}),
+                created_by=by,
             )
-        existing.content = content
-        existing.description = description or existing.description
-        existing.version += 1
-        existing.save(update_fields=["content", "description", "version", "updated_at"])
-        return existing
+            if set_as_default:
+                template.default_version = number
+        template.modified_by = by
+        template.save()
+    return created
+
+
+def template_save(
+    *, workspace, user, name: str, spec: JobSpec, description: str = "", replace: bool = False
+) -> JobTemplate:
+    """The console's Save as template: a new template `name`, or with `replace` a new
+    default version of the workspace's template of that name."""
+    name = _template_name(name)
+    existing = JobTemplate.objects.filter(workspace=workspace, name=name).first()
+    if existing is None or not replace:
+        return template_create(
+            workspace=workspace, user=user, name=name, spec=spec, description=description
+        )
+    template_update(template=existing, by=user, spec=spec, description=description or None)
+    existing.refresh_from_db()
+    return existing
+
+
+def template_default_set(*, template: JobTemplate, version: int, by) -> None:
+    _ensure_can_manage(template, by, "change")
+    if not template.versions.filter(version=version).exists():
+        raise ApplicationError(
+            "InvalidParameter",
+            f"template {template.name!r} has no version {version}",
+            field="Version",
+        )
+    template.default_version = version
+    template.modified_by = by
+    template.save(update_fields=["default_version", "modified_by", "updated_at"])
+
+
+def template_used(*, template: JobTemplate, now: datetime | None = None) -> None:
+    """A job was created from the template."""
+    JobTemplate.objects.filter(pk=template.pk).update(last_used_at=now or timezone.now())
 
 
 def template_delete(*, template: JobTemplate, by) -> None:
-    """Delete a template (its creator, a workspace admin or a platform admin); the jobs
-    created from it are not touched."""
-    if not template_can_manage(user=by, template=template):
-        raise ApplicationError(
-            "Forbidden",
-            f"only the user who saved template {template.name!r}, an owner or administrator "
-            "of its workspace or a platform admin can delete it",
-            status=403,
-        )
+    """Delete a template with its versions (its saver, a workspace admin or a platform
+    admin); the jobs created from it are not touched."""
+    _ensure_can_manage(template, by, "delete")
     template.delete()

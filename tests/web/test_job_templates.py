@@ -55,7 +55,9 @@ def test_a_member_saves_a_job_as_a_template_and_uses_it(alice_client, personas):
     assert "Saved as template “resnet-base” (version 1)." in page
     template = JobTemplate.objects.get(name="resnet-base")
     assert template.workspace == job.workspace and template.user == personas["alice"]
-    assert spec_from_json(template.content) == job_spec_of(job, list(job.roles.all()))
+    assert spec_from_json(
+        template.versions.get(version=template.default_version).content
+    ) == job_spec_of(job, list(job.roles.all()))
     assert 'id="templates"' in page and "resnet-base" in page and "Worker ×1" in page
 
     form = alice_client.get(reverse("jobs:create"), {"template": template.pk}).content.decode()
@@ -69,10 +71,12 @@ def test_a_name_is_taken_until_replaced_and_replacing_is_a_new_version(alice_cli
     save(alice_client, first, "base")
     refused = save(alice_client, second, "base").content.decode()
     assert "already has a template named" in refused
-    assert spec_from_json(JobTemplate.objects.get(name="base").content).display_name == "one"
+    kept = JobTemplate.objects.get(name="base").versions.get().content
+    assert spec_from_json(kept).display_name == "one"
     save(alice_client, second, "base", replace="1")
     template = JobTemplate.objects.get(name="base")
-    assert template.version == 2 and spec_from_json(template.content).display_name == "two"
+    assert template.default_version == 2 and template.versions.count() == 2
+    assert spec_from_json(template.versions.get(version=2).content).display_name == "two"
     assert "give the template a name" in save(alice_client, first, "  ").content.decode()
     assert JobTemplate.objects.count() == 1
 
@@ -90,7 +94,7 @@ def test_only_its_saver_or_a_workspace_admin_may_delete_or_replace_a_template(
     )
     assert bob.post(reverse("jobs:template-delete", args=[template.pk])).status_code == 403
     assert "only the user who saved" in save(bob, job, "alices", replace="1").content.decode()
-    assert JobTemplate.objects.get().version == 1
+    assert JobTemplate.objects.get().versions.count() == 1
     # bob's own template is his to delete; alice, an owner, may delete it too
     save(bob, job, "bobs")
     mine = JobTemplate.objects.get(name="bobs")
