@@ -8,6 +8,7 @@ listed in docs/api.md.
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections import defaultdict
 from datetime import UTC, datetime
@@ -23,12 +24,15 @@ from apps.jobs.models import (
     JobEvent,
     JobRestart,
     JobRole,
+    JobTemplate,
+    JobTemplateVersion,
     Pod,
     PodStatus,
     ResourceSource,
     StatusTransition,
+    gpu_text,
 )
-from apps.jobs.specs import spot_price_range_per_minute
+from apps.jobs.specs import JobSpec, spec_from_json, spot_price_range_per_minute
 from apps.jobs.waiting import waiting_text
 from apps.workspaces.models import Workspace
 
@@ -71,7 +75,7 @@ def pod_uid(pod: Pod) -> str:
 # --- jobs --------------------------------------------------------------------------------
 
 
-def error_monitoring_args(job: Job) -> str:
+def error_monitoring_args(job: Job | JobSpec) -> str:
     """AIMaster's settings in the ErrorMonitoringArgs syntax the DLC console writes."""
     restart = job.max_restarts > 0
     args = (
@@ -487,3 +491,138 @@ def quota_item(quota: Quota, *, workspace_ids: list[str]) -> dict[str, Any]:
             "WorkspaceIds": workspace_ids,
         }
     )
+
+
+def create_job_body(spec: JobSpec) -> dict[str, Any]:
+    """The CreateJob body that `parsing.job_spec_from_create_job` reads back as `spec` (a job
+    template's Content): every field the spec holds, in DLC's names."""
+    quota = spec.resource_source == ResourceSource.QUOTA
+    spot = spec.resource_source == ResourceSource.SPOT
+    roles = []
+    any_image = any(role.image for role in spec.roles)
+    for role in spec.roles:
+        gpus = None
+        if role.gpu is not None or role.gpu_milli:
+            gpus = gpu_text(role.gpu or 0, role.gpu_milli)
+        config = compact(
+            {
+                "CPU": cpu_text(role.cpu) if role.cpu is not None else None,
+                "Memory": memory_text(role.memory) if role.memory is not None else None,
+                "GPU": gpus,
+            }
+        )
+        spot_spec = None
+        if spot:
+            spot_spec = compact(
+                {
+                    "SpotStrategy": "SpotWithPriceLimit",
+                    "SpotDiscountLimit": _plain(role.spot_discount_limit),
+                    "SpotPriceLimit": _plain(role.spot_price_limit),
+                }
+            )
+        roles.append(
+            compact(
+                {
+                    "Type": role.role_type,
+                    "PodCount": role.pod_count,
+                    # the job's image where no role names one (the console's form keeps
+                    # one image for the job): what each pod runs either way
+                    "Image": (role.image if any_image else spec.image) or None,
+                    "EcsSpec": role.instance_type or None,
+                    "ResourceConfig": config or None,
+                    "SpotSpec": spot_spec,
+                    "RestartPolicy": role.restart_policy,
+                }
+            )
+        )
+    code = spec.code_source
+    return compact(
+        {
+            "DisplayName": spec.display_name,
+            "Description": spec.description or None,
+            "Accessibility": spec.accessibility,
+            "JobType": spec.job_type,
+            "UserCommand": spec.user_command,
+            "Envs": spec.envs or None,
+            "DataSources": [
+                compact(
+                    {
+                        "DataSourceId": source.get("data_source_id"),
+                        "Uri": None if source.get("data_source_id") else source.get("uri"),
+                        "MountPath": source.get("mount_path"),
+                    }
+                )
+                for source in spec.data_sources
+            ]
+            or None,
+            "CodeSource": compact(
+                {
+                    "CodeSourceId": code.get("code_source_id"),
+                    "Branch": code.get("branch"),
+                    "Commit": code.get("commit"),
+                    "MountPath": code.get("mount_path"),
+                }
+            )
+            or None,
+            "Priority": spec.priority,
+            "JobMaxRunningTimeMinutes": spec.max_running_time_minutes,
+            "SuccessPolicy": spec.success_policy,
+            "ResourceId": spec.quota if quota else None,
+            "UserVpc": compact(
+                {
+                    "VpcId": spec.vpc_id or None,
+                    "SwitchId": spec.vswitch_id or None,
+                    "SecurityGroupId": spec.security_group_id or None,
+                }
+            )
+            or None,
+            "JobSpecs": roles,
+            "Settings": compact(
+                {
+                    "OversoldType": OVERSOLD_TYPE[spec.idle_mode] if quota else None,
+                    "EnableErrorMonitoringInAIMaster": spec.enable_aimaster,
+                    "ErrorMonitoringArgs": error_monitoring_args(spec)
+                    if spec.enable_aimaster
+                    else None,
+                    "AdvancedSettings": {"EnableEasyCkpt": spec.enable_easyckpt},
+                    "TerminationGracePeriodSeconds": spec.termination_grace_seconds,
+                    "Tags": spec.tags or None,
+                }
+            ),
+        }
+    )
+
+
+def _plain(value: Decimal | None) -> str | None:
+    return None if value is None else format(value.normalize(), "f")
+
+
+def template_item(template: JobTemplate) -> dict[str, Any]:
+    """A job template as GetJobTemplate and ListJobTemplates give it (Versions aside)."""
+    return compact(
+        {
+            "TemplateId": str(template.pk),
+            "TemplateName": template.name,
+            "WorkspaceId": template.workspace.workspace_id,
+            "Description": template.description,
+            "DefaultVersion": template.default_version,
+            "UserId": str(template.user_id),
+            "ModifiedBy": str(template.modified_by_id) if template.modified_by_id else None,
+            "Metadata": template.metadata,
+            "GmtCreateTime": iso(template.created_at),
+            "GmtModifyTime": iso(template.updated_at),
+            "LastUsedTime": iso(template.last_used_at),
+        }
+    )
+
+
+def template_version_item(version: JobTemplateVersion) -> dict[str, Any]:
+    """One version: its Content as a CreateJob body in JSON text, as DLC passes it."""
+    body = create_job_body(spec_from_json(version.content))
+    return {
+        "Version": version.version,
+        "Content": json.dumps(body, ensure_ascii=False),
+        "Constraints": version.constraints,
+        "CreatedBy": str(version.created_by_id),
+        "GmtCreateTime": iso(version.created_at),
+    }

@@ -17,6 +17,13 @@ urlpatterns = [
     path("jobs/<str:job_id>/events", views.job_events_view, name="job-events"),
     path("jobs/<str:job_id>/pods/<str:pod_id>/events", views.pod_events_view, name="pod-events"),
     path("jobs/<str:job_id>/pods/<str:pod_id>/logs", views.pod_logs_view, name="pod-logs"),
+    path("jobtemplates", views.job_templates_view, name="job-templates"),
+    path("jobtemplates/<str:template_id>", views.job_template_view, name="job-template"),
+    path(
+        "jobtemplates/<str:template_id>/defaultversion",
+        views.job_template_default_view,
+        name="job-template-default",
+    ),
     path("ecsspecs", views.ecs_specs_view, name="ecs-specs"),
     # AIWorkspace
     path("workspaces", views.workspaces_view, name="workspaces"),

@@ -39,7 +39,15 @@ from apps.cluster.models import InstanceType
 from apps.cluster.selectors import instance_type_list, market_params, quota_list
 from apps.core.errors import ApplicationError, ValidationFailed
 from apps.core.pricing import hour_to_per_minute
-from apps.jobs.models import Accessibility, Job, JobStatus, Pod, ResourceSource
+from apps.jobs.models import (
+    Accessibility,
+    Job,
+    JobStatus,
+    JobTemplate,
+    JobTemplateVersion,
+    Pod,
+    ResourceSource,
+)
 from apps.jobs.selectors import (
     ALL_WORKSPACES,
     JobFilters,
@@ -50,16 +58,25 @@ from apps.jobs.selectors import (
     job_parts,
     job_pod,
     jobs_with_roles,
+    template_get_for_user,
+    template_version,
+    templates_visible,
 )
 from apps.jobs.services import (
+    CONSTRAINT_KINDS,
     job_accessibility_update,
     job_delete,
     job_description_update,
     job_priority_update,
     job_stop,
     job_submit,
+    template_create,
+    template_default_set,
+    template_delete,
+    template_update,
+    template_used,
 )
-from apps.jobs.specs import spot_price_range_per_minute, tags_problems
+from apps.jobs.specs import JobSpec, spec_from_json, spot_price_range_per_minute, tags_problems
 from apps.market.selectors import (
     TypeUsage,
     market_states,
@@ -215,10 +232,45 @@ def _job(call: Call, job_id: str) -> Job:
 
 def create_job(call: Call) -> dict[str, Any]:
     body = _json_body(call)
+    template = None
+    if "TemplateId" in body or "TemplateVersion" in body:
+        template, body = _from_template(call, body)
     workspace = _workspace(call, parsing.workspace_id_of(body))
     spec = parsing.job_spec_from_create_job(body)
     job = job_submit(workspace=workspace, user=call.user, spec=spec, now=call.now)
+    if template is not None:
+        template_used(template=template, now=call.now)
     return {"JobId": job.job_id}
+
+
+def _from_template(call: Call, body: dict[str, Any]) -> tuple[JobTemplate, dict[str, Any]]:
+    """CreateJob with TemplateId (and TemplateVersion, else the default one): the
+    template's Content with the body's own fields over it, field by field, as its
+    Constraints allow (a locked field may not be given, a required one must be)."""
+    problems = parsing.Problems()
+    template_id = problems.text(body, "TemplateId", "TemplateId")
+    version_number = problems.integer(body, "TemplateVersion", "TemplateVersion")
+    problems.raise_if_any()
+    if not template_id:
+        raise missing_parameter("TemplateId")
+    template = _template(call, template_id)
+    version = _template_version(template, version_number)
+    # what the caller gives; an empty value (the SDK sends "JobSpecs": [] unless told) is
+    # the template's
+    own = {
+        k: v
+        for k, v in body.items()
+        if k not in ("TemplateId", "TemplateVersion") and v not in (None, "", [], {})
+    }
+    for field, kind in version.constraints.items():
+        name = _constraint_field(field)
+        if kind == "locked" and name in own:
+            raise invalid_parameter(name, f"is locked by template {template.name!r}")
+        if kind == "required" and name not in own:
+            raise invalid_parameter(name, f"is required by template {template.name!r}")
+    content = serializers.create_job_body(spec_from_json(version.content))
+    content.setdefault("WorkspaceId", template.workspace.workspace_id)
+    return template, {**content, **own}
 
 
 def get_job(call: Call, job_id: str) -> dict[str, Any]:
@@ -634,7 +686,215 @@ def list_quotas(call: Call) -> dict[str, Any]:
 
 # --- the views, one per path ----------------------------------------------------------------
 
+# --- job templates -----------------------------------------------------------------------------
+
+TEMPLATE_SORT = {
+    "GmtCreateTime": "created_at",
+    "GmtModifyTime": "updated_at",
+    "TemplateName": "name",
+}
+
+
+def _template(call: Call, template_id: str) -> JobTemplate:
+    """The template, if it is in one of the caller's workspaces; 404 otherwise."""
+    if not template_id.isascii() or not template_id.isdigit() or len(template_id) > 18:
+        raise not_found("JobTemplate", template_id)
+    try:
+        return template_get_for_user(user=call.user, pk=template_id)
+    except Http404:
+        raise not_found("JobTemplate", template_id) from None
+
+
+def _template_version(template: JobTemplate, number: int | None) -> JobTemplateVersion:
+    try:
+        return template_version(template, number)
+    except Http404:
+        raise invalid_parameter(
+            "Version", f"template {template.name!r} has no version {number}"
+        ) from None
+
+
+def _constraint_field(path: str) -> str:
+    """A Constraints key: a top-level CreateJob field, as "$.Field" or "Field"."""
+    return path.removeprefix("$.")
+
+
+def _template_content(problems: parsing.Problems, body: dict) -> JobSpec | None:
+    """Content: a CreateJob body (an object, or its JSON text) read as CreateJob reads it."""
+    raw = body.get("Content")
+    if raw is None:
+        return None
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw)
+        except ValueError:
+            problems.add("Content", "must be a CreateJob body in JSON")
+            return None
+    if not isinstance(raw, dict):
+        problems.add("Content", "must be a JSON object: a CreateJob body")
+        return None
+    raw = {k: v for k, v in raw.items() if k != "WorkspaceId"}  # the template's workspace
+    try:
+        return parsing.job_spec_from_create_job(raw)
+    except ApplicationError as error:
+        raise ApplicationError(error.code, f"Content: {error}", field="Content") from None
+
+
+def _constraints(problems: parsing.Problems, body: dict) -> dict[str, str] | None:
+    raw = problems.mapping(body, "Constraints", "Constraints")
+    if not raw:
+        return None if body.get("Constraints") is None else {}
+    for field, kind in raw.items():
+        name = _constraint_field(str(field))
+        if kind not in CONSTRAINT_KINDS:
+            problems.add(f"Constraints.{field}", f"must be one of {', '.join(CONSTRAINT_KINDS)}")
+        elif not name.isidentifier() or name in ("TemplateId", "TemplateVersion"):
+            problems.add(
+                f"Constraints.{field}",
+                "name a top-level CreateJob field ($.UserCommand, $.JobSpecs…); deeper "
+                "paths are not supported here",
+            )
+    return {str(k): str(v) for k, v in raw.items()}
+
+
+def create_job_template(call: Call) -> dict[str, Any]:
+    body = _json_body(call)
+    problems = parsing.Problems()
+    name = problems.text(body, "TemplateName", "TemplateName")
+    description = problems.text(
+        body, "Description", "Description", max_length=parsing.MAX_DESCRIPTION
+    )
+    metadata = problems.mapping(body, "Metadata", "Metadata")
+    constraints = _constraints(problems, body)
+    problems.raise_if_any()
+    workspace = _workspace(call, parsing.workspace_id_of(body))
+    if body.get("Content") is None:
+        raise missing_parameter("Content")
+    spec = _template_content(problems, body)
+    problems.raise_if_any()
+    assert spec is not None
+    template = template_create(
+        workspace=workspace,
+        user=call.user,
+        name=name,
+        spec=spec,
+        description=description,
+        constraints=constraints,
+        metadata=metadata,
+    )
+    return {**serializers.template_item(template), "Version": 1}
+
+
+def get_job_template(call: Call, template_id: str) -> dict[str, Any]:
+    template = _template(call, template_id)
+    wanted = call.query.get("Version", "")
+    versions = list(template.versions.select_related("created_by"))
+    if wanted.lower() != "all":
+        number = parsing.query_int(call.query, "Version", default=template.default_version)
+        versions = [v for v in versions if v.version == number]
+        if not versions:
+            raise invalid_parameter("Version", f"template has no version {number}")
+    return {
+        **serializers.template_item(template),
+        "Versions": [serializers.template_version_item(v) for v in versions],
+    }
+
+
+def list_job_templates(call: Call) -> dict[str, Any]:
+    query = call.query
+    workspace_id = query.get("WorkspaceId", "")
+    if not workspace_id:
+        raise missing_parameter("WorkspaceId")
+    templates = templates_visible(user=call.user).filter(workspace=_workspace(call, workspace_id))
+    if name := query.get("TemplateName"):
+        templates = templates.filter(name__icontains=name)
+    if description := query.get("Description"):
+        templates = templates.filter(description__icontains=description)
+    if template_id := query.get("TemplateId"):
+        ok = template_id.isascii() and template_id.isdigit() and len(template_id) <= 18
+        templates = templates.filter(pk=int(template_id)) if ok else templates.none()
+    if user_id := query.get("UserId"):
+        ok = user_id.isascii() and user_id.isdigit() and len(user_id) <= 18
+        templates = templates.filter(user_id=int(user_id)) if ok else templates.none()
+    total = templates.count()
+    number = parsing.query_int(query, "PageNumber", default=1, maximum=MAX_PAGE_NUMBER)
+    size = parsing.query_int(query, "PageSize", default=DEFAULT_PAGE_SIZE, maximum=MAX_PAGE_SIZE)
+    page = _page(call, templates.order_by(*_order(call, TEMPLATE_SORT, default="GmtCreateTime")))
+    return {
+        "JobTemplates": [serializers.template_item(t) for t in page],
+        "TotalCount": total,
+        "PageNumber": number,
+        "PageSize": size,
+    }
+
+
+def update_job_template(call: Call, template_id: str) -> dict[str, Any]:
+    template = _template(call, template_id)
+    body = _json_body(call)
+    problems = parsing.Problems()
+    name = problems.text(body, "TemplateName", "TemplateName", default=None)
+    description = problems.text(
+        body, "Description", "Description", default=None, max_length=parsing.MAX_DESCRIPTION
+    )
+    metadata = problems.mapping(body, "Metadata", "Metadata") if "Metadata" in body else None
+    set_as_default = problems.boolean(body, "SetAsDefault", "SetAsDefault")
+    constraints = _constraints(problems, body)
+    for field in ("version", "Version"):
+        if field in body:
+            problems.add(field, "is not used here: Content makes a new version")
+    problems.raise_if_any()
+    spec = _template_content(problems, body)
+    problems.raise_if_any()
+    if constraints is not None and spec is None:
+        raise invalid_parameter("Constraints", "can only be given with Content")
+    created = template_update(
+        template=template,
+        by=call.user,
+        spec=spec,
+        constraints=constraints,
+        set_as_default=set_as_default,
+        name=name,
+        description=description,
+        metadata=metadata,
+    )
+    template.refresh_from_db()
+    return {
+        "TemplateId": str(template.pk),
+        "Version": created.version if created else template.default_version,
+        "VersionCreated": created is not None,
+        "DefaultVersion": template.default_version,
+        "GmtModifyTime": serializers.iso(template.updated_at),
+    }
+
+
+def delete_job_template(call: Call, template_id: str) -> dict[str, Any]:
+    template = _template(call, template_id)
+    template_delete(template=template, by=call.user)
+    return {"TemplateId": template_id}
+
+
+def set_job_template_default_version(call: Call, template_id: str) -> dict[str, Any]:
+    template = _template(call, template_id)
+    body = _json_body(call)
+    problems = parsing.Problems()
+    version = problems.integer(body, "Version", "Version")
+    problems.raise_if_any()
+    if version is None:
+        raise missing_parameter("Version")
+    template_default_set(template=template, version=version, by=call.user)
+    template.refresh_from_db()
+    return {
+        "DefaultVersion": template.default_version,
+        "GmtModifyTime": serializers.iso(template.updated_at),
+    }
+
+
 jobs_view = endpoint(GET=list_jobs, POST=create_job)
+job_templates_view = endpoint(GET=list_job_templates, POST=create_job_template)
+job_template_view = endpoint(
+    GET=get_job_template, PUT=update_job_template, DELETE=delete_job_template
+)
+job_template_default_view = endpoint(PUT=set_job_template_default_version)
 job_view = endpoint(GET=get_job, PUT=update_job, DELETE=delete_job)
 job_stop_view = endpoint(POST=stop_job)
 job_events_view = endpoint(GET=get_job_events)
