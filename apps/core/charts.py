@@ -125,8 +125,8 @@ def chart_build(
     clipped = [(label, kind, _clip(h, start, end)) for label, kind, h in series]
     moving = [p for _, kind, h in clipped if kind not in references for _, p in h]
     low, high = price_range(moving or [p for _, _, h in clipped for _, p in h])
-    if from_zero:
-        low = Decimal(0)
+    if from_zero:  # amounts: from zero to a round top, so that the ticks are round too
+        low, high = Decimal(0), _round_top(max(moving or [Decimal(0)]))
     scale = Scale(start, end, low, high)
     lines = []
     for label, kind, h in clipped:
@@ -154,6 +154,22 @@ def chart_build(
         x_ticks=x_ticks,
         data={**_uplot_data(clipped, end), "y": [float(low), float(high)]},
     )
+
+
+_STEPS = (1, 1.5, 2, 2.5, 3, 4, 5, 6, 8)
+
+
+def _round_top(value: Decimal) -> Decimal:
+    """The least of 4 × (1, 1.5, 2, 2.5, 3, 4, 5, 6 or 8 × a power of ten) above `value`
+    (with 5% room), for four round ticks above zero; 1 for nothing."""
+    if value <= 0:
+        return Decimal(1)
+    want = value * Decimal("1.05") / 4
+    scale = Decimal(10) ** (want.adjusted())
+    for step in _STEPS + (10,):
+        if Decimal(str(step)) * scale >= want:
+            return Decimal(str(step)) * scale * 4
+    return Decimal(40) * scale
 
 
 def _clip(history: Points, start: float, end: float) -> Points:

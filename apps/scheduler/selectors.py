@@ -323,6 +323,6 @@ def quota_history_chart(
         until=until,
         zone=timezone.get_current_timezone(),
         references=(),
-        y_text=lambda v: f"{v.normalize():f}" if v == v.to_integral() else f"{v:.1f}",
+        y_text=lambda v: format(v.quantize(Decimal("0.001")).normalize(), "f"),
         from_zero=True,
     )

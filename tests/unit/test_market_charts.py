@@ -116,3 +116,20 @@ def test_with_no_price_yet_it_spans_the_references():
         until=UNTIL,
     )
     assert all(line.off == "" for line in chart.lines[1:]) and chart.lines[2].points
+
+
+def test_an_amount_chart_starts_at_zero_with_round_ticks():
+    since = datetime(2026, 12, 1, tzinfo=UTC)
+    until = since + timedelta(hours=6)
+    series = [
+        (
+            "In Quota",
+            "in_quota",
+            [(since.timestamp(), Decimal(3)), (until.timestamp() - 60, Decimal(1))],
+        ),
+        ("min", "min", [(since.timestamp(), Decimal(4))]),
+    ]
+    chart = chart_build(series, since=since, until=until, references=(), y_text=str, from_zero=True)
+    assert [Decimal(text) for _, text in chart.y_ticks] == [0, Decimal("1.5"), 3, Decimal("4.5"), 6]
+    assert chart.data["y"] == [0.0, 6.0]
+    assert all(line.off == "" for line in chart.lines)  # the min is on the chart
