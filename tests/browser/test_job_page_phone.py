@@ -53,3 +53,19 @@ def test_the_job_pages_tables_become_cards_on_a_phone(
     assert first.locator("td").first.evaluate("td => getComputedStyle(td).display") == (
         "table-cell"
     )
+
+
+def test_the_lists_scroll_inside_their_table_on_a_phone(
+    browser_page, live_server, personas, password
+):
+    # a visually hidden column label is positioned absolutely: it must not widen the page
+    page = browser_page
+    for i in range(3):
+        make_job(personas, name=f"a-rather-long-job-name-{i}", pods=2)
+    login(page, live_server, "alice", password)
+    page.set_viewport_size(PHONE)
+    for url in (reverse("jobs:list"), reverse("jobs:templates"), reverse("scheduler:quotas")):
+        page.goto(f"{live_server.url}{url}")
+        width = page.evaluate("document.documentElement.scrollWidth")
+        assert width <= PHONE["width"], (url, width)
+    assert page.external_requests == []
