@@ -68,6 +68,16 @@ ACTIONS = [
     ("GET", "/api/v1/workspaces", [*PAGING, "WorkspaceName", "WorkspaceIds", "Status"]),
     ("GET", "/api/v1/workspaces/{workspace}", []),
     ("GET", "/api/v1/quotas", ["Name"]),
+    (
+        "GET",
+        "/api/v1/jobtemplates",
+        [*PAGING, "WorkspaceId", "TemplateName", "TemplateId", "UserId", "Description"],
+    ),
+    ("POST", "/api/v1/jobtemplates", []),
+    ("GET", "/api/v1/jobtemplates/{template}", ["Version"]),
+    ("PUT", "/api/v1/jobtemplates/{template}", []),
+    ("DELETE", "/api/v1/jobtemplates/{template}", []),
+    ("PUT", "/api/v1/jobtemplates/{template}/defaultversion", []),
     ("PATCH", "/api/v1/jobs", []),
     ("GET", "/api/v1/{other}", []),
 ]
@@ -103,6 +113,15 @@ BODY_FIELDS = [
     "Settings",
     "UserVpc",
     "JobSpecs",
+    # CreateJob from a template, and the JobTemplate calls' own fields
+    "TemplateId",
+    "TemplateVersion",
+    "TemplateName",
+    "Content",
+    "Constraints",
+    "Metadata",
+    "SetAsDefault",
+    "Version",
 ]
 TEXT_FIELDS = ["DisplayName", "UserCommand", "Image", "Envs"]
 ROLE_FIELDS = [
@@ -285,7 +304,7 @@ def _query_values(name: str) -> st.SearchStrategy[str]:
 def requests_to_send(draw, ids: dict[str, str]) -> tuple[str, str, dict, bytes]:
     method, template, known = draw(st.sampled_from(ACTIONS))
     params = {}
-    for name in ("job", "pod", "workspace", "other"):
+    for name in ("job", "pod", "workspace", "template", "other"):
         if "{" + name + "}" in template:
             value = draw(st.one_of(st.just(REAL), nasty_text.filter(bool)))
             params[name] = quote(ids[name] if value == REAL else value, safe="~")[:MAX_SEGMENT]
@@ -306,7 +325,23 @@ def requests_to_send(draw, ids: dict[str, str]) -> tuple[str, str, dict, bytes]:
 
 def test_it_never_answers_5xx_and_refused_requests_create_nothing(raw, ws_a, create_job):
     job_id = create_job(quota_job_body(ws_a))
-    ids = {"job": job_id, "pod": f"{job_id}-worker-0", "workspace": ws_a, "other": "jobs"}
+    body = quota_job_body(ws_a)
+    body.pop("WorkspaceId")
+    template = raw.send(
+        "POST",
+        "/api/v1/jobtemplates",
+        body=json.dumps(
+            {"TemplateName": "fuzz", "WorkspaceId": ws_a, "Content": json.dumps(body)}
+        ).encode(),
+    )
+    assert template.status_code == 200, template.text
+    ids = {
+        "job": job_id,
+        "pod": f"{job_id}-worker-0",
+        "workspace": ws_a,
+        "template": template.json()["TemplateId"],
+        "other": "jobs",
+    }
     seen: list[int] = []
 
     @settings(
