@@ -7,13 +7,14 @@ from __future__ import annotations
 
 from django.db import models
 from django.db.models import Q
+from django.utils.translation import gettext_lazy as _
 
 PAY_TYPE_TAG = "acs:pai:dlc:payType"
 
 
 class PayType(models.TextChoices):
-    SPOT = "spot", "Spot"
-    POSTPAID = "postpaid", "Pay-as-you-go"
+    SPOT = "spot", _("Spot")
+    POSTPAID = "postpaid", _("Pay-as-you-go")
 
 
 class BillLine(models.Model):

@@ -13,13 +13,14 @@ from decimal import Decimal
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import Q
+from django.utils.translation import gettext_lazy as _
 
 from apps.core import pricing
 
 
 class ResourceType(models.TextChoices):
-    ECS = "ECS", "General computing (ECS)"
-    LINGJUN = "Lingjun", "Lingjun (high-performance AI)"
+    ECS = "ECS", _("General computing (ECS)")
+    LINGJUN = "Lingjun", _("Lingjun (high-performance AI)")
 
 
 class InstanceType(models.Model):
@@ -62,8 +63,8 @@ class InstanceType(models.Model):
 
 class ResourcePool(models.Model):
     class Kind(models.TextChoices):
-        DEDICATED = "dedicated", "Dedicated (subscription, behind quotas)"
-        PUBLIC = "public", "Public (pay-as-you-go and spot)"
+        DEDICATED = "dedicated", _("Dedicated (subscription, behind quotas)")
+        PUBLIC = "public", _("Public (pay-as-you-go and spot)")
 
     name = models.SlugField(max_length=64, unique=True)
     kind = models.CharField(max_length=16, choices=Kind.choices)
@@ -78,9 +79,9 @@ class ResourcePool(models.Model):
 
 class Node(models.Model):
     class Status(models.TextChoices):
-        READY = "Ready", "Ready"
-        CORDONED = "Cordoned", "Cordoned"
-        LOST = "Lost", "Lost"
+        READY = "Ready", _("Ready")
+        CORDONED = "Cordoned", _("Cordoned")
+        LOST = "Lost", _("Lost")
 
     name = models.CharField(max_length=128, unique=True)
     pool = models.ForeignKey(ResourcePool, on_delete=models.PROTECT, related_name="nodes")
@@ -109,8 +110,8 @@ class Quota(models.Model):
     """
 
     class Strategy(models.TextChoices):
-        STRICT_FIFO = "StrictFIFO", "StrictFIFO (the head blocks)"
-        BEST_EFFORT_FIFO = "BestEffortFIFO", "BestEffortFIFO (skip a head that cannot fit)"
+        STRICT_FIFO = "StrictFIFO", _("StrictFIFO (the head blocks)")
+        BEST_EFFORT_FIFO = "BestEffortFIFO", _("BestEffortFIFO (skip a head that cannot fit)")
 
     name = models.SlugField(max_length=64, unique=True)
     parent = models.ForeignKey(

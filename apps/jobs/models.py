@@ -8,6 +8,7 @@ from decimal import Decimal
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
+from django.utils.translation import gettext_lazy as _
 
 from apps.cluster.models import ResourceType
 
@@ -56,15 +57,15 @@ class JobType(models.TextChoices):
 
 
 class ResourceSource(models.TextChoices):
-    QUOTA = "quota", "Resource quota"
-    PUBLIC = "public", "Public resources (pay-as-you-go)"
-    SPOT = "spot", "Spot"
+    QUOTA = "quota", _("Resource quota")
+    PUBLIC = "public", _("Public resources (pay-as-you-go)")
+    SPOT = "spot", _("Spot")
 
 
 class IdleMode(models.TextChoices):
-    OFF = "off", "Off"
-    ACCEPTABLE = "acceptable", "Acceptable"
-    ONLY_IDLE = "only_idle", "Only Idle Resources"
+    OFF = "off", _("Off")
+    ACCEPTABLE = "acceptable", _("Acceptable")
+    ONLY_IDLE = "only_idle", _("Only Idle Resources")
 
 
 class SuccessPolicy(models.TextChoices):
@@ -73,13 +74,13 @@ class SuccessPolicy(models.TextChoices):
 
 
 class Accessibility(models.TextChoices):
-    PUBLIC = "PUBLIC", "Public: every member of the workspace"
-    PRIVATE = "PRIVATE", "Private: its owner and the workspace's administrators"
+    PUBLIC = "PUBLIC", _("Public: every member of the workspace")
+    PRIVATE = "PRIVATE", _("Private: its owner and the workspace's administrators")
 
 
 class ExecutionMode(models.TextChoices):
-    SYNC = "Sync", "Sync (restart the whole job)"
-    ASYNC = "Async", "Async (restart failed pods only)"
+    SYNC = "Sync", _("Sync (restart the whole job)")
+    ASYNC = "Async", _("Async (restart failed pods only)")
 
 
 class Job(models.Model):

@@ -4,6 +4,7 @@ import secrets
 
 from django.conf import settings
 from django.db import models
+from django.utils.translation import gettext_lazy as _
 
 from apps.workspaces.crypto import decrypt_secret, encrypt_secret
 
@@ -33,9 +34,9 @@ class Workspace(models.Model):
 
 class Membership(models.Model):
     class Role(models.TextChoices):
-        OWNER = "owner", "Owner"
-        ADMIN = "admin", "Administrator"
-        MEMBER = "member", "Member"
+        OWNER = "owner", _("Owner")
+        ADMIN = "admin", _("Administrator")
+        MEMBER = "member", _("Member")
 
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE)
     workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE)
