@@ -32,6 +32,7 @@ import functools
 import json
 import math
 import os
+import re
 import shutil
 import signal
 import stat
@@ -762,6 +763,7 @@ def ensure_dir(path: Path, *, under: Path, uid: int = -1) -> None:
 
 
 MANIFEST_READ_MAX = 1 * MIB  # per call: a pod writing a huge manifest is read over time
+CHECKPOINT_NAME = re.compile(r"^ckpt-(\d{12})\.pkl$")  # EasyCkpt's finished files
 MANIFEST_LINE_MAX = 16 * 1024
 _MAX_INT = 2**62
 
@@ -845,6 +847,41 @@ class ManifestReader:
         finally:
             if fd >= 0:
                 os.close(fd)
+
+    def unannounced(self, *, limit: int = 64) -> list[dict]:
+        """Checkpoint files of the directory (EasyCkpt's `ckpt-<12 digits>.pkl`, regular
+        files) that neither an earlier record nor a manifest line names: a pod stopped
+        between renaming its checkpoint into place and appending its manifest line leaves
+        one, and the next attempt resumes from it. Each as a manifest entry, its time the
+        file's mtime; the newest `limit` at most. Read as `gone` reads: no link followed."""
+        flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+        try:
+            fd = os.open(self.path.parent, flags)
+        except OSError:
+            return []
+        try:
+            found = []
+            with os.scandir(fd) as names:
+                for item in names:
+                    match = CHECKPOINT_NAME.match(item.name)
+                    if match is None or item.name in self.present:
+                        continue
+                    try:
+                        info = os.stat(item.name, dir_fd=fd, follow_symlinks=False)
+                    except OSError:
+                        continue
+                    if stat.S_ISREG(info.st_mode):
+                        found.append(
+                            {
+                                "step": int(match[1]),
+                                "file": item.name,
+                                "bytes": info.st_size,
+                                "time": info.st_mtime,
+                            }
+                        )
+            return sorted(found, key=lambda e: e["step"])[-limit:]
+        finally:
+            os.close(fd)
 
     def new_entries(self) -> list[dict]:
         data = self._read(self.offset)

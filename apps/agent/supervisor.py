@@ -837,13 +837,18 @@ def _check_disk(entry: _Entry) -> None:
 
 
 def _report_checkpoints(entry: _Entry, *, last: bool = False) -> None:
-    """New checkpoints in the manifest; and, when there were some (EasyCkpt removes the
-    oldest as it writes one) or the pod ended, the recorded ones whose files are gone."""
+    """New checkpoints in the manifest (and once the pod ended, the checkpoint files it left
+    unannounced); and, when there were some (EasyCkpt removes the oldest as it writes one)
+    or the pod ended, the recorded ones whose files are gone."""
     manifest, launch = entry.manifest, entry.launch
     if manifest is None:
         return
     found_any = False
-    for found in manifest.new_entries():
+    entries = manifest.new_entries()
+    if last:  # the pod is gone: a checkpoint it renamed into place but never announced too
+        named = {entry["file"] for entry in entries}
+        entries += [e for e in manifest.unannounced() if e["file"] not in named]
+    for found in entries:
         path = str(manifest.path.parent / found["file"])
         services.checkpoint_report(
             job_pk=launch.job_pk,

@@ -438,3 +438,21 @@ def test_it_tells_which_recorded_checkpoint_files_are_gone(root):
     directory.rmdir()
     directory.symlink_to(elsewhere)
     assert reader.gone() == [str(directory / "ckpt-3.pkl")]
+
+
+def test_it_finds_checkpoint_files_no_record_or_manifest_line_names(root):
+    directory = root / "ckpt"
+    directory.mkdir()
+    (directory / "ckpt-000000000010.pkl").write_bytes(b"x" * 10)
+    reader = runner.ManifestReader(directory)
+    reader.track([str(directory / "ckpt-000000000010.pkl")])  # recorded before
+    (directory / "ckpt-000000000020.pkl").write_bytes(b"y" * 20)  # renamed into place,
+    (directory / ".ckpt-000000000030.pkl.tmp-1-2").write_bytes(b"z")  # not finished
+    (directory / "ckpt-000000000040.pkl").mkdir()  # not a file
+    (directory / "ckpt-000000000050.pkl").symlink_to("/etc/passwd")  # a link: not followed
+    found = reader.unannounced()
+    assert [(e["step"], e["file"], e["bytes"]) for e in found] == [
+        (20, "ckpt-000000000020.pkl", 20)
+    ]
+    assert found[0]["time"] == (directory / "ckpt-000000000020.pkl").stat().st_mtime
+    assert runner.ManifestReader(root / "none").unannounced() == []
