@@ -92,15 +92,28 @@ def log_read(
 # --- when lines were written (the shim's `<log>.times`, see shim.LogWriter) ------------------
 
 
-def log_times(path: Path) -> tuple[list[int], list[float]]:
+def log_times(path: Path, *, from_offset: int | None = None) -> tuple[list[int], list[float]]:
     """The log's time marks: byte offsets (ascending) and the time each was written; empty
-    for a log written before there were marks, or none at all. A torn last line is left out."""
+    for a log written before there were marks, or none at all. A torn last line is left out.
+    With `from_offset`, only the marks from the last one not past that offset on, read from
+    the end of the file (a page that follows the log reads what is new, not all of it)."""
+    try:
+        marks = path.with_name(path.name + shim.TIMES_SUFFIX).open("rb")
+    except FileNotFoundError:
+        return [], []
+    with marks:
+        end = os.fstat(marks.fileno()).st_size
+        data, start = b"", end
+        while start > 0:
+            start = max(start - TAIL_BLOCK, 0) if from_offset is not None else 0
+            marks.seek(start)
+            data = marks.read(end - start)
+            if start and (first := _first_mark(data)) is not None and first <= from_offset:
+                break
+    if start:  # the block may begin inside a line
+        data = data[data.find(b"\n") + 1 :]
     offsets: list[int] = []
     times: list[float] = []
-    try:
-        data = path.with_name(path.name + shim.TIMES_SUFFIX).read_bytes()
-    except FileNotFoundError:
-        return offsets, times
     for line in data.split(b"\n"):
         try:
             offset, at = line.split(b" ")
@@ -113,6 +126,16 @@ def log_times(path: Path) -> tuple[list[int], list[float]]:
     return offsets, times
 
 
+def _first_mark(block: bytes) -> int | None:
+    """The offset of the first whole mark line of a block read from inside the file."""
+    for line in block.split(b"\n")[1:]:
+        try:
+            return int(line.split(b" ")[0])
+        except ValueError:
+            continue
+    return None
+
+
 def written_at(marks: tuple[list[int], list[float]], offset: int) -> float | None:
     """When the byte at `offset` was written: the time of the last mark not past it."""
     offsets, times = marks
@@ -122,7 +145,6 @@ def written_at(marks: tuple[list[int], list[float]], offset: int) -> float | Non
 
 def timed_lines(path: Path, text: str, end: int) -> list[tuple[float | None, str]]:
     """The lines of `text`, which ends at byte `end` of the log, each with when it began."""
-    marks = log_times(path)
     lines = text.splitlines(keepends=True)
     starts: list[int] = []
     at = end
@@ -130,6 +152,7 @@ def timed_lines(path: Path, text: str, end: int) -> list[tuple[float | None, str
         at -= len(line.encode("utf-8", errors="replace"))
         starts.append(at)
     starts.reverse()
+    marks = log_times(path, from_offset=at)
     return [(written_at(marks, start), line) for start, line in zip(starts, lines, strict=True)]
 
 

@@ -240,11 +240,15 @@ def workspace_id_of(body: dict) -> str:
     return str(value)
 
 
-def is_workspace_id(value: str) -> bool:
-    """Numeric text (ASCII digits: int() would also read "١٢") that a bigint key holds."""
+def is_key(value: str) -> bool:
+    """Numeric text (ASCII digits: int() would also read "١٢") that a bigint key holds: a
+    WorkspaceId, a TemplateId, a UserId."""
     return (
         value.isascii() and value.isdigit() and len(value) <= 19 and int(value) <= MAX_WORKSPACE_ID
     )
+
+
+is_workspace_id = is_key
 
 
 def job_spec_from_create_job(body: dict) -> JobSpec:

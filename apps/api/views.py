@@ -697,7 +697,7 @@ TEMPLATE_SORT = {
 
 def _template(call: Call, template_id: str) -> JobTemplate:
     """The template, if it is in one of the caller's workspaces; 404 otherwise."""
-    if not template_id.isascii() or not template_id.isdigit() or len(template_id) > 18:
+    if not parsing.is_key(template_id):
         raise not_found("JobTemplate", template_id)
     try:
         return template_get_for_user(user=call.user, pk=template_id)
@@ -811,10 +811,10 @@ def list_job_templates(call: Call) -> dict[str, Any]:
     if description := query.get("Description"):
         templates = templates.filter(description__icontains=description)
     if template_id := query.get("TemplateId"):
-        ok = template_id.isascii() and template_id.isdigit() and len(template_id) <= 18
+        ok = parsing.is_key(template_id)
         templates = templates.filter(pk=int(template_id)) if ok else templates.none()
     if user_id := query.get("UserId"):
-        ok = user_id.isascii() and user_id.isdigit() and len(user_id) <= 18
+        ok = parsing.is_key(user_id)
         templates = templates.filter(user_id=int(user_id)) if ok else templates.none()
     total = templates.count()
     number = parsing.query_int(query, "PageNumber", default=1, maximum=MAX_PAGE_NUMBER)

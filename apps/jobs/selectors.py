@@ -335,9 +335,12 @@ def templates_visible(*, user) -> QuerySet[JobTemplate]:
 def template_get_for_user(*, user, pk) -> JobTemplate:
     """The template if `user` may see it; Http404 otherwise (never 403: no leaks)."""
     try:
-        template = templates_visible(user=user).filter(pk=int(pk)).first()
+        key = int(pk)
     except (TypeError, ValueError):
-        template = None
+        key = 0
+    template = None
+    if 0 < key < 2**63:  # what a bigint key holds; beyond it the database would refuse
+        template = templates_visible(user=user).filter(pk=key).first()
     if template is None:
         raise Http404("No such template")
     return template

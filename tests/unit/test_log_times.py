@@ -105,3 +105,18 @@ def test_notes_and_the_truncation_notice_are_marked_too(tmp_path, clock):
     offsets, times = logs.log_times(log)
     assert len(offsets) == 2 and times == [T0, T0 + 2]
     assert log.read_bytes().startswith(b"[paiweb] ")
+
+
+def test_marks_read_from_the_end_give_the_same_times_as_the_whole_file(tmp_path, clock):
+    log = tmp_path / "pod.log"
+    writer = shim.LogWriter(log, max_bytes=10**7)
+    for i in range(20_000):  # a line a second for five and a half hours
+        clock[0] = T0 + i
+        writer.write(f"line {i}\n".encode())
+    writer.close()
+    whole = logs.log_times(log)
+    assert len(whole[0]) == 20_000 and (log.parent / "pod.log.times").stat().st_size > 64 * 1024
+    for offset in (0, 5, 100_000, whole[0][-1], whole[0][-1] + 3):
+        tail = logs.log_times(log, from_offset=offset)
+        assert len(tail[0]) < len(whole[0]) or offset < 1000
+        assert logs.written_at(tail, offset) == logs.written_at(whole, offset), offset

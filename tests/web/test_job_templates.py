@@ -111,6 +111,7 @@ def test_another_workspaces_template_is_not_found(alice_client, personas):
     assert "private-to-ws-a" not in charlie.get(reverse("jobs:templates")).content.decode()
     assert charlie.get(reverse("jobs:create"), {"template": template.pk}).status_code == 404
     assert charlie.get(reverse("jobs:create"), {"template": "x"}).status_code == 404
+    assert charlie.get(reverse("jobs:create"), {"template": "9" * 30}).status_code == 404
     assert charlie.post(reverse("jobs:template-delete", args=[template.pk])).status_code == 404
     job = Job.objects.get()
     assert save(charlie, job, "stolen").status_code == 404
