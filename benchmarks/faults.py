@@ -44,7 +44,7 @@ def main() -> int:
         window=args.window,
         settle=args.settle,
         seed=args.seed,
-        say=lambda line: print(line, flush=True),
+        tell=lambda line: print(line, flush=True),
         server=os.environ.get("PAIWEB_FAULTS_PG", "postgresql://postgres@127.0.0.1:5432"),
     )
     print(report.figures())

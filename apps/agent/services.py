@@ -29,6 +29,7 @@ from apps.core.db import id_chunks
 from apps.core.models import Heartbeat
 from apps.core.services import heartbeat_record
 from apps.core.tasks import task_soon
+from apps.core.words import say
 from apps.jobs.execution import PodsStop, pods_winding_down
 from apps.jobs.models import (
     LIVE_POD_STATUSES,
@@ -349,7 +350,12 @@ def pod_report_running(
         pod=pod,
         kind="PodStarted",
         now=now,
-        message=f"Started on {where} (pid {pid}, sandbox: {sandbox})",
+        message=say(
+            "Started on {node} (pid {pid}, sandbox: {sandbox})",
+            node=where,
+            pid=pid,
+            sandbox=sandbox,
+        ),
     )
     waiting = Pod.objects.filter(job=job, attempt=job.attempt, status=PodStatus.PENDING)
     if job.status == JobStatus.ENV_PREPARING and not waiting.exists():
@@ -358,7 +364,7 @@ def pod_report_running(
             status=JobStatus.RUNNING,
             now=now,
             reason_code="JobRunning",
-            reason_message="All pods are running",
+            reason_message=say("All pods are running"),
         )
     return True
 
@@ -387,11 +393,14 @@ def pod_report_exit(
             _restart_launch(job=job, now=now)
         return
     ok = exit_code == 0
-    code_text = f"code {exit_code}" if exit_code is not None else "no exit code"
     pod.status = PodStatus.SUCCEEDED if ok else PodStatus.FAILED
     pod.exit_code, pod.finished_at = exit_code, now
     pod.reason = reason or ("Completed" if ok else "Error")
-    pod.message = message or f"Exited with {code_text}"
+    pod.message = message or (
+        say("Exited with code {code}", code=exit_code)
+        if exit_code is not None
+        else say("Exited with no exit code")
+    )
     pod.save(update_fields=["status", "exit_code", "finished_at", "reason", "message"])
     # an OOM kill (or another limit) is named as such: GetPodEvents and the job page say it
     kind = "PodSucceeded" if ok else (pod.reason if pod.reason in LIMIT_REASONS else "PodFailed")
@@ -425,13 +434,8 @@ def _job_after_pod_exit(*, job: Job, pod: Pod, now: datetime) -> None:
                 message=outcome.message,
             )
         return
-    ended = f"code {pod.exit_code}" if pod.exit_code is not None else "no code"
-    what = f"Pod {pod.pod_id} ({pod.role.role_type} {pod.index}) exited with {ended}"
     platform = pod.reason in lifecycle.PLATFORM_REASONS  # not the job's doing
-    if pod.reason in LIMIT_REASONS or platform:
-        what += f": {pod.reason}, {pod.message}"
-    elif pod.exit_code is None:
-        what += f" ({pod.message})"
+    what = _exit_text(pod, detail=pod.reason in LIMIT_REASONS or platform)
     decision = lifecycle.after_pod_failure(
         budget=aimaster_budget(job),
         platform=platform,
@@ -448,7 +452,7 @@ def _job_after_pod_exit(*, job: Job, pod: Pod, now: datetime) -> None:
             status=JobStatus.FAILED,
             now=now,
             reason_code="PodFailed",
-            message=f"{what} ({decision.reason})",
+            message=say("{message} ({reason})", message=what, reason=decision.reason),
         )
     elif isinstance(decision, lifecycle.RestartInPlace) and decision.pods_only:
         _pods_restart(job=job, failed=[pod], now=now, message=what)
@@ -463,6 +467,35 @@ def _job_after_pod_exit(*, job: Job, pod: Pod, now: datetime) -> None:
             message=what,
             platform=platform,
         )
+
+
+def _exit_text(pod: Pod, *, detail: bool) -> str:
+    """How a failed pod ended, for its job's reason, events and restart records: with its
+    reason and message when `detail` (a limit hit, the platform took it), or its message when
+    it has no exit code."""
+    values = {"pod": pod.pod_id, "role": pod.role.role_type, "index": pod.index}
+    if pod.exit_code is not None and detail:
+        return say(
+            "Pod {pod} ({role} {index}) exited with code {code}: {kind}, {message}",
+            code=pod.exit_code,
+            kind=pod.reason,
+            message=pod.message,
+            **values,
+        )
+    if pod.exit_code is not None:
+        return say(
+            "Pod {pod} ({role} {index}) exited with code {code}", code=pod.exit_code, **values
+        )
+    if detail:
+        return say(
+            "Pod {pod} ({role} {index}) exited with no code: {kind}, {message}",
+            kind=pod.reason,
+            message=pod.message,
+            **values,
+        )
+    return say(
+        "Pod {pod} ({role} {index}) exited with no code ({message})", message=pod.message, **values
+    )
 
 
 def _nodes_ready(pods: Iterable[Pod]) -> bool:
@@ -481,7 +514,12 @@ def _count_restart(*, job: Job, now: datetime, cause: str, message: str, lost: f
         status=JobStatus.RESTARTING,
         now=now,
         reason_code=cause,
-        reason_message=f"Restarted by AIMaster ({job.restart_times}/{job.max_restarts}): {message}",
+        reason_message=say(
+            "Restarted by AIMaster ({used}/{most}): {message}",
+            used=job.restart_times,
+            most=job.max_restarts,
+            message=message,
+        ),
     )
 
 
@@ -512,24 +550,37 @@ def _replacements(*, job: Job, pods: Iterable[Pod], now: datetime) -> None:
             new=False,
         )
     winding = pods_winding_down().filter(job=job).count()
-    starting = f"Starting attempt {job.attempt}"
     job_transition(
         job=job,
         status=JobStatus.ENV_PREPARING,
         now=now,
         reason_code="JobRestarting",
-        reason_message=f"{starting}: {lifecycle.winding_down_reason(winding)}"
+        reason_message=say(
+            "Starting attempt {attempt}: {reason}",
+            attempt=job.attempt,
+            reason=lifecycle.winding_down_reason(winding),
+        )
         if winding
-        else starting,
+        else say("Starting attempt {attempt}", attempt=job.attempt),
     )
     latest = job.checkpoints.first()
-    frm = f"checkpoint at step {latest.step}" if latest else "the start (no checkpoint yet)"
+    values = {"used": job.restart_times, "most": job.max_restarts, "count": len(new)}
     job_event(
         job=job,
         kind="Restarted",
         now=now,
-        message=f"AIMaster restart {job.restart_times}/{job.max_restarts}: "
-        f"{len(new)} pod(s) restarted in place, resuming from {frm}",
+        message=say(
+            "AIMaster restart {used}/{most}: {count} pod(s) restarted in place, resuming from "
+            "checkpoint at step {step}",
+            step=latest.step,
+            **values,
+        )
+        if latest
+        else say(
+            "AIMaster restart {used}/{most}: {count} pod(s) restarted in place, resuming from "
+            "the start (no checkpoint yet)",
+            **values,
+        ),
     )
     if not winding:
         pods_launch(job=job, now=now)
@@ -544,7 +595,8 @@ def _restart_launch(*, job: Job, now: datetime) -> bool:
         return False
     started = pods_launch(job=job, now=now)
     if started:
-        Job.objects.filter(pk=job.pk).update(reason_message=f"Starting attempt {job.attempt}")
+        starting = say("Starting attempt {attempt}", attempt=job.attempt)
+        Job.objects.filter(pk=job.pk).update(reason_message=starting)
     return bool(started)
 
 
@@ -581,7 +633,7 @@ def _job_restart(
         pods=current,
         status=PodStatus.STOPPED,
         reason="JobRestarting",
-        message=f"Stopped for an AIMaster restart: {message}",
+        message=say("Stopped for an AIMaster restart: {message}", message=message),
         now=now,
     )
     _count_restart(job=job, now=now, cause=cause, message=message, lost=lost)
@@ -618,7 +670,7 @@ def _job_requeue(
         pods=current,
         status=PodStatus.STOPPED,
         reason=cause,
-        message=f"Stopped: {message}",
+        message=say("Stopped: {message}", message=message),
         now=now,
     )
     job_requeue_or_fail(
@@ -637,7 +689,7 @@ def _job_end(
         pods=live,
         status=PodStatus.STOPPED,
         reason=pod_reason or ("JobSucceeded" if status == JobStatus.SUCCEEDED else "JobFailed"),
-        message=f"Stopped: the job ended ({message})",
+        message=say("Stopped: the job ended ({message})", message=message),
         now=now,
     )
     job_transition(job=job, status=status, now=now, reason_code=reason_code, reason_message=message)
@@ -779,8 +831,8 @@ def job_hang(*, job_pk: int, now: datetime) -> bool:
     current = list(
         Pod.objects.filter(job=job, status__in=LIVE_POD_STATUSES).select_related("role", "node")
     )
-    job_event(job=job, kind="JobHang", message=f"AIMaster: {hung}", now=now)
-    message = f"The job hung: {hung}"
+    job_event(job=job, kind="JobHang", message=say("AIMaster: {reason}", reason=hung), now=now)
+    message = say("The job hung: {reason}", reason=hung)
     decision = lifecycle.after_hang(
         budget=aimaster_budget(job),
         spot=job.resource_source == ResourceSource.SPOT,
@@ -792,7 +844,7 @@ def job_hang(*, job_pk: int, now: datetime) -> bool:
             status=JobStatus.FAILED,
             now=now,
             reason_code="JobHang",
-            message=f"{message} ({decision.reason})",
+            message=say("{message} ({reason})", message=message, reason=decision.reason),
             pod_reason="JobHang",
         )
     elif isinstance(decision, lifecycle.RestartInPlace):
@@ -827,7 +879,7 @@ def job_timeout(*, job_pk: int, now: datetime) -> bool:
         status=JobStatus.FAILED,
         now=now,
         reason_code="JobTimeout",
-        message=f"Exceeded the max running time of {limit} min",
+        message=say("Exceeded the max running time of {limit} min", limit=limit),
         pod_reason="JobTimeout",
     )
     return True
@@ -944,9 +996,11 @@ def public_pods_lost(*, cutoff: datetime, now: datetime) -> list[str]:
         a for a in agents if beats.get(_agent_beat(a)) and beats[_agent_beat(a)] < cutoff
     )
     for agent in silent:
-        message = (
-            f"The agent {agent}, which ran this pod of the public pool, stopped "
-            f"reporting: no heartbeat for {settings.NODE_LOST_AFTER:g}s"
+        message = say(
+            "The agent {agent}, which ran this pod of the public pool, stopped reporting: "
+            "no heartbeat for {seconds}s",
+            agent=agent,
+            seconds=f"{settings.NODE_LOST_AFTER:g}",
         )
         pods = Pod.objects.filter(
             node__isnull=True, status__in=LIVE_POD_STATUSES, process__agent=agent
@@ -975,7 +1029,11 @@ def node_fail_pods(*, node: Node, now: datetime) -> int:
     """The node is gone: its live pods fail (NodeLost) as of its last heartbeat, the rest of
     each job is stopped and the job requeued — a platform interruption, so no job fails and
     no AIMaster restart is spent. Returns how many jobs were affected."""
-    message = f"Node {node.name} stopped reporting: no heartbeat for {settings.NODE_LOST_AFTER:g}s"
+    message = say(
+        "Node {node} stopped reporting: no heartbeat for {seconds}s",
+        node=node.name,
+        seconds=f"{settings.NODE_LOST_AFTER:g}",
+    )
     job_pks = _jobs_on(node)
     for job_pk in job_pks:
         with transaction.atomic():
@@ -1045,10 +1103,11 @@ def node_drain(*, node: Node, now: datetime) -> int:
             job = _lock_job(job_pk)
             if job.status not in RUNNABLE_JOB_STATUSES:
                 continue  # stopping already, or ended meanwhile
-            message = (
-                f"Moved off {node.name}: the node is being drained by an admin; its "
-                f"pods get SIGTERM and {job.termination_grace_seconds}s to save a "
-                "checkpoint before SIGKILL"
+            message = say(
+                "Moved off {node}: the node is being drained by an admin; its pods get "
+                "SIGTERM and {seconds}s to save a checkpoint before SIGKILL",
+                node=node.name,
+                seconds=job.termination_grace_seconds,
             )
             _job_requeue(
                 job=job,

@@ -38,6 +38,7 @@ from django.db import connection
 from django.utils import timezone
 
 from apps.agent import cgroups, housekeeping, netns, runner, services
+from apps.core.words import say
 from apps.jobs.models import LIVE_POD_STATUSES
 
 logger = logging.getLogger(__name__)
@@ -402,7 +403,7 @@ def _launch(launch: services.PodLaunch) -> None:
         _report_now(
             launch.pod_id,
             reason="SandboxUnavailable",
-            message=f"This host cannot isolate pods: {isolation.detail}",
+            message=say("This host cannot isolate pods: {detail}", detail=isolation.detail),
         )
         return
     netns_name, cgroup = "", None
@@ -417,7 +418,9 @@ def _launch(launch: services.PodLaunch) -> None:
         logger.exception("could not start pod %s", launch.pod_id)
         _release(cgroup, netns_name, launch.job_pk)
         shutil.rmtree(state_dir, ignore_errors=True)
-        _report_now(launch.pod_id, reason="StartError", message=f"Could not start: {exc}")
+        _report_now(
+            launch.pod_id, reason="StartError", message=say("Could not start: {error}", error=exc)
+        )
         return
     entry = _entry(launch, process, cgroup=cgroup, netns_name=netns_name, sandbox=isolation.mode)
     with _lock:
@@ -432,8 +435,10 @@ def _launch(launch: services.PodLaunch) -> None:
             pod_pk=launch.pod_pk,
             kind="InsecureSandbox",
             now=timezone.now(),
-            message=f"This pod is not isolated from the host: "
-            f"{isolation.detail} (SANDBOX=insecure)",
+            message=say(
+                "This pod is not isolated from the host: {detail} (SANDBOX=insecure)",
+                detail=isolation.detail,
+            ),
         )
 
 
@@ -533,8 +538,11 @@ def _adopt(pod_id: str, claim: str | None) -> None:
             _report_now(
                 pod_id,
                 reason="AgentRestarted",
-                message=f"The agent {agent_name()} restarted and found nothing of the "
-                "pod's process (its state was lost)",
+                message=say(
+                    "The agent {agent} restarted and found nothing of the pod's process "
+                    "(its state was lost)",
+                    agent=agent_name(),
+                ),
             )
         return
     launch = services.pod_launch(pod_id=pod_id)
@@ -567,8 +575,12 @@ def _adopt(pod_id: str, claim: str | None) -> None:
             pod_pk=launch.pod_pk,
             kind="PodReadopted",
             now=timezone.now(),
-            message=f"Re-adopted by the agent {agent_name()} after its "
-            f"restart: the pod kept running (pid {process.pid})",
+            message=say(
+                "Re-adopted by the agent {agent} after its restart: the pod kept running "
+                "(pid {pid})",
+                agent=agent_name(),
+                pid=process.pid,
+            ),
         )
     logger.warning(
         "re-adopted pod %s (pid %s, %s)",
@@ -721,15 +733,17 @@ def _exit_reason(entry: _Entry, ended: runner.Exit) -> tuple[str, str]:
     the kernel or the disk watchdog stopped it at a limit, or the platform lost it."""
     code, quota = ended.code, settings.POD_DISK_QUOTA_MIB
     if ended.vanished:
-        return "AgentRestarted", (
+        return "AgentRestarted", say(
             "The pod's supervisor process ended without an exit status "
             "(the host restarted, or it was killed)"
         )
     if entry.over_quota:
         return "DiskQuotaExceeded", entry.over_quota
     if code == runner.SIGXFSZ_EXIT:
-        return "DiskQuotaExceeded", (
-            f"A file grew past the disk quota of {quota} MiB (exit code {code})"
+        return "DiskQuotaExceeded", say(
+            "A file grew past the disk quota of {quota} MiB (exit code {code})",
+            quota=quota,
+            code=code,
         )
     outcome = ""
     if entry.cgroup is not None and code != 0:
@@ -738,16 +752,21 @@ def _exit_reason(entry: _Entry, ended: runner.Exit) -> tuple[str, str]:
         except OSError:
             outcome = ""
     if outcome == "OOMKilled":
-        return "OOMKilled", (
-            f"Killed for using more than its memory limit of "
-            f"{entry.launch.memory_mib} MiB (exit code {code})"
+        return "OOMKilled", say(
+            "Killed for using more than its memory limit of {limit} MiB (exit code {code})",
+            limit=entry.launch.memory_mib,
+            code=code,
         )
     if outcome == "TooManyProcesses":
-        return "TooManyProcesses", (
-            f"Hit its limit of {settings.POD_PIDS_MAX} processes and threads (exit code {code})"
+        return "TooManyProcesses", say(
+            "Hit its limit of {limit} processes and threads (exit code {code})",
+            limit=settings.POD_PIDS_MAX,
+            code=code,
         )
     if entry.stopped_by_agent:
-        return "AgentStopped", f"Stopped with its agent {agent_name()} (exit code {code})"
+        return "AgentStopped", say(
+            "Stopped with its agent {agent} (exit code {code})", agent=agent_name(), code=code
+        )
     return "", ""
 
 
@@ -821,15 +840,15 @@ def _check_disk(entry: _Entry) -> None:
     if entry.over_quota:
         return
     if usage.bytes > quota:
-        entry.over_quota = (
-            f"The job's files on this host use {usage.bytes / runner.MIB:,.0f} "
-            f"MiB, more than the disk quota of "
-            f"{settings.POD_DISK_QUOTA_MIB:,} MiB"
+        entry.over_quota = say(
+            "The job's files on this host use {used} MiB, more than the disk quota of {quota} MiB",
+            used=f"{usage.bytes / runner.MIB:,.0f}",
+            quota=f"{settings.POD_DISK_QUOTA_MIB:,}",
         )
     elif not usage.complete or usage.files > max_files:
-        entry.over_quota = (
-            f"The job created more than {max_files:,} files on this host (the "
-            "disk quota's file limit)"
+        entry.over_quota = say(
+            "The job created more than {files} files on this host (the disk quota's file limit)",
+            files=f"{max_files:,}",
         )
     if entry.over_quota:
         entry.process.note(f"disk quota exceeded: {entry.over_quota}")

@@ -24,6 +24,7 @@ from apps.core.auth import client_address, throttle_scope
 from apps.core.errors import ApplicationError
 from apps.core.redis import redis_client
 from apps.core.throttle import Scope, throttle_check, throttle_fail, throttle_reset
+from apps.core.words import say
 from apps.workspaces.models import AccessKey
 
 logger = logging.getLogger(__name__)
@@ -42,10 +43,13 @@ API_KEY_ADDRESS, API_ADDRESS, API_KEY = "api-key-address", "api-address", "api-k
 _THROTTLED = {
     API_KEY_ADDRESS: (
         "Throttling.User",
-        "too many requests with a bad signature for this AccessKeyId from your address",
+        say("too many requests with a bad signature for this AccessKeyId from your address"),
     ),
-    API_ADDRESS: ("Throttling", "too many requests with a bad signature from your address"),
-    API_KEY: ("Throttling.User", "too many requests with a bad signature for this AccessKeyId"),
+    API_ADDRESS: ("Throttling", say("too many requests with a bad signature from your address")),
+    API_KEY: (
+        "Throttling.User",
+        say("too many requests with a bad signature for this AccessKeyId"),
+    ),
 }
 
 
@@ -114,10 +118,12 @@ def _key_that_signed(
     )
     if key is None:
         raise ApplicationError(
-            "InvalidAccessKeyId.NotFound", "Specified access key is not found.", status=404
+            "InvalidAccessKeyId.NotFound", say("Specified access key is not found."), status=404
         )
     if not key.enabled or not key.user.is_active:
-        raise ApplicationError("InvalidAccessKeyId.Inactive", "Specified access key is disabled.")
+        raise ApplicationError(
+            "InvalidAccessKeyId.Inactive", say("Specified access key is disabled.")
+        )
     try:
         secret = key.secret()
     except InvalidToken:
@@ -125,8 +131,10 @@ def _key_that_signed(
         logger.error("AccessKey %s cannot be decrypted; re-issue it", key.key_id)
         raise ApplicationError(
             "InvalidAccessKeyId.Inactive",
-            "Specified access key can no longer be verified: it was created under another "
-            "encryption secret. Create a new AccessKey in the console (Access keys).",
+            say(
+                "Specified access key can no longer be verified: it was created under another "
+                "encryption secret. Create a new AccessKey in the console (Access keys).",
+            ),
         ) from None
     try:
         raw = _raw_path(request)
@@ -177,7 +185,7 @@ def _reset_failures(scopes: list[Scope]) -> None:
 
 def _unavailable() -> ApplicationError:
     return ApplicationError(
-        "ServiceUnavailable", "The service is temporarily unavailable.", status=503
+        "ServiceUnavailable", say("The service is temporarily unavailable."), status=503
     )
 
 
@@ -188,7 +196,9 @@ def _claim_nonce(key_id: str, nonce: str) -> None:
         logger.exception("Redis is unavailable: cannot check signature nonces")
         raise _unavailable() from None
     if not fresh:
-        raise ApplicationError("SignatureNonceUsed", "Specified signature nonce was used already.")
+        raise ApplicationError(
+            "SignatureNonceUsed", say("Specified signature nonce was used already.")
+        )
 
 
 def _touch(key: AccessKey, now: datetime) -> None:

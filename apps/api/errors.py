@@ -14,6 +14,8 @@ from datetime import UTC, datetime
 from django.http import JsonResponse
 
 from apps.core.errors import ApplicationError, ValidationFailed
+from apps.core.i18n import localized
+from apps.core.words import joined, say
 
 
 def new_request_id() -> str:
@@ -29,7 +31,7 @@ class Throttled(ApplicationError):
 
 
 def error_response(error: ApplicationError, *, request_id: str) -> JsonResponse:
-    body = {"RequestId": request_id, "Code": error.code, "Message": error.message}
+    body = {"RequestId": request_id, "Code": error.code, "Message": localized(error.message)}
     headers = {"x-acs-request-id": request_id}
     if isinstance(error, Throttled):  # the SDK reads x-acs-retry-after, in milliseconds
         headers["Retry-After"] = str(error.retry_after)
@@ -38,18 +40,20 @@ def error_response(error: ApplicationError, *, request_id: str) -> JsonResponse:
 
 
 def invalid_parameter(name: str, message: str) -> ApplicationError:
-    return ApplicationError("InvalidParameter", f"{name}: {message}", field=name)
+    return ApplicationError(
+        "InvalidParameter", say("{field}: {message}", field=name, message=message), field=name
+    )
 
 
 def missing_parameter(name: str) -> ApplicationError:
-    return ApplicationError("MissingParameter", f"{name} is required.", field=name)
+    return ApplicationError("MissingParameter", say("{field} is required.", field=name), field=name)
 
 
 def not_found(entity: str, ident: str) -> ApplicationError:
     """404 for what does not exist and for what belongs to a workspace the caller cannot see."""
     return ApplicationError(
         f"EntityNotExist.{entity}",
-        f"The {entity.lower()} {ident[:64]!r} does not exist.",
+        say("The {entity} {ident} does not exist.", entity=entity.lower(), ident=repr(ident[:64])),
         status=404,
     )
 
@@ -58,8 +62,11 @@ def throttling(code: str, reason: str, *, retry_at: datetime, retry_after: int) 
     """429 `Throttling` (the caller's address) or `Throttling.User` (the AccessKeyId)."""
     return Throttled(
         code,
-        f"Request was denied due to {reason}. Retry after "
-        f"{retry_at.astimezone(UTC):%Y-%m-%dT%H:%M:%SZ}.",
+        say(
+            "Request was denied due to {reason}. Retry after {at}.",
+            reason=reason,
+            at=f"{retry_at.astimezone(UTC):%Y-%m-%dT%H:%M:%SZ}",
+        ),
         retry_after=retry_after,
     )
 
@@ -123,9 +130,9 @@ def dlc_field(path: str) -> str:
 def from_validation(error: ValidationFailed) -> ApplicationError:
     """One InvalidParameter naming every problem with the DLC parameter names."""
     problems = [
-        f"{dlc_field(path)}: {message}"
+        say("{field}: {message}", field=dlc_field(path), message=message)
         for path, messages in error.errors.items()
         for message in messages
     ]
     first = dlc_field(error.field) if error.field else None
-    return ApplicationError("InvalidParameter", "; ".join(problems), field=first)
+    return ApplicationError("InvalidParameter", joined(problems), field=first)

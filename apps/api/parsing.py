@@ -18,6 +18,7 @@ from apps.api.errors import invalid_parameter, missing_parameter
 from apps.api.serializers import IDLE_MODE
 from apps.cluster.selectors import resource_type_of
 from apps.core.errors import ApplicationError
+from apps.core.words import say
 from apps.jobs.models import ExecutionMode, IdleMode, ResourceSource
 from apps.jobs.specs import DEFAULT_HANG_SECONDS, JobSpec, RoleSpec, as_decimal, gpu_amount
 
@@ -179,16 +180,19 @@ def json_body(raw: bytes) -> dict[str, Any]:
     except RecursionError:
         raise _too_deep() from None
     except (ValueError, UnicodeDecodeError):
-        raise ApplicationError("InvalidParameter", "The request body is not valid JSON.") from None
+        raise ApplicationError(
+            "InvalidParameter", say("The request body is not valid JSON.")
+        ) from None
     if not isinstance(data, dict):
-        raise ApplicationError("InvalidParameter", "The request body must be a JSON object.")
+        raise ApplicationError("InvalidParameter", say("The request body must be a JSON object."))
     _check_tree(data)
     return data
 
 
 def _too_deep() -> ApplicationError:
     return ApplicationError(
-        "InvalidParameter", f"The request body is nested deeper than {MAX_DEPTH} levels."
+        "InvalidParameter",
+        say("The request body is nested deeper than {most} levels.", most=MAX_DEPTH),
     )
 
 
@@ -202,7 +206,7 @@ def _check_tree(data: dict) -> None:
             if _has_surrogate(value):
                 raise invalid_parameter(
                     path or "body",
-                    "must be valid Unicode text (it holds a lone surrogate such as \\ud800)",
+                    say("must be valid Unicode text (it holds a lone surrogate such as \\ud800)"),
                 )
             continue
         if not isinstance(value, dict | list):
@@ -215,7 +219,10 @@ def _check_tree(data: dict) -> None:
         for key, item in value.items():
             if _has_surrogate(key):
                 raise invalid_parameter(
-                    path or "body", "a name is not valid Unicode text (it holds a lone surrogate)"
+                    path or "body",
+                    say(
+                        "a name is not valid Unicode text (it holds a lone surrogate)",
+                    ),
                 )
             stack.append((f"{path}.{key}" if path else key, item, depth + 1))
 
@@ -236,7 +243,7 @@ def workspace_id_of(body: dict) -> str:
     if value is None or value == "":
         raise missing_parameter("WorkspaceId")
     if isinstance(value, bool) or not isinstance(value, str | int):
-        raise invalid_parameter("WorkspaceId", "must be a string")
+        raise invalid_parameter("WorkspaceId", say("must be a string"))
     return str(value)
 
 
@@ -596,9 +603,16 @@ def query_int(
         return default
     maximum = MAX_INT if maximum is None else maximum
     if not _INTEGER.fullmatch(raw):
-        raise invalid_parameter(name, "must be an integer")
+        raise invalid_parameter(name, say("must be an integer"))
     if len(raw) > 20 or not minimum <= int(raw) <= maximum:
-        raise invalid_parameter(name, f"must be from {minimum} to {maximum}")
+        raise invalid_parameter(
+            name,
+            say(
+                "must be from {minimum} to {maximum}",
+                minimum=minimum,
+                maximum=maximum,
+            ),
+        )
     return int(raw)
 
 
@@ -610,7 +624,7 @@ def query_bool(query, name: str) -> bool | None:
         return True
     if raw.lower() in ("false", "0"):
         return False
-    raise invalid_parameter(name, "must be true or false")
+    raise invalid_parameter(name, say("must be true or false"))
 
 
 def query_time(query, name: str) -> datetime | None:
@@ -623,10 +637,19 @@ def query_time(query, name: str) -> datetime | None:
         moment = datetime.fromisoformat(raw.strip().replace(" ", "T"))
     except ValueError:
         raise invalid_parameter(
-            name, f"{raw[:64]!r} is not an ISO-8601 time such as 2026-11-29T10:00:00Z"
+            name,
+            say(
+                "{raw} is not an ISO-8601 time such as 2026-11-29T10:00:00Z",
+                raw=f"{raw[:64]!r}",
+            ),
         ) from None
     out_of_range = invalid_parameter(
-        name, f"must lie from {MIN_TIME:%Y-%m-%dT%H:%M:%SZ} to {MAX_TIME:%Y-%m-%dT%H:%M:%SZ}"
+        name,
+        say(
+            "must lie from {min_time} to {max_time}",
+            min_time=f"{MIN_TIME:%Y-%m-%dT%H:%M:%SZ}",
+            max_time=f"{MAX_TIME:%Y-%m-%dT%H:%M:%SZ}",
+        ),
     )
     try:
         moment = moment.astimezone(UTC) if moment.tzinfo else moment.replace(tzinfo=UTC)
@@ -643,5 +666,5 @@ def query_choice(query, name: str, choices: dict[str, Any]) -> Any:
         return None
     folded = {k.lower(): v for k, v in choices.items()}
     if raw.lower() not in folded:
-        raise invalid_parameter(name, f"must be one of {', '.join(choices)}")
+        raise invalid_parameter(name, say("must be one of {choices}", choices=", ".join(choices)))
     return folded[raw.lower()]

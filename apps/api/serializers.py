@@ -17,6 +17,8 @@ from typing import Any
 
 from apps.cluster.models import InstanceType, Quota
 from apps.core import pricing
+from apps.core.i18n import localized
+from apps.core.words import say
 from apps.jobs.models import (
     FINISHED_STATUSES,
     PENDING_STATUSES,
@@ -183,7 +185,7 @@ def _job_common(job: Job, roles: list[JobRole]) -> dict[str, Any]:
         "SubStatus": job.sub_status or None,
         "ReasonCode": job.reason_code or None,
         # A pending job says why it waits and where it stands, as its page does.
-        "ReasonMessage": waiting_text(job) or job.reason_message or None,
+        "ReasonMessage": localized(waiting_text(job) or job.reason_message) or None,
         "GmtCreateTime": iso(job.created_at),
         "GmtSubmittedTime": iso(job.submitted_at),
         "GmtRunningTime": iso(job.started_at),
@@ -289,11 +291,18 @@ def restart_record(
         status, duration = "Failed", None
     else:
         status, duration = "Restarting", None
-    lost_hours = restart.lost_gpu_seconds / 3600
-    spent = (
-        "an AIMaster restart"
+    lost = f"{restart.lost_gpu_seconds / 3600:.2f}"
+    detail = (
+        say(
+            "an AIMaster restart; lost {lost} GPU-hours of work since the last checkpoint",
+            lost=lost,
+        )
         if restart.counted
-        else "a platform interruption: no AIMaster restart spent"
+        else say(
+            "a platform interruption: no AIMaster restart spent; lost {lost} GPU-hours of work "
+            "since the last checkpoint",
+            lost=lost,
+        )
     )
     pod_level = restart.cause == "PodFailed" and job.execution_mode == "Async"
     return compact(
@@ -304,15 +313,16 @@ def restart_record(
             "Reason": restart.cause,
             "RestartDurationInSec": duration,
             "RestartStatus": status,
-            "RestartFailReason": (job.reason_message or None) if status == "Failed" else None,
+            "RestartFailReason": localized(job.reason_message) or None
+            if status == "Failed"
+            else None,
             "RestartLevelType": "PodLevel" if pod_level else "JobLevel",
             "TriggerID": f"{job.job_id}-restart-{restart.number}",
             "DetailErrorInfoList": [
                 {
                     "ErrorCode": restart.cause,
-                    "ErrorMsg": restart.message or restart.cause,
-                    "DetailErrorMsg": f"{spent}; lost {lost_hours:.2f} GPU-hours of work "
-                    "since the last checkpoint",
+                    "ErrorMsg": localized(restart.message) or restart.cause,
+                    "DetailErrorMsg": localized(detail),
                 }
             ],
             "LostGpuSeconds": round(restart.lost_gpu_seconds, 1),
@@ -343,7 +353,7 @@ def status_transition(entry: StatusTransition) -> dict[str, Any]:
             "StartTime": iso(entry.started_at),
             "EndTime": iso(entry.ended_at),
             "ReasonCode": entry.reason_code or None,
-            "ReasonMessage": entry.reason_message or None,
+            "ReasonMessage": localized(entry.reason_message) or None,
         }
     )
 
@@ -402,7 +412,7 @@ def pod_tree(pods: list[Pod]) -> list[dict[str, Any]]:
 
 def event_line(event: JobEvent) -> str:
     where = f" [{event.pod.pod_id}]" if event.pod_id else ""
-    return f"{iso(event.at)} {event.kind}{where}: {event.message}"
+    return f"{iso(event.at)} {event.kind}{where}: {localized(event.message)}"
 
 
 # --- instance types and prices -------------------------------------------------------------

@@ -39,6 +39,7 @@ from apps.cluster.models import InstanceType
 from apps.cluster.selectors import instance_type_list, market_params, quota_list
 from apps.core.errors import ApplicationError, ValidationFailed
 from apps.core.pricing import hour_to_per_minute
+from apps.core.words import say
 from apps.jobs.models import (
     Accessibility,
     Job,
@@ -101,7 +102,7 @@ MAX_PAGE_NUMBER = 1_000_000  # keeps the row offset far inside a bigint
 DEFAULT_LIST_WINDOW = timedelta(days=7)  # ListJobs without StartTime/EndTime, as DLC does
 MAX_EVENTS = 2000
 INTERNAL_ERROR = ApplicationError(
-    "InternalError", "The request processing has failed due to some unknown error.", status=500
+    "InternalError", say("The request processing has failed due to some unknown error."), status=500
 )
 
 
@@ -144,13 +145,16 @@ def endpoint(**handlers: Handler):
         except RequestDataTooBig:
             limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
             error = ApplicationError(
-                "InvalidParameter", f"The request body is larger than {limit} bytes.", status=413
+                "InvalidParameter",
+                say("The request body is larger than {limit} bytes.", limit=limit),
+                status=413,
             )
             return error_response(error, request_id=request_id)
         except TooManyFieldsSent:
             limit = settings.DATA_UPLOAD_MAX_NUMBER_FIELDS
             error = ApplicationError(
-                "InvalidParameter", f"The request has more than {limit} query parameters."
+                "InvalidParameter",
+                say("The request has more than {limit} query parameters.", limit=limit),
             )
             return error_response(error, request_id=request_id)
         except Exception:
@@ -168,7 +172,7 @@ def endpoint(**handlers: Handler):
 def _unknown_action() -> ApplicationError:
     return ApplicationError(
         "InvalidAction.NotFound",
-        "Specified api is not found, please check your url and method.",
+        say("Specified api is not found, please check your url and method."),
         status=404,
     )
 
@@ -182,7 +186,7 @@ def _refuse_nul(request: HttpRequest, kwargs: dict[str, str]) -> None:
     """PostgreSQL cannot compare text holding NUL: refuse it before any query sees it."""
     for name, value in [*request.GET.items(), *kwargs.items()]:
         if "\x00" in value:
-            raise invalid_parameter(name, "must not contain NUL characters")
+            raise invalid_parameter(name, say("must not contain NUL characters"))
 
 
 def _json_body(call: Call) -> dict[str, Any]:
@@ -265,9 +269,21 @@ def _from_template(call: Call, body: dict[str, Any]) -> tuple[JobTemplate, dict[
     for field, kind in version.constraints.items():
         name = _constraint_field(field)
         if kind == "locked" and name in own:
-            raise invalid_parameter(name, f"is locked by template {template.name!r}")
+            raise invalid_parameter(
+                name,
+                say(
+                    "is locked by template {name}",
+                    name=f"{template.name!r}",
+                ),
+            )
         if kind == "required" and name not in own:
-            raise invalid_parameter(name, f"is required by template {template.name!r}")
+            raise invalid_parameter(
+                name,
+                say(
+                    "is required by template {name}",
+                    name=f"{template.name!r}",
+                ),
+            )
     content = serializers.create_job_body(spec_from_json(version.content))
     content.setdefault("WorkspaceId", template.workspace.workspace_id)
     return template, {**content, **own}
@@ -321,7 +337,13 @@ def _job_filters(call: Call) -> JobFilters:
     filters: JobFilters = {}
     if statuses := [s.strip() for s in query.get("Status", "").split(",") if s.strip()]:
         if unknown := [s for s in statuses if s not in KNOWN_STATUSES]:
-            raise invalid_parameter("Status", f"{unknown[0]!r} is not a job status")
+            raise invalid_parameter(
+                "Status",
+                say(
+                    "{unknown} is not a job status",
+                    unknown=f"{unknown[0]!r}",
+                ),
+            )
         filters["statuses"] = statuses
     if source := parsing.query_choice(query, "PaymentType", PAYMENT_TYPES):
         filters["resource_sources"] = [source]
@@ -346,7 +368,11 @@ def _job_filters(call: Call) -> JobFilters:
     if accessibility := query.get("Accessibility", "").strip():
         if accessibility not in Accessibility.values:
             raise invalid_parameter(
-                "Accessibility", f"must be one of {', '.join(Accessibility.values)}"
+                "Accessibility",
+                say(
+                    "must be one of {choices}",
+                    choices=", ".join(Accessibility.values),
+                ),
             )
         filters["accessibility"] = accessibility
     if quotas := _listed(query, "ResourceIds"):
@@ -363,7 +389,7 @@ def _job_filters(call: Call) -> JobFilters:
             filters[key] = value  # type: ignore[literal-required]
     if unsupported := sorted(set(query) & LIST_JOBS_UNSUPPORTED):
         raise invalid_parameter(
-            unsupported[0], "not supported here (docs/api.md lists what ListJobs takes)"
+            unsupported[0], say("not supported here (docs/api.md lists what ListJobs takes)")
         )
     start, end = parsing.query_time(query, "StartTime"), parsing.query_time(query, "EndTime")
     if start is None and end is None and "job_ids" not in filters:
@@ -383,7 +409,7 @@ def _tags_filter(text: str) -> dict[str, str]:
     except ValueError:
         example = '{"team": "vision"}'
         raise invalid_parameter(
-            "Tags", f"must be a JSON object of key → value: {example}"
+            "Tags", say("must be a JSON object of key → value: {example}", example=example)
         ) from None
     if problems := tags_problems(tags):
         raise invalid_parameter("Tags", problems[0])
@@ -426,8 +452,10 @@ def _oversold_filters(value: str, sources: list[str] | None) -> JobFilters:
     ):
         raise invalid_parameter(
             "OversoldInfo",
-            "must be ForbiddenQuotaOverSold, ForceQuotaOverSold, AcceptQuotaOverSold, "
-            "AcceptQuotaOverSold-true or AcceptQuotaOverSold-false",
+            say(
+                "must be ForbiddenQuotaOverSold, ForceQuotaOverSold, AcceptQuotaOverSold, "
+                "AcceptQuotaOverSold-true or AcceptQuotaOverSold-false",
+            ),
         )
     # Idle modes are for quota jobs: beside PaymentType PostPaid or Spot nothing matches.
     quota_jobs = [ResourceSource.QUOTA] if sources in (None, [ResourceSource.QUOTA]) else []
@@ -444,7 +472,10 @@ def update_job(call: Call, job_id: str) -> dict[str, Any]:
     for name in ("UserCommand", "JobSpecs"):
         if body.get(name) is not None:
             raise invalid_parameter(
-                name, "cannot be changed; UpdateJob changes Priority, Description and Accessibility"
+                name,
+                say(
+                    "cannot be changed; UpdateJob changes Priority, Description and Accessibility",
+                ),
             )
     problems = parsing.Problems()
     priority = problems.integer(body, "Priority", "Priority")
@@ -526,7 +557,7 @@ def get_pod_logs(call: Call, job_id: str, pod_id: str) -> dict[str, Any]:
         parsing.query_time(call.query, "EndTime"),
     )
     if start and end and start > end:
-        raise invalid_parameter("StartTime", "must not be after EndTime")
+        raise invalid_parameter("StartTime", say("must not be after EndTime"))
     found = log_window(
         pod_log_path(pod),
         since=(start or call.now - DEFAULT_LIST_WINDOW).timestamp(),
@@ -589,13 +620,19 @@ def spot_prices(call: Call) -> dict[str, Any]:
         raise missing_parameter("InstanceType")
     itype = instance_type_list(names=[name]).first()
     if itype is None:
-        raise invalid_parameter("InstanceType", f"unknown instance type {name!r}")
+        raise invalid_parameter(
+            "InstanceType",
+            say(
+                "unknown instance type {name}",
+                name=f"{name!r}",
+            ),
+        )
     if not itype.spot_enabled or itype.public_capacity == 0:
-        raise invalid_parameter("InstanceType", f"{name} is not sold as spot")
+        raise invalid_parameter("InstanceType", say("{name} is not sold as spot", name=name))
     end = parsing.query_time(call.query, "EndTime") or call.now
     start = parsing.query_time(call.query, "StartTime") or end - timedelta(days=1)
     if start > end:
-        raise invalid_parameter("StartTime", "must not be after EndTime")
+        raise invalid_parameter("StartTime", say("must not be after EndTime"))
     low, high = spot_price_range_per_minute(itype)
     points = price_history(itype, start=start, end=end)
     state = market_states(types=[itype]).get(itype.pk)
@@ -647,7 +684,11 @@ def list_workspaces(call: Call) -> dict[str, Any]:
     if ids := [i.strip() for i in query.get("WorkspaceIds", "").split(",") if i.strip()]:
         if bad := [i for i in ids if not parsing.is_workspace_id(i)]:
             raise invalid_parameter(
-                "WorkspaceIds", f"{bad[0][:64]!r} is not a workspace id (numeric text)"
+                "WorkspaceIds",
+                say(
+                    "{bad} is not a workspace id (numeric text)",
+                    bad=f"{bad[0][:64]!r}",
+                ),
             )
         workspaces = workspaces.filter(pk__in=[int(i) for i in ids])
     if (status := query.get("Status")) and status.upper() != "ENABLED":
@@ -710,7 +751,12 @@ def _template_version(template: JobTemplate, number: int | None) -> JobTemplateV
         return template_version(template, number)
     except Http404:
         raise invalid_parameter(
-            "Version", f"template {template.name!r} has no version {number}"
+            "Version",
+            say(
+                "template {name} has no version {number}",
+                name=f"{template.name!r}",
+                number=number,
+            ),
         ) from None
 
 
@@ -737,7 +783,9 @@ def _template_content(problems: parsing.Problems, body: dict) -> JobSpec | None:
     try:
         return parsing.job_spec_from_create_job(raw)
     except ApplicationError as error:
-        raise ApplicationError(error.code, f"Content: {error}", field="Content") from None
+        raise ApplicationError(
+            error.code, say("Content: {message}", message=str(error)), field="Content"
+        ) from None
 
 
 def _constraints(problems: parsing.Problems, body: dict) -> dict[str, str] | None:
@@ -793,7 +841,13 @@ def get_job_template(call: Call, template_id: str) -> dict[str, Any]:
         number = parsing.query_int(call.query, "Version", default=template.default_version)
         versions = [v for v in versions if v.version == number]
         if not versions:
-            raise invalid_parameter("Version", f"template has no version {number}")
+            raise invalid_parameter(
+                "Version",
+                say(
+                    "template has no version {number}",
+                    number=number,
+                ),
+            )
     return {
         **serializers.template_item(template),
         "Versions": [serializers.template_version_item(v) for v in versions],
@@ -846,7 +900,7 @@ def update_job_template(call: Call, template_id: str) -> dict[str, Any]:
     spec = _template_content(problems, body)
     problems.raise_if_any()
     if constraints is not None and spec is None:
-        raise invalid_parameter("Constraints", "can only be given with Content")
+        raise invalid_parameter("Constraints", say("can only be given with Content"))
     created = template_update(
         template=template,
         by=call.user,

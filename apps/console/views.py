@@ -29,6 +29,7 @@ from apps.cluster.selectors import image_list
 from apps.console.selectors import job_list_clocks, job_list_version, job_live
 from apps.core.errors import ApplicationError, ValidationFailed
 from apps.core.http import HtmxHttpRequest
+from apps.core.i18n import localized
 from apps.jobs import selectors
 from apps.jobs.forms import (
     ROLE_ROWS,
@@ -64,7 +65,7 @@ def _get_job_to_manage(request: HttpRequest, job_id: str, *, action: str) -> Job
     try:
         selectors.job_ensure_can_manage(user=request.user, job=job, action=action)
     except ApplicationError as error:
-        raise PermissionDenied(error.message) from None
+        raise PermissionDenied(localized(error.message)) from None
     return job
 
 
@@ -204,7 +205,7 @@ def job_create(request: HtmxHttpRequest) -> HttpResponse:
             except ValidationFailed as failed:
                 form.add_spec_errors(failed.errors)
             except ApplicationError as error:
-                form.other_errors.append(error.message)
+                form.other_errors.append(localized(error.message))
             else:
                 messages.success(
                     request,
@@ -292,7 +293,7 @@ def job_stop_view(request: HtmxHttpRequest, job_id: str) -> HttpResponse:
     try:
         job_stop(job=job, by=request.user)
     except ApplicationError as error:
-        messages.error(request, error.message)
+        messages.error(request, localized(error.message))
     else:
         messages.success(request, gettext("Job %(job_id)s stopped.") % {"job_id": job.job_id})
     return redirect(_next_url(request, reverse("jobs:detail", args=[job.job_id])))
@@ -306,7 +307,7 @@ def job_delete_view(request: HtmxHttpRequest, job_id: str) -> HttpResponse:
     try:
         job_delete(job=job)
     except ApplicationError as error:
-        messages.error(request, error.message)
+        messages.error(request, localized(error.message))
         return redirect(reverse("jobs:detail", args=[job.job_id]))
     messages.success(
         request,
@@ -329,7 +330,7 @@ def job_priority_view(request: HtmxHttpRequest, job_id: str) -> HttpResponse:
         try:
             job_priority_update(job=job, priority=priority, by=request.user)
         except ApplicationError as error:
-            messages.error(request, error.message)
+            messages.error(request, localized(error.message))
         else:
             messages.success(
                 request,
@@ -370,7 +371,7 @@ def job_bulk_stop(request: HtmxHttpRequest) -> HttpResponse:
             if error.code == "JobAlreadyFinished":
                 ended.append(job)
             else:
-                failed.append(f"{job.display_name} ({job.job_id}): {error.message}")
+                failed.append(f"{job.display_name} ({job.job_id}): {localized(error.message)}")
         else:
             stopped.append(job)
     if stopped:
@@ -419,7 +420,7 @@ def template_save_view(request: HtmxHttpRequest, job_id: str) -> HttpResponse:
             replace=request.POST.get("replace") == "1",
         )
     except ApplicationError as error:
-        messages.error(request, error.message)
+        messages.error(request, localized(error.message))
         return redirect(reverse("jobs:detail", args=[job.job_id]) + "#save-template")
     messages.success(
         request,
@@ -461,6 +462,6 @@ def template_delete_view(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     try:
         template_delete(template=template, by=request.user)
     except ApplicationError as error:
-        raise PermissionDenied(error.message) from None
+        raise PermissionDenied(localized(error.message)) from None
     messages.success(request, gettext("Template “%(name)s” deleted.") % {"name": template.name})
     return redirect("jobs:templates")

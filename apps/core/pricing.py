@@ -35,6 +35,8 @@ from decimal import ROUND_CEILING, ROUND_HALF_UP, Decimal, InvalidOperation
 from operator import itemgetter
 from typing import Literal, NamedTuple
 
+from apps.core.words import joined, say, say_n
+
 ResourceType = Literal["ECS", "Lingjun"]
 PricePoint = tuple[float, Decimal]  # (epoch seconds, CNY per instance-hour) in force from then
 
@@ -549,7 +551,7 @@ def _reclaim_on_price(book: _Book) -> list[Reclaim]:
                 code: ReclaimCode = (
                     "SpotPriceExceeded" if name == "market" else "SpotAveragePriceExceeded"
                 )
-                reason = f"bid {yuan(bid)}/h < {name} {yuan(limit)}/h for {t}"
+                reason = _below(bid, name, limit, t)
                 reclaims.append(Reclaim(request.job_id, code, reason, rebid=request.aimaster))
                 book.release(request)
                 break
@@ -565,7 +567,12 @@ def _reclaim_over_capacity(book: _Book) -> list[Reclaim]:
             continue
         victims = _pick_victims(book, {t: in_use - market.capacity}, all_or_nothing=False)
         for victim in victims or ():
-            reason = f"stock short: capacity {market.capacity} < {in_use} instances of {t} in use"
+            reason = say(
+                "stock short: capacity {capacity} < {used} instances of {type} in use",
+                capacity=market.capacity,
+                used=in_use,
+                type=t,
+            )
             reclaims.append(_shortage(book, victim, reason, t))
     return reclaims
 
@@ -592,8 +599,12 @@ def _start_payg(
             continue
         assert victims is not None  # no victims for a shortfall is a problem, handled above
         for victim in victims:
-            reason = f"stock short: pay-as-you-go job {request.job_id} needs instances of "
-            reclaims.append(_shortage(book, victim, reason + ", ".join(shortfall), *shortfall))
+            reason = say(
+                "stock short: pay-as-you-go job {job} needs instances of {types}",
+                job=request.job_id,
+                types=", ".join(shortfall),
+            )
+            reclaims.append(_shortage(book, victim, reason, *shortfall))
         book.payg_used.update(counts)
         starts.append(Start(request.job_id, "payg"))
     return starts, waiting, reclaims
@@ -603,12 +614,20 @@ def _payg_problems(book: _Book, counts: dict[str, int]) -> list[tuple[str, str]]
     problems = []
     for t, n in counts.items():
         if t not in book.markets:
-            problems.append(("UnknownInstanceType", f"no public pool for instance type {t}"))
+            problems.append(
+                ("UnknownInstanceType", say("no public pool for instance type {type}", type=t))
+            )
             continue
         available = book.markets[t].capacity - book.payg_used[t]
         if n > available:
-            held = f"{max(available, 0)} not held by pay-as-you-go"
-            problems.append(("StockShortage", f"stock: needs {_instances(n)} of {t}, {held}"))
+            text = say_n(
+                n,
+                "stock: needs {count} instance of {type}, {free} not held by pay-as-you-go",
+                "stock: needs {count} instances of {type}, {free} not held by pay-as-you-go",
+                type=t,
+                free=max(available, 0),
+            )
+            problems.append(("StockShortage", text))
     return problems
 
 
@@ -617,7 +636,7 @@ def _shortfall(book: _Book, counts: dict[str, int]) -> dict[str, int]:
 
 
 def _waiting(job_id: int, problems: list[tuple[str, str]]) -> Waiting:
-    return Waiting(job_id, "; ".join(text for _, text in problems), problems[0][0])
+    return Waiting(job_id, joined([text for _, text in problems]), problems[0][0])
 
 
 def _pick_victims(
@@ -642,7 +661,7 @@ def _pick_victims(
 def _shortage(book: _Book, victim: SpotRequest, reason: str, *types: str) -> Reclaim:
     bids = ", ".join(f"{yuan(b)}/h" for t, _, b in victim.needs if t in types)
     book.release(victim)
-    text = f"{reason}; lowest bids go first (this job bid {bids})"
+    text = say("{reason}; lowest bids go first (this job bid {bids})", reason=reason, bids=bids)
     return Reclaim(victim.job_id, "SpotStockShortage", text, rebid=victim.aimaster)
 
 
@@ -705,10 +724,12 @@ def _spot_problems(
     for t, _, bid in needs:
         q = quote(t)
         if q is None:
-            problems.append(("UnknownInstanceType", f"no spot market for instance type {t}"))
+            problems.append(
+                ("UnknownInstanceType", say("no spot market for instance type {type}", type=t))
+            )
         elif bid < q.asked:
             code = "BidBelowAveragePrice" if q.name == "system average" else "BidBelowMarketPrice"
-            problems.append((code, f"bid {yuan(bid)}/h < {q.name} {yuan(q.asked)}/h for {t}"))
+            problems.append((code, _below(bid, q.name, q.asked, t)))
     for t, n in counts.items():
         q = quote(t)
         if q is not None and n > q.free:
@@ -717,11 +738,32 @@ def _spot_problems(
 
 
 def _stock_text(instance_type: str, needed: int, free: int) -> tuple[str, str]:
-    return "StockShortage", f"stock: needs {_instances(needed)} of {instance_type}, {free} free"
+    text = say_n(
+        needed,
+        "stock: needs {count} instance of {type}, {free} free",
+        "stock: needs {count} instances of {type}, {free} free",
+        type=instance_type,
+        free=free,
+    )
+    return "StockShortage", text
 
 
-def _instances(count: int) -> str:
-    return f"{count} instance" if count == 1 else f"{count} instances"
+def _below(bid: Decimal, name: str, asked: Decimal, instance_type: str) -> str:
+    """Why a bid cannot run: under the price it is held to (`name`: "market" or "system
+    average")."""
+    if name == "market":
+        return say(
+            "bid {bid}/h < market {price}/h for {type}",
+            bid=yuan(bid),
+            price=yuan(asked),
+            type=instance_type,
+        )
+    return say(
+        "bid {bid}/h < system average {price}/h for {type}",
+        bid=yuan(bid),
+        price=yuan(asked),
+        type=instance_type,
+    )
 
 
 def _sum_counts(needs: Iterable[tuple[str, int]]) -> dict[str, int]:

@@ -23,6 +23,7 @@ from django.conf import settings
 from django.db.models import Count, QuerySet
 
 from apps.cluster.models import Node
+from apps.core.words import say
 from apps.jobs.models import LIVE_POD_STATUSES, Job, JobStatus, Pod, PodStatus
 
 # The states of a pod's process (apps.agent.models.PodProcess) in which it runs or may
@@ -80,7 +81,7 @@ def pods_placed(*, jobs: Sequence[Job], now: datetime) -> None:
         status=JobStatus.RUNNING,
         now=now,
         reason_code="JobRunning",
-        reason_message="All pods are running",
+        reason_message=say("All pods are running"),
     )
 
 

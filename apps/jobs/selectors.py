@@ -38,6 +38,7 @@ from apps.cluster.models import InstanceType, Quota, ResourceType
 from apps.cluster.selectors import instance_type_list
 from apps.core import pricing
 from apps.core.errors import ApplicationError
+from apps.core.words import say
 from apps.jobs.models import (
     LIVE_POD_STATUSES,
     Accessibility,
@@ -388,8 +389,13 @@ def job_ensure_can_manage(*, user, job: Job, action: str = "change") -> None:
     if not job_can_manage(user=user, job=job):
         raise ApplicationError(
             "Forbidden.NotJobManager",
-            f"You cannot {action} job {job.job_id}: only the user who submitted it, an owner "
-            f"of workspace {job.workspace.name} or a platform admin can.",
+            say(
+                "You cannot {action} job {job_id}: only the user who submitted it, an owner of "
+                "workspace {name} or a platform admin can.",
+                action=action,
+                job_id=job.job_id,
+                name=job.workspace.name,
+            ),
             status=403,
         )
 

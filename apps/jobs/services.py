@@ -14,6 +14,7 @@ from django.utils import timezone
 from apps.core.db import db_datetime, id_chunks, rows_insert, rows_update
 from apps.core.errors import ApplicationError
 from apps.core.tasks import task_soon
+from apps.core.words import say
 from apps.jobs import transitions
 from apps.jobs.execution import pods_stopping
 from apps.jobs.models import (
@@ -216,8 +217,12 @@ def resumed_events(*, jobs: list[Job], now: datetime) -> list[JobEvent]:
     events = []
     for pk in resumed:
         step = latest_step.get(pk)
-        frm = f"checkpoint at step {step}" if step is not None else "the start (no checkpoint yet)"
-        events.append(JobEvent(job_id=pk, kind="Resumed", message=f"Resumed from {frm}", at=now))
+        message = (
+            say("Resumed from checkpoint at step {step}", step=step)
+            if step is not None
+            else say("Resumed from the start (no checkpoint yet)")
+        )
+        events.append(JobEvent(job_id=pk, kind="Resumed", message=message, at=now))
     return events
 
 
@@ -284,7 +289,8 @@ def job_submit(*, workspace, user, spec: JobSpec, now: datetime | None = None) -
     )
     JobTag.objects.bulk_create(JobTag(job=job, key=k, value=v) for k, v in spec.tags.items())
     StatusTransition.objects.create(job=job, status=JobStatus.CREATING, started_at=now)
-    job_event(job=job, kind="Submitted", message=f"Submitted by {user.get_username()}", now=now)
+    submitted = say("Submitted by {user}", user=user.get_username())
+    job_event(job=job, kind="Submitted", message=submitted, now=now)
     for note in spec.notes:
         job_event(job=job, kind="FieldIgnored", message=note, now=now)
 
@@ -306,19 +312,23 @@ def job_admit(*, job_pk: int, now: datetime) -> bool:
             status=JobStatus.BIDDING,
             now=now,
             reason_code="JobBidding",
-            reason_message="Waiting for spot instances at the bid limit",
+            reason_message=say("Waiting for spot instances at the bid limit"),
         )
-        job_event(job=job, kind="Bidding", message="Entered the spot market", now=now)
+        job_event(job=job, kind="Bidding", message=say("Entered the spot market"), now=now)
     else:
         job_transition(
             job=job,
             status=JobStatus.QUEUING,
             now=now,
             reason_code="JobEnqueued",
-            reason_message="Waiting in the queue",
+            reason_message=say("Waiting in the queue"),
         )
-        where = f"quota {job.quota.name}" if job.quota else "the public pool"
-        job_event(job=job, kind="Enqueued", message=f"Queued on {where}", now=now)
+        queued = (
+            say("Queued on quota {quota}", quota=job.quota.name)
+            if job.quota
+            else say("Queued on the public pool")
+        )
+        job_event(job=job, kind="Enqueued", message=queued, now=now)
     _tick_soon()
     return True
 
@@ -340,24 +350,30 @@ def job_stop(*, job: Job, by, now: datetime | None = None) -> Job:
     job = Job.objects.select_for_update().get(pk=job.pk)
     if job.status in FINISHED_STATUSES:
         raise ApplicationError(
-            "JobAlreadyFinished", f"job {job.job_id} has already ended ({job.status})", status=409
+            "JobAlreadyFinished",
+            say("job {job} has already ended ({status})", job=job.job_id, status=job.status),
+            status=409,
         )
     if job.status == JobStatus.STOPPING:
         return job
-    who = by.get_username() if by is not None else "system"
+    stopped = (
+        say("Stopped by {user}", user=by.get_username())
+        if by is not None
+        else say("Stopped by the system")
+    )
     live = list(Pod.objects.filter(job=job, status__in=LIVE_POD_STATUSES))
     Pod.objects.filter(pk__in=[p.pk for p in live]).update(
-        status=PodStatus.STOPPED, reason="JobStopped", message=f"Stopped by {who}", finished_at=now
+        status=PodStatus.STOPPED, reason="JobStopped", message=stopped, finished_at=now
     )
-    pods_stopping(job=job, pods=live, now=now, reason=f"Stopped by {who}")
+    pods_stopping(job=job, pods=live, now=now, reason=stopped)
     job_transition(
         job=job,
         status=JobStatus.STOPPED,
         now=now,
         reason_code="JobStoppedByUser",
-        reason_message=f"Stopped by {who}",
+        reason_message=stopped,
     )
-    job_event(job=job, kind="Stopped", message=f"Stopped by {who}", now=now)
+    job_event(job=job, kind="Stopped", message=stopped, now=now)
     _tick_soon()
     return job
 
@@ -372,15 +388,21 @@ def job_delete(*, job: Job) -> None:
     if not job.is_finished:
         raise ApplicationError(
             "JobNotFinished",
-            f"job {job.job_id} is {job.status}; only a Succeeded, Failed or Stopped job can be "
-            "deleted (stop it first)",
+            say(
+                "job {job_id} is {status}; only a Succeeded, Failed or Stopped job can be "
+                "deleted (stop it first)",
+                job_id=job.job_id,
+                status=job.status,
+            ),
             status=409,
         )
     try:
         job.delete()
     except ProtectedError:
         raise ApplicationError(
-            "JobInUse", f"job {job.job_id} is still referenced (bills, say) and is kept", status=409
+            "JobInUse",
+            say("job {job_id} is still referenced (bills, say) and is kept", job_id=job.job_id),
+            status=409,
         ) from None
 
 
@@ -391,19 +413,22 @@ def job_priority_update(*, job: Job, priority: int, by, now: datetime | None = N
     job = Job.objects.select_for_update().get(pk=job.pk)
     if not 1 <= priority <= 9:
         raise ApplicationError(
-            "InvalidParameter", "Priority: must be from 1 to 9", field="Priority"
+            "InvalidParameter", say("Priority: must be from 1 to 9"), field="Priority"
         )
     if job.resource_source != ResourceSource.QUOTA:
         raise ApplicationError(
             "InvalidParameter",
-            "Priority: only jobs on a resource quota are ordered by priority",
+            say("Priority: only jobs on a resource quota are ordered by priority"),
             field="Priority",
         )
     if job.status not in PRIORITY_EDITABLE:
         raise ApplicationError(
             "InvalidJobStatus",
-            f"the priority of a {job.status} job cannot change (only Creating, Queuing or "
-            "EnvPreparing jobs)",
+            say(
+                "the priority of a {status} job cannot change (only Creating, Queuing or "
+                "EnvPreparing jobs)",
+                status=job.status,
+            ),
             status=409,
         )
     if job.priority != priority:
@@ -413,7 +438,9 @@ def job_priority_update(*, job: Job, priority: int, by, now: datetime | None = N
             job=job,
             kind="PriorityChanged",
             now=now,
-            message=f"Priority {old} → {priority} by {by.get_username()}",
+            message=say(
+                "Priority {old} → {new} by {user}", old=old, new=priority, user=by.get_username()
+            ),
         )
     return job
 
@@ -426,7 +453,8 @@ def job_accessibility_update(
     and the workspace's administrators), in any status."""
     if accessibility not in Accessibility.values:
         raise ApplicationError(
-            "InvalidParameter", f"Accessibility must be one of {', '.join(Accessibility.values)}"
+            "InvalidParameter",
+            say("Accessibility must be one of {choices}", choices=", ".join(Accessibility.values)),
         )
     now = now or timezone.now()
     job = Job.objects.select_for_update().get(pk=job.pk)
@@ -437,7 +465,11 @@ def job_accessibility_update(
             job=job,
             kind="AccessibilityChanged",
             now=now,
-            message=f"{accessibility} by {by.get_username()}",
+            message=say(
+                "Made {accessibility} by {user}",
+                accessibility=accessibility,
+                user=by.get_username(),
+            ),
         )
     return job
 
@@ -449,7 +481,8 @@ def job_description_update(*, job: Job, description: str, by, now: datetime | No
     if job.description != description:
         job.description = description
         job.save(update_fields=["description"])
-        job_event(job=job, kind="DescriptionChanged", now=now, message=f"by {by.get_username()}")
+        changed = say("Description changed by {user}", user=by.get_username())
+        job_event(job=job, kind="DescriptionChanged", now=now, message=changed)
     return job
 
 
@@ -462,11 +495,14 @@ CONSTRAINT_KINDS = ("locked", "overridable", "required")
 def _template_name(name: str) -> str:
     name = (name or "").strip()
     if not name:
-        raise ApplicationError("InvalidParameter", "give the template a name", field="name")
+        raise ApplicationError("InvalidParameter", say("give the template a name"), field="name")
     if len(name) > MAX_TEMPLATE_NAME:
         raise ApplicationError(
             "InvalidParameter",
-            f"a template name has at most {MAX_TEMPLATE_NAME} characters",
+            say(
+                "a template name has at most {most} characters",
+                most=MAX_TEMPLATE_NAME,
+            ),
             field="name",
         )
     return name
@@ -476,8 +512,12 @@ def _ensure_can_manage(template: JobTemplate, by, action: str) -> None:
     if not template_can_manage(user=by, template=template):
         raise ApplicationError(
             "Forbidden",
-            f"only the user who saved template {template.name!r}, an owner or administrator of "
-            f"its workspace or a platform admin can {action} it",
+            say(
+                "only the user who saved template {name}, an owner or administrator of its "
+                "workspace or a platform admin can {action} it",
+                name=f"{template.name!r}",
+                action=action,
+            ),
             status=403,
         )
 
@@ -498,8 +538,11 @@ def template_create(
         if JobTemplate.objects.filter(workspace=workspace, name=name).exists():
             raise ApplicationError(
                 "TemplateExists",
-                f"this workspace already has a template named {name!r}: choose another name "
-                "or replace it",
+                say(
+                    "this workspace already has a template named {name}: choose another name or "
+                    "replace it",
+                    name=f"{name!r}",
+                ),
                 field="name",
                 status=409,
             )
@@ -545,7 +588,10 @@ def template_update(
             ).exists():
                 raise ApplicationError(
                     "TemplateExists",
-                    f"this workspace already has a template named {name.strip()!r}",
+                    say(
+                        "this workspace already has a template named {name}",
+                        name=f"{name.strip()!r}",
+                    ),
                     field="name",
                     status=409,
                 )
@@ -591,7 +637,11 @@ def template_default_set(*, template: JobTemplate, version: int, by) -> None:
     if not template.versions.filter(version=version).exists():
         raise ApplicationError(
             "InvalidParameter",
-            f"template {template.name!r} has no version {version}",
+            say(
+                "template {name} has no version {version}",
+                name=f"{template.name!r}",
+                version=version,
+            ),
             field="Version",
         )
     template.default_version = version

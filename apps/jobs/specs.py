@@ -16,6 +16,7 @@ from apps.cluster.models import InstanceType, Quota, ResourceType
 from apps.cluster.selectors import market_params
 from apps.core import pricing
 from apps.core.errors import ValidationFailed
+from apps.core.words import say
 from apps.jobs.models import (
     Accessibility,
     ExecutionMode,
@@ -277,26 +278,41 @@ def _check_fits(spec: JobSpec, quota: Quota, roles: list[ResolvedRole], errors: 
             needs = _amounts(role.cpu, role.memory, role.milli)
             errors.add(
                 f"roles[{i}]",
-                f"one pod needs {needs}, more than any node of pool "
-                f"{quota.pool.name} holds (the largest: "
-                f"{_amounts(*largest)})",
+                say(
+                    "one pod needs {needs}, more than any node of pool {pool} holds "
+                    "(the largest: {largest})",
+                    needs=needs,
+                    pool=quota.pool.name,
+                    largest=_amounts(*largest),
+                ),
             )
     if errors:
         return
     total = tuple(
         sum(getattr(r, k) * r.spec.pod_count for r in roles) for k in ("cpu", "memory", "milli")
     )
-    if spec.idle_mode == IdleMode.OFF:
+    off = spec.idle_mode == IdleMode.OFF
+    if off:
         room = (quota.min_cpu, quota.min_memory, quota.min_gpu * 1000)
-        what = (
-            f"quota {quota.name} guarantees ({_amounts(*room)}): it could never start; "
-            "with idle resources (Acceptable) it may borrow"
-        )
     else:
         room = tuple(sum(n[i] for n in nodes) for i in range(3))
-        what = f"pool {quota.pool.name} holds ({_amounts(*room)}): it could never start"
     if any(need > have for need, have in zip(total, room, strict=True)):
-        errors.add("quota", f"the job needs {_amounts(*total)} in all, more than {what}")
+        values = {"needs": _amounts(*total), "room": _amounts(*room)}
+        if off:
+            problem = say(
+                "the job needs {needs} in all, more than quota {quota} guarantees ({room}): "
+                "it could never start; with idle resources (Acceptable) it may borrow",
+                quota=quota.name,
+                **values,
+            )
+        else:
+            problem = say(
+                "the job needs {needs} in all, more than pool {pool} holds ({room}): it could "
+                "never start",
+                pool=quota.pool.name,
+                **values,
+            )
+        errors.add("quota", problem)
 
 
 def _amounts(cpu: int, memory: int, milli_gpu: int) -> str:
@@ -321,65 +337,102 @@ def tags_problems(tags: object) -> list[str]:
         return ["must be an object of key → value"]
     problems = []
     if len(tags) > MAX_TAGS:
-        problems.append(f"at most {MAX_TAGS} tags")
+        problems.append(say("at most {most} tags", most=MAX_TAGS))
     for key, value in tags.items():
         if not isinstance(key, str) or not key.strip():
-            problems.append("a tag key must be a non-empty string")
+            problems.append(say("a tag key must be a non-empty string"))
             continue
         if not isinstance(value, str):
-            problems.append(f"tag {key!r}: the value must be a string")
+            problems.append(say("tag {key}: the value must be a string", key=f"{key!r}"))
             continue
         if len(key) > MAX_TAG_KEY:
-            problems.append(f"tag key {key[:32]!r}…: at most {MAX_TAG_KEY} characters")
+            problems.append(
+                say(
+                    "tag key {key}…: at most {most} characters",
+                    key=f"{key[:32]!r}",
+                    most=MAX_TAG_KEY,
+                )
+            )
         elif key.lower().startswith(("aliyun", "acs:")):
-            problems.append(f"tag key {key!r}: keys starting aliyun or acs: are reserved")
+            problems.append(
+                say("tag key {key}: keys starting aliyun or acs: are reserved", key=f"{key!r}")
+            )
         if len(value) > MAX_TAG_VALUE:
-            problems.append(f"tag {key!r}: the value must be at most {MAX_TAG_VALUE} characters")
+            problems.append(
+                say(
+                    "tag {key}: the value must be at most {most} characters",
+                    key=f"{key!r}",
+                    most=MAX_TAG_VALUE,
+                )
+            )
         if any(ord(c) < 32 or ord(c) == 127 for c in key + value):
-            problems.append(f"tag {key!r}: no control characters")
+            problems.append(say("tag {key}: no control characters", key=f"{key!r}"))
     return problems
 
 
 def _check_basics(spec: JobSpec, errors: _Errors) -> None:
     if not spec.display_name.strip():
-        errors.add("display_name", "is required")
+        errors.add("display_name", say("is required"))
     elif len(spec.display_name) > MAX_DISPLAY_NAME:
-        errors.add("display_name", f"must be at most {MAX_DISPLAY_NAME} characters")
+        errors.add("display_name", say("must be at most {most} characters", most=MAX_DISPLAY_NAME))
     if spec.job_type not in JobType.values:
-        errors.add("job_type", f"must be one of {', '.join(JobType.values)}")
+        errors.add("job_type", say("must be one of {choices}", choices=", ".join(JobType.values)))
     if spec.accessibility not in Accessibility.values:
-        errors.add("accessibility", f"must be one of {', '.join(Accessibility.values)}")
+        errors.add(
+            "accessibility",
+            say("must be one of {choices}", choices=", ".join(Accessibility.values)),
+        )
     for problem in tags_problems(spec.tags):
         errors.add("tags", problem)
     if not spec.user_command.strip():
-        errors.add("user_command", "is required")
+        errors.add("user_command", say("is required"))
     elif _utf8_size(spec.user_command) > MAX_USER_COMMAND_BYTES:
-        errors.add("user_command", f"must be at most {MAX_USER_COMMAND_BYTES // 1024} KiB")
+        errors.add(
+            "user_command",
+            say(
+                "must be at most {most} KiB",
+                most=MAX_USER_COMMAND_BYTES // 1024,
+            ),
+        )
     if not isinstance(spec.priority, int) or not 1 <= spec.priority <= 9:
-        errors.add("priority", "must be a whole number from 1 to 9")
+        errors.add("priority", say("must be a whole number from 1 to 9"))
     if spec.max_running_time_minutes is not None and spec.max_running_time_minutes < 1:
-        errors.add("max_running_time_minutes", "must be at least 1 minute")
+        errors.add("max_running_time_minutes", say("must be at least 1 minute"))
     if spec.success_policy not in SuccessPolicy.values:
-        errors.add("success_policy", f"must be one of {', '.join(SuccessPolicy.values)}")
+        errors.add(
+            "success_policy",
+            say("must be one of {choices}", choices=", ".join(SuccessPolicy.values)),
+        )
     _check_envs(spec.envs, errors)
     if len(spec.data_sources) > MAX_DATA_SOURCES:
-        errors.add("data_sources", f"must hold at most {MAX_DATA_SOURCES} data sources")
+        errors.add(
+            "data_sources",
+            say(
+                "must hold at most {most} data sources",
+                most=MAX_DATA_SOURCES,
+            ),
+        )
     for i, source in enumerate(spec.data_sources[:MAX_DATA_SOURCES]):
         mount = str(source.get("mount_path", ""))
         if not source.get("uri"):
-            errors.add(f"data_sources[{i}].uri", "is required")
+            errors.add(f"data_sources[{i}].uri", say("is required"))
         if not mount.startswith("/mnt/data/") or ".." in mount.split("/"):
-            errors.add(f"data_sources[{i}].mount_path", "must be a path under /mnt/data/")
+            errors.add(f"data_sources[{i}].mount_path", say("must be a path under /mnt/data/"))
     if spec.max_restarts is None or not 0 <= spec.max_restarts <= 100:
-        errors.add("max_restarts", "must be from 0 to 100")
+        errors.add("max_restarts", say("must be from 0 to 100"))
     if spec.execution_mode not in ExecutionMode.values:
-        errors.add("execution_mode", "must be Sync or Async")
+        errors.add("execution_mode", say("must be Sync or Async"))
     if spec.hang_seconds is not None:
         if not spec.enable_aimaster:
-            errors.add("hang_seconds", "hang detection is part of AIMaster: turn AIMaster on")
+            errors.add("hang_seconds", say("hang detection is part of AIMaster: turn AIMaster on"))
         elif not MIN_HANG_SECONDS <= spec.hang_seconds <= MAX_HANG_SECONDS:
             errors.add(
-                "hang_seconds", f"must be from {MIN_HANG_SECONDS} to {MAX_HANG_SECONDS} seconds"
+                "hang_seconds",
+                say(
+                    "must be from {least} to {most} seconds",
+                    least=MIN_HANG_SECONDS,
+                    most=MAX_HANG_SECONDS,
+                ),
             )
 
 
@@ -389,60 +442,78 @@ def _utf8_size(text: str) -> int:
 
 def _check_envs(envs: dict, errors: _Errors) -> None:
     if len(envs) > MAX_ENVS:
-        errors.add("envs", f"must hold at most {MAX_ENVS} variables")
+        errors.add("envs", say("must hold at most {most} variables", most=MAX_ENVS))
         return
     total = 0
     for name, value in envs.items():
         if not ENV_NAME.fullmatch(str(name)):
-            errors.add("envs", f"{str(name)[:64]!r} is not a valid variable name")
+            errors.add(
+                "envs", say("{name} is not a valid variable name", name=f"{str(name)[:64]!r}")
+            )
         elif not isinstance(value, str):
-            errors.add("envs", f"{name}: the value must be text")
+            errors.add("envs", say("{name}: the value must be text", name=name))
         elif _utf8_size(value) > MAX_ENV_VALUE_BYTES:
             errors.add(
-                "envs", f"{name}: the value must be at most {MAX_ENV_VALUE_BYTES // 1024} KiB"
+                "envs",
+                say(
+                    "{name}: the value must be at most {most} KiB",
+                    name=name,
+                    most=MAX_ENV_VALUE_BYTES // 1024,
+                ),
             )
         else:
             total += _utf8_size(f"{name}={value}")
     if total > MAX_ENVS_TOTAL_BYTES:
         errors.add(
-            "envs", f"all variables together must be at most {MAX_ENVS_TOTAL_BYTES // 1024} KiB"
+            "envs",
+            say(
+                "all variables together must be at most {most} KiB",
+                most=MAX_ENVS_TOTAL_BYTES // 1024,
+            ),
         )
 
 
 def _check_source(spec: JobSpec, workspace, errors: _Errors) -> Quota | None:
     if spec.resource_type not in ResourceType.values:
-        errors.add("resource_type", "must be ECS or Lingjun")
+        errors.add("resource_type", say("must be ECS or Lingjun"))
         return None
     if spec.resource_source not in ResourceSource.values:
-        errors.add("resource_source", "must be quota, public or spot")
+        errors.add("resource_source", say("must be quota, public or spot"))
         return None
     if spec.idle_mode not in IdleMode.values:
-        errors.add("idle_mode", "must be off, acceptable or only_idle")
+        errors.add("idle_mode", say("must be off, acceptable or only_idle"))
     quota = None
     if spec.resource_source == ResourceSource.QUOTA:
         if not spec.quota:
-            errors.add("quota", "is required for a job on a resource quota")
+            errors.add("quota", say("is required for a job on a resource quota"))
         else:
             quota = workspace.quotas.filter(name=spec.quota).first()
             if quota is None:
-                errors.add("quota", f"no quota {spec.quota!r} serves this workspace")
+                errors.add(
+                    "quota", say("no quota {quota} serves this workspace", quota=f"{spec.quota!r}")
+                )
             elif quota.resource_type != spec.resource_type:
                 errors.add(
                     "quota",
-                    f"quota {quota.name} holds {quota.resource_type}, not {spec.resource_type}",
+                    say(
+                        "quota {name} holds {resource_type}, not {job_resource_type}",
+                        name=quota.name,
+                        resource_type=quota.resource_type,
+                        job_resource_type=spec.resource_type,
+                    ),
                 )
     elif spec.idle_mode != IdleMode.OFF:
-        errors.add("idle_mode", "idle resources apply only to jobs on a resource quota")
+        errors.add("idle_mode", say("idle resources apply only to jobs on a resource quota"))
     if spec.resource_source == ResourceSource.SPOT and spec.resource_type == ResourceType.LINGJUN:
         for name in ("vpc_id", "vswitch_id", "security_group_id"):
             if not getattr(spec, name).strip():
-                errors.add(name, "is required for Lingjun spot jobs")
+                errors.add(name, say("is required for Lingjun spot jobs"))
     return quota
 
 
 def _check_roles(spec: JobSpec, errors: _Errors) -> list[ResolvedRole]:
     if not spec.roles:
-        errors.add("roles", "add at least one role (JobSpecs)")
+        errors.add("roles", say("add at least one role (JobSpecs)"))
         return []
     names = [r.instance_type for r in spec.roles if r.instance_type]
     known = {t.name: t for t in InstanceType.objects.filter(name__in=names)}
@@ -451,7 +522,9 @@ def _check_roles(spec: JobSpec, errors: _Errors) -> list[ResolvedRole]:
     for i, role in enumerate(spec.roles):
         resolved_role = _check_role(spec, role, f"roles[{i}]", known, errors)
         if role.role_type in seen:
-            errors.add(f"roles[{i}].role_type", f"{role.role_type} appears twice")
+            errors.add(
+                f"roles[{i}].role_type", say("{role_type} appears twice", role_type=role.role_type)
+            )
         seen.add(role.role_type)
         if resolved_role is not None:
             resolved.append(resolved_role)
@@ -463,56 +536,79 @@ def _check_role(
 ) -> ResolvedRole | None:
     ok = True
     if role.role_type not in JobRole.RoleType.values:
-        errors.add(f"{path}.role_type", f"must be one of {', '.join(JobRole.RoleType.values)}")
+        errors.add(
+            f"{path}.role_type",
+            say("must be one of {choices}", choices=", ".join(JobRole.RoleType.values)),
+        )
         ok = False
     elif spec.job_type in JOB_ROLE_TYPES and role.role_type not in JOB_ROLE_TYPES[spec.job_type]:
         roles = ", ".join(JOB_ROLE_TYPES[spec.job_type])
         errors.add(
             f"{path}.role_type",
-            f"{spec.job_type} has no {role.role_type} role; its roles are {roles}",
+            say(
+                "{job_type} has no {role_type} role; its roles are {roles}",
+                job_type=spec.job_type,
+                role_type=role.role_type,
+                roles=roles,
+            ),
         )
         ok = False
     if not isinstance(role.pod_count, int) or not 1 <= role.pod_count <= MAX_PODS_PER_ROLE:
-        errors.add(f"{path}.pod_count", f"must be from 1 to {MAX_PODS_PER_ROLE}")
+        errors.add(
+            f"{path}.pod_count",
+            say("must be from 1 to {most}", most=MAX_PODS_PER_ROLE),
+        )
         ok = False
     if role.restart_policy not in JobRole.RestartPolicy.values:
-        errors.add(f"{path}.restart_policy", "is not a known restart policy")
+        errors.add(f"{path}.restart_policy", say("is not a known restart policy"))
     itype = None
     if role.instance_type:
         itype = known.get(role.instance_type)
         if itype is None:
-            errors.add(f"{path}.instance_type", f"unknown instance type {role.instance_type!r}")
+            errors.add(
+                f"{path}.instance_type",
+                say(
+                    "unknown instance type {instance_type}", instance_type=f"{role.instance_type!r}"
+                ),
+            )
             return None
         if itype.resource_type != spec.resource_type:
             errors.add(
                 f"{path}.instance_type",
-                f"{itype.name} is {itype.resource_type}, the job uses {spec.resource_type}",
+                say(
+                    "{name} is {resource_type}, the job uses {job_resource_type}",
+                    name=itype.name,
+                    resource_type=itype.resource_type,
+                    job_resource_type=spec.resource_type,
+                ),
             )
             ok = False
         cpu, memory, gpu = itype.cpu, itype.memory, itype.gpu
         if role.gpu_milli:
             errors.add(
                 f"{path}.gpu",
-                "a share of a GPU is asked for with CPU and memory, not with an instance "
-                "type (instances come whole)",
+                say(
+                    "a share of a GPU is asked for with CPU and memory, not with an instance "
+                    "type (instances come whole)"
+                ),
             )
             ok = False
     else:
         if spec.resource_source != ResourceSource.QUOTA:
-            errors.add(f"{path}.instance_type", "public and spot jobs need an instance type")
+            errors.add(f"{path}.instance_type", say("public and spot jobs need an instance type"))
             return None
         cpu, memory, gpu = role.cpu or 0, role.memory or 0, role.gpu or 0
         if cpu <= 0:
-            errors.add(f"{path}.cpu", "give an instance type or a CPU amount above 0")
+            errors.add(f"{path}.cpu", say("give an instance type or a CPU amount above 0"))
             ok = False
         if memory <= 0:
-            errors.add(f"{path}.memory", "give an instance type or a memory amount above 0")
+            errors.add(f"{path}.memory", say("give an instance type or a memory amount above 0"))
             ok = False
         if gpu < 0:
-            errors.add(f"{path}.gpu", "must not be negative")
+            errors.add(f"{path}.gpu", say("must not be negative"))
             ok = False
         if role.gpu_milli and (gpu or not 0 < role.gpu_milli < 1000):
-            errors.add(f"{path}.gpu", "a share of a GPU is below one GPU, with no whole GPU")
+            errors.add(f"{path}.gpu", say("a share of a GPU is below one GPU, with no whole GPU"))
             ok = False
         for name, value, most, shown in (
             ("cpu", cpu, MAX_POD_CPU, f"{MAX_POD_CPU // 1000:,} cores"),
@@ -520,7 +616,7 @@ def _check_role(
             ("gpu", gpu, MAX_POD_GPU, f"{MAX_POD_GPU:,} GPUs"),
         ):
             if value > most:
-                errors.add(f"{path}.{name}", f"must be at most {shown} per pod")
+                errors.add(f"{path}.{name}", say("must be at most {shown} per pod", shown=shown))
                 ok = False
     ok = _check_bid(spec, role, path, itype, errors) and ok
     if not ok:
@@ -537,33 +633,42 @@ def _check_bid(
     discount, price = role.spot_discount_limit, role.spot_price_limit
     if spec.resource_source != ResourceSource.SPOT:
         if discount is not None or price is not None:
-            errors.add(f"{path}.spot_discount_limit", "bids apply only to spot jobs")
+            errors.add(f"{path}.spot_discount_limit", say("bids apply only to spot jobs"))
             return False
         return True
     if itype is not None and (not itype.spot_enabled or itype.public_capacity == 0):
-        errors.add(f"{path}.instance_type", f"{itype.name} is not sold as spot")
+        errors.add(f"{path}.instance_type", say("{name} is not sold as spot", name=itype.name))
         return False
     if discount is None and price is None:
-        errors.add(f"{path}.spot_discount_limit", "set a SpotDiscountLimit or a SpotPriceLimit")
+        errors.add(
+            f"{path}.spot_discount_limit", say("set a SpotDiscountLimit or a SpotPriceLimit")
+        )
         return False
     if discount is not None and price is not None:
         errors.add(
-            f"{path}.spot_price_limit", "set only one of SpotDiscountLimit and SpotPriceLimit"
+            f"{path}.spot_price_limit", say("set only one of SpotDiscountLimit and SpotPriceLimit")
         )
         return False
     if discount is not None and discount not in SPOT_DISCOUNTS:
-        errors.add(f"{path}.spot_discount_limit", "must be one of 0.1, 0.2 … 0.9")
+        errors.add(f"{path}.spot_discount_limit", say("must be one of 0.1, 0.2 … 0.9"))
         return False
     if price is not None:
         if spec.resource_type == ResourceType.LINGJUN:
-            errors.add(f"{path}.spot_price_limit", "Lingjun spot takes only a SpotDiscountLimit")
+            errors.add(
+                f"{path}.spot_price_limit", say("Lingjun spot takes only a SpotDiscountLimit")
+            )
             return False
         if itype is not None:
             low, high = spot_price_range_per_minute(itype)
             if not low <= price <= high:
                 errors.add(
                     f"{path}.spot_price_limit",
-                    f"must lie in {itype.name}'s market price range ¥{low}–¥{high} per minute",
+                    say(
+                        "must lie in {name}'s market price range ¥{low}–¥{high} per minute",
+                        name=itype.name,
+                        low=low,
+                        high=high,
+                    ),
                 )
                 return False
     return True

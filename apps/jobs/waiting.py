@@ -5,6 +5,7 @@ the market's live one (`apps.market.selectors.waiting_show` puts it on the job f
 
 from __future__ import annotations
 
+from apps.core.words import say
 from apps.jobs.models import PENDING_STATUSES, Job, JobStatus, ResourceSource
 
 
@@ -16,14 +17,24 @@ def waiting_text(job: Job) -> str:
     if job.pending_reason:
         text = job.pending_reason
     elif job.status == JobStatus.BIDDING or job.resource_source == ResourceSource.PUBLIC:
-        text = "waiting for the next market step"
+        text = say("waiting for the next market step")
     else:
-        text = "waiting for the next scheduling pass"
-    if job.queue_position:
-        text += f" — position {job.queue_position}"
-        if job.queue_size:
-            text += f" of {job.queue_size}"
-        text += " in the queue"
-        if job.quota_id:
-            text += f" of quota {job.quota.name}"
-    return text
+        text = say("waiting for the next scheduling pass")
+    if not job.queue_position:
+        return text
+    values = {"reason": text, "position": job.queue_position, "size": job.queue_size}
+    if job.quota_id and job.queue_size:
+        return say(
+            "{reason} — position {position} of {size} in the queue of quota {quota}",
+            quota=job.quota.name,
+            **values,
+        )
+    if job.quota_id:
+        return say(
+            "{reason} — position {position} in the queue of quota {quota}",
+            quota=job.quota.name,
+            **values,
+        )
+    if job.queue_size:
+        return say("{reason} — position {position} of {size} in the queue", **values)
+    return say("{reason} — position {position} in the queue", **values)

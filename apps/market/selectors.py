@@ -17,12 +17,14 @@ from typing import NamedTuple
 from django.db.models import Count, OuterRef, Subquery, Sum
 from django.http import Http404
 from django.utils import timezone
+from django.utils.translation import gettext
 
 from apps.cluster.models import InstanceType, ResourceType
 from apps.cluster.selectors import market_params
 from apps.core import pricing
 from apps.core.charts import Chart, chart_build
 from apps.core.db import Epoch
+from apps.core.words import say
 from apps.jobs.execution import jobs_winding_down
 from apps.jobs.models import (
     LIVE_POD_STATUSES,
@@ -281,11 +283,13 @@ def price_chart(*, row: MarketRow, window: str = "6h", now: datetime | None = No
     since = until - CHART_WINDOWS.get(window, CHART_WINDOWS["6h"])
     t = row.instance_type
     history = price_histories(type_ids=[t.pk], since=since, until=until).get(t.pk, [])
-    series: list[tuple[str, str, History]] = [("Market price", "price", history)]
-    series.append(("Floor", "floor", [(since.timestamp(), row.floor)]))
-    series.append(("Original (pay-as-you-go)", "original", [(since.timestamp(), row.original)]))
+    series: list[tuple[str, str, History]] = [(gettext("Market price"), "price", history)]
+    series.append((gettext("Floor"), "floor", [(since.timestamp(), row.floor)]))
+    series.append(
+        (gettext("Original (pay-as-you-go)"), "original", [(since.timestamp(), row.original)])
+    )
     if row.is_lingjun and history:
-        series.append(("System average", "average", _rolling_average(t, since, until)))
+        series.append((gettext("System average"), "average", _rolling_average(t, since, until)))
     return chart_build(series, since=since, until=until, zone=timezone.get_current_timezone())
 
 
@@ -349,17 +353,27 @@ def job_bid_history(*, job: Job, now: datetime | None = None) -> BidHistory:
     charts = {}
     for name, history in prices.items():
         t = types[name]
-        series: list[tuple[str, str, History]] = [("Market price", "price", history)]
+        series: list[tuple[str, str, History]] = [(gettext("Market price"), "price", history)]
         if t.resource_type == ResourceType.LINGJUN and history:
             # a running Lingjun spot job is reclaimed against the system average, not the price
-            series.append(("System average", "average", _rolling_average(t, since, until)))
+            series.append((gettext("System average"), "average", _rolling_average(t, since, until)))
         for b in bids:
             if b.instance_type == name:
-                series.append((f"{b.role_type} bid", "bid", [(since.timestamp(), b.bid_per_hour)]))
+                series.append(
+                    (
+                        gettext("%(role)s bid") % {"role": b.role_type},
+                        "bid",
+                        [(since.timestamp(), b.bid_per_hour)],
+                    )
+                )
         floor = pricing.price_floor(t.price_per_hour, floor_ratio)
-        series.append(("Floor", "floor", [(since.timestamp(), floor)]))
+        series.append((gettext("Floor"), "floor", [(since.timestamp(), floor)]))
         series.append(
-            ("Original (pay-as-you-go)", "original", [(since.timestamp(), t.price_per_hour)])
+            (
+                gettext("Original (pay-as-you-go)"),
+                "original",
+                [(since.timestamp(), t.price_per_hour)],
+            )
         )
         charts[name] = chart_build(
             series, since=since, until=until, zone=timezone.get_current_timezone()
@@ -394,19 +408,24 @@ def held_reason(
     instance type, a spot role without a readable bid, or a type no longer sold as spot
     (`not_spot`). The tick and the job pages both ask this."""
     if not_before is not None and not_before > now:
-        again = "bids" if spot else "queues"
-        return f"AIMaster backoff: {again} again from {not_before:%H:%M:%S} UTC"
+        at = f"{not_before:%H:%M:%S}"
+        if spot:
+            return say("AIMaster backoff: bids again from {at} UTC", at=at)
+        return say("AIMaster backoff: queues again from {at} UTC", at=at)
     if winding_down:
         return winding_down_reason(winding_down)
     if any(not role.instance_type for role in roles):
-        return "every role of a public or spot job needs an instance type"
+        return say("every role of a public or spot job needs an instance type")
     if not spot:
         return ""
     for role in roles:
         if role.bid is None:
-            return f"{role.role_type}: set exactly one of SpotDiscountLimit and SpotPriceLimit"
+            return say(
+                "{role}: set exactly one of SpotDiscountLimit and SpotPriceLimit",
+                role=role.role_type,
+            )
         if role.instance_type in not_spot:
-            return f"{role.instance_type} is no longer sold as spot"
+            return say("{type} is no longer sold as spot", type=role.instance_type)
     return ""
 
 

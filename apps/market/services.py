@@ -51,6 +51,7 @@ from apps.core import pricing
 from apps.core.db import Epoch, db_datetime, id_chunks, rows_insert
 from apps.core.errors import ValidationFailed
 from apps.core.perf import gc_paused
+from apps.core.words import say
 from apps.jobs.execution import PodsStop, jobs_winding_down, pods_placed, pods_stopping_bulk
 from apps.jobs.models import (
     LIVE_POD_STATUSES,
@@ -610,7 +611,10 @@ def _apply_reclaims(reclaims: tuple[pricing.Reclaim, ...], *, now: datetime) -> 
             "role"
         ):
             pods[pod.job_id].append(pod)
-    messages = {job.pk: f"Spot instances reclaimed: {planned[job.pk].reason}" for job in jobs}
+    messages = {
+        job.pk: say("Spot instances reclaimed: {reason}", reason=planned[job.pk].reason)
+        for job in jobs
+    }
     with connection.cursor() as cursor:
         cursor.executemany(
             f"UPDATE {Pod._meta.db_table} SET status = %s, reason = %s, message = %s, "
@@ -637,7 +641,9 @@ def _apply_reclaims(reclaims: tuple[pricing.Reclaim, ...], *, now: datetime) -> 
                 job=job,
                 kind="Reclaimed",
                 at=now,
-                message=f"{planned[job.pk].code}: {planned[job.pk].reason}",
+                message=say(
+                    "{code}: {reason}", code=planned[job.pk].code, reason=planned[job.pk].reason
+                ),
             )
             for job in jobs
         ]
@@ -647,7 +653,9 @@ def _apply_reclaims(reclaims: tuple[pricing.Reclaim, ...], *, now: datetime) -> 
                 pod=pod,
                 kind="PodReclaimed",
                 at=now,
-                message=f"{planned[job.pk].code}: {planned[job.pk].reason}",
+                message=say(
+                    "{code}: {reason}", code=planned[job.pk].code, reason=planned[job.pk].reason
+                ),
             )
             for job in jobs
             for pod in pods[job.pk]
@@ -715,7 +723,7 @@ def _apply_starts(snapshot: MarketSnapshot, plan: pricing.MarketPlan) -> int:
     for job in jobs:
         spot = kinds[job.pk] == "spot"
         whys[job.pk] = (
-            _bid_accepted(snapshot, plan, job.pk) if spot else "Started on the public pool"
+            _bid_accepted(snapshot, plan, job.pk) if spot else say("Started on the public pool")
         )
         codes[job.pk] = "JobBidAccepted" if spot else "JobDequeued"
         events.append((job.pk, "BidAccepted" if spot else "Started", whys[job.pk], now))
@@ -726,7 +734,7 @@ def _apply_starts(snapshot: MarketSnapshot, plan: pricing.MarketPlan) -> int:
             status=JobStatus.RUNNING,
             now=now,
             reason_code="JobRunning",
-            reason_message="All pods are running",
+            reason_message=say("All pods are running"),
             started=True,
             via=Via(JobStatus.ENV_PREPARING, reason_codes=codes, reason_messages=whys),
         )
@@ -752,13 +760,22 @@ def _bid_accepted(snapshot: MarketSnapshot, plan: pricing.MarketPlan, job_id: in
     if len(terms) == 1:
         role = roles[0]
         market = plan.prices.get(role.instance_type)
-        return f"Bid accepted at {pricing.yuan(role.bid)}/h (market {pricing.yuan(market)}/h)"
+        return say(
+            "Bid accepted at {bid}/h (market {price}/h)",
+            bid=pricing.yuan(role.bid),
+            price=pricing.yuan(market),
+        )
     parts = [
-        f"{r.role_type} {pricing.yuan(r.bid)}/h "
-        f"(market {pricing.yuan(plan.prices.get(r.instance_type))}/h for {r.instance_type})"
+        say(
+            "{role} {bid}/h (market {price}/h for {type})",
+            role=r.role_type,
+            bid=pricing.yuan(r.bid),
+            price=pricing.yuan(plan.prices.get(r.instance_type)),
+            type=r.instance_type,
+        )
         for r in roles
     ]
-    return "Bid accepted: " + "; ".join(parts)
+    return say("Bid accepted: {bids}", bids="; ".join(parts))
 
 
 def _record_waiting(waiting: dict[int, str], stored: dict[int, str]) -> None:

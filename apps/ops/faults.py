@@ -362,7 +362,7 @@ def run(
     settle: float = 300.0,
     seed: int = 1,
     server: str = "postgresql://postgres@127.0.0.1:5432",
-    say=print,
+    tell=print,
 ) -> Report:
     """One round: a demo on a fresh database, `jobs` jobs, `kills` SIGKILLs spread over
     `window` seconds (every victim at least once when kills ≥ 4), then up to `settle`
@@ -386,7 +386,7 @@ def run(
             "import json; from apps.ops.faults import submit_workload; "
             f"print(json.dumps(submit_workload({jobs}, {seed})))"
         )
-        say(f"submitted {len(kinds)} jobs; killing for {window:.0f} s")
+        tell(f"submitted {len(kinds)} jobs; killing for {window:.0f} s")
         samples, stop = demo.var / "samples.jsonl", demo.var / "samples.stop"
         sampler = threading.Thread(
             target=demo.python,

@@ -14,6 +14,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
+from apps.core.words import say, say_n
+
 
 def lost_gpu_seconds(
     *,
@@ -38,7 +40,11 @@ def hang_message(*, quiet_since: float | None, interval: int | None, now: float)
     nothing has started). The agent's check and the restart it asks for both ask here."""
     if interval is None or quiet_since is None or now - quiet_since < interval:
         return None
-    return f"no output from any pod for {now - quiet_since:.0f} s (hang detection: {interval} s)"
+    return say(
+        "no output from any pod for {quiet} s (hang detection: {interval} s)",
+        quiet=f"{now - quiet_since:.0f}",
+        interval=interval,
+    )
 
 
 def after_hang(*, budget: Budget, spot: bool, nodes_ready: bool) -> Requeue | RestartInPlace | Fail:
@@ -62,8 +68,11 @@ def winding_down_reason(pods: int) -> str:
     attempt have been told to stop and have not exited yet (SIGTERM, the grace period, a
     save on the way out). Two attempts never run at once, so none reads or writes the
     checkpoint directory while the other still does. The scheduler and the market say it."""
-    noun = "pod" if pods == 1 else "pods"
-    return f"waiting for {pods} {noun} of its previous attempt to exit (grace period)"
+    return say_n(
+        pods,
+        "waiting for {count} pod of its previous attempt to exit (grace period)",
+        "waiting for {count} pods of its previous attempt to exit (grace period)",
+    )
 
 
 # --- success policy ------------------------------------------------------------------------
@@ -119,12 +128,12 @@ def success_outcome(*, policy: str, pods: Iterable[PodState]) -> Succeeded | Fai
     if policy == "ChiefWorker":
         chief = ranked[0]
         return (
-            Succeeded(f"The chief pod {chief.name} succeeded")
+            Succeeded(say("The chief pod {pod} succeeded", pod=chief.name))
             if chief.status == "Succeeded"
             else None
         )
     if all(p.status == "Succeeded" for p in ranked):
-        return Succeeded("All pods succeeded")
+        return Succeeded(say("All pods succeeded"))
     return None
 
 
@@ -149,9 +158,13 @@ def aimaster_declines(budget: Budget) -> str | None:
     """Why AIMaster will not restart the job after an interruption of its own making (a pod
     failed, a preemption, a reclaim), or None while restarts remain. The one budget check."""
     if not budget.aimaster:
-        return "no automatic fault tolerance"
+        return say("no automatic fault tolerance")
     if budget.restart_times >= budget.max_restarts:
-        return f"restarts exhausted ({budget.restart_times}/{budget.max_restarts})"
+        return say(
+            "restarts exhausted ({used}/{most})",
+            used=budget.restart_times,
+            most=budget.max_restarts,
+        )
     return None
 
 
@@ -159,11 +172,12 @@ def platform_note(budget: Budget) -> str:
     """What a platform interruption's messages add, so nobody reads it as the job's fault
     or looks for a spent restart."""
     if budget.aimaster:
-        return (
-            f"a platform interruption: AIMaster's budget {budget.restart_times}/"
-            f"{budget.max_restarts} is not used"
+        return say(
+            "a platform interruption: AIMaster's budget {used}/{most} is not used",
+            used=budget.restart_times,
+            most=budget.max_restarts,
         )
-    return "a platform interruption: requeued although AIMaster is off"
+    return say("a platform interruption: requeued although AIMaster is off")
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,9 +222,9 @@ def restart_policy_declines(policy: str, exit_code: int | None) -> str | None:
     ExitCode, codes below 128 are the program's own (permanent); 128+N is a signal, and a
     vanished process (no code) may be retried."""
     if policy == "Never":
-        return "restart policy Never"
+        return say("restart policy Never")
     if policy == "ExitCode" and exit_code is not None and exit_code < 128:
-        return f"exit code {exit_code} is permanent under restart policy ExitCode"
+        return say("exit code {code} is permanent under restart policy ExitCode", code=exit_code)
     return None
 
 

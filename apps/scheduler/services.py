@@ -22,6 +22,7 @@ from django.db.models import F
 from apps.cluster.models import Node, Quota, ResourcePool
 from apps.core.db import id_chunks, rows_update
 from apps.core.perf import gc_paused
+from apps.core.words import say
 from apps.jobs.execution import (
     PodsStop,
     jobs_winding_down,
@@ -302,7 +303,7 @@ def _apply_admissions(admissions: tuple[engine.Admission, ...], *, now: datetime
                 )
             )
     Pod.objects.bulk_create(pods)
-    dequeued = {job.pk: f"Dequeued from quota {_quota_name(job)}" for job in jobs}
+    dequeued = {job.pk: say("Dequeued from quota {quota}", quota=_quota_name(job)) for job in jobs}
     JobEvent.objects.bulk_create(_admission_events(jobs, planned, nodes, dequeued, now))
     jobs_transition_bulk(
         jobs=jobs,
@@ -326,7 +327,9 @@ def _admission_events(jobs, planned, nodes, dequeued, now) -> list[JobEvent]:
         )
         events += [
             JobEvent(job=job, kind="Dequeued", message=dequeued[job.pk], at=now),
-            JobEvent(job=job, kind="Scheduled", message=f"Scheduled on {where}", at=now),
+            JobEvent(
+                job=job, kind="Scheduled", message=say("Scheduled on {nodes}", nodes=where), at=now
+            ),
         ]
     return events + resumed_events(jobs=jobs, now=now)
 
@@ -480,7 +483,7 @@ def jobs_requeue_or_fail(
         job = i.job
         status = requeue_status or (JobStatus.BIDDING if decision.rebid else JobStatus.QUEUING)
         back[status].append(i)
-        where = "the spot market" if status == JobStatus.BIDDING else "the queue"
+        bidding = status == JobStatus.BIDDING
         job.attempt += 1
         if decision.counted:
             job.restart_times += 1
@@ -496,17 +499,48 @@ def jobs_requeue_or_fail(
                 counted=decision.counted,
             )
         )
-        lost = f"lost {i.lost_gpu_seconds / 3600:.2f} GPU-hours"
+        lost = f"{i.lost_gpu_seconds / 3600:.2f}"
         if not decision.counted:
             note = lifecycle.platform_note(aimaster_budget(job))
-            messages[job.pk] = f"Requeued: {i.message} ({note})"
-            told = f"{i.message} ({note}); back to {where}; {lost}"
+            messages[job.pk] = say("Requeued: {message} ({reason})", message=i.message, reason=note)
+            told = (
+                say(
+                    "{message} ({reason}); back to the spot market; lost {lost} GPU-hours",
+                    message=i.message,
+                    reason=note,
+                    lost=lost,
+                )
+                if bidding
+                else say(
+                    "{message} ({reason}); back to the queue; lost {lost} GPU-hours",
+                    message=i.message,
+                    reason=note,
+                    lost=lost,
+                )
+            )
         else:
-            messages[job.pk] = (
-                f"Requeued by AIMaster ({job.restart_times}/{job.max_restarts}): {i.message}"
+            used, most = job.restart_times, job.max_restarts
+            messages[job.pk] = say(
+                "Requeued by AIMaster ({used}/{most}): {message}",
+                used=used,
+                most=most,
+                message=i.message,
             )
             told = (
-                f"AIMaster restart {job.restart_times}/{job.max_restarts}: back to {where}; {lost}"
+                say(
+                    "AIMaster restart {used}/{most}: back to the spot market; "
+                    "lost {lost} GPU-hours",
+                    used=used,
+                    most=most,
+                    lost=lost,
+                )
+                if bidding
+                else say(
+                    "AIMaster restart {used}/{most}: back to the queue; lost {lost} GPU-hours",
+                    used=used,
+                    most=most,
+                    lost=lost,
+                )
             )
         events.append(JobEvent(job=job, kind="Requeued", at=now, message=told))
     if requeued:
@@ -525,7 +559,7 @@ def jobs_requeue_or_fail(
                 reason_messages=messages,
             )
     for i, decision in failed:
-        messages[i.job.pk] = f"{i.message} ({decision.reason})"
+        messages[i.job.pk] = say("{message} ({reason})", message=i.message, reason=decision.reason)
         events.append(JobEvent(job=i.job, kind="Failed", message=messages[i.job.pk], at=now))
     jobs_transition_bulk(
         jobs=[i.job for i, _ in failed],

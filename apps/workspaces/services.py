@@ -9,6 +9,7 @@ from django.views.decorators.debug import sensitive_variables
 
 from apps.core.errors import ApplicationError
 from apps.core.timezones import valid_zone
+from apps.core.words import say
 from apps.workspaces.models import AccessKey, UserPreference
 
 MAX_ACCESS_KEYS_PER_USER = 5
@@ -22,7 +23,10 @@ def access_key_create(*, user, description: str = "") -> tuple[AccessKey, str]:
     if AccessKey.objects.select_for_update().filter(user=user).count() >= MAX_ACCESS_KEYS_PER_USER:
         raise ApplicationError(
             "AccessKeyLimitExceeded",
-            f"You already have {MAX_ACCESS_KEYS_PER_USER} access keys; delete one first.",
+            say(
+                "You already have {most} access keys; delete one first.",
+                most=MAX_ACCESS_KEYS_PER_USER,
+            ),
             status=409,
         )
     key_id, secret = AccessKey.new_pair()
@@ -49,7 +53,9 @@ def access_key_delete(*, key: AccessKey) -> None:
     """Only a disabled key may be deleted, so a key in use is never lost with one click."""
     if key.enabled:
         raise ApplicationError(
-            "AccessKeyEnabled", f"Disable {key.key_id} before deleting it.", status=409
+            "AccessKeyEnabled",
+            say("Disable {key_id} before deleting it.", key_id=key.key_id),
+            status=409,
         )
     key.delete()
 
@@ -59,7 +65,9 @@ def user_time_zone_set(*, user, time_zone: str) -> None:
     must be an IANA zone."""
     if time_zone and valid_zone(time_zone) is None:
         raise ApplicationError(
-            "InvalidParameter", f"{time_zone[:64]!r} is not a time zone name", field="time_zone"
+            "InvalidParameter",
+            say("{time_zone} is not a time zone name", time_zone=f"{time_zone[:64]!r}"),
+            field="time_zone",
         )
     UserPreference.objects.update_or_create(user=user, defaults={"time_zone": time_zone})
 
@@ -69,6 +77,8 @@ def user_language_set(*, user, language: str) -> None:
     settings.LANGUAGES."""
     if language and language not in dict(settings.LANGUAGES):
         raise ApplicationError(
-            "InvalidParameter", f"{language[:16]!r} is not a language here", field="language"
+            "InvalidParameter",
+            say("{language} is not a language here", language=f"{language[:16]!r}"),
+            field="language",
         )
     UserPreference.objects.update_or_create(user=user, defaults={"language": language})

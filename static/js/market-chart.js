@@ -27,7 +27,9 @@
     var stepped = window.uPlot.paths.stepped({ align: 1 });
     // the page's zone (the reader's: <html data-tz>), one 24-hour format as the tables
     var zone = document.documentElement.dataset.tz || "Etc/UTC";
-    var series = [{ label: "Time (" + zone + ")", value: "{YYYY}-{MM}-{DD} {HH}:{mm}:{ss}" }];
+    // the time column's name in the page's language (the template's data-time-label)
+    var time = figure.dataset.timeLabel || "Time";
+    var series = [{ label: time + " (" + zone + ")", value: "{YYYY}-{MM}-{DD} {HH}:{mm}:{ss}" }];
     var columns = [data.t];
     data.series.forEach(function (s) {
       series.push({

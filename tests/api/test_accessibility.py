@@ -57,7 +57,7 @@ def test_a_private_job_is_seen_by_its_submitter_and_admins_only(
     alice.update_job(secret, UpdateJobRequest(accessibility="PUBLIC"))
     assert bob.get_job(secret, GetJobRequest()).body.accessibility == "PUBLIC"
     events = Job.objects.get(job_id=secret).events.filter(kind="AccessibilityChanged")
-    assert [e.message for e in events] == ["PUBLIC by alice"]
+    assert [e.message for e in events] == ["Made PUBLIC by alice"]
 
 
 def test_accessibility_takes_only_public_or_private(dlc, create_job, ws_a):

@@ -112,3 +112,50 @@ def test_it_offers_the_roles_of_the_chosen_job_type(browser_page, live_server, p
     assert job.job_type == "RayJob"
     assert [role.role_type for role in job.roles.order_by("id")] == ["Worker", "Head"]
     assert page.external_requests == []
+
+
+def test_a_reader_of_chinese_creates_a_spot_job_and_reads_why_it_waits(
+    chromium_browser, live_server, personas, password, settings, tmp_path
+):
+    """The zh-CN console end to end: the form in Chinese, a spot job bid below the market,
+    and its waiting reason in Chinese on its page (the market's words, translated)."""
+    from datetime import timedelta
+    from random import Random
+
+    from django.utils import timezone
+
+    from apps.market.services import market_step
+    from tests.integration.test_market_step import replay_writer
+
+    now = timezone.now()
+    replay_writer(settings, tmp_path)([(now - timedelta(minutes=5), "ecs.g7.xlarge", "0.50")])
+    context = chromium_browser.new_context(locale="zh-CN", timezone_id="Asia/Shanghai")
+    context.set_default_timeout(15_000)
+    try:
+        page = context.new_page()
+        login(page, live_server, "alice", password)
+        page.goto(f"{live_server.url}/jobs/new/")
+        expect(page.locator("html")).to_have_attribute("lang", "zh-hans")
+        expect(page.locator("label[for=id_display_name]")).to_contain_text("任务名称")
+        expect(page.locator("#submit-job")).to_have_text("新建任务")
+
+        page.fill("#id_display_name", "竞价-示例")
+        page.fill("#id_user_command", "echo 你好 && sleep 30")
+        page.check("input[name=resource_source][value=spot]")
+        page.select_option("#id_roles-0-instance_type", "ecs.g7.xlarge")
+        page.check("input[name=roles-0-spot_limit_type][value=discount]")
+        page.select_option("#id_roles-0-spot_discount_limit", "0.4")  # ¥0.32/h
+        page.click("#submit-job")
+        expect(page.locator("h1")).to_contain_text("竞价-示例")
+        expect(page.locator("#job-live")).to_contain_text("竞价中")
+
+        job = Job.objects.get(display_name="竞价-示例")
+        market_step(now=now - timedelta(minutes=1), rng=Random(1))
+        page.reload()
+        pending = page.locator("#pending")
+        expect(pending).to_contain_text("出价 ¥0.32/h < ecs.g7.xlarge 的市场价格 ¥0.50/h")
+        expect(pending).not_to_contain_text("bid ¥0.32/h")
+        expect(page.locator("#events")).to_contain_text("由 alice 提交")
+        assert Job.objects.get(pk=job.pk).status == "Bidding"
+    finally:
+        context.close()

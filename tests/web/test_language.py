@@ -152,3 +152,28 @@ def test_the_pages_in_chinese_show_no_template_syntax(client, personas):
     detail = client.get(pages[2], headers={"accept_language": "zh-CN"}).content.decode()
     assert f'title="{job.status}">' in detail  # the badge names the API's code as well
     assert 'title="Creating">创建中</span>' in detail
+
+
+def test_a_jobs_reasons_and_events_read_in_the_readers_language(client, personas):
+    """Stored once in English by the services, shown in Chinese to a reader of Chinese: the
+    job's reason, its events and its pods' messages."""
+    from django.utils import timezone
+
+    from apps.jobs.services import job_stop, job_submit
+    from apps.jobs.specs import JobSpec, RoleSpec
+
+    spec = JobSpec(
+        display_name="zh-stop",
+        user_command="true",
+        quota="team-a",
+        roles=[RoleSpec(cpu=1000, memory=1024, gpu=0)],
+    )
+    job = job_submit(workspace=personas["ws_a"], user=personas["alice"], spec=spec)
+    job_stop(job=job, by=personas["alice"], now=timezone.now())
+    client.force_login(personas["alice"])
+    url = reverse("jobs:detail", args=[job.job_id])
+    english = client.get(url).content.decode()
+    assert "Submitted by alice" in english and "Stopped by alice" in english
+    chinese = client.get(url, headers={"accept_language": "zh-CN"}).content.decode()
+    assert "由 alice 提交" in chinese and "由 alice 停止" in chinese
+    assert "Submitted by alice" not in chinese and "Stopped by alice" not in chinese

@@ -8,6 +8,7 @@ from django import template
 from django.utils.html import format_html
 from django.utils.translation import gettext, pgettext_lazy
 
+from apps.core.i18n import localized
 from apps.jobs.models import PENDING_STATUSES, gpu_text
 from apps.jobs.waiting import waiting_text
 
@@ -69,8 +70,16 @@ def is_pending(job) -> bool:
 
 @register.filter
 def waiting(job) -> str:
-    """`{{ job|waiting }}`: why a pending job waits and where it stands (`waiting_text`)."""
-    return waiting_text(job)
+    """`{{ job|waiting }}`: why a pending job waits and where it stands (`waiting_text`), in
+    the reader's language."""
+    return localized(waiting_text(job))
+
+
+@register.filter
+def said(message) -> str:
+    """`{{ event.message|said }}`: a message the platform stored in English (a reason, an
+    event, a restart's cause) in the reader's language (apps/core/words.py)."""
+    return localized(str(message)) if message else ""
 
 
 @register.filter

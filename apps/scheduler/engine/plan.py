@@ -38,6 +38,7 @@ import random
 from collections.abc import Iterable
 from functools import lru_cache
 
+from apps.core.words import say, say_n
 from apps.scheduler.engine.model import (
     MILLI,
     Admission,
@@ -68,7 +69,6 @@ from apps.scheduler.engine.vectors import (
     milli_amount,
     milli_shape,
     milli_value,
-    plural,
     shape,
     sum_of,
 )
@@ -242,11 +242,23 @@ class ClusterState:
                     grow(self.usage[quota.id], (g, -sign * v[1], -sign * v[2]))
 
 
+def _freed(leaving: int) -> str:
+    return say_n(leaving, "room being freed by {count} job", "room being freed by {count} jobs")
+
+
+def _reclaiming(victims: int) -> str:
+    return say_n(
+        victims, "borrowers being reclaimed: {count} job", "borrowers being reclaimed: {count} jobs"
+    )
+
+
 @lru_cache(maxsize=4096)  # a long queue repeats a few shapes against the same free room
 def _needs_text(pods: tuple[Vec, ...], i: int, free: int, most: int) -> str:
-    return (
-        f"needs {shape(pods)} ({amount(i, free)} free in pool, "
-        f"at most {amount(i, most)} on one node)"
+    return say(
+        "needs {shape} ({free} free in pool, at most {most} on one node)",
+        shape=shape(pods),
+        free=amount(i, free),
+        most=amount(i, most),
     )
 
 
@@ -398,20 +410,20 @@ class _Planner:
         """Decide a job on its quota's guarantee; False defers it to the borrowers' pass."""
         pending = job.job
         if job.quota is None:
-            self._wait(job, f"unknown quota {pending.quota_id}")
+            self._wait(job, say("unknown quota {quota}", quota=pending.quota_id))
             return True
         if not pending.pods:  # nothing to place is not "fits": it is never admitted
-            self._wait(job, "it has no pods to place")
+            self._wait(job, say("it has no pods to place"))
             return True
         if pending.not_before is not None and pending.not_before > self.now:
             left = pending.not_before - self.now
-            self._wait(job, f"requeue backoff until {pending.not_before:.0f} ({left:.0f} s left)")
+            self._wait(job, say("requeue backoff: {left} s left", left=f"{left:.0f}"))
             return True
         if pending.winding_down:
             self._wait(job, winding_down_reason(pending.winding_down))
             return True
         if (blocker := self._blocker(job)) is not None:
-            self._wait(job, f"blocked behind {blocker.job.name} (StrictFIFO)")
+            self._wait(job, say("blocked behind {job} (StrictFIFO)", job=blocker.job.name))
             return True
         if pending.idle_mode == "only_idle":
             return False
@@ -426,7 +438,7 @@ class _Planner:
         if shortfall is not None:
             self._stuck(job, shortfall)
         elif job.pool is None:
-            self._stuck(job, f"no schedulable node in pool {job.quota.pool_id}")
+            self._stuck(job, say("no schedulable node in pool {pool}", pool=job.quota.pool_id))
         elif (spots := self._place(job)) is not None:
             self._admit(job, spots, [True] * len(spots))
         else:
@@ -435,17 +447,17 @@ class _Planner:
 
     def _borrowers_pass(self, job: _Pending) -> None:
         if (blocker := self._blocker(job)) is not None:
-            self._wait(job, f"blocked behind {blocker.job.name} (StrictFIFO)")
+            self._wait(job, say("blocked behind {job} (StrictFIFO)", job=blocker.job.name))
             return
         if job.pool is None:
             assert job.quota is not None  # unknown quotas were settled in the owners' pass
-            self._stuck(job, f"no schedulable node in pool {job.quota.pool_id}")
+            self._stuck(job, say("no schedulable node in pool {pool}", pool=job.quota.pool_id))
             return
         acceptable = job.job.idle_mode == "acceptable"
         in_quota = self._split(job) if acceptable else [False] * len(job.pods)
         spots = self._place(job)
         if spots is None:
-            self._stuck(job, f"no idle room: {self._needs(job)}")
+            self._stuck(job, say("no idle room: {needs}", needs=self._needs(job)))
         else:
             self._admit(job, spots, in_quota)
 
@@ -466,10 +478,17 @@ class _Planner:
                 free = (low.gpu * MILLI - use[0], low.cpu - use[1], low.memory - use[2])
                 i = next(i for i in range(3) if ask[i] > free[i])
                 own = job.chain[0].name
-                where = own if quota is job.chain[0] else f"{quota.name} (ancestor of {own})"
-                return (
-                    f"quota {where}: needs {milli_amount(i, ask[i])}, "
-                    f"{milli_value(i, max(free[i], 0))} free"
+                needs, left = milli_amount(i, ask[i]), milli_value(i, max(free[i], 0))
+                if quota is job.chain[0]:
+                    return say(
+                        "quota {quota}: needs {ask}, {free} free", quota=own, ask=needs, free=left
+                    )
+                return say(
+                    "quota {quota} (ancestor of {own}): needs {ask}, {free} free",
+                    quota=quota.name,
+                    own=own,
+                    ask=needs,
+                    free=left,
                 )
         return None
 
@@ -540,9 +559,11 @@ class _Planner:
         assert pool is not None
         if job.shares is not None and pool.shares is not None:
             total, most = pool.shares.room()
-            return (
-                f"needs {milli_shape(job.counted())} ({milli_amount(0, total)} free in pool, "
-                f"at most {milli_amount(0, most)} on one GPU)"
+            return say(
+                "needs {shape} ({free} free in pool, at most {most} on one GPU)",
+                shape=milli_shape(job.counted()),
+                free=milli_amount(0, total),
+                most=milli_amount(0, most),
             )
         i = 0 if job.need[0] else 1
         return _needs_text(tuple(job.pods), i, pool.free[i], pool.max_free(i))
@@ -566,31 +587,24 @@ class _Planner:
         nodes = pool.place_future(job.whole)
         if nodes is not None:
             leaving = self.reclaimer.leaving(nodes)
-            self._hold(job, nodes, f"room being freed by {plural(len(leaving), 'job')}")
+            self._hold(job, nodes, _freed(len(leaving)))
             return
         for young_ok in (False, True):
             chosen = self.reclaimer.choose(job.whole, pool, young_ok=young_ok)
             if chosen is not None:
                 break
         else:
-            self._stuck(job, f"no node has room: {self._needs(job)}")
+            self._stuck(job, say("no node has room: {needs}", needs=self._needs(job)))
             return
         victims, nodes = chosen
         self.reclaimer.claim(victims)
         if young_ok:
             young = sum(v.young for v in victims)
-            self._hold(
-                job,
-                nodes,
-                (
-                    f"borrowers to reclaim have run less than the minimum "
-                    f"{self.config.min_run_seconds:g} s: {plural(young, 'job')}"
-                ),
-            )
+            self._hold(job, nodes, self._too_young(young))
             return
         for victim in victims:
             self.preemptions.append(preemption(victim, by=job.job, quota=quota))
-        self._hold(job, nodes, f"borrowers being reclaimed: {plural(len(victims), 'job')}")
+        self._hold(job, nodes, _reclaiming(len(victims)))
 
     def _reclaim_shared(self, job: _Pending, pool: Pool, shares: Shares, quota: Quota) -> None:
         """`_reclaim` in a pool where GPUs are shared: on the `fut` room GPU by GPU."""
@@ -607,20 +621,17 @@ class _Planner:
                 break
             shares.reclaim_failed.add((memo, young_ok))
         if chosen is None:
-            self._stuck(job, f"no node has room: {self._needs(job)}")
+            self._stuck(job, say("no node has room: {needs}", needs=self._needs(job)))
             return
         victims, spots = chosen
         if not victims:
             leaving = self.reclaimer.leaving(n for n, _ in spots)
-            reason = f"room being freed by {plural(len(leaving), 'job')}"
+            reason = _freed(len(leaving))
         elif young_ok:
             young = sum(v.young for v in victims)
-            reason = (
-                f"borrowers to reclaim have run less than the minimum "
-                f"{self.config.min_run_seconds:g} s: {plural(young, 'job')}"
-            )
+            reason = self._too_young(young)
         else:
-            reason = f"borrowers being reclaimed: {plural(len(victims), 'job')}"
+            reason = _reclaiming(len(victims))
         if victims:
             self.reclaimer.claim(victims)
         if victims and not young_ok:
@@ -634,6 +645,14 @@ class _Planner:
             for r, share, (n, gpus) in zip(job.job.pods, cuts, spots, strict=True)
         )
         self._stuck(job, reason, reserved)
+
+    def _too_young(self, young: int) -> str:
+        return say_n(
+            young,
+            "borrowers to reclaim have run less than the minimum {seconds} s: {count} job",
+            "borrowers to reclaim have run less than the minimum {seconds} s: {count} jobs",
+            seconds=f"{self.config.min_run_seconds:g}",
+        )
 
     def _hold(self, job: _Pending, nodes: list[int], reason: str) -> None:
         """Wait for the room, holding it in nodes and quota so nothing behind takes it."""

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from heapq import heapify, heappop, heappush
 
+from apps.core.words import say
 from apps.scheduler.engine.model import (
     MILLI,
     PendingJob,
@@ -74,10 +75,12 @@ def _shuffled(seed: int, job_id: int) -> int:
 
 def preemption(victim: Borrower, *, by: PendingJob, quota: Quota) -> Preemption:
     """The record of a victim preempted by an owner of `quota`, with the reason it shows."""
-    reason = (
-        f"preempted by job {by.name} of quota {quota.name}, which reclaims its "
-        f"guaranteed resources; {victim.lost:,.0f} GPU-seconds of work since the "
-        f"last checkpoint lost"
+    reason = say(
+        "preempted by job {job} of quota {quota}, which reclaims its guaranteed "
+        "resources; {lost} GPU-seconds of work since the last checkpoint lost",
+        job=by.name,
+        quota=quota.name,
+        lost=f"{victim.lost:,.0f}",
     )
     return Preemption(
         job_id=victim.job.job_id,

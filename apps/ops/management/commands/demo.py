@@ -163,7 +163,7 @@ class Supervisor:
         self.force = self.stop_requested
         self.stop_requested = True
 
-    def say(self, message: str) -> None:
+    def tell(self, message: str) -> None:
         self.write(self._prefix("demo", "1") + message)
 
     def _prefix(self, name: str, colour: str) -> str:
@@ -194,7 +194,7 @@ class Supervisor:
         )
         self.children.append(child)
         self.selector.register(process.stdout, selectors.EVENT_READ, child)
-        self.say(f"started {name} (pid {process.pid}): {shlex.join(argv)}")
+        self.tell(f"started {name} (pid {process.pid}): {shlex.join(argv)}")
         return child
 
     def watch(self) -> None:
@@ -210,7 +210,7 @@ class Supervisor:
                 delay = min(RESTART_BACKOFF_MAX, 2.0**child.restarts)
                 child.restarts += 1
                 child.restart_at = now + delay
-                self.say(
+                self.tell(
                     f"{child.name} exited with code {child.process.returncode}: "
                     f"restarting it in {delay:g}s (restart {child.restarts} in a row); "
                     "the others keep running"
@@ -276,7 +276,7 @@ class Supervisor:
             timeout = max((c.stop_timeout for c in children), default=STOP_TIMEOUT)
         for child in children:
             if child.process.poll() is None:
-                self.say(f"stopping {child.name} (pid {child.process.pid})")
+                self.tell(f"stopping {child.name} (pid {child.process.pid})")
                 _signal(child.process, signal.SIGTERM, group=False)
         deadline = time.monotonic() + timeout
         while any(c.process.poll() is None for c in children) and time.monotonic() < deadline:
@@ -286,7 +286,7 @@ class Supervisor:
         for child in children:
             if child.process.poll() is None:
                 why = "asked twice" if self.force else f"not stopped within {timeout:.0f}s"
-                self.say(f"killing {child.name} ({why})")
+                self.tell(f"killing {child.name} ({why})")
             # Also sweeps up what it left behind in its process group (e.g. pool processes).
             _signal(child.process, signal.SIGKILL, group=True)
             child.process.wait()
@@ -433,12 +433,12 @@ class Command(BaseCommand):
                 supervisor.pump(0.2)
             raise StopRequested
         except StopRequested:
-            supervisor.say("stopping (Ctrl-C again to kill at once)")
+            supervisor.tell("stopping (Ctrl-C again to kill at once)")
             supervisor.stop_all(last=redis_child)
-            supervisor.say("all stopped")
+            supervisor.tell("all stopped")
         except ChildExited as exc:
             code = exc.child.process.returncode
-            supervisor.say(f"{exc.child.name} exited with code {code}: stopping the others")
+            supervisor.tell(f"{exc.child.name} exited with code {code}: stopping the others")
             supervisor.stop_all(last=redis_child)
             raise CommandError(f"{exc.child.name} exited unexpectedly (code {code})") from None
         except BaseException:
@@ -558,7 +558,7 @@ class Command(BaseCommand):
         lines += demo_secrets_notice(options["cluster_file"])
         lines += ["Press Ctrl-C to stop everything.", ""]
         for line in lines:
-            supervisor.say(line)
+            supervisor.tell(line)
 
 
 def _flower_login(env: dict[str, str]) -> str:

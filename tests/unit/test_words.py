@@ -1,0 +1,123 @@
+"""The platform's messages in the reader's language (apps/core/words.py): written once in
+English by the cores, translated when shown by matching the catalogue's templates."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polib
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from apps.core.pricing import spot_wait_reason
+from apps.core.words import Phrasebook, fields, joined, say, say_n
+from apps.scheduler import lifecycle
+
+CATALOGUE = Path(__file__).resolve().parents[2] / "locale/zh_Hans/LC_MESSAGES/django.po"
+
+
+def _entries() -> list[tuple[str, str]]:
+    out = []
+    for entry in polib.pofile(str(CATALOGUE)):
+        if entry.msgid_plural:
+            out += [
+                (entry.msgid, entry.msgstr_plural[0]),
+                (entry.msgid_plural, entry.msgstr_plural[0]),
+            ]
+        else:
+            out.append((entry.msgid, entry.msgstr))
+    return out
+
+
+ENTRIES = _entries()
+ZH = Phrasebook(ENTRIES)
+TEMPLATES = sorted({(i, s) for i, s in ENTRIES if "{" in i and fields(i)})
+
+
+def test_it_fills_a_template_and_chooses_the_plural_by_count():
+    assert say("unknown quota {quota}", quota="team-a") == "unknown quota team-a"
+    assert say("All pods succeeded") == "All pods succeeded"
+    one, many = "{count} job waits", "{count} jobs wait"
+    assert say_n(1, one, many) == "1 job waits" and say_n(3, one, many) == "3 jobs wait"
+    assert joined(["a", "b", "c"]) == "a; b; c" and joined(["a"]) == "a" and joined([]) == ""
+
+
+def test_it_translates_plain_messages_and_leaves_unknown_text_alone():
+    book = Phrasebook([("All pods succeeded", "所有实例均已成功")])
+    assert book.translate("All pods succeeded") == "所有实例均已成功"
+    assert book.translate("my own output") == "my own output"
+    assert book.translate("") == ""
+
+
+def test_it_translates_a_template_with_the_values_as_written():
+    book = Phrasebook([("blocked behind {job} (StrictFIFO)", "被 {job} 阻塞（StrictFIFO）")])
+    assert (
+        book.translate("blocked behind train (7) (StrictFIFO)") == "被 train (7) 阻塞（StrictFIFO）"
+    )
+    assert book.translate("blocked behind x") == "blocked behind x"  # not the whole template
+
+
+def test_it_translates_a_message_inside_a_message():
+    book = Phrasebook(
+        [
+            ("Restarted ({used}/{most}): {message}", "已重启（{used}/{most}）：{message}"),
+            ("Pod {pod} exited with code {code}", "实例 {pod} 以退出码 {code} 退出"),
+            ("Submitted by {user}", "由 {user} 提交"),
+        ]
+    )
+    inner = say("Pod {pod} exited with code {code}", pod="j-worker-0", code=3)
+    text = say("Restarted ({used}/{most}): {message}", used=1, most=3, message=inner)
+    assert book.translate(text) == "已重启（1/3）：实例 j-worker-0 以退出码 3 退出"
+    # any other value is shown as written, even one that reads like a message
+    assert book.translate("Pod Submitted by bob exited with code 1").startswith("实例 Submitted")
+
+
+def test_it_keeps_the_english_when_a_translation_lost_or_invented_a_value():
+    book = Phrasebook([("needs {ask}, {free} free", "需要 {ask}"), ("x {a}", "x {a} {b}")])
+    assert book.translate("needs 8 GPU, 4 GPU free") == "needs 8 GPU, 4 GPU free"
+    assert book.translate("x 1") == "x 1"
+
+
+def test_the_most_specific_template_wins():
+    book = Phrasebook(
+        [
+            ("Stopped: {message}", "已停止：{message}"),
+            ("Stopped: the job ended ({message})", "已停止：作业已结束（{message}）"),
+        ]
+    )
+    assert book.translate("Stopped: the job ended (done)") == "已停止：作业已结束（done）"
+    assert book.translate("Stopped: by hand") == "已停止：by hand"
+
+
+VALUE = st.from_regex(r"[a-z][a-z0-9]{0,8}[0-9]", fullmatch=True)  # no catalogue word
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data())
+def test_every_template_of_the_catalogue_comes_back_in_chinese_with_its_values(data):
+    """Filled with any values, each template of the catalogue is recognised as itself (no
+    other template takes its text) and shown with the Chinese template and the same values."""
+    msgid, msgstr = data.draw(st.sampled_from(TEMPLATES))
+    values = {name: data.draw(VALUE) for name in set(fields(msgid))}
+    assert ZH.translate(msgid.format(**values)) == msgstr.format(**values), msgid
+
+
+def test_the_cores_waiting_reasons_read_in_chinese():
+    from decimal import Decimal
+
+    from apps.core.pricing import Quote
+
+    quotes = {"ecs.g7.4xlarge": Quote(Decimal("1.7088"), "market", 5)}
+    reason, code = spot_wait_reason([("ecs.g7.4xlarge", 2, Decimal("0.32"))], quotes)
+    assert code == "BidBelowMarketPrice"
+    assert ZH.translate(reason) == "出价 ¥0.32/h < ecs.g7.4xlarge 的市场价格 ¥1.7088/h"
+    waiting = lifecycle.winding_down_reason(2)
+    assert ZH.translate(waiting) == "正在等待上一次尝试的 2 个 Pod 退出（优雅退出期）"
+    assert ZH.translate(lifecycle.winding_down_reason(1)).startswith("正在等待上一次尝试的 1 个")
+
+
+def test_no_template_of_the_catalogue_is_taken_for_another():
+    assert len(TEMPLATES) > 90
+    for msgid, msgstr in TEMPLATES:
+        values = {name: f"v{i}x9" for i, name in enumerate(sorted(set(fields(msgid))))}
+        assert ZH.translate(msgid.format(**values)) == msgstr.format(**values), msgid
