@@ -344,19 +344,19 @@ def pod_report_running(
         status=PodStatus.RUNNING, started_at=now
     ):
         return False
-    where = pod.node.name if pod.node else "the public pool"
-    job_event(
-        job=job,
-        pod=pod,
-        kind="PodStarted",
-        now=now,
-        message=say(
+    started = (
+        say(
             "Started on {node} (pid {pid}, sandbox: {sandbox})",
-            node=where,
+            node=pod.node.name,
             pid=pid,
             sandbox=sandbox,
-        ),
+        )
+        if pod.node
+        else say(
+            "Started on the public pool (pid {pid}, sandbox: {sandbox})", pid=pid, sandbox=sandbox
+        )
     )
+    job_event(job=job, pod=pod, kind="PodStarted", now=now, message=started)
     waiting = Pod.objects.filter(job=job, attempt=job.attempt, status=PodStatus.PENDING)
     if job.status == JobStatus.ENV_PREPARING and not waiting.exists():
         job_transition(

@@ -98,13 +98,13 @@ class Problems:
         if value is None:
             return default
         if not isinstance(value, str):
-            self.add(path, "must be a string")
+            self.add(path, say("must be a string"))
             return default
         if "\x00" in value:
-            self.add(path, "must not contain NUL characters")
+            self.add(path, say("must not contain NUL characters"))
             return default
         if max_length is not None and len(value) > max_length:
-            self.add(path, f"must be at most {max_length} characters")
+            self.add(path, say("must be at most {max_length} characters", max_length=max_length))
             return default
         return value
 
@@ -117,10 +117,10 @@ class Problems:
         if isinstance(value, float) and value.is_integer():
             value = int(value)
         if isinstance(value, bool) or not isinstance(value, int):
-            self.add(path, "must be an integer")
+            self.add(path, say("must be an integer"))
             return default
         if abs(value) > maximum:
-            self.add(path, f"must be at most {maximum}")
+            self.add(path, say("must be at most {maximum}", maximum=maximum))
             return default
         return value
 
@@ -131,7 +131,7 @@ class Problems:
         if isinstance(value, str) and value.lower() in ("true", "false"):
             return value.lower() == "true"
         if not isinstance(value, bool):
-            self.add(path, "must be true or false")
+            self.add(path, say("must be true or false"))
             return default
         return value
 
@@ -140,12 +140,12 @@ class Problems:
         if value is None:
             return None
         if isinstance(value, bool) or not isinstance(value, int | float | str):
-            self.add(path, "must be a number")
+            self.add(path, say("must be a number"))
             return None
         try:
             return as_decimal(value)
         except ValueError:
-            self.add(path, "must be a number")
+            self.add(path, say("must be a number"))
             return None
 
     def mapping(self, data: dict, key: str, path: str) -> dict:
@@ -153,7 +153,7 @@ class Problems:
         if value is None:
             return {}
         if not isinstance(value, dict):
-            self.add(path, "must be an object")
+            self.add(path, say("must be an object"))
             return {}
         return value
 
@@ -162,7 +162,7 @@ class Problems:
         if value is None:
             return []
         if not isinstance(value, list):
-            self.add(path, "must be an array")
+            self.add(path, say("must be an array"))
             return []
         return value
 
@@ -271,7 +271,7 @@ def job_spec_from_create_job(body: dict) -> JobSpec:
     for i, item in enumerate(specs):
         path = f"JobSpecs[{i}]"
         if not isinstance(item, dict):
-            p.add(path, "must be an object")
+            p.add(path, say("must be an object"))
             continue
         p.track(item, path)
         role, is_spot = _role(p, item, path)
@@ -285,7 +285,7 @@ def job_spec_from_create_job(body: dict) -> JobSpec:
     if not quota:
         quota = next(iter(quota_ids - {""}), "") if len(quota_ids - {""}) == 1 else ""
     if spot and quota:
-        p.add("ResourceId", "a spot job bids for public instances; leave ResourceId empty")
+        p.add("ResourceId", say("a spot job bids for public instances; leave ResourceId empty"))
     if spot:
         source = ResourceSource.SPOT
     else:
@@ -301,7 +301,7 @@ def job_spec_from_create_job(body: dict) -> JobSpec:
         maximum=MAX_GRACE_SECONDS,
     )
     if grace is not None and grace < 0:
-        p.add("Settings.TerminationGracePeriodSeconds", "must be 0 or more")
+        p.add("Settings.TerminationGracePeriodSeconds", say("must be 0 or more"))
     idle_mode = _idle_mode(p, settings, role_oversold, quota=bool(quota))
     aimaster = p.boolean(
         settings, "EnableErrorMonitoringInAIMaster", "Settings.EnableErrorMonitoringInAIMaster"
@@ -355,17 +355,17 @@ def job_spec_from_create_job(body: dict) -> JobSpec:
 # CreateJob fields taken with no effect here, and why (docs/api.md): each becomes an event on
 # the job. Any other field the body names and nothing reads is refused with a 400.
 NO_EFFECT = {
-    "Settings.EnableRDMA": "this cluster has no RDMA network: the pods run without it",
-    "Settings.AllocateAllRDMADevices": "this cluster has no RDMA devices",
-    "Settings.EnableTideResource": "no tide resources here",
-    "Settings.EnableSanityCheck": "no sanity check here: the job starts without one",
-    "Settings.SanityCheckArgs": "no sanity check here",
-    "Settings.DisableEcsStockCheck": "the market always checks spot stock here",
-    "Settings.EnableCPUAffinity": "pods are not pinned to CPUs here",
-    "Settings.EnableOssAppend": "no OSS here",
-    "Settings.Caller": "not used here",
-    "Settings.PipelineId": "not used here",
-    "Settings.BusinessUserId": "not used here",
+    "Settings.EnableRDMA": say("this cluster has no RDMA network: the pods run without it"),
+    "Settings.AllocateAllRDMADevices": say("this cluster has no RDMA devices"),
+    "Settings.EnableTideResource": say("no tide resources here"),
+    "Settings.EnableSanityCheck": say("no sanity check here: the job starts without one"),
+    "Settings.SanityCheckArgs": say("no sanity check here"),
+    "Settings.DisableEcsStockCheck": say("the market always checks spot stock here"),
+    "Settings.EnableCPUAffinity": say("pods are not pinned to CPUs here"),
+    "Settings.EnableOssAppend": say("no OSS here"),
+    "Settings.Caller": say("not used here"),
+    "Settings.PipelineId": say("not used here"),
+    "Settings.BusinessUserId": say("not used here"),
 }
 
 
@@ -375,9 +375,15 @@ def _unread(p: Problems) -> tuple[str, ...]:
     for path in p.unread():
         generic = re.sub(r"\[\d+\]", "[]", path)
         if NO_EFFECT.get(generic):
-            notes.append(f"{path} is accepted with no effect: {NO_EFFECT[generic]}")
+            notes.append(
+                say(
+                    "{field} is accepted with no effect: {reason}",
+                    field=path,
+                    reason=NO_EFFECT[generic],
+                )
+            )
         else:
-            p.add(path, "not supported here (docs/api.md lists what CreateJob takes)")
+            p.add(path, say("not supported here (docs/api.md lists what CreateJob takes)"))
     return tuple(notes)
 
 
@@ -388,7 +394,13 @@ def _role(p: Problems, item: dict, path: str) -> tuple[RoleSpec, bool]:
     p.track(spot_spec, f"{path}.SpotSpec")
     strategy = p.text(spot_spec, "SpotStrategy", f"{path}.SpotSpec.SpotStrategy")
     if strategy and strategy not in SPOT_STRATEGIES:
-        p.add(f"{path}.SpotSpec.SpotStrategy", f"must be {' or '.join(SPOT_STRATEGIES)}")
+        p.add(
+            f"{path}.SpotSpec.SpotStrategy",
+            say(
+                "must be {choices}",
+                choices=" or ".join(SPOT_STRATEGIES),
+            ),
+        )
     is_spot = bool(spot_spec) or p.boolean(item, "UseSpotInstance", f"{path}.UseSpotInstance")
     gpus = _gpu(p, config, f"{path}.ResourceConfig.GPU")
     role = RoleSpec(
@@ -414,11 +426,11 @@ def _quantity(p: Problems, config: dict, key: str, path: str) -> tuple[Decimal, 
     if value is None or value == "":
         return None
     if isinstance(value, bool) or not isinstance(value, int | float | str):
-        p.add(path, 'must be a quantity such as "4" or "16Gi"')
+        p.add(path, say('must be a quantity such as "4" or "16Gi"'))
         return None
     match = _QUANTITY.match(str(value))
     if match is None:
-        p.add(path, f'{value!r} is not a quantity such as "4" or "16Gi"')
+        p.add(path, say('{value} is not a quantity such as "4" or "16Gi"', value=f"{value!r}"))
         return None
     return Decimal(match[1]), match[2].lower()
 
@@ -430,11 +442,17 @@ def _cpu(p: Problems, config: dict, path: str) -> int | None:
         return None
     amount, unit = parsed
     if unit not in ("", "m"):
-        p.add(path, 'give cores ("4") or millicores ("500m")')
+        p.add(path, say('give cores ("4") or millicores ("500m")'))
         return None
     millicores = int(amount if unit == "m" else amount * 1000)
     if millicores > MAX_CPU_MILLICORES:
-        p.add(path, f"must be at most {MAX_CPU_MILLICORES // 1000} cores")
+        p.add(
+            path,
+            say(
+                "must be at most {most} cores",
+                most=MAX_CPU_MILLICORES // 1000,
+            ),
+        )
         return None
     return millicores
 
@@ -446,11 +464,11 @@ def _memory(p: Problems, config: dict, path: str) -> int | None:
         return None
     amount, unit = parsed
     if unit not in _MEMORY_UNITS_MIB:
-        p.add(path, 'give a size such as "16Gi" or "512Mi"')
+        p.add(path, say('give a size such as "16Gi" or "512Mi"'))
         return None
     mib = int(amount * Decimal(str(_MEMORY_UNITS_MIB[unit])))
     if mib > MAX_MEMORY_MIB:
-        p.add(path, "is too large")
+        p.add(path, say("is too large"))
         return None
     return mib
 
@@ -462,7 +480,13 @@ def _gpu(p: Problems, config: dict, path: str) -> tuple[int, int] | None:
         return None
     amount, unit = parsed
     if unit or amount > MAX_GPUS:
-        p.add(path, f"must be whole GPUs up to {MAX_GPUS}, or a share of one GPU (0.5)")
+        p.add(
+            path,
+            say(
+                "must be whole GPUs up to {most}, or a share of one GPU (0.5)",
+                most=MAX_GPUS,
+            ),
+        )
         return None
     try:
         return gpu_amount(amount)
@@ -476,15 +500,15 @@ def _idle_mode(p: Problems, settings: dict, role_values: set[str], *, quota: boo
     path = "Settings.OversoldType"
     if not value and role_values:
         if len(role_values) > 1:
-            p.add("JobSpecs.OversoldType", "every JobSpec must use the same OversoldType")
+            p.add("JobSpecs.OversoldType", say("every JobSpec must use the same OversoldType"))
             return IdleMode.OFF
         value, path = next(iter(role_values)), "JobSpecs[0].OversoldType"
     elif value and role_values - {value}:
-        p.add("JobSpecs.OversoldType", "must agree with Settings.OversoldType")
+        p.add("JobSpecs.OversoldType", say("must agree with Settings.OversoldType"))
     if not value:
         return IdleMode.OFF
     if value not in IDLE_MODE:
-        p.add(path, f"must be one of {', '.join(IDLE_MODE)}")
+        p.add(path, say("must be one of {choices}", choices=", ".join(IDLE_MODE)))
         return IdleMode.OFF
     if not quota and value == "ForbiddenQuotaOverSold":
         return IdleMode.OFF  # the default spelled out: harmless without a quota
@@ -502,14 +526,14 @@ def _error_monitoring_args(p: Problems, text: str) -> tuple[str, int, int | None
     try:
         tokens = shlex.split(text)
     except ValueError:
-        p.add(path, "cannot be split into --name=value flags")
+        p.add(path, say("cannot be split into --name=value flags"))
         return mode, max_restarts, None
     i = 0
     while i < len(tokens):
         token = tokens[i]
         i += 1
         if not token.startswith("--"):
-            p.add(path, f"{token!r} is not a --name=value flag")
+            p.add(path, say("{token} is not a --name=value flag", token=f"{token!r}"))
             continue
         name, has_value, value = token[2:].partition("=")
         if not has_value and i < len(tokens) and not tokens[i].startswith("--"):
@@ -517,27 +541,27 @@ def _error_monitoring_args(p: Problems, text: str) -> tuple[str, int, int | None
         if name == "job-execution-mode":
             modes = {m.lower(): m for m in ExecutionMode.values}
             if value.lower() not in modes:
-                p.add(path, "--job-execution-mode must be Sync or Async")
+                p.add(path, say("--job-execution-mode must be Sync or Async"))
             else:
                 mode = modes[value.lower()]
         elif name == "enable-job-restart":
             if value.lower() not in ("true", "false", "1", "0"):
-                p.add(path, "--enable-job-restart must be True or False")
+                p.add(path, say("--enable-job-restart must be True or False"))
             else:
                 restart = value.lower() in ("true", "1")
         elif name == "max-num-of-job-restart":
             if not value.isdigit():
-                p.add(path, "--max-num-of-job-restart must be a whole number")
+                p.add(path, say("--max-num-of-job-restart must be a whole number"))
             else:
                 max_restarts = int(value)
         elif name == "enable-job-hang-detection":
             if value.lower() not in ("true", "false", "1", "0"):
-                p.add(path, "--enable-job-hang-detection must be True or False")
+                p.add(path, say("--enable-job-hang-detection must be True or False"))
             else:
                 hang = value.lower() in ("true", "1")
         elif name == "job-hang-interval":
             if not value.isascii() or not value.isdigit() or len(value) > 9:
-                p.add(path, "--job-hang-interval must be a whole number of seconds")
+                p.add(path, say("--job-hang-interval must be a whole number of seconds"))
             else:
                 hang_interval = int(value)
     return mode, max_restarts if restart else 0, hang_interval if hang else None
@@ -547,7 +571,7 @@ def _envs(p: Problems, body: dict) -> dict:
     envs = p.mapping(body, "Envs", "Envs")
     for name, value in envs.items():
         if "\x00" in name or (isinstance(value, str) and "\x00" in value):
-            p.add("Envs", "must not contain NUL characters")
+            p.add("Envs", say("must not contain NUL characters"))
     return {str(k): v for k, v in envs.items()}
 
 
@@ -556,7 +580,7 @@ def _data_sources(p: Problems, body: dict) -> list[dict]:
     for i, item in enumerate(p.array(body, "DataSources", "DataSources")):
         path = f"DataSources[{i}]"
         if not isinstance(item, dict):
-            p.add(path, "must be an object")
+            p.add(path, say("must be an object"))
             continue
         p.track(item, path)
         ident = p.text(item, "DataSourceId", f"{path}.DataSourceId", max_length=MAX_NAME)

@@ -22,7 +22,7 @@ from django.db.models import F
 from apps.cluster.models import Node, Quota, ResourcePool
 from apps.core.db import id_chunks, rows_update
 from apps.core.perf import gc_paused
-from apps.core.words import say
+from apps.core.words import joined, say
 from apps.jobs.execution import (
     PodsStop,
     jobs_winding_down,
@@ -321,14 +321,21 @@ def _admission_events(jobs, planned, nodes, dequeued, now) -> list[JobEvent]:
     events = []
     for job in jobs:
         placed = Counter((nodes[p.node_id].name, p.in_quota) for p in planned[job.pk].placements)
-        where = ", ".join(
-            f"{name} ×{count} ({'In Quota' if in_quota else 'Not in Quota'})"
-            for (name, in_quota), count in sorted(placed.items())
+        where = joined(
+            [
+                say("{node} ×{count} (In Quota)", node=name, count=count)
+                if in_quota
+                else say("{node} ×{count} (Not in Quota)", node=name, count=count)
+                for (name, in_quota), count in sorted(placed.items())
+            ]
         )
         events += [
             JobEvent(job=job, kind="Dequeued", message=dequeued[job.pk], at=now),
             JobEvent(
-                job=job, kind="Scheduled", message=say("Scheduled on {nodes}", nodes=where), at=now
+                job=job,
+                kind="Scheduled",
+                message=say("Scheduled on {message}", message=where),
+                at=now,
             ),
         ]
     return events + resumed_events(jobs=jobs, now=now)

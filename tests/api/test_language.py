@@ -77,12 +77,16 @@ def test_a_spot_job_below_the_market_gives_its_bid_and_the_price_in_chinese(
 
 
 def test_a_jobs_events_read_in_chinese(dlc, create_job, ws_a):
-    job_id = create_job(quota_job_body(ws_a))
+    job_id = create_job(quota_job_body(ws_a, Settings={"EnableRDMA": True}))
     Job.objects.filter(job_id=job_id).update(status="Queuing")
     events = dlc.get_job_events_with_options(
         job_id, GetJobEventsRequest(), CHINESE, RuntimeOptions()
     ).body.events
     assert any(line.endswith("Submitted: 由 alice 提交") for line in events), events
+    [note] = [line for line in events if "FieldIgnored" in line]
+    assert note.endswith(
+        "Settings.EnableRDMA 已接受但不起作用：此集群没有 RDMA 网络：Pod 将在没有它的情况下运行"
+    )
     english = dlc.get_job_events_with_options(
         job_id, GetJobEventsRequest(), {}, RuntimeOptions()
     ).body.events
