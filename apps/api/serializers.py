@@ -15,6 +15,8 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
+from apps.billing.models import PAY_TYPE_TAG
+from apps.billing.selectors import JobBillLine, JobUsage
 from apps.cluster.models import InstanceType, Quota
 from apps.core import pricing
 from apps.core.i18n import localized
@@ -635,4 +637,38 @@ def template_version_item(version: JobTemplateVersion) -> dict[str, Any]:
         "Constraints": version.constraints,
         "CreatedBy": str(version.created_by_id),
         "GmtCreateTime": iso(version.created_at),
+    }
+
+
+# --- cost ------------------------------------------------------------------------------------
+
+
+def job_cost(usage: JobUsage) -> dict[str, Any]:
+    """GetJobCost's totals; money as decimal text in CNY (exact, as billed)."""
+    return {
+        "Prepaid": usage.prepaid,
+        "PayType": usage.pay_type or None,
+        "Tag": f"{PAY_TYPE_TAG}={usage.pay_type}" if usage.pay_type else None,
+        "Currency": "CNY",
+        "Cost": str(usage.cost),
+        "BilledMinutes": usage.billed_minutes,
+        "GpuHours": round(usage.gpu_hours, 4),
+        "InstanceHours": round(usage.instance_hours, 4),
+    }
+
+
+def bill_line(line: JobBillLine) -> dict[str, Any]:
+    """One line of GetJobCost: a pod's billed minutes on one UTC day."""
+    return {
+        "Day": line.day.isoformat(),
+        "PodId": line.pod_id,
+        "InstanceType": line.instance_type,
+        "PayType": line.pay_type,
+        "Tag": line.tag,
+        "Minutes": line.minutes,
+        "Amount": str(line.amount),
+        "StartTime": iso(line.start),
+        "EndTime": iso(line.end),
+        "MinPricePerHour": str(line.low),
+        "MaxPricePerHour": str(line.high),
     }

@@ -35,6 +35,7 @@ from apps.api.errors import (
     new_request_id,
     not_found,
 )
+from apps.billing.selectors import job_bill_lines, job_usage
 from apps.cluster.models import InstanceType
 from apps.cluster.selectors import instance_type_list, market_params, quota_list
 from apps.core.errors import ApplicationError, ValidationFailed
@@ -525,6 +526,25 @@ def get_job_events(call: Call, job_id: str) -> dict[str, Any]:
     return {"JobId": job.job_id, "Events": _events(call, job)}
 
 
+def get_job_cost(call: Call, job_id: str) -> dict[str, Any]:
+    """paiweb's own call: what the job has cost so far and its bill lines, per UTC day and
+    pod (a prepaid quota job costs nothing here: its quota is paid for; its use is shown)."""
+    job = _job(call, job_id)
+    number = parsing.query_int(call.query, "PageNumber", default=1, maximum=MAX_PAGE_NUMBER)
+    size = parsing.query_int(
+        call.query, "PageSize", default=DEFAULT_PAGE_SIZE, maximum=MAX_PAGE_SIZE
+    )
+    total, lines = job_bill_lines(job=job, number=number, size=size)
+    return {
+        "JobId": job.job_id,
+        **serializers.job_cost(job_usage(job=job, now=call.now)),
+        "TotalCount": total,
+        "PageNumber": number,
+        "PageSize": size,
+        "Lines": [serializers.bill_line(line) for line in lines],
+    }
+
+
 def _pod(call: Call, job: Job, pod_id: str) -> Pod:
     pod = job_pod(job=job, pod_id=pod_id)
     uid = call.query.get("PodUid")
@@ -952,6 +972,7 @@ job_template_default_view = endpoint(PUT=set_job_template_default_version)
 job_view = endpoint(GET=get_job, PUT=update_job, DELETE=delete_job)
 job_stop_view = endpoint(POST=stop_job)
 job_events_view = endpoint(GET=get_job_events)
+job_cost_view = endpoint(GET=get_job_cost)
 pod_events_view = endpoint(GET=get_pod_events)
 pod_logs_view = endpoint(GET=get_pod_logs)
 ecs_specs_view = endpoint(GET=list_ecs_specs)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from decimal import Decimal
 
-from django.db.models import Count, F, Q, QuerySet, Sum
+from django.db.models import Count, F, Max, Min, Q, QuerySet, Sum
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
@@ -23,6 +23,7 @@ from apps.workspaces.selectors import workspace_list
 
 ZERO = Decimal("0")
 MONEY = Decimal("0.000001")  # bill amounts are on this grid
+PRICE = Decimal("0.0001")  # and prices per hour on this one (BillLine.price_per_hour)
 
 
 def _money(value) -> Decimal:
@@ -102,6 +103,60 @@ def job_usage(*, job: Job, now: datetime | None = None) -> JobUsage:
         gpu_hours=gpu_seconds / 3600,
         instance_hours=instance_seconds / 3600,
     )
+
+
+@dataclass(frozen=True)
+class JobBillLine:
+    """A pod's billed minutes on one UTC day (one instance type, one pay type)."""
+
+    day: date
+    pod_id: str
+    instance_type: str
+    pay_type: str
+    minutes: int
+    amount: Decimal
+    start: datetime  # the first billed minute's start
+    end: datetime  # the last billed minute's end
+    low: Decimal  # the cheapest price per hour billed
+    high: Decimal  # the dearest
+
+    @property
+    def tag(self) -> str:
+        return f"{PAY_TYPE_TAG}={self.pay_type}"
+
+
+def job_bill_lines(*, job: Job, number: int = 1, size: int = 100) -> tuple[int, list[JobBillLine]]:
+    """Page `number` (of `size`) of the job's bill lines per (UTC day, pod, instance type,
+    pay type), oldest first, and how many there are in all."""
+    rows = (
+        BillLine.objects.filter(job=job)
+        .values("day", "pod__pod_id", "instance_type__name", "pay_type")
+        .annotate(
+            minutes=Count("id"),
+            amount=Sum("amount"),
+            first=Min("minute"),
+            last=Max("minute"),
+            low=Min("price_per_hour"),
+            high=Max("price_per_hour"),
+        )
+        .order_by("day", "pod__pod_id", "instance_type__name", "pay_type")
+    )
+    page = [
+        JobBillLine(
+            day=r["day"],
+            pod_id=r["pod__pod_id"],
+            instance_type=r["instance_type__name"],
+            pay_type=r["pay_type"],
+            minutes=r["minutes"],
+            amount=_money(r["amount"]),
+            start=datetime.fromtimestamp(r["first"] * 60, UTC),
+            end=datetime.fromtimestamp((r["last"] + 1) * 60, UTC),
+            low=Decimal(r["low"]).quantize(PRICE),
+            high=Decimal(r["high"]).quantize(PRICE),
+        )
+        for r in rows[(number - 1) * size : number * size]
+    ]
+    return rows.count(), page
 
 
 # --- daily bills -----------------------------------------------------------------------------

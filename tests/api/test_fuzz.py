@@ -61,6 +61,7 @@ ACTIONS = [
     ("DELETE", "/api/v1/jobs/{job}", []),
     ("POST", "/api/v1/jobs/{job}/stop", []),
     ("GET", "/api/v1/jobs/{job}/events", [*TIMES, "MaxEventsNum"]),
+    ("GET", "/api/v1/jobs/{job}/cost", PAGING),
     ("GET", "/api/v1/jobs/{job}/pods/{pod}/events", [*TIMES, "MaxEventsNum", "PodUid"]),
     ("GET", "/api/v1/jobs/{job}/pods/{pod}/logs", [*TIMES, "MaxLines", "PodUid"]),
     ("GET", "/api/v1/ecsspecs", [*PAGING, "AcceleratorType", "InstanceTypes", "ResourceType"]),
