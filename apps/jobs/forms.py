@@ -22,6 +22,7 @@ from django.utils.translation import gettext_lazy as _
 
 from apps.cluster.models import Image, InstanceType, Quota, ResourceType
 from apps.core.errors import ValidationFailed
+from apps.core.i18n import localized
 from apps.jobs.models import (
     Accessibility,
     ExecutionMode,
@@ -580,7 +581,8 @@ class JobCreateForm:
         """Show each spec error beside its input; an input that already shows a parse
         error keeps only that one."""
         enabled = self.enabled_roles
-        for path, messages in errors.items():
+        for path, said in errors.items():
+            messages = [localized(m) for m in said]  # the spec's words, in the reader's language
             match = SPEC_PATH.match(path)
             name, index, field = (
                 (match["name"], match["index"], match["field"]) if match else (path, None, None)

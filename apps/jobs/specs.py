@@ -280,10 +280,10 @@ def _check_fits(spec: JobSpec, quota: Quota, roles: list[ResolvedRole], errors: 
                 f"roles[{i}]",
                 say(
                     "one pod needs {needs}, more than any node of pool {pool} holds "
-                    "(the largest: {largest})",
+                    "(the largest: {largest_needs})",
                     needs=needs,
                     pool=quota.pool.name,
-                    largest=_amounts(*largest),
+                    largest_needs=_amounts(*largest),
                 ),
             )
     if errors:
@@ -297,18 +297,18 @@ def _check_fits(spec: JobSpec, quota: Quota, roles: list[ResolvedRole], errors: 
     else:
         room = tuple(sum(n[i] for n in nodes) for i in range(3))
     if any(need > have for need, have in zip(total, room, strict=True)):
-        values = {"needs": _amounts(*total), "room": _amounts(*room)}
+        values = {"needs": _amounts(*total), "room_needs": _amounts(*room)}
         if off:
             problem = say(
-                "the job needs {needs} in all, more than quota {quota} guarantees ({room}): "
+                "the job needs {needs} in all, more than quota {quota} guarantees ({room_needs}): "
                 "it could never start; with idle resources (Acceptable) it may borrow",
                 quota=quota.name,
                 **values,
             )
         else:
             problem = say(
-                "the job needs {needs} in all, more than pool {pool} holds ({room}): it could "
-                "never start",
+                "the job needs {needs} in all, more than pool {pool} holds ({room_needs}): it "
+                "could never start",
                 pool=quota.pool.name,
                 **values,
             )
@@ -316,7 +316,13 @@ def _check_fits(spec: JobSpec, quota: Quota, roles: list[ResolvedRole], errors: 
 
 
 def _amounts(cpu: int, memory: int, milli_gpu: int) -> str:
-    return f"{cpu / 1000:g} cores, {memory / 1024:g} GiB, {milli_gpu / 1000:g} GPU"
+    """ "8 cores, 32 GiB, 1 GPU" (a message: placeholders holding it end in `needs`)."""
+    return say(
+        "{cores} cores, {memory} GiB, {gpus} GPU",
+        cores=f"{cpu / 1000:g}",
+        memory=f"{memory / 1024:g}",
+        gpus=f"{milli_gpu / 1000:g}",
+    )
 
 
 # at least twice as long as an agent may lag in telling a pod's output

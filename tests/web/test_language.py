@@ -3,6 +3,7 @@ switcher's choice (remembered per user), and catalogues that are complete."""
 
 from __future__ import annotations
 
+import html
 import os
 import re
 from pathlib import Path
@@ -177,3 +178,16 @@ def test_a_jobs_reasons_and_events_read_in_the_readers_language(client, personas
     chinese = client.get(url, headers={"accept_language": "zh-CN"}).content.decode()
     assert "由 alice 提交" in chinese and "由 alice 停止" in chinese
     assert "Submitted by alice" not in chinese and "Stopped by alice" not in chinese
+
+
+def test_the_create_form_refuses_in_chinese_with_the_specs_words(alice_client):
+    from tests.web.test_jobs_views import quota_form
+
+    response = alice_client.post(
+        reverse("jobs:create"),
+        quota_form(**{"roles-0-gpus": "5"}),
+        headers={"accept_language": "zh-CN"},
+    )
+    page = html.unescape(response.content.decode())
+    assert "单个 Pod 需要 8 核、32 GiB、5 GPU，超过了资源池 ecs-dedicated 中任何节点的容量" in page
+    assert "more than any node" not in page
