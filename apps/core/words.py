@@ -19,14 +19,14 @@ Pure Python: no Django. apps/core/i18n.py gives it the active language's catalog
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from string import Formatter
 
 NESTED = re.compile(r"(reason|message|needs)$")  # placeholders that hold a message of their own
 # What some placeholders can hold, so that "{field}: {message}" does not take "a: b; c: d"
 # for one field: a parameter's name (JobSpecs[0].PodCount), a code (OOMKilled, 137).
-VALUES = {"field": r"[\w.\[\]-]+", "code": r"-?[\w.]+"}
+VALUES = {"field": r"[\w.\[\]-]+", "code": r"-?[\w.]+", "type": r"\S+"}
 _FIELD = re.compile(r"\{(\w+)\}")
 
 
@@ -55,33 +55,83 @@ def fields(template: str) -> list[str]:
     return [name for _, name, _, _ in Formatter().parse(template) if name is not None]
 
 
+MAX_READINGS = 64  # ways to split one text by one template: enough for any message here
+
+
 @dataclass(frozen=True)
 class _Pattern:
-    regex: re.Pattern[str]
+    """A template as its fixed texts and the placeholders between them."""
+
+    texts: tuple[str, ...]  # len(names) + 1 of them: before, between and after the values
+    names: tuple[str, ...]
     translated: str
     literal: int  # how much fixed text it has: the most specific pattern is tried first
 
+    @property
+    def generic(self) -> bool:
+        """Only punctuation between its values ("{message} ({reason})"): it says nothing
+        of its own, so it reads a text only where it knows a message inside."""
+        return not any(c.isalpha() for c in "".join(self.texts))
+
+    def readings(self, text: str) -> Iterator[dict[str, str]]:
+        """Every way `text` fills the template (values non-empty; a repeated name the same;
+        a name of `VALUES` of its kind), shortest first value first."""
+        first, last = self.texts[0], self.texts[-1]
+        if not text.startswith(first) or not text.endswith(last) or len(text) <= self.literal:
+            return
+        found = 0
+        for values in self._fill(text, len(first), 0, {}):
+            yield values
+            found += 1
+            if found >= MAX_READINGS:
+                return
+
+    def _fill(self, text: str, at: int, i: int, values: dict[str, str]) -> Iterator[dict[str, str]]:
+        name, after = self.names[i], self.texts[i + 1]
+        last = i == len(self.names) - 1
+        ends = [len(text) - len(after)] if last else _finds(text, after, at + 1)
+        for end in ends:
+            value = text[at:end]
+            if not value or (name in values and values[name] != value):
+                continue
+            if name in VALUES and not re.fullmatch(VALUES[name], value):
+                continue
+            filled = {**values, name: value}
+            if last:
+                yield filled
+            else:
+                yield from self._fill(text, end + len(after), i + 1, filled)
+
+
+def _finds(text: str, part: str, start: int) -> Iterator[int]:
+    at = text.find(part, start)
+    while at != -1:
+        yield at
+        at = text.find(part, at + 1)
+
 
 def _pattern(template: str, translated: str) -> _Pattern | None:
-    parts, seen, literal = [], set(), 0
+    texts, names = [""], []
     for text, name, spec, conversion in Formatter().parse(template):
-        parts.append(re.escape(text))
-        literal += len(text)
+        texts[-1] += text
         if name is None:
             continue
-        if not name.isidentifier() or spec or conversion:
-            return None  # not a template `say` writes
-        value = VALUES.get(name, ".+?")
-        parts.append(f"(?P={name})" if name in seen else f"(?P<{name}>{value})")
-        seen.add(name)
-    if not seen:
+        if not name.isidentifier() or spec or conversion or texts[-1] == "" and names:
+            return None  # not a template `say` writes (two values side by side cannot split)
+        names.append(name)
+        texts.append("")
+    if not names:
         return None
-    return _Pattern(re.compile("".join(parts), re.DOTALL), translated, literal)
+    return _Pattern(tuple(texts), tuple(names), translated, sum(map(len, texts)))
 
 
 class Phrasebook:
     """One language's translations of the messages: plain ones by their exact text, templates
-    by matching. Build it once per catalogue; `translate` is cheap."""
+    by matching. Build it once per catalogue; `translate` is cheap.
+
+    Where a text matches several templates (or one template in two ways), the most specific
+    reading wins if it knows every inner message; else the first that knows them all and at
+    least one; else the one that knows the most (a pod's own words stay as written)."""
 
     def __init__(self, catalogue: Iterable[tuple[str, str]]) -> None:
         self._exact: dict[str, str] = {}
@@ -99,33 +149,43 @@ class Phrasebook:
                 self._exact[msgid] = msgstr
         patterns.sort(key=lambda p: -p.literal)
         self._patterns = patterns
-        self._seen: dict[str, str] = {}  # the same few reasons are shown on every page
+        self._seen: dict[str, tuple[str, bool]] = {}  # the same few reasons on every page
 
     def translate(self, text: str) -> str:
         """`text` in this language where the catalogue knows its message, else unchanged."""
-        if not text:
-            return text
+        return self._read(text)[0] if text else text
+
+    def _read(self, text: str) -> tuple[str, bool]:
+        """`text` translated, and whether all of it was known."""
         found = self._exact.get(text)
-        if found is None:
-            found = self._seen.get(text)
-        if found is None:
-            found = self._match(text)
+        if found is not None:
+            return found, True
+        read = self._seen.get(text)
+        if read is None:
+            read = self._match(text)
             if len(self._seen) >= 10_000:
                 self._seen.clear()
-            self._seen[text] = found
-        return found
+            self._seen[text] = read
+        return read
 
-    def _match(self, text: str) -> str:
+    def _match(self, text: str) -> tuple[str, bool]:
+        best, best_known = None, -1
         for pattern in self._patterns:
-            match = pattern.regex.fullmatch(text)
-            if match is None:
-                continue
-            values = {
-                name: self.translate(value) if NESTED.search(name) else value
-                for name, value in match.groupdict().items()
-            }
-            return pattern.translated.format(**values)
-        return text
+            for found in pattern.readings(text):
+                known, unknown, values = 0, 0, {}
+                for name, value in found.items():
+                    if NESTED.search(name):
+                        value, whole = self._read(value)
+                        known, unknown = known + whole, unknown + (not whole)
+                    values[name] = value
+                if pattern.generic and not known:
+                    continue
+                reading = pattern.translated.format(**values)
+                if not unknown and (known or best is None):
+                    return reading, True  # the first reading, or one that knew inner messages
+                if known > best_known:
+                    best, best_known = reading, known
+        return (best, False) if best is not None else (text, False)
 
 
 def phrasebook(catalogue: Mapping[str, str]) -> Phrasebook:
