@@ -111,7 +111,8 @@ def _finds(text: str, part: str, start: int) -> Iterator[int]:
 
 
 def _pattern(template: str, translated: str) -> _Pattern | None:
-    texts, names = [""], []
+    texts: list[str] = [""]
+    names: list[str] = []
     for text, name, spec, conversion in Formatter().parse(template):
         texts[-1] += text
         if name is None:
