@@ -202,6 +202,12 @@ def test_it_shows_how_a_finished_jobs_pods_ended(alice_client, personas):
     assert "0/" not in cell(page, done, "job-pods")
     assert cell(page, failed, "job-pods") == "1 Succeeded 1 Failed"
     assert cell(page, never, "job-pods") == "none started"
+    chinese = html.unescape(
+        alice_client.get(
+            reverse("jobs:list"), headers={"accept_language": "zh-CN"}
+        ).content.decode()
+    )
+    assert ">2 已成功</div>" in chinese and ">1 已失败</div>" in chinese  # the statuses read too
 
 
 def running_job(personas, *, name="clocked", submitted, spans, started=None, status="Running"):

@@ -63,6 +63,12 @@ def status_badge(status: str) -> str:
 
 
 @register.filter
+def status_label(status) -> str:
+    """`{{ status|status_label }}`: a job's or pod's status in the reader's language."""
+    return str(STATUS_LABELS.get(str(status), status))
+
+
+@register.filter
 def is_pending(job) -> bool:
     """`{% if job|is_pending %}`: the job waits (Creating, Queuing or Bidding)."""
     return getattr(job, "status", None) in PENDING_STATUSES
