@@ -143,3 +143,17 @@ def make_personas(cluster: dict) -> dict:
     cluster["lingjun_quota"].workspaces.add(ws_a)
     cluster["team_b"].workspaces.add(ws_b)
     return {"alice": alice, "bob": bob, "charlie": charlie, "ws_a": ws_a, "ws_b": ws_b}
+
+
+def submit_small_job(personas: dict, name: str = "small"):
+    """alice's smallest quota job on team-a (1 core, 1 GiB, no GPU), through job_submit."""
+    from apps.jobs.services import job_submit
+    from apps.jobs.specs import JobSpec, RoleSpec
+
+    spec = JobSpec(
+        display_name=name,
+        user_command="true",
+        quota="team-a",
+        roles=[RoleSpec(cpu=1000, memory=GIB, gpu=0)],
+    )
+    return job_submit(workspace=personas["ws_a"], user=personas["alice"], spec=spec)

@@ -387,17 +387,34 @@ def job_ensure_can_manage(*, user, job: Job, action: str = "change") -> None:
     """ApplicationError (403) unless `job_can_manage`: the check every write on a job that a
     person asks for makes, in the console and in the API, with the same code and message."""
     if not job_can_manage(user=user, job=job):
-        raise ApplicationError(
-            "Forbidden.NotJobManager",
-            say(
-                "You cannot {action} job {job_id}: only the user who submitted it, an owner of "
-                "workspace {name} or a platform admin can.",
-                action=action,
-                job_id=job.job_id,
-                name=job.workspace.name,
-            ),
-            status=403,
+        raise ApplicationError("Forbidden.NotJobManager", _refusal(job, action), status=403)
+
+
+def _refusal(job: Job, action: str) -> str:
+    values = {"job_id": job.job_id, "name": job.workspace.name}
+    if action == "stop":
+        return say(
+            "You cannot stop job {job_id}: only the user who submitted it, an owner of "
+            "workspace {name} or a platform admin can.",
+            **values,
         )
+    if action == "delete":
+        return say(
+            "You cannot delete job {job_id}: only the user who submitted it, an owner of "
+            "workspace {name} or a platform admin can.",
+            **values,
+        )
+    if action == "change the priority of":
+        return say(
+            "You cannot change the priority of job {job_id}: only the user who submitted it, "
+            "an owner of workspace {name} or a platform admin can.",
+            **values,
+        )
+    return say(
+        "You cannot change job {job_id}: only the user who submitted it, an owner of "
+        "workspace {name} or a platform admin can.",
+        **values,
+    )
 
 
 # --- one job's parts: roles, pods, status history, events ------------------------------------

@@ -509,17 +509,22 @@ def _template_name(name: str) -> str:
 
 
 def _ensure_can_manage(template: JobTemplate, by, action: str) -> None:
-    if not template_can_manage(user=by, template=template):
-        raise ApplicationError(
-            "Forbidden",
-            say(
-                "only the user who saved template {name}, an owner or administrator of its "
-                "workspace or a platform admin can {action} it",
-                name=f"{template.name!r}",
-                action=action,
-            ),
-            status=403,
+    if template_can_manage(user=by, template=template):
+        return
+    name = f"{template.name!r}"
+    if action == "delete":
+        refusal = say(
+            "only the user who saved template {name}, an owner or administrator of its "
+            "workspace or a platform admin can delete it",
+            name=name,
         )
+    else:
+        refusal = say(
+            "only the user who saved template {name}, an owner or administrator of its "
+            "workspace or a platform admin can change it",
+            name=name,
+        )
+    raise ApplicationError("Forbidden", refusal, status=403)
 
 
 def template_create(

@@ -14,6 +14,7 @@ from apps.billing.services import billing_accrue
 from apps.jobs.models import Job
 from apps.jobs.services import job_stop
 from tests.api.conftest import RawClient
+from tests.factories import submit_small_job
 from tests.integration.test_market_step import G7, NOW, at, replay_writer, step, submit
 
 
@@ -65,16 +66,7 @@ def test_a_spot_jobs_cost_is_its_billed_minutes_at_the_prices_in_force(raw, pers
 
 
 def test_a_quota_job_is_prepaid_and_costs_nothing_here(raw, personas):
-    from apps.jobs.services import job_submit
-    from apps.jobs.specs import JobSpec, RoleSpec
-
-    spec = JobSpec(
-        display_name="prepaid",
-        user_command="true",
-        quota="team-a",
-        roles=[RoleSpec(cpu=1000, memory=1024, gpu=0)],
-    )
-    job = job_submit(workspace=personas["ws_a"], user=personas["alice"], spec=spec)
+    job = submit_small_job(personas, "prepaid")
     body = _cost(raw, job)
     assert (body["Prepaid"], body["PayType"], body["Tag"]) == (True, None, None)
     assert (body["Cost"], body["BilledMinutes"], body["Lines"]) == ("0.000000", 0, [])

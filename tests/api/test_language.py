@@ -109,3 +109,11 @@ def test_an_unknown_job_is_not_found_in_either_language(dlc):
         _get(dlc, "dlc-nosuchjob", CHINESE)
     assert sdk_error(caught) == ("EntityNotExist.Job", 404)
     assert "不存在" in str(caught.value)
+
+
+def test_a_refused_stop_says_who_may_in_chinese(dlc_for, create_job, ws_a):
+    job_id = create_job(quota_job_body(ws_a))  # alice's; bob is a member of her workspace
+    with pytest.raises(Exception) as caught:
+        dlc_for("bob").stop_job_with_options(job_id, CHINESE, RuntimeOptions())
+    assert sdk_error(caught) == ("Forbidden.NotJobManager", 403)
+    assert f"你不能停止任务 {job_id}：只有提交它的用户" in str(caught.value)

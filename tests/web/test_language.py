@@ -15,6 +15,7 @@ from django.urls import reverse
 
 from apps.core.translations import extract_messages
 from apps.workspaces.models import UserPreference
+from tests.factories import submit_small_job
 
 pytestmark = pytest.mark.django_db
 
@@ -122,16 +123,7 @@ def test_the_compiled_catalogue_is_what_django_reads(alice_client):
 
 
 def test_the_pages_in_chinese_show_no_template_syntax(client, personas):
-    from apps.jobs.services import job_submit
-    from apps.jobs.specs import JobSpec, RoleSpec
-
-    spec = JobSpec(
-        display_name="zh-job",
-        user_command="true",
-        quota="team-a",
-        roles=[RoleSpec(cpu=1000, memory=1024, gpu=0)],
-    )
-    job = job_submit(workspace=personas["ws_a"], user=personas["alice"], spec=spec)
+    job = submit_small_job(personas, "zh-job")
     client.force_login(personas["alice"])
     pages = [
         reverse("jobs:list"),
@@ -160,16 +152,9 @@ def test_a_jobs_reasons_and_events_read_in_the_readers_language(client, personas
     job's reason, its events and its pods' messages."""
     from django.utils import timezone
 
-    from apps.jobs.services import job_stop, job_submit
-    from apps.jobs.specs import JobSpec, RoleSpec
+    from apps.jobs.services import job_stop
 
-    spec = JobSpec(
-        display_name="zh-stop",
-        user_command="true",
-        quota="team-a",
-        roles=[RoleSpec(cpu=1000, memory=1024, gpu=0)],
-    )
-    job = job_submit(workspace=personas["ws_a"], user=personas["alice"], spec=spec)
+    job = submit_small_job(personas, "zh-stop")
     job_stop(job=job, by=personas["alice"], now=timezone.now())
     client.force_login(personas["alice"])
     url = reverse("jobs:detail", args=[job.job_id])

@@ -10,9 +10,8 @@ import pytest
 from django.urls import reverse
 
 from apps.jobs.models import Job
-from apps.jobs.services import job_submit
-from apps.jobs.specs import JobSpec, RoleSpec
 from apps.workspaces.models import UserPreference
+from tests.factories import submit_small_job
 
 pytestmark = pytest.mark.django_db
 
@@ -21,13 +20,7 @@ CREATED = datetime(2026, 12, 1, 11, 10, 10, tzinfo=UTC)
 
 @pytest.fixture
 def job(personas) -> Job:
-    spec = JobSpec(
-        display_name="tz-job",
-        user_command="true",
-        quota="team-a",
-        roles=[RoleSpec(cpu=1000, memory=1024, gpu=0)],
-    )
-    job = job_submit(workspace=personas["ws_a"], user=personas["alice"], spec=spec)
+    job = submit_small_job(personas, "tz-job")
     Job.objects.filter(pk=job.pk).update(created_at=CREATED)
     return job
 
