@@ -70,8 +70,9 @@ def value(i: int, n: int) -> str:
 
 
 def amount(i: int, n: int) -> str:
-    """Component i with its unit: '8 GPU', '2.5 CPU', '16 GiB memory'."""
-    return f"{value(i, n)} {('GPU', 'CPU', 'memory')[i]}"
+    """Component i with its unit: '8 GPU', '2.5 CPU', '16 GiB' (a size says it is memory:
+    the same in every language)."""
+    return value(i, n) if i == 2 else f"{value(i, n)} {('GPU', 'CPU')[i]}"
 
 
 def milli_value(i: int, n: int) -> str:
@@ -81,7 +82,7 @@ def milli_value(i: int, n: int) -> str:
 
 def milli_amount(i: int, n: int) -> str:
     """`amount`, GPUs given in milli-GPUs: '8 GPU', '0.5 GPU'."""
-    return f"{milli_value(i, n)} {('GPU', 'CPU', 'memory')[i]}"
+    return milli_value(i, n) if i == 2 else f"{milli_value(i, n)} {('GPU', 'CPU')[i]}"
 
 
 def milli_shape(asks: Sequence[Vec]) -> str:
