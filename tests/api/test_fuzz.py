@@ -25,7 +25,7 @@ from tests.api.conftest import quota_job_body, spot_job_body
 # raw signed HTTP, no SDK: the pinned-SDK pass (make test-api-pinned in CI) leaves it out
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.no_sdk]
 
-EXAMPLES = 900  # each sends 1 to 8 requests: about 3,000 in all
+EXAMPLES = 700  # each sends 1 to 8 requests: about 2,500 in all
 REAL = "<real>"  # stands for the id of a job, pod or workspace that exists
 # The live server tries every path as a file under MEDIA_ROOT first (MEDIA_URL is unset) and
 # fails on a name longer than NAME_MAX (255), before paiweb sees the request; the
