@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
-from apps.billing.models import PAY_TYPE_TAG
+from apps.billing.models import pay_type_tag
 from apps.billing.selectors import JobBillLine, JobUsage
 from apps.cluster.models import InstanceType, Quota
 from apps.core import pricing
@@ -648,7 +648,7 @@ def job_cost(usage: JobUsage) -> dict[str, Any]:
     return {
         "Prepaid": usage.prepaid,
         "PayType": usage.pay_type or None,
-        "Tag": f"{PAY_TYPE_TAG}={usage.pay_type}" if usage.pay_type else None,
+        "Tag": pay_type_tag(usage.pay_type) if usage.pay_type else None,
         "Currency": "CNY",
         "Cost": str(usage.cost),
         "BilledMinutes": usage.billed_minutes,

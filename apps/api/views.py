@@ -204,9 +204,15 @@ def _workspace(call: Call, workspace_id: str) -> Workspace:
     return workspace
 
 
-def _page(call: Call, items: QuerySet, *, default_size: int = DEFAULT_PAGE_SIZE) -> QuerySet:
+def _paging(call: Call, *, default_size: int = DEFAULT_PAGE_SIZE) -> tuple[int, int]:
+    """PageNumber (from 1) and PageSize, as every paged call reads them."""
     number = parsing.query_int(call.query, "PageNumber", default=1, maximum=MAX_PAGE_NUMBER)
     size = parsing.query_int(call.query, "PageSize", default=default_size, maximum=MAX_PAGE_SIZE)
+    return number, size
+
+
+def _page(call: Call, items: QuerySet, *, default_size: int = DEFAULT_PAGE_SIZE) -> QuerySet:
+    number, size = _paging(call, default_size=default_size)
     return items[(number - 1) * size : number * size]
 
 
@@ -530,10 +536,7 @@ def get_job_cost(call: Call, job_id: str) -> dict[str, Any]:
     """paiweb's own call: what the job has cost so far and its bill lines, per UTC day and
     pod (a prepaid quota job costs nothing here: its quota is paid for; its use is shown)."""
     job = _job(call, job_id)
-    number = parsing.query_int(call.query, "PageNumber", default=1, maximum=MAX_PAGE_NUMBER)
-    size = parsing.query_int(
-        call.query, "PageSize", default=DEFAULT_PAGE_SIZE, maximum=MAX_PAGE_SIZE
-    )
+    number, size = _paging(call)
     total, lines = job_bill_lines(job=job, number=number, size=size)
     return {
         "JobId": job.job_id,
@@ -891,9 +894,9 @@ def list_job_templates(call: Call) -> dict[str, Any]:
         ok = parsing.is_key(user_id)
         templates = templates.filter(user_id=int(user_id)) if ok else templates.none()
     total = templates.count()
-    number = parsing.query_int(query, "PageNumber", default=1, maximum=MAX_PAGE_NUMBER)
-    size = parsing.query_int(query, "PageSize", default=DEFAULT_PAGE_SIZE, maximum=MAX_PAGE_SIZE)
-    page = _page(call, templates.order_by(*_order(call, TEMPLATE_SORT, default="GmtCreateTime")))
+    number, size = _paging(call)
+    ordered = templates.order_by(*_order(call, TEMPLATE_SORT, default="GmtCreateTime"))
+    page = ordered[(number - 1) * size : number * size]
     return {
         "JobTemplates": [serializers.template_item(t) for t in page],
         "TotalCount": total,

@@ -12,6 +12,11 @@ from django.utils.translation import gettext_lazy as _
 PAY_TYPE_TAG = "acs:pai:dlc:payType"
 
 
+def pay_type_tag(pay_type: str) -> str:
+    """The `acs:pai:dlc:payType` tag of a pay type: "acs:pai:dlc:payType=spot"."""
+    return f"{PAY_TYPE_TAG}={pay_type}"
+
+
 class PayType(models.TextChoices):
     SPOT = "spot", _("Spot")
     POSTPAID = "postpaid", _("Pay-as-you-go")
@@ -47,7 +52,7 @@ class BillLine(models.Model):
 
     @property
     def tag(self) -> str:
-        return f"{PAY_TYPE_TAG}={self.pay_type}"
+        return pay_type_tag(self.pay_type)
 
 
 class PodMeter(models.Model):

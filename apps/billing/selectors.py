@@ -16,7 +16,7 @@ from django.db.models import Count, F, Max, Min, Q, QuerySet, Sum
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from apps.billing.models import PAY_TYPE_TAG, BillLine, PayType
+from apps.billing.models import PAY_TYPE_TAG, BillLine, PayType, pay_type_tag
 from apps.jobs.models import Job, Pod, ResourceSource
 from apps.workspaces.models import Workspace
 from apps.workspaces.selectors import workspace_list
@@ -122,7 +122,7 @@ class JobBillLine:
 
     @property
     def tag(self) -> str:
-        return f"{PAY_TYPE_TAG}={self.pay_type}"
+        return pay_type_tag(self.pay_type)
 
 
 def job_bill_lines(*, job: Job, number: int = 1, size: int = 100) -> tuple[int, list[JobBillLine]]:

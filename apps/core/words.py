@@ -19,7 +19,7 @@ Pure Python: no Django. apps/core/i18n.py gives it the active language's catalog
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from string import Formatter
 
@@ -187,7 +187,3 @@ class Phrasebook:
                 if known > best_known:
                     best, best_known = reading, known
         return (best, False) if best is not None else (text, False)
-
-
-def phrasebook(catalogue: Mapping[str, str]) -> Phrasebook:
-    return Phrasebook(catalogue.items())
