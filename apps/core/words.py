@@ -56,6 +56,24 @@ def fields(template: str) -> list[str]:
 
 
 MAX_READINGS = 64  # ways to split one text by one template: enough for any message here
+# A text is read within this many steps (ways tried to split it, inner texts included), or
+# shown as written: a job named "a (b (c (…" must not make every page that names it slow.
+MAX_STEPS = 20_000
+MAX_DEPTH = 12  # messages inside messages: a few levels in anything the platform writes
+
+
+class _Exhausted(Exception):
+    pass
+
+
+class _Steps:
+    def __init__(self, left: int) -> None:
+        self.left = left
+
+    def take(self) -> None:
+        self.left -= 1
+        if self.left < 0:
+            raise _Exhausted
 
 
 @dataclass(frozen=True)
@@ -73,24 +91,27 @@ class _Pattern:
         of its own, so it reads a text only where it knows a message inside."""
         return not any(c.isalpha() for c in "".join(self.texts))
 
-    def readings(self, text: str) -> Iterator[dict[str, str]]:
+    def readings(self, text: str, steps: _Steps) -> Iterator[dict[str, str]]:
         """Every way `text` fills the template (values non-empty; a repeated name the same;
         a name of `VALUES` of its kind), shortest first value first."""
         first, last = self.texts[0], self.texts[-1]
         if not text.startswith(first) or not text.endswith(last) or len(text) <= self.literal:
             return
         found = 0
-        for values in self._fill(text, len(first), 0, {}):
+        for values in self._fill(text, len(first), 0, {}, steps):
             yield values
             found += 1
             if found >= MAX_READINGS:
                 return
 
-    def _fill(self, text: str, at: int, i: int, values: dict[str, str]) -> Iterator[dict[str, str]]:
+    def _fill(
+        self, text: str, at: int, i: int, values: dict[str, str], steps: _Steps
+    ) -> Iterator[dict[str, str]]:
         name, after = self.names[i], self.texts[i + 1]
         last = i == len(self.names) - 1
         ends = [len(text) - len(after)] if last else _finds(text, after, at + 1)
         for end in ends:
+            steps.take()
             value = text[at:end]
             if not value or (name in values and values[name] != value):
                 continue
@@ -100,7 +121,7 @@ class _Pattern:
             if last:
                 yield filled
             else:
-                yield from self._fill(text, end + len(after), i + 1, filled)
+                yield from self._fill(text, end + len(after), i + 1, filled, steps)
 
 
 def _finds(text: str, part: str, start: int) -> Iterator[int]:
@@ -154,29 +175,40 @@ class Phrasebook:
 
     def translate(self, text: str) -> str:
         """`text` in this language where the catalogue knows its message, else unchanged."""
-        return self._read(text)[0] if text else text
+        if not text:
+            return text
+        try:
+            return self._read(text, _Steps(MAX_STEPS))[0]
+        except _Exhausted:
+            self._remember(text, (text, False))
+            return text
 
-    def _read(self, text: str) -> tuple[str, bool]:
+    def _read(self, text: str, steps: _Steps, depth: int = 0) -> tuple[str, bool]:
         """`text` translated, and whether all of it was known."""
         found = self._exact.get(text)
         if found is not None:
             return found, True
         read = self._seen.get(text)
         if read is None:
-            read = self._match(text)
-            if len(self._seen) >= 10_000:
-                self._seen.clear()
-            self._seen[text] = read
+            if depth > MAX_DEPTH:
+                return text, False
+            read = self._match(text, steps, depth)
+            self._remember(text, read)
         return read
 
-    def _match(self, text: str) -> tuple[str, bool]:
+    def _remember(self, text: str, read: tuple[str, bool]) -> None:
+        if len(self._seen) >= 10_000:
+            self._seen.clear()
+        self._seen[text] = read
+
+    def _match(self, text: str, steps: _Steps, depth: int) -> tuple[str, bool]:
         best, best_known = None, -1
         for pattern in self._patterns:
-            for found in pattern.readings(text):
+            for found in pattern.readings(text, steps):
                 known, unknown, values = 0, 0, {}
                 for name, value in found.items():
                     if NESTED.search(name):
-                        value, whole = self._read(value)
+                        value, whole = self._read(value, steps, depth + 1)
                         known, unknown = known + whole, unknown + (not whole)
                     values[name] = value
                 if pattern.generic and not known:

@@ -167,3 +167,19 @@ def test_messages_made_of_messages_split_where_their_parts_are_known():
     assert (
         ZH.translate(own) == "Pod j-worker-0（Worker 0）以退出码 1 退出（my own words (see log)）"
     )
+
+
+def test_a_hostile_text_is_read_within_bounds_or_shown_as_written(monkeypatch):
+    """A job may be named "x (x (x (…" and a pod's words may nest without end: reading them
+    stops at a depth and a number of steps, and what is not read is shown as written."""
+    deep = "Stopped: " + "a; " * 600 + "b"  # 600 messages inside messages
+    assert ZH.translate(deep).startswith("已停止：a; a; ")  # no RecursionError
+    import apps.core.words as words
+
+    monkeypatch.setattr(words, "MAX_STEPS", 3)
+    book = Phrasebook(ENTRIES)
+    nested = "Pod j-worker-0 (Worker 0) exited with code 1 (restart policy Never)"
+    assert book.translate(nested) == nested  # out of steps: the English, unchanged
+    monkeypatch.setattr(words, "MAX_STEPS", 20_000)
+    assert book.translate(nested) == nested  # and remembered so, not read again
+    assert Phrasebook(ENTRIES).translate(nested).startswith("Pod j-worker-0（Worker 0）")
