@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import gc
+import importlib
 import random
 import subprocess
 import sys
@@ -31,6 +33,8 @@ from apps.scheduler.engine.model import vec
 from apps.scheduler.engine.reclaim import Borrower, Reclaimer
 from apps.scheduler.engine.room import Pool
 from apps.scheduler.engine.vectors import add
+
+plan_module = importlib.import_module("apps.scheduler.engine.plan")
 
 NOW = 1_700_000_000.0
 CPU_PER_POD = 4_000
@@ -259,6 +263,32 @@ def test_it_starts_a_gang_whole_or_not_at_all():
     )
     assert admitted(result) == {2: {"worker-0": 1}}
     assert waiting(result, 1).reason.startswith("no node has room: needs 3×8 GPU")
+
+
+def test_a_plan_holds_the_garbage_collector_off_and_gives_it_back():
+    seen = []
+    real = plan_module._Planner.run
+
+    def run(self):
+        seen.append(gc.isenabled())
+        return real(self)
+
+    shot = snapshot(machines(1, 2), [TEAM_A], pending=[queued(1, 1, 8)])
+    with mock.patch.object(plan_module._Planner, "run", run):
+        assert gc.isenabled()
+        plan(shot, now=NOW)
+        assert gc.isenabled()
+        gc.disable()  # a caller that holds it off itself keeps it off
+        try:
+            plan(shot, now=NOW)
+            assert not gc.isenabled()
+        finally:
+            gc.enable()
+        with mock.patch.object(plan_module._Pending, "__init__", side_effect=RuntimeError):
+            with pytest.raises(RuntimeError):
+                plan(shot, now=NOW)
+        assert gc.isenabled()  # given back when a plan fails too
+    assert seen == [False, False, False]
 
 
 def test_it_packs_a_pod_onto_the_fullest_node_that_holds_it():
