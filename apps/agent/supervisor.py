@@ -815,7 +815,7 @@ def _sample_metrics(entries: list[_Entry]) -> None:
     in one insert. A round the database refuses is lost (a gap in the series), not retried:
     its rates are already the next round's baseline."""
     began = time.monotonic()
-    if began < _metrics["next"]:
+    if began < _metrics["next"] - POLL_SECONDS / 2:  # the watch loop's jitter: not a skip
         return
     _metrics["next"] = began + settings.POD_METRICS_SECONDS
     devices = _gpus().read() if any(e.launch.gpu_ids for e in entries) else None
