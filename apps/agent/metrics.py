@@ -26,6 +26,7 @@ __all__ = [
     "figures",
     "gpu_figures",
     "io_totals",
+    "metric_text",
     "metric_type",
     "net_dev_totals",
     "parse_time_step",
@@ -210,6 +211,21 @@ def monotonic_total(
     if current is None or previous is None:
         return current
     return max(previous[0], current[0]), max(previous[1], current[1])
+
+
+def metric_text(unit: str, value: float) -> str:
+    """A figure in `unit` as the console writes it: 1.25 (cores), 207 MiB, 1.2 MiB/s, 45%."""
+    if unit == "percent":
+        return f"{value:.0f}%"
+    if unit in ("bytes", "bytes/s"):
+        size = float(value)
+        for prefix in ("B", "KiB", "MiB", "GiB", "TiB"):
+            if abs(size) < 1024 or prefix == "TiB":
+                break
+            size /= 1024
+        text = f"{size:.0f} {prefix}" if prefix == "B" or size >= 100 else f"{size:.1f} {prefix}"
+        return text + ("/s" if unit == "bytes/s" else "")
+    return f"{value:.2f}"
 
 
 # --- reading back: TimeStep and the average per step -----------------------------------------
