@@ -247,3 +247,42 @@ def test_metric_types_are_pais_names_in_any_case():
     ]
     assert metrics.metric_type("cpucoreusage").name == "CpuCoreUsage"
     assert metrics.metric_type("Cpu") is None
+
+
+# --- the job page's charts ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("unit", "value", "text"),
+    [
+        ("cores", 1.5, "1.50"),
+        ("bytes", 300 * 2**20, "300 MiB"),
+        ("bytes", 1.5 * 2**30, "1.5 GiB"),
+        ("bytes", 512, "512 B"),
+        ("bytes/s", 2048, "2.0 KiB/s"),
+        ("percent", 45.4, "45%"),
+    ],
+)
+def test_it_writes_a_figure_in_its_unit(unit, value, text):
+    assert metrics.metric_text(unit, value) == text
+
+
+def test_a_metric_chart_breaks_its_line_where_samples_are_missing():
+    from datetime import UTC, datetime
+
+    from apps.core.charts import metric_chart
+
+    since = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
+    t0 = since.timestamp()
+    points = [(t0 + 15, 1.0), (t0 + 30, 2.0), (t0 + 300, 2.0), (t0 + 315, 0.0)]
+    chart = metric_chart(
+        [("pod-a", points), ("pod-b", [])],
+        since=since,
+        until=datetime(2026, 3, 2, 12, 10, tzinfo=UTC),
+        gap=45,
+    )
+    line = chart.lines[0].points.split()
+    assert [p[0] for p in line] == ["M", "L", "M", "L"]  # the 270 s without samples: a gap
+    assert chart.lines[1].points == ""  # a pod with nothing: no line, not a flat zero
+    assert chart.y_ticks[0][1] == "0" and float(chart.y_ticks[-1][1]) >= 2.0  # from zero
+    assert chart.lines[0].last == 0
