@@ -253,6 +253,11 @@ POD_LOG_MAX_BYTES = env_int("POD_LOG_MAX_BYTES", 10 * 1024 * 1024, minimum=1024)
 POD_WORK_RETENTION_HOURS = env_int("POD_WORK_RETENTION_HOURS", 24, minimum=0)
 POD_KEEP_CHECKPOINTS = env_int("POD_KEEP_CHECKPOINTS", 2, minimum=1)
 POD_HOUSEKEEPING_SECONDS = env_int("POD_HOUSEKEEPING_SECONDS", 300, minimum=5)
+# Job metrics (apps/agent/metrics.py): each agent samples its pods every POD_METRICS_SECONDS
+# (one row per pod, all its pods in one insert) and housekeeping removes samples older than
+# POD_METRICS_RETENTION_DAYS.
+POD_METRICS_SECONDS = env_float("POD_METRICS_SECONDS", 15.0, minimum=1.0)
+POD_METRICS_RETENTION_DAYS = env_float("POD_METRICS_RETENTION_DAYS", 7.0, minimum=0.01)
 SANDBOX = env_str("SANDBOX", "strict")
 if SANDBOX not in {"strict", "insecure"}:
     from django.core.exceptions import ImproperlyConfigured

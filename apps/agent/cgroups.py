@@ -584,6 +584,20 @@ class PodCgroup:
             "cpu_usec": None if cpu_ns is None else cpu_ns // 1000,
         }
 
+    def memory_in_use(self) -> int | None:
+        """The pod's memory in use now, in bytes: its working set, as kubelet and `docker
+        stats` count it (the group's usage less its inactive file cache, which the kernel
+        drops before it would OOM-kill); None where the memory controller says nothing."""
+        if self.host.version == 2:
+            d = self.dirs[0]
+            usage, inactive = _read_int(d / "memory.current"), "inactive_file"
+        else:
+            d = self._dir("memory")
+            usage, inactive = _read_int(d / "memory.usage_in_bytes"), "total_inactive_file"
+        if usage is None:
+            return None
+        return max(usage - _keyed(d / "memory.stat").get(inactive, 0), 0)
+
     def pids(self) -> list[int]:
         """The live processes of the group (the pids hierarchy's, or v2's, cgroup.procs,
         sub-groups included), as seen from our pid namespace."""

@@ -13,6 +13,7 @@ millions of files are counted up to a bound.
   POD_WORK_RETENTION_HOURS ago remove its pods' work dirs and data/, keeping logs/ and the
   newest POD_KEEP_CHECKPOINTS checkpoints; directories of deleted jobs are removed whole.
 - `job_disk_report`: record a job's disk use (the pod watchdog calls it too).
+- `housekeeping_round` also removes pod metric samples older than POD_METRICS_RETENTION_DAYS.
 - `start_housekeeping`: the thread.
 """
 
@@ -573,7 +574,15 @@ _thread_lock = threading.Lock()
 
 
 def housekeeping_round() -> SweepResult | None:
-    """One sweep of settings.POD_WORK_ROOT with the settings' retention; never raises."""
+    """One sweep of settings.POD_WORK_ROOT with the settings' retention, and of the pods'
+    metric samples older than POD_METRICS_RETENTION_DAYS; never raises."""
+    try:
+        services.pod_metrics_sweep(
+            now=timezone.now(), retention=timedelta(days=settings.POD_METRICS_RETENTION_DAYS)
+        )
+    except Exception:
+        logger.exception("housekeeping of the pods' metric samples failed")
+        connection.close()
     try:
         return job_dirs_sweep(
             root=Path(settings.POD_WORK_ROOT),

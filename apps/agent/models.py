@@ -70,3 +70,33 @@ class NodeAgent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.node} ← {self.worker}"
+
+
+class PodMetricSample(models.Model):
+    """One pod's figures at one sampling moment (every POD_METRICS_SECONDS), as its agent
+    read them from the kernel and NVML (apps/agent/sampler.py): levels at the moment, rates
+    over the interval since the previous sample. A figure the host cannot give (no GPU, no
+    network namespace, the first interval of a rate) is null: absent, not zero. Kept
+    POD_METRICS_RETENTION_DAYS; GetJobMetrics and the job page read them."""
+
+    pod = models.ForeignKey(
+        "jobs.Pod", on_delete=models.CASCADE, related_name="metric_samples", db_index=False
+    )
+    at = models.DateTimeField()
+    cpu_cores = models.FloatField(null=True)  # CPU time used per second of the interval
+    memory_bytes = models.BigIntegerField(null=True)  # working set
+    gpu_percent = models.FloatField(null=True)  # mean over the pod's GPUs
+    gpu_memory_bytes = models.BigIntegerField(null=True)  # summed over them
+    net_rx_rate = models.FloatField(null=True)  # bytes/s, the job's namespace on the host
+    net_tx_rate = models.FloatField(null=True)
+    disk_read_rate = models.FloatField(null=True)  # bytes/s of storage I/O
+    disk_write_rate = models.FloatField(null=True)
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["pod", "at"]),  # a job's series
+            models.Index(fields=["at"]),  # the retention sweep
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.pod_id} at {self.at:%Y-%m-%d %H:%M:%S}"

@@ -1,14 +1,19 @@
-"""Reads about pod execution for the health panel: work the platform has not caught up with."""
+"""Reads about pod execution: work the platform has not caught up with (the health panel),
+and the pods' metric samples (GetJobMetrics, the job page)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from itertools import groupby
+from operator import itemgetter
 
 from django.conf import settings
 from django.db.models import Count, Min
 
-from apps.agent.models import PodProcess
+from apps.agent.metrics import METRIC_TYPES, MetricType, downsample
+from apps.agent.models import PodMetricSample, PodProcess
+from apps.core.db import id_chunks
 from apps.jobs.models import Job, JobStatus
 
 
@@ -59,4 +64,49 @@ def backlog(*, now: datetime) -> list[Behind]:
             what="Jobs not yet admitted (Creating)", count=summary["n"], oldest=summary["oldest"]
         )
     )
+    return found
+
+
+@dataclass(frozen=True)
+class PodSeries:
+    """One pod's series of one metric: (epoch seconds, value), oldest first."""
+
+    pod_id: str
+    points: list[tuple[float, float]]
+
+
+def job_metrics(
+    *, job: Job, metric: MetricType, start: datetime, end: datetime, step: float
+) -> list[PodSeries]:
+    """Each pod's `metric` over [start, end] (current and history pods, by pod id), averaged
+    per `step` seconds from `start` (`metrics.downsample`). A pod with no figure of the kind
+    there (no GPU, for the GPU metrics) is left out: absent, not zero. The samples are read
+    as a stream, so memory follows the steps returned, not the samples read."""
+    pods = dict(job.pods.values_list("pk", "pod_id"))
+    out = []
+    for chunk in id_chunks(sorted(pods, key=lambda pk: pods[pk])):
+        rows = (
+            PodMetricSample.objects.filter(pod_id__in=chunk, at__gte=start, at__lte=end)
+            .exclude(**{f"{metric.field}__isnull": True})
+            .order_by("pod_id", "at")
+            .values_list("pod_id", "at", metric.field)
+        )
+        found = {}
+        for pod_pk, group in groupby(rows.iterator(chunk_size=5000), key=itemgetter(0)):
+            samples = ((at.timestamp(), float(value)) for _, at, value in group)
+            found[pod_pk] = downsample(samples, start=start.timestamp(), step=step)
+        out += [PodSeries(pods[pk], found[pk]) for pk in chunk if found.get(pk)]
+    return out
+
+
+def job_metrics_all(
+    *, job: Job, start: datetime, end: datetime, step: float
+) -> dict[str, list[PodSeries]]:
+    """Every metric of the job (`job_metrics` for each MetricType), by MetricType name; the
+    metrics no pod has a figure of are left out."""
+    found = {}
+    for metric in METRIC_TYPES:
+        series = job_metrics(job=job, metric=metric, start=start, end=end, step=step)
+        if series:
+            found[metric.name] = series
     return found

@@ -23,7 +23,8 @@ from django.db.models import F, Max, Q
 from django.utils import timezone
 
 from apps.agent import netns
-from apps.agent.models import NodeAgent, PodProcess
+from apps.agent.metrics import Figures
+from apps.agent.models import NodeAgent, PodMetricSample, PodProcess
 from apps.cluster.models import Node
 from apps.core.db import id_chunks
 from apps.core.models import Heartbeat
@@ -798,6 +799,36 @@ def _jobs_quiet_since(job_ids: Sequence[int]) -> dict[int, float]:
         if moments:
             found[job_id] = max(moments)
     return found
+
+
+def pod_metrics_record(*, at: datetime, samples: Sequence[tuple[int, Figures]]) -> int:
+    """Store one sampling round of an agent: a row per pod (`samples`: pod pk and its
+    figures), all in one insert; pods with no figure at all are left out. How many rows."""
+    rows = [
+        PodMetricSample(
+            pod_id=pod_pk,
+            at=at,
+            cpu_cores=f.cpu_cores,
+            memory_bytes=f.memory_bytes,
+            gpu_percent=f.gpu_percent,
+            gpu_memory_bytes=f.gpu_memory_bytes,
+            net_rx_rate=f.net_rx_rate,
+            net_tx_rate=f.net_tx_rate,
+            disk_read_rate=f.disk_read_rate,
+            disk_write_rate=f.disk_write_rate,
+        )
+        for pod_pk, f in samples
+        if not f.empty
+    ]
+    PodMetricSample.objects.bulk_create(rows)
+    return len(rows)
+
+
+def pod_metrics_sweep(*, now: datetime, retention: timedelta) -> int:
+    """Remove the samples older than `retention` (each agent's housekeeping: whichever
+    comes first removes them, the others find none). How many were removed."""
+    removed, _ = PodMetricSample.objects.filter(at__lt=now - retention).delete()
+    return removed
 
 
 def pod_output_report(*, pod_pk: int, at: datetime) -> None:

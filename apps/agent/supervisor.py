@@ -14,7 +14,9 @@ and so of database connections, whatever the number of pods:
   this name started, and queues again a claim whose process never started.
 - The watch loop, once a second for all pods in one query: exits (reported with the exit
   code and the time the process ended, so a bill stops then), status (a stop or preemption
-  whose message was missed), the job's deadline, checkpoint manifests and disk use.
+  whose message was missed), the job's deadline, checkpoint manifests and disk use; and
+  every POD_METRICS_SECONDS each pod's figures (CPU, memory, GPU, network, disk), all
+  stored in one insert.
 
 A report that fails (the database is down) is kept and tried again the next second.
 """
@@ -37,7 +39,7 @@ from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
-from apps.agent import cgroups, housekeeping, netns, runner, services
+from apps.agent import cgroups, housekeeping, metrics, netns, runner, sampler, services
 from apps.core.words import say
 from apps.jobs.models import LIVE_POD_STATUSES
 
@@ -67,6 +69,7 @@ class _Entry:
     log_mtime: int = 0  # its log's modification time (ns) when last looked at
     output_reported: float = 0.0  # the log's growth last reported (its time, epoch seconds)
     ending: tuple[str, str] | None = None  # (reason, message), once released
+    metrics_reading: metrics.Reading | None = None  # its last metrics reading
 
 
 _lock = threading.Lock()
@@ -423,6 +426,10 @@ def _launch(launch: services.PodLaunch) -> None:
         )
         return
     entry = _entry(launch, process, cgroup=cgroup, netns_name=netns_name, sandbox=isolation.mode)
+    if cgroup is not None:  # a new group counts from zero: the first sample has a CPU figure
+        entry.metrics_reading = metrics.Reading(
+            at=time.monotonic(), cpu_usec=0, disk_read_bytes=0, disk_write_bytes=0
+        )
     with _lock:
         _running[launch.pod_id] = entry
         early_stop = _starting.get(launch.pod_id)
@@ -681,6 +688,7 @@ def watch_once() -> None:
             _check(entry, watches.get(entry.launch.pod_pk), now)
         except Exception:  # one pod's trouble must not stop the others' checks
             logger.exception("checking pod %s failed", entry.launch.pod_id)
+    _sample_metrics(live)
 
 
 def _finish(entry: _Entry) -> None:
@@ -787,6 +795,55 @@ def _check(entry: _Entry, watch: services.PodWatch | None, now: datetime) -> Non
         services.job_timeout(job_pk=launch.job_pk, now=now)
     elif watch.hung is not None:
         services.job_hang(job_pk=launch.job_pk, now=now)
+
+
+_metrics: dict = {"next": 0.0, "gpus": None}
+
+
+def _gpus() -> sampler.Gpus:
+    """NVML, loaded once (on the first round with a GPU pod): where it does not load, the
+    GPU figures stay absent and the log says why, once."""
+    if _metrics["gpus"] is None:
+        _metrics["gpus"] = sampler.Gpus()
+        if not _metrics["gpus"].loaded:
+            logger.warning("GPU metrics are absent on this host: %s", _metrics["gpus"].problem)
+    return _metrics["gpus"]
+
+
+def _sample_metrics(entries: list[_Entry]) -> None:
+    """Every POD_METRICS_SECONDS: each running pod's figures (apps/agent/sampler.py), stored
+    in one insert. A round the database refuses is lost (a gap in the series), not retried:
+    its rates are already the next round's baseline."""
+    began = time.monotonic()
+    if began < _metrics["next"] - POLL_SECONDS / 2:  # the watch loop's jitter: not a skip
+        return
+    _metrics["next"] = began + settings.POD_METRICS_SECONDS
+    devices = _gpus().read() if any(e.launch.gpu_ids for e in entries) else None
+    net_seen: dict[str, tuple[int, int]] = {}
+    samples = []
+    for entry in entries:
+        if not entry.running_reported:
+            continue
+        try:
+            reading = sampler.pod_reading(
+                at=time.monotonic(),
+                cgroup=entry.cgroup,
+                netns_name=entry.netns_name,
+                gpu_ids=entry.launch.gpu_ids,
+                devices=devices,
+                net_seen=net_seen,
+                previous=entry.metrics_reading,
+            )
+        except Exception:
+            logger.exception("could not read pod %s's metrics", entry.launch.pod_id)
+            continue
+        samples.append((entry.launch.pod_pk, metrics.figures(entry.metrics_reading, reading)))
+        entry.metrics_reading = reading
+    try:
+        services.pod_metrics_record(at=timezone.now(), samples=samples)
+    except Exception:
+        logger.exception("could not store %d pods' metrics", len(samples))
+        connection.close()
 
 
 # How far behind the database may know a pod's last output (hang intervals are longer:

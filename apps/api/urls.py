@@ -16,6 +16,7 @@ urlpatterns = [
     path("jobs/<str:job_id>/stop", views.job_stop_view, name="job-stop"),
     path("jobs/<str:job_id>/events", views.job_events_view, name="job-events"),
     path("jobs/<str:job_id>/cost", views.job_cost_view, name="job-cost"),  # paiweb's own
+    path("jobs/<str:job_id>/metrics", views.job_metrics_view, name="job-metrics"),
     path("jobs/<str:job_id>/pods/<str:pod_id>/events", views.pod_events_view, name="pod-events"),
     path("jobs/<str:job_id>/pods/<str:pod_id>/logs", views.pod_logs_view, name="pod-logs"),
     path("jobtemplates", views.job_templates_view, name="job-templates"),

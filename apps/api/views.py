@@ -25,6 +25,8 @@ from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 
 from apps.agent.logs import log_window, pod_log_path
+from apps.agent.metrics import METRIC_TYPES, parse_time_step
+from apps.agent.selectors import job_metrics
 from apps.api import parsing, serializers
 from apps.api.auth import authenticate
 from apps.api.errors import (
@@ -595,6 +597,55 @@ def get_pod_logs(call: Call, job_id: str, pod_id: str) -> dict[str, Any]:
     }
 
 
+DEFAULT_METRICS_WINDOW = timedelta(hours=1)  # GetJobMetrics without StartTime, as PAI
+DEFAULT_TIME_STEP = "5m"  # as PAI
+MAX_METRIC_POINTS = 11_000  # per pod and call
+
+
+def get_job_metrics(call: Call, job_id: str) -> dict[str, Any]:
+    """One metric of every pod of the job over [StartTime, EndTime] (default: the last hour),
+    averaged per TimeStep (default 5m), each point at its step's start; pods and steps
+    without a figure are left out (docs/api.md, "GetJobMetrics")."""
+    job = _job(call, job_id)
+    if not call.query.get("MetricType"):
+        raise missing_parameter("MetricType")
+    metric = parsing.query_choice(call.query, "MetricType", {m.name: m for m in METRIC_TYPES})
+    end = parsing.query_time(call.query, "EndTime") or call.now
+    start = parsing.query_time(call.query, "StartTime") or end - DEFAULT_METRICS_WINDOW
+    if start > end:
+        raise invalid_parameter("StartTime", say("must not be after EndTime"))
+    raw_step = call.query.get("TimeStep") or DEFAULT_TIME_STEP
+    try:
+        step = parse_time_step(raw_step)
+    except ValueError:
+        raise invalid_parameter(
+            "TimeStep",
+            say(
+                "{raw} is not a time step such as 5m, 30s, 1h or 300 (seconds)",
+                raw=f"{raw_step[:32]!r}",
+            ),
+        ) from None
+    if (end - start).total_seconds() / step > MAX_METRIC_POINTS:
+        raise invalid_parameter(
+            "TimeStep",
+            say(
+                "too small for the time range: at most {limit} points per pod",
+                limit=f"{MAX_METRIC_POINTS:,}",
+            ),
+        )
+    series = job_metrics(job=job, metric=metric, start=start, end=end, step=step)
+    return {
+        "JobId": job.job_id,
+        "PodMetrics": [
+            {
+                "PodId": s.pod_id,
+                "Metrics": [{"Time": round(at * 1000), "Value": value} for at, value in s.points],
+            }
+            for s in series
+        ],
+    }
+
+
 # --- instance types and the spot market -----------------------------------------------------
 
 NO_USAGE = TypeUsage()
@@ -976,6 +1027,7 @@ job_view = endpoint(GET=get_job, PUT=update_job, DELETE=delete_job)
 job_stop_view = endpoint(POST=stop_job)
 job_events_view = endpoint(GET=get_job_events)
 job_cost_view = endpoint(GET=get_job_cost)
+job_metrics_view = endpoint(GET=get_job_metrics)
 pod_events_view = endpoint(GET=get_pod_events)
 pod_logs_view = endpoint(GET=get_pod_logs)
 ecs_specs_view = endpoint(GET=list_ecs_specs)

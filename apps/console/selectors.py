@@ -5,9 +5,15 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta, tzinfo
 
+from django.conf import settings
+from django.utils.translation import gettext_lazy as _
+
+from apps.agent.metrics import METRIC_TYPES, metric_text
+from apps.agent.selectors import job_metrics_all
 from apps.billing.selectors import JobUsage, job_usage
+from apps.core.charts import Chart, metric_chart
 from apps.jobs.models import (
     Checkpoint,
     Job,
@@ -175,3 +181,70 @@ def job_list_clocks(*, jobs: list[Job], now: datetime) -> None:
         job.running_seconds = running.total_seconds() if running is not None else None
         job.running_live = job.status == JobStatus.RUNNING and running is not None
         job.ended_pods = job_ended_pods(job)
+
+
+# --- the job page's metric charts (GetJobMetrics' samples) --------------------------------
+
+METRIC_LABELS = {
+    "CpuCoreUsage": _("CPU (cores)"),
+    "MemoryUsage": _("Memory"),
+    "GpuCoreUsage": _("GPU utilisation"),
+    "GpuMemoryUsage": _("GPU memory"),
+    "NetworkInputRate": _("Network in"),
+    "NetworkOutputRate": _("Network out"),
+    "DiskReadRate": _("Disk read"),
+    "DiskWriteRate": _("Disk write"),
+}
+METRICS_WINDOW = timedelta(hours=1)  # as GetJobMetrics' default
+METRICS_POINTS = 240  # at most, per pod and chart
+
+
+@dataclass(frozen=True)
+class MetricPanel:
+    name: str  # the MetricType
+    label: str
+    chart: Chart
+    latest: list[tuple[str, str, str]]  # (pod id, its latest figure as text, its colour)
+
+
+@dataclass(frozen=True)
+class JobMetrics:
+    since: datetime
+    until: datetime
+    step: float  # seconds per point
+    panels: list[MetricPanel]
+    absent: list[str]  # the labels of the metrics no pod has a figure of
+
+    @property
+    def empty(self) -> bool:
+        return not self.panels
+
+
+def job_metrics_panels(*, job: Job, now: datetime, zone: tzinfo) -> JobMetrics:
+    """The last hour of the job's run (up to now, or to its end), each metric a chart with a
+    line per pod, averaged to at most METRICS_POINTS points (GetJobMetrics' rule)."""
+    until = job.finished_at or now
+    since = max(until - METRICS_WINDOW, job.started_at or job.submitted_at)
+    step = max(settings.POD_METRICS_SECONDS, (until - since).total_seconds() / METRICS_POINTS)
+    found = job_metrics_all(job=job, start=since, end=until, step=step)
+    panels, absent = [], []
+    for metric in METRIC_TYPES:
+        label = str(METRIC_LABELS[metric.name])
+        series = found.get(metric.name)
+        if not series:
+            absent.append(label)
+            continue
+        chart = metric_chart(
+            [(s.pod_id, s.points) for s in series],
+            since=since,
+            until=until,
+            gap=max(2.5 * step, 3 * settings.POD_METRICS_SECONDS),
+            zone=zone,
+            y_text=lambda v, unit=metric.unit: metric_text(unit, v),
+        )
+        latest = [
+            (s.pod_id, metric_text(metric.unit, s.points[-1][1]), line.colour)
+            for s, line in zip(series, chart.lines, strict=True)
+        ]
+        panels.append(MetricPanel(metric.name, label, chart, latest))
+    return JobMetrics(since=since, until=until, step=step, panels=panels, absent=absent)

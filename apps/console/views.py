@@ -26,7 +26,12 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from django_htmx.http import HTMX_STOP_POLLING
 
 from apps.cluster.selectors import image_list
-from apps.console.selectors import job_list_clocks, job_list_version, job_live
+from apps.console.selectors import (
+    job_list_clocks,
+    job_list_version,
+    job_live,
+    job_metrics_panels,
+)
 from apps.core.errors import ApplicationError, ValidationFailed
 from apps.core.http import HtmxHttpRequest
 from apps.core.i18n import localized
@@ -236,6 +241,7 @@ def job_price_info(request: HtmxHttpRequest) -> HttpResponse:
 DETAIL_PARTIALS = {
     "job-live": "jobs/detail.html#job-live",
     "spot-bids": "jobs/detail.html#spot-bids",
+    "pod-metrics": "jobs/detail.html#pod-metrics",
 }
 
 
@@ -246,17 +252,24 @@ def _bid_poll_seconds() -> int:
 @login_required
 @require_GET
 def job_detail(request: HtmxHttpRequest, job_id: str) -> HttpResponse:
-    """The job page; to the page's own polls (targets #job-live and #spot-bids) only that
-    fragment, with 286 once the job has finished so htmx stops asking."""
+    """The job page; to the page's own polls (targets #job-live, #spot-bids and #pod-metrics)
+    only that fragment, with 286 once the job has finished so htmx stops asking."""
     job = _get_job_for_user(request, job_id)
     waiting_show(jobs=[job])
     target = _htmx_target(request)
     context = {
         "job": job,
         "bid_poll_seconds": _bid_poll_seconds(),
+        "metrics_poll_seconds": max(int(settings.POD_METRICS_SECONDS), 5),
+        "metrics_every": settings.POD_METRICS_SECONDS,
         "retention_hours": settings.POD_WORK_RETENTION_HOURS,
     }
-    if target != "spot-bids":
+    full = target not in DETAIL_PARTIALS  # the whole page
+    if full or target == "pod-metrics":
+        context["metrics"] = job_metrics_panels(
+            job=job, now=timezone.now(), zone=timezone.get_current_timezone()
+        )
+    if full or target == "job-live":
         context["live"] = job_live(job=job)
         # Stop, Delete and the priority: for who may manage it
         context["can_manage"] = selectors.job_can_manage(user=request.user, job=job)
@@ -264,9 +277,9 @@ def job_detail(request: HtmxHttpRequest, job_id: str) -> HttpResponse:
             job.status in PRIORITY_EDITABLE and job.resource_source == "quota"
         )
         context["priorities"] = range(1, 10)
-    if target != "job-live" and job.is_spot:
+    if (full or target == "spot-bids") and job.is_spot:
         context["bid_history"] = job_bid_history(job=job)
-    if target in DETAIL_PARTIALS:
+    if not full:
         status = HTMX_STOP_POLLING if job.is_finished else 200
         response = render(request, DETAIL_PARTIALS[target], context, status=status)
     else:

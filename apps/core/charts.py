@@ -32,7 +32,16 @@ LINE_STYLES = {  # css name → (colour, dash)
     "in_quota": ("#2563eb", ""),  # a quota's use over time (scheduler/selectors.py)
     "borrowed": ("#ea580c", ""),
     "min": ("#dc2626", "6 4"),
+    # one per pod on a job's metric charts (metric_chart), in turn
+    "series-0": ("#2563eb", ""),
+    "series-1": ("#ea580c", ""),
+    "series-2": ("#16a34a", ""),
+    "series-3": ("#9333ea", ""),
+    "series-4": ("#dc2626", ""),
+    "series-5": ("#0891b2", ""),
 }
+SERIES_KINDS = tuple(k for k in LINE_STYLES if k.startswith("series-"))
+Samples = list[tuple[float, float]]  # [(epoch seconds, value)], sorted, sampled (not steps)
 
 
 @dataclass(frozen=True)
@@ -213,3 +222,46 @@ def _uplot_data(series: Sequence[Series], end: float) -> dict:
             }
         )
     return out
+
+
+def metric_chart(
+    series: Sequence[tuple[str, Samples]],
+    *,
+    since: datetime,
+    until: datetime,
+    gap: float,
+    zone: tzinfo = UTC,
+    y_text: Callable[[float], str] = lambda v: f"{v:g}",
+) -> Chart:
+    """Sampled series (a job's pods' figures) over [since, until], from zero up: each a
+    line through its points, broken where two points are more than `gap` seconds apart (no
+    sample there: absent, not zero). `ChartLine.points` is SVG path data ("M x,y L x,y …")."""
+    start, end = since.timestamp(), until.timestamp()
+    clipped = [
+        (label, [(t, v) for t, v in points if start <= t <= end]) for label, points in series
+    ]
+    top = _round_top(Decimal(str(max((v for _, h in clipped for _, v in h), default=0.0))))
+    scale = Scale(start, end, Decimal(0), top)
+    lines = []
+    for i, (label, points) in enumerate(clipped):
+        path, before = [], None
+        for t, v in points:
+            joined = before is not None and t - before <= gap
+            path.append(f"{'L' if joined else 'M'}{scale.x(t):.1f},{scale.y(_dec(v)):.1f}")
+            before = t
+        kind = SERIES_KINDS[i % len(SERIES_KINDS)]
+        last = _dec(points[-1][1]) if points else None
+        lines.append(ChartLine(label, kind, " ".join(path), last))
+    y_ticks = [(scale.y(top * i / 4), y_text(float(top * i / 4))) for i in range(5)]
+    x_ticks = [
+        (
+            scale.x(start + (end - start) * i / 4),
+            datetime.fromtimestamp(start + (end - start) * i / 4, zone).strftime("%H:%M:%S"),
+        )
+        for i in range(5)
+    ]
+    return Chart(since=since, until=until, lines=lines, y_ticks=y_ticks, x_ticks=x_ticks)
+
+
+def _dec(value: float) -> Decimal:
+    return Decimal(repr(float(value)))
