@@ -64,7 +64,6 @@ from apps.scheduler.engine.room import Pool
 from apps.scheduler.engine.sharing import Shares, Spot, target_workload
 from apps.scheduler.engine.vectors import (
     Vec,
-    add,
     amount,
     fits,
     grow,
@@ -231,13 +230,23 @@ class ClusterState:
     def _frees(self, job: RunningJob) -> tuple[dict[int, dict[int, Vec]], frozenset[int]]:
         freed: dict[int, dict[int, Vec]] = {}
         idle_pools = set()
+        pool_of, node_pool_id = self.pool_of, self.node_pool_id
         for pod in job.pods:
-            pool = self.pool_of.get(pod.node_id)
+            n = pod.node_id
+            pool = pool_of.get(n)
             if pool is not None:
-                on = freed.setdefault(pool.id, {})
-                on[pod.node_id] = add(on.get(pod.node_id, (0, 0, 0)), vec(pod.resources))
-            if not pod.in_quota and pod.node_id in self.node_pool_id:
-                idle_pools.add(self.node_pool_id[pod.node_id])
+                r = pod.resources
+                on = freed.get(pool.id)
+                if on is None:
+                    on = freed[pool.id] = {}
+                old = on.get(n)
+                on[n] = (
+                    (r.gpu, r.cpu, r.memory)
+                    if old is None
+                    else (old[0] + r.gpu, old[1] + r.cpu, old[2] + r.memory)
+                )
+            if not pod.in_quota and n in node_pool_id:
+                idle_pools.add(node_pool_id[n])
         return freed, frozenset(idle_pools)
 
     def _count(self, job: RunningJob, *, sign: int, built: bool = True) -> None:

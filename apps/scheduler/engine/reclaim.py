@@ -24,7 +24,7 @@ from apps.scheduler.engine.model import (
     VictimOrder,
 )
 from apps.scheduler.engine.room import Pool, holds
-from apps.scheduler.engine.vectors import Vec, add, fits, low
+from apps.scheduler.engine.vectors import _MANY, Vec, add, fits, low
 from apps.scheduler.lifecycle import lost_gpu_seconds
 
 _GREEDY_BUDGET = (8, 16)  # victims per pod, plus, before greedy reclaim turns to node by node
@@ -132,9 +132,9 @@ class Reclaimer:
         self.per_slot = per_slot
         self.freeing_jobs: dict[int, set[int]] = {}  # node id -> ids of jobs leaving it
         self.borrowers: dict[int, list[Borrower]] = {}  # pool id -> candidates, best first
-        # node id -> candidates, best first, with the room each frees there, its priority
-        # and start time
-        self.victims_on: dict[int, list[tuple[Borrower, Vec, int, float]]] = {}
+        # node id -> candidates, best first, with the room each frees there (GPUs, CPU,
+        # memory), its priority and start time
+        self.victims_on: dict[int, list[tuple[Borrower, int, int, int, int, float]]] = {}
         self.first_steps: dict[tuple[int, Vec, bool], _FirstSteps] = {}
         self.unclaimed_from: dict[int, int] = {}  # pool id -> candidates before it are claimed
 
@@ -148,13 +148,19 @@ class Reclaimer:
         everyone = {id(b): b for candidates in self.borrowers.values() for b in candidates}
         for rank, borrower in enumerate(sorted(everyone.values(), key=lambda b: b.order)):
             borrower.rank = rank
+        victims_on = self.victims_on
         for pool_id, candidates in self.borrowers.items():
             candidates.sort(key=lambda b: b.order)
             for borrower in candidates:
                 job = borrower.job
+                priority, started = job.priority, job.started_at
                 for n, v in borrower.freed.get(pool_id, {}).items():
-                    entry = (borrower, v, job.priority, job.started_at)
-                    self.victims_on.setdefault(n, []).append(entry)
+                    entry = (borrower, v[0], v[1], v[2], priority, started)
+                    on = victims_on.get(n)
+                    if on is None:
+                        victims_on[n] = [entry]
+                    else:
+                        on.append(entry)
 
     def leaving(self, nodes: Iterable[int]) -> set[int]:
         """Ids of the jobs leaving these nodes."""
@@ -349,7 +355,7 @@ class Reclaimer:
             nodes = {n for n, cap in pool.cap.items() if fits(envelope, cap)}
             heap: list[_Entry] = []
             for n in nodes:
-                step = self._step(pool, n, envelope, young_ok, _fut(pool, n), 0, none)
+                step = self._step(pool, n, envelope, young_ok, pool.fut[n], 0, none)
                 if step is not None:
                     heap.append((step.key, n, version[n], step))
             heapify(heap)
@@ -357,7 +363,7 @@ class Reclaimer:
             return kept
         heap = kept.heap
         for n in kept.nodes.intersection(pool.changes[kept.seen :]):
-            step = self._step(pool, n, envelope, young_ok, _fut(pool, n), 0, none)
+            step = self._step(pool, n, envelope, young_ok, pool.fut[n], 0, none)
             if step is not None:
                 heappush(heap, (step.key, n, version[n], step))
         kept.seen = len(pool.changes)
@@ -372,29 +378,36 @@ class Reclaimer:
         n: int,
         envelope: Vec,
         young_ok: bool,
-        room: Vec,
+        room: Sequence[int],
         start: int,
         taken: set[Borrower],
     ) -> _Step | None:
         """Node n's borrowers, from `start` on, to preempt for one more slot there."""
-        slots = holds(room, envelope)
-        # one more slot needs at least this room: below it there is no need to count slots
         eg, ec, em = envelope
+        g, c, m = room[0], room[1], room[2]
+        if eg > 0 and ec > 0 and em > 0:
+            slots = min(g // eg, c // ec, m // em, _MANY)
+            if slots < 0:
+                slots = 0
+        else:
+            slots = holds(room, envelope)
+        # one more slot needs at least this room: below it there is no need to count slots
         ng, nc, nm = (slots + 1) * eg, (slots + 1) * ec, (slots + 1) * em
-        g, c, m = room
         victims: list[Borrower] = []
         lost, priority, newest = 0.0, 0, -float("inf")
-        candidates = self.victims_on.get(n, [])
+        candidates = self.victims_on.get(n, ())
         for i in range(start, len(candidates)):
-            victim, v, victim_priority, started = candidates[i]
-            if victim.claimed or (victim.young and not young_ok) or victim in taken:
+            victim, vg, vc, vm, victim_priority, started = candidates[i]
+            if victim.claimed or (victim.young and not young_ok) or (taken and victim in taken):
                 continue
             victims.append(victim)
             lost += victim.lost
             priority += victim_priority
             if started > newest:
                 newest = started
-            g, c, m = g + v[0], c + v[1], m + v[2]
+            g += vg
+            c += vc
+            m += vm
             if g >= ng and c >= nc and m >= nm:
                 opened = holds((g, c, m), envelope) - slots
                 if opened > 0:
