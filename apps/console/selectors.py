@@ -241,6 +241,7 @@ def job_metrics_panels(*, job: Job, now: datetime, zone: tzinfo) -> JobMetrics:
             gap=max(2.5 * step, 3 * settings.POD_METRICS_SECONDS),
             zone=zone,
             y_text=lambda v, unit=metric.unit: metric_text(unit, v),
+            binary=metric.unit in ("bytes", "bytes/s"),
         )
         latest = [
             (s.pod_id, metric_text(metric.unit, s.points[-1][1]), line.colour)

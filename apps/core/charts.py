@@ -232,15 +232,25 @@ def metric_chart(
     gap: float,
     zone: tzinfo = UTC,
     y_text: Callable[[float], str] = lambda v: f"{v:g}",
+    binary: bool = False,
 ) -> Chart:
     """Sampled series (a job's pods' figures) over [since, until], from zero up: each a
     line through its points, broken where two points are more than `gap` seconds apart (no
-    sample there: absent, not zero). `ChartLine.points` is SVG path data ("M x,y L x,y …")."""
+    sample there: absent, not zero). `ChartLine.points` is SVG path data ("M x,y L x,y …").
+    `binary`: amounts of bytes, whose ticks are round in KiB, MiB, GiB… (never below 1 KiB
+    at the top, so that a chart of nothing does not tick 0 B, 0 B, 1 B…)."""
     start, end = since.timestamp(), until.timestamp()
     clipped = [
         (label, [(t, v) for t, v in points if start <= t <= end]) for label, points in series
     ]
-    top = _round_top(Decimal(str(max((v for _, h in clipped for _, v in h), default=0.0))))
+    most = Decimal(str(max((v for _, h in clipped for _, v in h), default=0.0)))
+    if binary:
+        unit = Decimal(1024)
+        while most >= unit * 1024:
+            unit *= 1024
+        top = _round_top(most / unit) * unit
+    else:
+        top = _round_top(most)
     scale = Scale(start, end, Decimal(0), top)
     lines = []
     for i, (label, points) in enumerate(clipped):

@@ -286,3 +286,29 @@ def test_a_metric_chart_breaks_its_line_where_samples_are_missing():
     assert chart.lines[1].points == ""  # a pod with nothing: no line, not a flat zero
     assert chart.y_ticks[0][1] == "0" and float(chart.y_ticks[-1][1]) >= 2.0  # from zero
     assert chart.lines[0].last == 0
+
+
+@pytest.mark.parametrize(
+    ("unit", "values", "ticks"),
+    [
+        ("bytes/s", [0.0, 0.0], ["0 B/s", "256 B/s", "512 B/s", "768 B/s", "1.0 KiB/s"]),
+        ("bytes", [300 * 2**20], ["0 B", "80.0 MiB", "160 MiB", "240 MiB", "320 MiB"]),
+        ("bytes", [3 * 2**30], ["0 B", "819 MiB", "1.6 GiB", "2.4 GiB", "3.2 GiB"]),
+    ],
+)
+def test_a_chart_of_bytes_ticks_round_binary_amounts_that_differ(unit, values, ticks):
+    from datetime import UTC, datetime
+
+    from apps.core.charts import metric_chart
+
+    since = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
+    points = [(since.timestamp() + 15 * (i + 1), v) for i, v in enumerate(values)]
+    chart = metric_chart(
+        [("pod-a", points)],
+        since=since,
+        until=datetime(2026, 3, 2, 12, 10, tzinfo=UTC),
+        gap=45,
+        y_text=lambda v: metrics.metric_text(unit, v),
+        binary=True,
+    )
+    assert [text for _, text in chart.y_ticks] == ticks
