@@ -62,6 +62,7 @@ ACTIONS = [
     ("POST", "/api/v1/jobs/{job}/stop", []),
     ("GET", "/api/v1/jobs/{job}/events", [*TIMES, "MaxEventsNum"]),
     ("GET", "/api/v1/jobs/{job}/cost", PAGING),
+    ("GET", "/api/v1/jobs/{job}/metrics", [*TIMES, "MetricType", "TimeStep", "Token"]),
     ("GET", "/api/v1/jobs/{job}/pods/{pod}/events", [*TIMES, "MaxEventsNum", "PodUid"]),
     ("GET", "/api/v1/jobs/{job}/pods/{pod}/logs", [*TIMES, "MaxLines", "PodUid"]),
     ("GET", "/api/v1/ecsspecs", [*PAGING, "AcceleratorType", "InstanceTypes", "ResourceType"]),
@@ -98,6 +99,8 @@ GOOD_VALUES = {
     "ResourceType": ["ECS"],
     "StartTime": ["2026-01-01T00:00:00Z"],
     "EndTime": ["2030-01-01T00:00:00Z"],
+    "MetricType": ["CpuCoreUsage", "MemoryUsage"],
+    "TimeStep": ["5m", "3600"],
 }
 BODY_FIELDS = [
     "WorkspaceId",
