@@ -117,6 +117,17 @@ def job_spec(job: Job, role: JobRole) -> dict[str, Any]:
                 "SpotPriceLimit": _float(role.spot_price_limit),
             }
         )
+    fallbacks = [
+        compact(
+            {
+                "InstanceType": item.instance_type.name,
+                "SpotStrategy": item.spot_strategy,
+                "SpotDiscountLimit": _float(item.spot_discount_limit),
+                "SpotPriceLimit": _float(item.spot_price_limit),
+            }
+        )
+        for item in role.elastic_spot_specs.all()
+    ]
     quota = job.resource_source == ResourceSource.QUOTA
     return compact(
         {
@@ -133,6 +144,7 @@ def job_spec(job: Job, role: JobRole) -> dict[str, Any]:
                 }
             ),
             "SpotSpec": spot,
+            "ElasticSpotSpecs": fallbacks or None,
             "UseSpotInstance": bool(role.spot_strategy),
             "RestartPolicy": role.restart_policy,
             "QuotaId": job.quota.name if quota and job.quota_id else None,
@@ -264,7 +276,6 @@ def replica_status(job: Job, role: JobRole, pods: list[Pod]) -> dict[str, Any]:
     active = sum(p.status == PodStatus.RUNNING for p in current)
     dequeued = sum(p.status == PodStatus.PENDING for p in current)
     queuing = role.pod_count if job.status in PENDING_STATUSES and not current else 0
-    spot = job.resource_source == ResourceSource.SPOT and role.instance_type is not None
     return compact(
         {
             "Type": role.role_type,
@@ -272,9 +283,18 @@ def replica_status(job: Job, role: JobRole, pods: list[Pod]) -> dict[str, Any]:
             "Dequeued": dequeued,
             "Queuing": queuing,
             "EstimatedPodCount": role.pod_count,
-            "CurrentSpotInstanceType": role.instance_type.name if spot else None,
+            "CurrentSpotInstanceType": current_spot_instance_type(job, role, current),
         }
     )
+
+
+def current_spot_instance_type(job: Job, role: JobRole, current: list[Pod]) -> str | None:
+    """The instance type a spot role's pods of the current attempt run on (its EcsSpec or
+    the ElasticSpotSpecs type the market chose); before they exist, its EcsSpec."""
+    if job.resource_source != ResourceSource.SPOT or role.instance_type is None:
+        return None
+    ran = next((p.instance_type for p in current if p.instance_type_id), None)
+    return (ran or role.instance_type).name
 
 
 def restart_record(
@@ -532,6 +552,17 @@ def create_job_body(spec: JobSpec) -> dict[str, Any]:
                     "SpotPriceLimit": _plain(role.spot_price_limit),
                 }
             )
+        fallbacks = [
+            compact(
+                {
+                    "InstanceType": item.instance_type,
+                    "SpotStrategy": "SpotWithPriceLimit",
+                    "SpotDiscountLimit": _plain(item.spot_discount_limit),
+                    "SpotPriceLimit": _plain(item.spot_price_limit),
+                }
+            )
+            for item in role.elastic_spot_specs
+        ]
         roles.append(
             compact(
                 {
@@ -543,6 +574,7 @@ def create_job_body(spec: JobSpec) -> dict[str, Any]:
                     "EcsSpec": role.instance_type or None,
                     "ResourceConfig": config or None,
                     "SpotSpec": spot_spec,
+                    "ElasticSpotSpecs": fallbacks or None,
                     "RestartPolicy": role.restart_policy,
                 }
             )

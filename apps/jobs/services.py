@@ -22,6 +22,7 @@ from apps.jobs.models import (
     LIVE_POD_STATUSES,
     Accessibility,
     Checkpoint,
+    ElasticSpotSpec,
     Job,
     JobEvent,
     JobRole,
@@ -267,7 +268,7 @@ def job_submit(*, workspace, user, spec: JobSpec, now: datetime | None = None) -
         submitted_at=now,
         status_changed_at=now,
     )
-    JobRole.objects.bulk_create(
+    roles = JobRole.objects.bulk_create(
         JobRole(
             job=job,
             role_type=r.spec.role_type,
@@ -286,6 +287,19 @@ def job_submit(*, workspace, user, spec: JobSpec, now: datetime | None = None) -
             spot_price_limit=r.spec.spot_price_limit,
         )
         for r in resolved.roles
+    )
+    ElasticSpotSpec.objects.bulk_create(
+        ElasticSpotSpec(
+            role=role,
+            position=j,
+            instance_type=itype,
+            spot_discount_limit=item.spot_discount_limit,
+            spot_price_limit=item.spot_price_limit,
+        )
+        for role, r in zip(roles, resolved.roles, strict=True)
+        for j, (item, itype) in enumerate(
+            zip(r.spec.elastic_spot_specs, r.fallback_types, strict=True)
+        )
     )
     JobTag.objects.bulk_create(JobTag(job=job, key=k, value=v) for k, v in spec.tags.items())
     StatusTransition.objects.create(job=job, status=JobStatus.CREATING, started_at=now)
