@@ -23,6 +23,7 @@ from apps.core.i18n import localized
 from apps.core.words import say
 from apps.jobs.models import (
     FINISHED_STATUSES,
+    LIVE_POD_STATUSES,
     PENDING_STATUSES,
     Job,
     JobEvent,
@@ -37,7 +38,7 @@ from apps.jobs.models import (
     gpu_text,
 )
 from apps.jobs.specs import JobSpec, spec_from_json, spot_price_range_per_minute
-from apps.jobs.waiting import waiting_text
+from apps.jobs.waiting import IN_QUOTA, NOT_IN_QUOTA, quota_level, sub_status, waiting_text
 from apps.workspaces.models import Workspace
 
 # Job.idle_mode ↔ DLC's Settings.OversoldType
@@ -47,7 +48,6 @@ OVERSOLD_TYPE = {
     "only_idle": "ForceQuotaOverSold",
 }
 IDLE_MODE = {value: key for key, value in OVERSOLD_TYPE.items()}
-IN_QUOTA, NOT_IN_QUOTA = "InQuota", "NotInQuota"
 MIB_PER_GIB = 1024
 
 
@@ -183,8 +183,8 @@ def _user_vpc(job: Job) -> dict[str, str] | None:
     )
 
 
-def _job_common(job: Job, roles: list[JobRole]) -> dict[str, Any]:
-    """What GetJob and ListJobs report alike."""
+def _job_common(job: Job, roles: list[JobRole], *, sub: str) -> dict[str, Any]:
+    """What GetJob and ListJobs report alike (`sub`: the job's SubStatus)."""
     cpu, _, _ = _requests(roles)
     return {
         "JobId": job.job_id,
@@ -196,7 +196,7 @@ def _job_common(job: Job, roles: list[JobRole]) -> dict[str, Any]:
         "WorkspaceName": job.workspace.name,
         "UserId": str(job.user_id),
         "Status": job.status,
-        "SubStatus": job.sub_status or None,
+        "SubStatus": sub or None,
         "ReasonCode": job.reason_code or None,
         # A pending job says why it waits and where it stands, as its page does.
         "ReasonMessage": localized(waiting_text(job) or job.reason_message) or None,
@@ -255,9 +255,12 @@ def job_detail(
 ) -> dict[str, Any]:
     """GetJob's body (without RequestId)."""
     _, gpu, memory = _requests(roles)
+    live = [p for p in pods if p.attempt == job.attempt and p.status in LIVE_POD_STATUSES]
+    in_quota = sum(p.in_quota is True for p in live)
+    sub = sub_status(job, in_quota=in_quota, not_in_quota=sum(p.in_quota is False for p in live))
     return compact(
         {
-            **_job_common(job, roles),
+            **_job_common(job, roles, sub=sub),
             "RequestGPU": float(gpu),
             "RequestMemory": float(memory),
             "ResourceLevel": resource_level(job, pods),
@@ -355,9 +358,10 @@ def restart_record(
 def job_item(job: Job, *, roles: list[JobRole]) -> dict[str, Any]:
     """One entry of ListJobs (the SDK types RequestGPU and RequestMemory as text here)."""
     _, gpu, memory = _requests(roles)
+    sub = sub_status(job, in_quota=job.pods_in_quota, not_in_quota=job.pods_not_in_quota)
     return compact(
         {
-            **_job_common(job, roles),
+            **_job_common(job, roles, sub=sub),
             "RequestGPU": str(gpu),
             "RequestMemory": format(memory.normalize(), "f"),
             "NodeCount": str(sum(r.pod_count for r in roles)),
@@ -390,10 +394,9 @@ def resource_level(job: Job, pods: list[Pod]) -> str | None:
     """For quota jobs: whether the current pods run In Quota, Not in Quota, or Mixed."""
     if job.resource_source != ResourceSource.QUOTA:
         return None
-    kinds = {pod_resource_type(p) for p in pods if p.attempt == job.attempt} - {None}
-    if not kinds:
-        return None
-    return kinds.pop() if len(kinds) == 1 else "Mixed"
+    current = [p for p in pods if p.attempt == job.attempt]
+    in_quota = sum(p.in_quota is True for p in current)
+    return quota_level(in_quota, sum(p.in_quota is False for p in current)) or None
 
 
 def pod_item(pod: Pod) -> dict[str, Any]:

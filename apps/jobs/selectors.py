@@ -104,8 +104,10 @@ def job_list(
     workspace `user` belongs to for `ALL_WORKSPACES`; newest first, with pod counts.
 
     `pods_total` is what the roles ask for; `pods_running` counts running pods of the
-    current attempt only, so history pods never inflate it.
+    current attempt only, so history pods never inflate it; `pods_in_quota` and
+    `pods_not_in_quota` its live pods (Pending or Running) In and Not in Quota.
     """
+    live = Q(pods__attempt=F("attempt"), pods__status__in=LIVE_POD_STATUSES)
     if workspace is ALL_WORKSPACES:
         jobs = jobs_visible(user=user)
     elif workspace is not None and workspace_list(user=user).filter(pk=workspace.pk).exists():
@@ -126,6 +128,8 @@ def job_list(
                 "pods",
                 filter=Q(pods__status=PodStatus.RUNNING, pods__attempt=F("attempt")),
             ),
+            pods_in_quota=Count("pods", filter=live & Q(pods__in_quota=True)),
+            pods_not_in_quota=Count("pods", filter=live & Q(pods__in_quota=False)),
         )
         .order_by("-created_at", "-id")  # Meta.ordering does not apply to GROUP BY queries
     )
@@ -219,8 +223,8 @@ def job_list_rows(
 
     - `gpus_total`: the GPUs the job asks for (each role's GPUs per pod × its pods; a
       share of a GPU counts its part, 0.5);
-    - of the current attempt's pods: `pods_live` (Pending or Running), of them
-      `pods_in_quota` and `pods_not_in_quota`; and how the others ended
+    - of the current attempt's pods: `pods_live` (Pending or Running; of them
+      `pods_in_quota` and `pods_not_in_quota`, from `job_list`); and how the others ended
       (`pods_succeeded`, `pods_failed`, `pods_stopped`, `pods_preempted`);
     - `running_time`: the time the job has spent Running across its attempts (its status
       history), up to `now` for a job Running now; None if it never ran.
@@ -252,8 +256,6 @@ def job_list_rows(
         gpus_total=Subquery(gpus, output_field=FloatField()),
         running_time=Subquery(running, output_field=DurationField()),
         pods_live=pods(live),
-        pods_in_quota=pods(live & Q(pods__in_quota=True)),
-        pods_not_in_quota=pods(live & Q(pods__in_quota=False)),
         pods_succeeded=pods(current & Q(pods__status=PodStatus.SUCCEEDED)),
         pods_failed=pods(current & Q(pods__status=PodStatus.FAILED)),
         pods_stopped=pods(current & Q(pods__status=PodStatus.STOPPED)),

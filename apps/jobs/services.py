@@ -146,6 +146,7 @@ def jobs_transition_bulk(
                 job.started_at = now
         if finished or started:
             job.pending_reason, job.queue_position, job.queue_size = "", None, None
+            job.sub_status = ""
     _jobs_row_write(
         updates=[(job.pk, status, job.reason_code, job.reason_message) for job in jobs],
         now=now,
@@ -175,6 +176,7 @@ def _jobs_row_write(
         also += ["started_at = COALESCE(started_at, %(now)s)", "not_before = NULL"]
     if finished or started:
         also += ["pending_reason = ''", "queue_position = NULL", "queue_size = NULL"]
+        also += ["sub_status = ''"]
     when = db_datetime(now)
     extra = [when] * sum("%(now)s" in part for part in also)
     table = Job._meta.db_table

@@ -399,6 +399,14 @@ def job_bid_history(*, job: Job, now: datetime | None = None) -> BidHistory:
 # --- why a spot job waits ---------------------------------------------------------------------
 
 
+class SpotWait(NamedTuple):
+    reason: str  # "" when nothing stands in the job's way
+    code: str  # BidBelowMarketPrice, BidBelowAveragePrice, SpotStockShortage, AIMasterBackoff…
+
+
+BACKOFF, HELD = "AIMasterBackoff", "JobHeld"
+
+
 class RoleNeed(NamedTuple):
     """A role of a job that is waiting for the market: what it needs, and its bid."""
 
@@ -445,31 +453,33 @@ def held_reason(
     not_spot: Container[str],
     now: datetime,
     winding_down: int = 0,
-) -> str:
-    """Why a waiting market job sits out the ticks ("" when it does not): an AIMaster
-    backoff, pods of its previous attempt not yet exited (`winding_down`), a role without an
-    instance type, a spot role without a readable bid, or a type no longer sold as spot
-    (`not_spot`). The tick and the job pages both ask this."""
+) -> SpotWait:
+    """Why a waiting market job sits out the ticks, and its code (("", "") when it does
+    not): an AIMaster backoff (AIMasterBackoff), pods of its previous attempt not yet
+    exited (`winding_down`: PreviousPodsExiting), a role without an instance type, a spot
+    role without a readable bid, or a type no longer sold as spot (`not_spot`) (JobHeld).
+    The tick and the job pages both ask this."""
     if not_before is not None and not_before > now:
         at = f"{not_before:%H:%M:%S}"
         if spot:
-            return say("AIMaster backoff: bids again from {at} UTC", at=at)
-        return say("AIMaster backoff: queues again from {at} UTC", at=at)
+            return SpotWait(say("AIMaster backoff: bids again from {at} UTC", at=at), BACKOFF)
+        return SpotWait(say("AIMaster backoff: queues again from {at} UTC", at=at), BACKOFF)
     if winding_down:
-        return winding_down_reason(winding_down)
+        return SpotWait(winding_down_reason(winding_down), "PreviousPodsExiting")
     if any(not role.instance_type for role in roles):
-        return say("every role of a public or spot job needs an instance type")
+        return SpotWait(say("every role of a public or spot job needs an instance type"), HELD)
     if not spot:
-        return ""
+        return SpotWait("", "")
     for role in roles:
         if role.bid is None:
-            return say(
+            text = say(
                 "{role}: set exactly one of SpotDiscountLimit and SpotPriceLimit",
                 role=role.role_type,
             )
+            return SpotWait(text, HELD)
         if role.instance_type in not_spot:
-            return say("{type} is no longer sold as spot", type=role.instance_type)
-    return ""
+            return SpotWait(say("{type} is no longer sold as spot", type=role.instance_type), HELD)
+    return SpotWait("", "")
 
 
 def waiting_reasons(*, jobs: Iterable[Job], now: datetime | None = None) -> dict[int, str]:
@@ -480,18 +490,15 @@ def waiting_reasons(*, jobs: Iterable[Job], now: datetime | None = None) -> dict
 def waiting_show(*, jobs: Iterable[Job], now: datetime | None = None) -> None:
     """Put each bidding spot job's live reason and its code on the job (in memory: the market
     does not rewrite thousands of them each tick), as the job pages and the API show it
-    (`apps.jobs.waiting.waiting_text`)."""
+    (`apps.jobs.waiting.waiting_text`, and the code as its SubStatus,
+    `apps.jobs.waiting.sub_status`)."""
     jobs = list(jobs)
     waits = spot_waits(jobs=jobs, now=now)
     for job in jobs:
         if wait := waits.get(job.pk):
+            job.sub_status = wait.code
             if wait.reason:
                 job.pending_reason, job.reason_code = wait.reason, wait.code
-
-
-class SpotWait(NamedTuple):
-    reason: str  # "" when nothing stands in the job's way
-    code: str  # BidBelowMarketPrice, BidBelowAveragePrice, SpotStockShortage, AIMasterBackoff…
 
 
 def spot_waits(*, jobs: Iterable[Job], now: datetime | None = None) -> dict[int, SpotWait]:
@@ -568,7 +575,7 @@ def spot_waits(*, jobs: Iterable[Job], now: datetime | None = None) -> dict[int,
     winding = jobs_winding_down(Job.objects.filter(pk__in=list(bidding)))
     for job_id, job in bidding.items():
         roles = needs.get(job_id, [])
-        reason = held_reason(
+        reason, code = held_reason(
             spot=True,
             not_before=job.not_before,
             roles=roles,
@@ -576,14 +583,12 @@ def spot_waits(*, jobs: Iterable[Job], now: datetime | None = None) -> dict[int,
             now=now,
             winding_down=winding.get(job_id, 0),
         )
-        code = ""
-        if reason:
-            backoff = job.not_before is not None and job.not_before > now
-            code = "AIMasterBackoff" if backoff else "SpotJobHeld"
-        elif roles and not any(r.instance_type in unpriced for r in roles):
+        if not reason and roles and not any(r.instance_type in unpriced for r in roles):
             reason, code = pricing.spot_wait_reason(
                 spot_needs(roles), quotes, fallbacks=spot_fallbacks(roles)
             )
+            if code == "StockShortage":
+                code = "SpotStockShortage"  # the spot market's stock, as its reclaims name it
         waits[job_id] = SpotWait(reason, code)
     return waits
 

@@ -71,6 +71,7 @@ from apps.market.models import MarketState, PricePoint
 from apps.market.selectors import (
     MARKET_SOURCES,
     RoleNeed,
+    SpotWait,
     bidding_demand,
     held_reason,
     role_fallbacks,
@@ -143,8 +144,9 @@ class MarketSnapshot:
     types: dict[str, TypeInfo]  # every instance type, by name
     states: dict[int, MarketState]
     needs: dict[int, list[RoleNeed]] = field(default_factory=dict)  # jobs that may start
-    pending_reasons: dict[int, str] = field(default_factory=dict)  # queuing pay-as-you-go
-    held: dict[int, str] = field(default_factory=dict)  # waiting outside the engine, and why
+    # queuing pay-as-you-go jobs: the (reason, code) they show now
+    pending_reasons: dict[int, tuple[str, str]] = field(default_factory=dict)
+    held: dict[int, SpotWait] = field(default_factory=dict)  # waiting outside the engine, why
     headroom: dict[str, int] | None = None  # see pricing.spot_headroom
     points: int = 0  # PricePoints written
 
@@ -371,6 +373,7 @@ def _waiting_rows(roles: QuerySet[JobRole]) -> list[tuple]:
             "job__enable_aimaster",
             "job__pending_reason",
             "job__not_before",
+            "job__sub_status",
         )
     )
 
@@ -418,8 +421,9 @@ def _add_waiting(snapshot: MarketSnapshot, names: dict[int, str], queuing: list[
         aimaster,
         reason,
         not_before,
+        stored_code,
     ) in rows:
-        jobs[job_id] = (source, submitted, aimaster, reason, not_before)
+        jobs[job_id] = (source, submitted, aimaster, (reason, stored_code), not_before)
         name = names.get(type_id, "")
         bid = (
             _bid(originals[name], discount, per_minute)
@@ -428,18 +432,19 @@ def _add_waiting(snapshot: MarketSnapshot, names: dict[int, str], queuing: list[
         )
         more = fallbacks.get(role_id, ())
         needs[job_id].append(RoleNeed(role_id, role_type, pods, name, bid, more))
-    for job_id, (source, submitted, aimaster, reason, not_before) in jobs.items():
+    for job_id, (source, submitted, aimaster, shown, not_before) in jobs.items():
         roles = needs[job_id]
         if source == ResourceSource.PUBLIC:
-            snapshot.pending_reasons[job_id] = reason
-        if held := held_reason(
+            snapshot.pending_reasons[job_id] = shown
+        held = held_reason(
             spot=source == ResourceSource.SPOT,
             not_before=not_before,
             roles=roles,
             not_spot=not_spot,
             now=snapshot.now,
             winding_down=winding.get(job_id, 0),
-        ):
+        )
+        if held.reason:
             snapshot.held[job_id] = held
         elif source == ResourceSource.PUBLIC:
             snapshot.needs[job_id] = roles
@@ -538,7 +543,9 @@ def market_apply(*, snapshot: MarketSnapshot, plan: pricing.MarketPlan) -> StepR
     reclaimed = _apply_reclaims(plan.reclaims, now=now)
     started = _apply_starts(snapshot, plan)
     _record_free(snapshot, plan.stock)
-    waiting = {w.job_id: w.reason for w in plan.waiting} | snapshot.held
+    waiting = {w.job_id: (w.reason, w.code) for w in plan.waiting} | {
+        job_id: (held.reason, held.code) for job_id, held in snapshot.held.items()
+    }
     _record_waiting(
         {
             job_id: reason
@@ -836,14 +843,19 @@ def _bid_accepted(roles: list[RoleNeed], plan: pricing.MarketPlan, *, fallbacks:
     return say("Bid accepted: {bids}", bids="; ".join(parts))
 
 
-def _record_waiting(waiting: dict[int, str], stored: dict[int, str]) -> None:
-    """Store each queuing pay-as-you-go job's reason where it changed; a job that left
-    Queuing meanwhile is not touched. (A bidding spot job's reason is not stored: it is
-    shown from the market's published quotes, see `selectors.waiting_reasons`.)"""
-    by_reason: dict[str, list[int]] = defaultdict(list)
-    for job_id, reason in waiting.items():
-        if stored.get(job_id) != reason[:256]:
-            by_reason[reason[:256]].append(job_id)
-    for reason, ids in by_reason.items():
+def _record_waiting(
+    waiting: dict[int, tuple[str, str]], stored: dict[int, tuple[str, str]]
+) -> None:
+    """Store each queuing pay-as-you-go job's reason and its code (its SubStatus) where they
+    changed; a job that left Queuing meanwhile is not touched. (A bidding spot job's are not
+    stored: they are shown from the market's published quotes, see
+    `selectors.waiting_reasons`.)"""
+    by_reason: dict[tuple[str, str], list[int]] = defaultdict(list)
+    for job_id, (reason, code) in waiting.items():
+        if stored.get(job_id) != (reason[:256], code):
+            by_reason[(reason[:256], code)].append(job_id)
+    for (reason, code), ids in by_reason.items():
         for chunk in id_chunks(ids):
-            Job.objects.filter(pk__in=chunk, status=JobStatus.QUEUING).update(pending_reason=reason)
+            Job.objects.filter(pk__in=chunk, status=JobStatus.QUEUING).update(
+                pending_reason=reason, sub_status=code
+            )
