@@ -11,10 +11,12 @@ from __future__ import annotations
 import json
 import uuid
 from collections import defaultdict
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
+from apps.agent.selectors import PodAddress
 from apps.billing.models import pay_type_tag
 from apps.billing.selectors import JobBillLine, JobUsage
 from apps.cluster.models import InstanceType, Quota
@@ -252,8 +254,10 @@ def job_detail(
     pods: list[Pod],
     history: list[StatusTransition],
     restarts: list[JobRestart],
+    addresses: Mapping[int, PodAddress] | None = None,
 ) -> dict[str, Any]:
-    """GetJob's body (without RequestId)."""
+    """GetJob's body (without RequestId). `addresses`: where each pod is reached
+    (`apps.agent.selectors.pod_addresses`), its Ip, PodIp and PodIps."""
     _, gpu, memory = _requests(roles)
     live = [p for p in pods if p.attempt == job.attempt and p.status in LIVE_POD_STATUSES]
     in_quota = sum(p.in_quota is True for p in live)
@@ -264,7 +268,7 @@ def job_detail(
             "RequestGPU": float(gpu),
             "RequestMemory": float(memory),
             "ResourceLevel": resource_level(job, pods),
-            "Pods": pod_tree(pods),
+            "Pods": pod_tree(pods, addresses or {}),
             "StatusHistory": [status_transition(t) for t in history],
             "JobReplicaStatuses": [replica_status(job, role, pods) for role in roles],
             "RestartRecord": [restart_record(job, r, history) for r in restarts],
@@ -399,7 +403,7 @@ def resource_level(job: Job, pods: list[Pod]) -> str | None:
     return quota_level(in_quota, sum(p.in_quota is False for p in current)) or None
 
 
-def pod_item(pod: Pod) -> dict[str, Any]:
+def pod_item(pod: Pod, address: PodAddress | None = None) -> dict[str, Any]:
     duration = None
     if pod.started_at is not None and pod.finished_at is not None:
         duration = max((pod.finished_at - pod.started_at).total_seconds(), 0.0)
@@ -416,11 +420,17 @@ def pod_item(pod: Pod) -> dict[str, Any]:
             "GmtFinishTime": iso(pod.finished_at),
             "ResourceType": pod_resource_type(pod),
             "Duration": duration,
+            # the address the job's other pods reach it at; absent when there is none
+            "Ip": address.ip if address else None,
+            "PodIp": address.ip if address else None,
+            "PodIps": [{"InterfaceName": address.interface, "Ip": address.ip}]
+            if address
+            else None,
         }
     )
 
 
-def pod_tree(pods: list[Pod]) -> list[dict[str, Any]]:
+def pod_tree(pods: list[Pod], addresses: Mapping[int, PodAddress]) -> list[dict[str, Any]]:
     """One entry per pod slot (role and index): its newest pod, with the pods it replaced
     (earlier attempts: preempted, reclaimed, restarted) as HistoryPods, newest first."""
     slots: dict[tuple[int, int], list[Pod]] = defaultdict(list)
@@ -429,8 +439,8 @@ def pod_tree(pods: list[Pod]) -> list[dict[str, Any]]:
     tree = []
     for key in sorted(slots):
         newest, *older = sorted(slots[key], key=lambda p: (-p.attempt, -p.pk))
-        item = pod_item(newest)
-        item["HistoryPods"] = [pod_item(p) for p in older]
+        item = pod_item(newest, addresses.get(newest.pk))
+        item["HistoryPods"] = [pod_item(p, addresses.get(p.pk)) for p in older]
         tree.append(item)
     return tree
 

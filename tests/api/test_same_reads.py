@@ -16,6 +16,7 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
+from apps.agent.selectors import pod_addresses
 from apps.api import serializers
 from apps.cluster.models import InstanceType, MarketParameters
 from apps.cluster.selectors import instance_type_list, quota_list
@@ -286,8 +287,8 @@ def story(personas, cluster):
 def test_it_answers_get_job_with_job_parts(api_get, story, alice):
     job = job_get_for_user(user=alice, job_id=story["job"].job_id)
     # the key and its last use, the job, then job_parts: roles (and their ElasticSpotSpecs),
-    # pods, status history, restarts; and its tags
-    body = api_get(f"/api/v1/jobs/{job.job_id}", max_queries=9)
+    # pods, status history, restarts; its tags; the pods' processes (their addresses)
+    body = api_get(f"/api/v1/jobs/{job.job_id}", max_queries=10)
     parts = job_parts(job=job)
     detail = serializers.job_detail(
         job,
@@ -295,6 +296,7 @@ def test_it_answers_get_job_with_job_parts(api_get, story, alice):
         pods=parts.pods,
         history=parts.status_history,
         restarts=parts.restarts,
+        addresses=pod_addresses(pods=parts.pods),
     )
     assert without_request_id(body) == detail
     assert [spec["Type"] for spec in body["JobSpecs"]] == [r.role_type for r in parts.roles]
