@@ -423,9 +423,7 @@ def pod_item(pod: Pod, address: PodAddress | None = None) -> dict[str, Any]:
             # the address the job's other pods reach it at; absent when there is none
             "Ip": address.ip if address else None,
             "PodIp": address.ip if address else None,
-            "PodIps": [{"InterfaceName": address.interface, "Ip": address.ip}]
-            if address
-            else None,
+            "PodIps": [{"InterfaceName": address.interface, "Ip": address.ip}] if address else None,
         }
     )
 
