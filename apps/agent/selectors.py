@@ -1,20 +1,31 @@
 """Reads about pod execution: work the platform has not caught up with (the health panel),
-and the pods' metric samples (GetJobMetrics, the job page)."""
+the pods' metric samples (GetJobMetrics, the job page), and the address each pod is reached
+at (GetJob)."""
 
 from __future__ import annotations
 
+from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from itertools import groupby
 from operator import itemgetter
 
 from django.conf import settings
-from django.db.models import Count, Min
+from django.db.models import Count, Min, Q
 
+from apps.agent import netns
 from apps.agent.metrics import METRIC_TYPES, MetricType, downsample
-from apps.agent.models import PodMetricSample, PodProcess
+from apps.agent.models import NodeAgent, PodMetricSample, PodProcess
 from apps.core.db import id_chunks
-from apps.jobs.models import Job, JobStatus
+from apps.jobs.models import Job, JobStatus, Pod
+
+# A pod's process an agent has claimed: where it runs (or ran) is known.
+CLAIMED_STATES = (
+    PodProcess.State.STARTING,
+    PodProcess.State.RUNNING,
+    PodProcess.State.EXITED,
+)
 
 
 @dataclass(frozen=True)
@@ -110,3 +121,58 @@ def job_metrics_all(
         if series:
             found[metric.name] = series
     return found
+
+
+# --- where a pod is reached --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PodAddress:
+    """The address a pod is reached at by its job's other pods, and the interface of its
+    network namespace that holds it (GetJob's Ip, PodIp and PodIps)."""
+
+    ip: str
+    interface: str  # "eth0": the job's link between hosts; "lo": one host's loopback
+
+
+def pod_addresses(*, pods: Sequence[Pod]) -> dict[int, PodAddress]:
+    """Per pod id, the address its job's other pods reach it at, as apps/agent/netns.py
+    wires a job's network: with the pod subnet (POD_CIDR) of the host whose agent ran it,
+    the job's address in that subnet (`netns.job_address`, on every host the same offset,
+    routed between hosts for the job's own pods only); without one, the job's namespace on
+    that host has only a loopback, so 127.0.0.1 when every launched pod of its attempt ran
+    on that one host. A pod no agent has claimed yet, or one whose job spans hosts without a
+    pod subnet (its pods cannot reach each other), has none. A host's own addresses are
+    never given: no pod can reach its host. Two queries."""
+    processes = {
+        pod_id: (agent, host)
+        for pod_id, agent, host in PodProcess.objects.filter(
+            pod__in=[p.pk for p in pods], state__in=CLAIMED_STATES
+        ).values_list("pod_id", "agent", "host")
+        if host
+    }
+    if not processes:
+        return {}
+    agents = list(
+        NodeAgent.objects.filter(
+            Q(node_id__in={p.node_id for p in pods if p.node_id})
+            | Q(worker__in={agent for agent, _ in processes.values()})
+        ).values_list("node_id", "worker", "pod_cidr")
+    )
+    by_node = {node_id: cidr for node_id, _, cidr in agents}
+    by_worker = {worker: cidr for _, worker, cidr in agents if cidr}
+    hosts: dict[tuple[int, int], set[str]] = defaultdict(set)
+    for pod in pods:
+        if pod.pk in processes:
+            hosts[(pod.job_id, pod.attempt)].add(processes[pod.pk][1])
+    addresses = {}
+    for pod in pods:
+        if pod.pk not in processes:
+            continue
+        agent, _ = processes[pod.pk]
+        cidr = by_node.get(pod.node_id) if pod.node_id else by_worker.get(agent)
+        if cidr:
+            addresses[pod.pk] = PodAddress(netns.job_address(cidr, pod.job_id), "eth0")
+        elif len(hosts[(pod.job_id, pod.attempt)]) == 1:
+            addresses[pod.pk] = PodAddress("127.0.0.1", "lo")
+    return addresses

@@ -534,6 +534,7 @@ def _replacements(*, job: Job, pods: Iterable[Pod], now: datetime) -> None:
             attempt=job.attempt,
             pod_id=f"{job.job_id}-{p.role.role_type.lower()}-{p.index}-a{job.attempt}",
             node=p.node,
+            instance_type_id=p.instance_type_id,  # a spot pod keeps the type it got
             in_quota=p.in_quota,
             status=PodStatus.PENDING,
         )

@@ -112,12 +112,25 @@ _ROLE = {
     "spot_price_limit": "SpotSpec.SpotPriceLimit",
 }
 _DATA_SOURCE = {"uri": "Uri", "mount_path": "MountPath"}
+_FALLBACK = {
+    "instance_type": "InstanceType",
+    "spot_discount_limit": "SpotDiscountLimit",
+    "spot_price_limit": "SpotPriceLimit",
+}
 _INDEXED = re.compile(r"^(roles|data_sources)\[(\d+)\]\.(\w+)$")
+_FALLBACKS = re.compile(r"^roles\[(\d+)\]\.elastic_spot_specs(?:\[(\d+)\](?:\.(\w+))?)?$")
 
 
 def dlc_field(path: str) -> str:
-    """`roles[0].spot_price_limit` → `JobSpecs[0].SpotSpec.SpotPriceLimit`; unknown paths
-    come back unchanged."""
+    """`roles[0].spot_price_limit` → `JobSpecs[0].SpotSpec.SpotPriceLimit`,
+    `roles[0].elastic_spot_specs[1].instance_type` →
+    `JobSpecs[0].ElasticSpotSpecs[1].InstanceType`; unknown paths come back unchanged."""
+    if fallback := _FALLBACKS.match(path):
+        role, index, name = fallback.groups()
+        field = f"JobSpecs[{role}].ElasticSpotSpecs"
+        if index is not None:
+            field += f"[{index}]"
+        return f"{field}.{_FALLBACK.get(name, name)}" if name else field
     match = _INDEXED.match(path)
     if match:
         group, index, name = match.groups()

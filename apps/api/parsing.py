@@ -20,7 +20,14 @@ from apps.cluster.selectors import resource_type_of
 from apps.core.errors import ApplicationError
 from apps.core.words import say
 from apps.jobs.models import ExecutionMode, IdleMode, ResourceSource
-from apps.jobs.specs import DEFAULT_HANG_SECONDS, JobSpec, RoleSpec, as_decimal, gpu_amount
+from apps.jobs.specs import (
+    DEFAULT_HANG_SECONDS,
+    JobSpec,
+    RoleSpec,
+    SpotFallback,
+    as_decimal,
+    gpu_amount,
+)
 
 SPOT_STRATEGIES = ("SpotWithPriceLimit",)
 MAX_INT = 2**31 - 1  # what the database's integer columns hold
@@ -417,8 +424,38 @@ def _role(p: Problems, item: dict, path: str) -> tuple[RoleSpec, bool]:
             spot_spec, "SpotDiscountLimit", f"{path}.SpotSpec.SpotDiscountLimit"
         ),
         spot_price_limit=p.number(spot_spec, "SpotPriceLimit", f"{path}.SpotSpec.SpotPriceLimit"),
+        elastic_spot_specs=_elastic_spot_specs(p, item, path),
     )
     return role, is_spot
+
+
+def _elastic_spot_specs(p: Problems, item: dict, path: str) -> list[SpotFallback]:
+    """JobSpecs[i].ElasticSpotSpecs: the role's fallback instance types, each with its own
+    limit in SpotSpec's units (SpotDiscountLimit 0.1–0.9, SpotPriceLimit per minute)."""
+    fallbacks = []
+    for j, entry in enumerate(p.array(item, "ElasticSpotSpecs", f"{path}.ElasticSpotSpecs")):
+        at = f"{path}.ElasticSpotSpecs[{j}]"
+        if not isinstance(entry, dict):
+            p.add(at, say("must be an object"))
+            continue
+        p.track(entry, at)
+        strategy = p.text(entry, "SpotStrategy", f"{at}.SpotStrategy")
+        if strategy and strategy not in SPOT_STRATEGIES:
+            p.add(
+                f"{at}.SpotStrategy",
+                say(
+                    "must be {choices}: each type is tried in the order given, at its own limit",
+                    choices=" or ".join(SPOT_STRATEGIES),
+                ),
+            )
+        fallbacks.append(
+            SpotFallback(
+                instance_type=p.text(entry, "InstanceType", f"{at}.InstanceType").strip(),
+                spot_discount_limit=p.number(entry, "SpotDiscountLimit", f"{at}.SpotDiscountLimit"),
+                spot_price_limit=p.number(entry, "SpotPriceLimit", f"{at}.SpotPriceLimit"),
+            )
+        )
+    return fallbacks
 
 
 def _quantity(p: Problems, config: dict, key: str, path: str) -> tuple[Decimal, str] | None:

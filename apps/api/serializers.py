@@ -11,10 +11,12 @@ from __future__ import annotations
 import json
 import uuid
 from collections import defaultdict
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
+from apps.agent.selectors import PodAddress
 from apps.billing.models import pay_type_tag
 from apps.billing.selectors import JobBillLine, JobUsage
 from apps.cluster.models import InstanceType, Quota
@@ -23,6 +25,7 @@ from apps.core.i18n import localized
 from apps.core.words import say
 from apps.jobs.models import (
     FINISHED_STATUSES,
+    LIVE_POD_STATUSES,
     PENDING_STATUSES,
     Job,
     JobEvent,
@@ -37,7 +40,7 @@ from apps.jobs.models import (
     gpu_text,
 )
 from apps.jobs.specs import JobSpec, spec_from_json, spot_price_range_per_minute
-from apps.jobs.waiting import waiting_text
+from apps.jobs.waiting import IN_QUOTA, NOT_IN_QUOTA, quota_level, sub_status, waiting_text
 from apps.workspaces.models import Workspace
 
 # Job.idle_mode ↔ DLC's Settings.OversoldType
@@ -47,7 +50,6 @@ OVERSOLD_TYPE = {
     "only_idle": "ForceQuotaOverSold",
 }
 IDLE_MODE = {value: key for key, value in OVERSOLD_TYPE.items()}
-IN_QUOTA, NOT_IN_QUOTA = "InQuota", "NotInQuota"
 MIB_PER_GIB = 1024
 
 
@@ -117,6 +119,17 @@ def job_spec(job: Job, role: JobRole) -> dict[str, Any]:
                 "SpotPriceLimit": _float(role.spot_price_limit),
             }
         )
+    fallbacks = [
+        compact(
+            {
+                "InstanceType": item.instance_type.name,
+                "SpotStrategy": item.spot_strategy,
+                "SpotDiscountLimit": _float(item.spot_discount_limit),
+                "SpotPriceLimit": _float(item.spot_price_limit),
+            }
+        )
+        for item in role.elastic_spot_specs.all()
+    ]
     quota = job.resource_source == ResourceSource.QUOTA
     return compact(
         {
@@ -133,6 +146,7 @@ def job_spec(job: Job, role: JobRole) -> dict[str, Any]:
                 }
             ),
             "SpotSpec": spot,
+            "ElasticSpotSpecs": fallbacks or None,
             "UseSpotInstance": bool(role.spot_strategy),
             "RestartPolicy": role.restart_policy,
             "QuotaId": job.quota.name if quota and job.quota_id else None,
@@ -171,8 +185,8 @@ def _user_vpc(job: Job) -> dict[str, str] | None:
     )
 
 
-def _job_common(job: Job, roles: list[JobRole]) -> dict[str, Any]:
-    """What GetJob and ListJobs report alike."""
+def _job_common(job: Job, roles: list[JobRole], *, sub: str) -> dict[str, Any]:
+    """What GetJob and ListJobs report alike (`sub`: the job's SubStatus)."""
     cpu, _, _ = _requests(roles)
     return {
         "JobId": job.job_id,
@@ -184,7 +198,7 @@ def _job_common(job: Job, roles: list[JobRole]) -> dict[str, Any]:
         "WorkspaceName": job.workspace.name,
         "UserId": str(job.user_id),
         "Status": job.status,
-        "SubStatus": job.sub_status or None,
+        "SubStatus": sub or None,
         "ReasonCode": job.reason_code or None,
         # A pending job says why it waits and where it stands, as its page does.
         "ReasonMessage": localized(waiting_text(job) or job.reason_message) or None,
@@ -240,16 +254,21 @@ def job_detail(
     pods: list[Pod],
     history: list[StatusTransition],
     restarts: list[JobRestart],
+    addresses: Mapping[int, PodAddress] | None = None,
 ) -> dict[str, Any]:
-    """GetJob's body (without RequestId)."""
+    """GetJob's body (without RequestId). `addresses`: where each pod is reached
+    (`apps.agent.selectors.pod_addresses`), its Ip, PodIp and PodIps."""
     _, gpu, memory = _requests(roles)
+    live = [p for p in pods if p.attempt == job.attempt and p.status in LIVE_POD_STATUSES]
+    in_quota = sum(p.in_quota is True for p in live)
+    sub = sub_status(job, in_quota=in_quota, not_in_quota=sum(p.in_quota is False for p in live))
     return compact(
         {
-            **_job_common(job, roles),
+            **_job_common(job, roles, sub=sub),
             "RequestGPU": float(gpu),
             "RequestMemory": float(memory),
             "ResourceLevel": resource_level(job, pods),
-            "Pods": pod_tree(pods),
+            "Pods": pod_tree(pods, addresses or {}),
             "StatusHistory": [status_transition(t) for t in history],
             "JobReplicaStatuses": [replica_status(job, role, pods) for role in roles],
             "RestartRecord": [restart_record(job, r, history) for r in restarts],
@@ -264,7 +283,6 @@ def replica_status(job: Job, role: JobRole, pods: list[Pod]) -> dict[str, Any]:
     active = sum(p.status == PodStatus.RUNNING for p in current)
     dequeued = sum(p.status == PodStatus.PENDING for p in current)
     queuing = role.pod_count if job.status in PENDING_STATUSES and not current else 0
-    spot = job.resource_source == ResourceSource.SPOT and role.instance_type is not None
     return compact(
         {
             "Type": role.role_type,
@@ -272,9 +290,18 @@ def replica_status(job: Job, role: JobRole, pods: list[Pod]) -> dict[str, Any]:
             "Dequeued": dequeued,
             "Queuing": queuing,
             "EstimatedPodCount": role.pod_count,
-            "CurrentSpotInstanceType": role.instance_type.name if spot else None,
+            "CurrentSpotInstanceType": current_spot_instance_type(job, role, current),
         }
     )
+
+
+def current_spot_instance_type(job: Job, role: JobRole, current: list[Pod]) -> str | None:
+    """The instance type a spot role's pods of the current attempt run on (its EcsSpec or
+    the ElasticSpotSpecs type the market chose); before they exist, its EcsSpec."""
+    if job.resource_source != ResourceSource.SPOT or role.instance_type is None:
+        return None
+    ran = next((p.instance_type for p in current if p.instance_type_id), None)
+    return (ran or role.instance_type).name
 
 
 def restart_record(
@@ -335,9 +362,10 @@ def restart_record(
 def job_item(job: Job, *, roles: list[JobRole]) -> dict[str, Any]:
     """One entry of ListJobs (the SDK types RequestGPU and RequestMemory as text here)."""
     _, gpu, memory = _requests(roles)
+    sub = sub_status(job, in_quota=job.pods_in_quota, not_in_quota=job.pods_not_in_quota)
     return compact(
         {
-            **_job_common(job, roles),
+            **_job_common(job, roles, sub=sub),
             "RequestGPU": str(gpu),
             "RequestMemory": format(memory.normalize(), "f"),
             "NodeCount": str(sum(r.pod_count for r in roles)),
@@ -370,13 +398,12 @@ def resource_level(job: Job, pods: list[Pod]) -> str | None:
     """For quota jobs: whether the current pods run In Quota, Not in Quota, or Mixed."""
     if job.resource_source != ResourceSource.QUOTA:
         return None
-    kinds = {pod_resource_type(p) for p in pods if p.attempt == job.attempt} - {None}
-    if not kinds:
-        return None
-    return kinds.pop() if len(kinds) == 1 else "Mixed"
+    current = [p for p in pods if p.attempt == job.attempt]
+    in_quota = sum(p.in_quota is True for p in current)
+    return quota_level(in_quota, sum(p.in_quota is False for p in current)) or None
 
 
-def pod_item(pod: Pod) -> dict[str, Any]:
+def pod_item(pod: Pod, address: PodAddress | None = None) -> dict[str, Any]:
     duration = None
     if pod.started_at is not None and pod.finished_at is not None:
         duration = max((pod.finished_at - pod.started_at).total_seconds(), 0.0)
@@ -393,11 +420,15 @@ def pod_item(pod: Pod) -> dict[str, Any]:
             "GmtFinishTime": iso(pod.finished_at),
             "ResourceType": pod_resource_type(pod),
             "Duration": duration,
+            # the address the job's other pods reach it at; absent when there is none
+            "Ip": address.ip if address else None,
+            "PodIp": address.ip if address else None,
+            "PodIps": [{"InterfaceName": address.interface, "Ip": address.ip}] if address else None,
         }
     )
 
 
-def pod_tree(pods: list[Pod]) -> list[dict[str, Any]]:
+def pod_tree(pods: list[Pod], addresses: Mapping[int, PodAddress]) -> list[dict[str, Any]]:
     """One entry per pod slot (role and index): its newest pod, with the pods it replaced
     (earlier attempts: preempted, reclaimed, restarted) as HistoryPods, newest first."""
     slots: dict[tuple[int, int], list[Pod]] = defaultdict(list)
@@ -406,8 +437,8 @@ def pod_tree(pods: list[Pod]) -> list[dict[str, Any]]:
     tree = []
     for key in sorted(slots):
         newest, *older = sorted(slots[key], key=lambda p: (-p.attempt, -p.pk))
-        item = pod_item(newest)
-        item["HistoryPods"] = [pod_item(p) for p in older]
+        item = pod_item(newest, addresses.get(newest.pk))
+        item["HistoryPods"] = [pod_item(p, addresses.get(p.pk)) for p in older]
         tree.append(item)
     return tree
 
@@ -532,6 +563,17 @@ def create_job_body(spec: JobSpec) -> dict[str, Any]:
                     "SpotPriceLimit": _plain(role.spot_price_limit),
                 }
             )
+        fallbacks = [
+            compact(
+                {
+                    "InstanceType": item.instance_type,
+                    "SpotStrategy": "SpotWithPriceLimit",
+                    "SpotDiscountLimit": _plain(item.spot_discount_limit),
+                    "SpotPriceLimit": _plain(item.spot_price_limit),
+                }
+            )
+            for item in role.elastic_spot_specs
+        ]
         roles.append(
             compact(
                 {
@@ -543,6 +585,7 @@ def create_job_body(spec: JobSpec) -> dict[str, Any]:
                     "EcsSpec": role.instance_type or None,
                     "ResourceConfig": config or None,
                     "SpotSpec": spot_spec,
+                    "ElasticSpotSpecs": fallbacks or None,
                     "RestartPolicy": role.restart_policy,
                 }
             )

@@ -26,7 +26,7 @@ from django.views.decorators.csrf import csrf_exempt
 
 from apps.agent.logs import log_window, pod_log_path
 from apps.agent.metrics import METRIC_TYPES, parse_time_step
-from apps.agent.selectors import job_metrics
+from apps.agent.selectors import job_metrics, pod_addresses
 from apps.api import parsing, serializers
 from apps.api.auth import authenticate
 from apps.api.errors import (
@@ -308,6 +308,7 @@ def get_job(call: Call, job_id: str) -> dict[str, Any]:
         pods=parts.pods,
         history=parts.status_history,
         restarts=parts.restarts,
+        addresses=pod_addresses(pods=parts.pods),
     )
 
 

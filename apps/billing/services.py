@@ -30,7 +30,13 @@ from apps.billing.models import BillLine, PayType, PodMeter
 from apps.cluster.models import InstanceType
 from apps.core import pricing
 from apps.core.db import Epoch, pks_update, rows_insert
-from apps.jobs.models import LIVE_POD_STATUSES, Pod, PodStatus, ResourceSource
+from apps.jobs.models import (
+    LIVE_POD_STATUSES,
+    Pod,
+    PodStatus,
+    ResourceSource,
+    pod_instance_type,
+)
 from apps.market.selectors import price_histories
 
 log = logging.getLogger(__name__)
@@ -130,7 +136,11 @@ def billing_accrue(*, now: datetime) -> AccrueReport:
     meters = [
         _Meter(*row)
         for row in PodMeter.objects.filter(closed=False)
-        .annotate(started=Epoch("pod__started_at"), finished=Epoch("pod__finished_at"))
+        .annotate(
+            started=Epoch("pod__started_at"),
+            finished=Epoch("pod__finished_at"),
+            type_id=pod_instance_type("pod__"),
+        )
         .values_list(
             "pod_id",
             "billed_until",
@@ -140,7 +150,7 @@ def billing_accrue(*, now: datetime) -> AccrueReport:
             "pod__job_id",
             "pod__job__workspace_id",
             "pod__job__resource_source",
-            "pod__role__instance_type_id",
+            "type_id",  # the type the pod ran on: its role's, or an ElasticSpotSpecs type
         )
     ]
     plans = {m.pod_id: _minutes(m, now) for m in meters}

@@ -105,7 +105,7 @@ def job_live(*, job: Job) -> JobLive:
     checkpoints and restarts, and the job's usage or cost."""
     pods = list(
         Pod.objects.filter(job=job)
-        .select_related("role", "node")
+        .select_related("role", "node", "instance_type")
         .order_by("-attempt", "role_id", "index")
     )
     events = list(job.events.select_related("pod").order_by("-at", "-id")[:EVENTS_SHOWN])

@@ -18,6 +18,9 @@ The rules (design §5 and the spot seed):
   bid < system average price; either when stock runs short (lowest bids first).
 - Pay-as-you-go takes stock before spot. A bidding spot job starts when its bid covers the
   price and stock covers the whole job (gang: all instances or none).
+- A role may name further instance types to fall back on, each with its own bid
+  (ElasticSpotSpecs): a bidding job starts on the earliest acceptable type of each role, in
+  the order given, its own type first (`spot_choice`).
 """
 
 from __future__ import annotations
@@ -264,6 +267,10 @@ def asked_price(
 # --- requests and the plan ---------------------------------------------------------------
 
 
+Need = tuple[str, int, Decimal]  # (instance type, instances, bid limit per hour)
+Choice = tuple[str, Decimal]  # (instance type, bid limit per hour)
+
+
 @dataclass(frozen=True, kw_only=True)
 class SpotRequest:
     """A spot job, whole (gang). `needs` holds one (instance type, instances, bid limit per
@@ -272,10 +279,15 @@ class SpotRequest:
     Shorthand for a job of one type: `instance_type=…, instances=…, bid=…` fills `needs`.
     `started_at` (when it started running) orders equal bids for reclaim, newest first;
     without it `submitted_at` is used.
+
+    `fallbacks` (ElasticSpotSpecs) holds, per role of `needs` and in its order, the further
+    (instance type, bid per hour) choices a bidding job may start on when the role's own
+    type will not do, tried in the order given; () when no role has any. A running job's
+    `needs` are the types it runs on, and its fallbacks are not read.
     """
 
     job_id: int
-    needs: tuple[tuple[str, int, Decimal], ...] = ()
+    needs: tuple[Need, ...] = ()
     running: bool
     submitted_at: float
     aimaster: bool = False
@@ -283,6 +295,7 @@ class SpotRequest:
     instance_type: str | None = None
     instances: int = 0
     bid: Decimal | None = None
+    fallbacks: tuple[tuple[Choice, ...], ...] = ()
 
     def __post_init__(self) -> None:
         if self.instance_type is not None:
@@ -294,11 +307,33 @@ class SpotRequest:
             object.__setattr__(self, "needs", ((self.instance_type, self.instances, self.bid),))
         if not self.needs:
             raise MarketError("InvalidSpotRequest", f"spot job {self.job_id} needs no instance")
+        if self.fallbacks and len(self.fallbacks) != len(self.needs):
+            raise MarketError(
+                "InvalidSpotRequest", f"spot job {self.job_id}: one fallback list per role"
+            )
+        for types in self._choice_types():
+            if len(set(types)) != len(types):
+                raise MarketError(
+                    "InvalidSpotRequest", f"spot job {self.job_id}: a role names a type twice"
+                )
+
+    def _choice_types(self) -> Iterable[list[str]]:
+        for (t, _, _), more in zip(self.needs, self.fallbacks, strict=False):
+            yield [t, *(f for f, _ in more)]
 
     @property
     def counts(self) -> dict[str, int]:
         """Instances per type, all roles summed."""
         return _sum_counts((t, n) for t, n, _ in self.needs)
+
+    @property
+    def choices(self) -> tuple[tuple[Choice, ...], ...]:
+        """Each role's (instance type, bid) choices in the order tried: its own, then its
+        fallbacks."""
+        more = self.fallbacks or ((),) * len(self.needs)
+        return tuple(
+            ((t, bid), *extra) for (t, _, bid), extra in zip(self.needs, more, strict=True)
+        )
 
 
 @dataclass(frozen=True)
@@ -314,8 +349,12 @@ class PaygRequest:
 
 @dataclass(frozen=True)
 class Start:
+    """A job that starts. A spot job's `types` are the instance types its roles start on,
+    in role order (each its own type or one of its fallbacks); () for pay-as-you-go."""
+
     job_id: int
     kind: Literal["spot", "payg"]
+    types: tuple[str, ...] = ()
 
 
 ReclaimCode = Literal["SpotPriceExceeded", "SpotAveragePriceExceeded", "SpotStockShortage"]
@@ -677,16 +716,77 @@ def _start_spot(book: _Book, bidding: Sequence[SpotRequest]) -> tuple[list[Start
         return quotes[instance_type]
 
     for request in sorted(bidding, key=lambda r: (-_bid_share(book, r), r.submitted_at, r.job_id)):
-        counts = request.counts
-        problems = _spot_problems(request.needs, counts, quote)
-        if problems:
+        needs, problems = spot_choice(request.needs, quote, fallbacks=request.fallbacks)
+        if needs is None:
             waiting.append(_waiting(request.job_id, problems))
             continue
+        counts = _sum_counts((t, n) for t, n, _ in needs)
         book.spot_used.update(counts)
         for t in counts:
             quotes.pop(t, None)
-        starts.append(Start(request.job_id, "spot"))
+        starts.append(Start(request.job_id, "spot", tuple(t for t, _, _ in needs)))
     return starts, waiting
+
+
+def spot_choice(
+    needs: Sequence[Need],
+    quote: Callable[[str], Quote | None],
+    *,
+    fallbacks: Sequence[Sequence[Choice]] = (),
+) -> tuple[tuple[Need, ...] | None, list[tuple[str, str]]]:
+    """What a bidding spot job starts on given each type's quote: (its needs, []) with each
+    role on the earliest of its choices (its own type, then `fallbacks`, in order) whose bid
+    covers the asked price, such that the free stock holds every role's instances together
+    (the gang). Among the combinations that fit, the first in the roles' orders wins: the
+    first role's choice is settled first. (None, problems) when none fits: (code, text) of
+    each reason, the role's own type's first, then each fallback's own."""
+    if not any(fallbacks):  # the common case, and the words of a job without fallbacks
+        problems = _spot_problems(needs, _sum_counts((t, n) for t, n, _ in needs), quote)
+        return (None, problems) if problems else (tuple(needs), [])
+    options: list[list[Need]] = []
+    for (t0, n, bid0), more in zip(needs, fallbacks, strict=True):
+        acceptable = []
+        for t, bid in ((t0, bid0), *more):
+            q = quote(t)
+            if q is not None and bid >= q.asked and n <= q.free:
+                acceptable.append((t, n, bid))
+        options.append(acceptable)
+    chosen = _first_fit(options, quote) if all(options) else None
+    if chosen is not None:
+        return chosen, []
+    problems = _spot_problems(needs, _sum_counts((t, n) for t, n, _ in needs), quote)
+    for i, more in enumerate(fallbacks):
+        for t, bid in more:  # each fallback in its role's place, the other roles as asked
+            tried = [*needs[:i], (t, needs[i][1], bid), *needs[i + 1 :]]
+            counts = _sum_counts((u, n) for u, n, _ in tried)
+            problems += _spot_problems([tried[i]], {t: counts[t]}, quote)
+    return None, list(dict.fromkeys(problems))
+
+
+def _first_fit(
+    options: Sequence[Sequence[Need]], quote: Callable[[str], Quote | None]
+) -> tuple[Need, ...] | None:
+    """The first combination, one need per role in the roles' orders, that the free stock
+    holds all together; None if none does. Depth-first, pruned on the running totals."""
+    chosen: list[Need] = []
+    used: Counter[str] = Counter()
+
+    def fits(i: int) -> bool:
+        if i == len(options):
+            return True
+        for need in options[i]:
+            t, n, _ = need
+            q = quote(t)
+            if q is not None and used[t] + n <= q.free:
+                used[t] += n
+                chosen.append(need)
+                if fits(i + 1):
+                    return True
+                used[t] -= n
+                chosen.pop()
+        return False
+
+    return tuple(chosen) if fits(0) else None
 
 
 def _bid_share(book: _Book, request: SpotRequest) -> Decimal:
@@ -703,13 +803,17 @@ def _share(bid: Decimal, original: Decimal) -> Decimal:
 
 
 def spot_wait_reason(
-    needs: Sequence[tuple[str, int, Decimal]], quotes: Mapping[str, Quote]
+    needs: Sequence[Need],
+    quotes: Mapping[str, Quote],
+    *,
+    fallbacks: Sequence[Sequence[Choice]] = (),
 ) -> tuple[str, str]:
-    """Why a bidding spot job with these needs waits, as (reason, code), given each type's
-    quote after a tick: the same words the tick uses. ("", "") when nothing stands in its
-    way (it starts on the next tick)."""
-    problems = _spot_problems(needs, _sum_counts((t, n) for t, n, _ in needs), quotes.get)
-    if not problems:
+    """Why a bidding spot job with these needs (and fallbacks) waits, as (reason, code),
+    given each type's quote after a tick: the same words the tick uses. ("", "") when
+    nothing stands in its way (it starts on the next tick). The code is the first reason's:
+    the role's own type's."""
+    started, problems = spot_choice(needs, quotes.get, fallbacks=fallbacks)
+    if started is not None:
         return "", ""
     waiting = _waiting(0, problems)
     return waiting.reason, waiting.code

@@ -12,6 +12,7 @@ from django.http import HttpRequest
 
 from apps.jobs.models import (
     Checkpoint,
+    ElasticSpotSpec,
     Job,
     JobEvent,
     JobRestart,
@@ -254,6 +255,13 @@ class JobRoleAdmin(_ReadOnlyAdmin):
     search_fields = ("job__job_id", "job__display_name", "instance_type__name")
 
 
+@admin.register(ElasticSpotSpec)
+class ElasticSpotSpecAdmin(_ReadOnlyAdmin):
+    list_display = ("role", "position", "instance_type", "spot_discount_limit", "spot_price_limit")
+    list_select_related = ("role__job", "instance_type")
+    search_fields = ("role__job__job_id", "role__job__display_name", "instance_type__name")
+
+
 @admin.register(Pod)
 class PodAdmin(_ReadOnlyAdmin):
     list_display = (
@@ -263,13 +271,14 @@ class PodAdmin(_ReadOnlyAdmin):
         "attempt",
         "status",
         "node",
+        "instance_type",
         "in_quota",
         "exit_code",
         "started_at",
         "finished_at",
     )
     list_filter = ("status", "in_quota", "node__pool", "node")
-    list_select_related = ("job", "role", "node")
+    list_select_related = ("job", "role", "node", "instance_type")
     search_fields = ("pod_id", "job__job_id", "job__display_name", "node__name")
 
 

@@ -42,6 +42,8 @@ from apps.jobs.specs import (
     SPOT_DISCOUNTS,
     JobSpec,
     RoleSpec,
+    SpotFallback,
+    as_decimal,
     gpu_amount,
     job_spec_of,
     job_spec_resolve,
@@ -67,7 +69,11 @@ LIMIT_TYPES = [("discount", "SpotDiscountLimit"), ("price", "SpotPriceLimit")]
 # spec field → role-form field, where the form asks in friendlier units
 ROLE_FIELD_NAMES = {"cpu": "cpu_cores", "memory": "memory_gib", "gpu": "gpus"}
 JOB_FIELD_NAMES = {"code_source": "code_source_uri"}
-SPEC_PATH = re.compile(r"^(?P<name>\w+)(?:\[(?P<index>\d+)\])?(?:\.(?P<field>\w+))?$")
+SPEC_PATH = re.compile(
+    r"^(?P<name>\w+)(?:\[(?P<index>\d+)\])?(?:\.(?P<field>\w+))?"
+    r"(?:\[(?P<item>\d+)\](?:\.\w+)?)?$"  # roles[0].elastic_spot_specs[1].instance_type
+)
+FALLBACK_LIMITS = {"spotdiscountlimit": "spot_discount_limit", "spotpricelimit": "spot_price_limit"}
 
 
 def _as_named(choices) -> list[tuple[str, str]]:
@@ -326,6 +332,22 @@ class RoleForm(forms.Form):
         decimal_places=6,
         widget=forms.NumberInput(attrs={"step": "0.000001", "min": 0}),
     )
+    elastic_spot_specs = forms.CharField(
+        label=_("Fallback instance types (ElasticSpotSpecs)"),
+        required=False,
+        widget=forms.Textarea(
+            attrs={
+                "rows": 2,
+                "spellcheck": "false",
+                "placeholder": "ecs.g6.xlarge SpotDiscountLimit=0.5",
+            }
+        ),
+        help_text=_(
+            "Optional, one per line: an instance type and its own limit, SpotDiscountLimit=0.5 "
+            "or SpotPriceLimit=0.006 (¥ per minute). Tried in this order when the type above "
+            "has no stock at an acceptable price."
+        ),
+    )
 
     def __init__(
         self,
@@ -392,6 +414,34 @@ class RoleForm(forms.Form):
             raise forms.ValidationError(str(problem)) from None
         return gpus
 
+    def clean_elastic_spot_specs(self) -> list[SpotFallback]:
+        """ "ecs.g6.xlarge SpotDiscountLimit=0.5" lines (blank ones skipped) as fallbacks;
+        the rules (known type, limit in range…) are the spec's."""
+        fallbacks, problems = [], []
+        for n, line in enumerate(self.cleaned_data["elastic_spot_specs"].splitlines(), start=1):
+            parts = line.split()
+            if not parts:
+                continue
+            name, _, number = parts[-1].partition("=") if len(parts) == 2 else ("", "", "")
+            limit = FALLBACK_LIMITS.get(name.lower())
+            try:
+                value = as_decimal(number) if limit else None
+            except ValueError:
+                value = None
+            if value is None:
+                problems.append(
+                    gettext(
+                        "line %(line)s: write an instance type, a space, then "
+                        "SpotDiscountLimit=0.5 or SpotPriceLimit=0.006"
+                    )
+                    % {"line": n}
+                )
+                continue
+            fallbacks.append(SpotFallback(instance_type=parts[0], **{str(limit): value}))
+        if problems:
+            raise forms.ValidationError(problems)
+        return fallbacks
+
     def full_clean(self) -> None:
         if self.is_bound and not self.is_enabled:  # an unused row is not validated
             self._errors, self.cleaned_data = ErrorDict(), {}
@@ -424,6 +474,7 @@ class RoleForm(forms.Form):
             # of a quota job is not the user's intent.
             spot_discount_limit=c.get("spot_discount_limit") if spot else None,
             spot_price_limit=c.get("spot_price_limit") if spot else None,
+            elastic_spot_specs=list(c.get("elastic_spot_specs") or []) if spot else [],
         )
         if not itype:
             role.cpu = _scaled(c.get("cpu_cores"), 1000)
@@ -587,6 +638,9 @@ class JobCreateForm:
             name, index, field = (
                 (match["name"], match["index"], match["field"]) if match else (path, None, None)
             )
+            if match and match["item"] is not None:  # an ElasticSpotSpecs line
+                line = gettext("line %(line)s: %(message)s")
+                messages = [line % {"line": int(match["item"]) + 1, "message": m} for m in messages]
             if name == "roles" and index is not None and int(index) < len(enabled):
                 field = ROLE_FIELD_NAMES.get(field, field)
                 _add_errors(enabled[int(index)], field, messages)
@@ -768,6 +822,12 @@ def _role_initial(role: RoleSpec, *, index: int) -> dict:
         "spot_limit_type": "price" if role.spot_price_limit is not None else "discount",
         "spot_discount_limit": _plain(role.spot_discount_limit),
         "spot_price_limit": _plain(role.spot_price_limit),
+        "elastic_spot_specs": "\n".join(
+            f"{f.instance_type} SpotDiscountLimit={_plain(f.spot_discount_limit)}"
+            if f.spot_discount_limit is not None
+            else f"{f.instance_type} SpotPriceLimit={_plain(f.spot_price_limit)}"
+            for f in role.elastic_spot_specs
+        ),
     }
     if index:
         initial["enabled"] = True

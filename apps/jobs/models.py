@@ -8,6 +8,7 @@ from decimal import Decimal
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
+from django.db.models.functions import Coalesce
 from django.utils.translation import gettext_lazy as _
 
 from apps.cluster.models import ResourceType
@@ -283,6 +284,45 @@ class JobRole(models.Model):
         return gpu_text(self.gpu, self.gpu_milli)
 
 
+class ElasticSpotSpec(models.Model):
+    """A further instance type a spot role may run on, with its own bid (DLC's
+    JobSpecs[i].ElasticSpotSpecs[j]): the market tries the role's own instance type and bid
+    first, then these in `position` order, and starts the job on the first that its bid
+    and the stock allow (`apps.core.pricing.spot_choice`)."""
+
+    role = models.ForeignKey(JobRole, on_delete=models.CASCADE, related_name="elastic_spot_specs")
+    position = models.PositiveSmallIntegerField(help_text="0 is tried first, after the role's own")
+    instance_type = models.ForeignKey(
+        "cluster.InstanceType", on_delete=models.PROTECT, related_name="+"
+    )
+    spot_strategy = models.CharField(
+        max_length=32, choices=SpotStrategy.choices, default=SpotStrategy.PRICE_LIMIT
+    )
+    spot_discount_limit = models.DecimalField(max_digits=3, decimal_places=2, null=True, blank=True)
+    spot_price_limit = models.DecimalField(
+        max_digits=12,
+        decimal_places=6,
+        null=True,
+        blank=True,
+        help_text="CNY per instance-minute, as SpotSpec's",
+    )
+
+    class Meta:
+        ordering = ["role_id", "position"]
+        constraints = [
+            models.UniqueConstraint(fields=["role", "position"], name="elastic_spot_position"),
+            models.UniqueConstraint(fields=["role", "instance_type"], name="elastic_spot_type"),
+            models.CheckConstraint(
+                condition=(Q(spot_discount_limit__isnull=True) & Q(spot_price_limit__isnull=False))
+                | (Q(spot_discount_limit__isnull=False) & Q(spot_price_limit__isnull=True)),
+                name="elastic_spot_one_limit",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.role} → {self.instance_type_id}"
+
+
 class PodStatus(models.TextChoices):
     PENDING = "Pending"
     RUNNING = "Running"
@@ -307,6 +347,12 @@ class Pod(models.Model):
     node = models.ForeignKey(
         "cluster.Node", null=True, blank=True, on_delete=models.SET_NULL, related_name="pods"
     )
+    # The public pool's instance type the pod runs on (pay-as-you-go and spot pods): its
+    # role's, or for spot the ElasticSpotSpecs type the market started the job on. Billing
+    # and the market's stock count it. None for quota pods (they run on a node).
+    instance_type = models.ForeignKey(
+        "cluster.InstanceType", null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
     in_quota = models.BooleanField(null=True, blank=True)
     status = models.CharField(max_length=16, choices=PodStatus.choices, default=PodStatus.PENDING)
     reason = models.CharField(max_length=64, blank=True)
@@ -327,6 +373,13 @@ class Pod(models.Model):
     @property
     def is_history(self) -> bool:
         return self.attempt < self.job.attempt
+
+
+def pod_instance_type(prefix: str = "") -> Coalesce:
+    """A query expression: the id of the instance type a pod runs on, its own
+    (`Pod.instance_type`) or else its role's. `prefix` reaches the pod from another model
+    ("pod__")."""
+    return Coalesce(f"{prefix}instance_type_id", f"{prefix}role__instance_type_id")
 
 
 class JobTag(models.Model):

@@ -42,6 +42,7 @@ from apps.core.words import say
 from apps.jobs.models import (
     LIVE_POD_STATUSES,
     Accessibility,
+    ElasticSpotSpec,
     Job,
     JobEvent,
     JobRestart,
@@ -103,8 +104,10 @@ def job_list(
     workspace `user` belongs to for `ALL_WORKSPACES`; newest first, with pod counts.
 
     `pods_total` is what the roles ask for; `pods_running` counts running pods of the
-    current attempt only, so history pods never inflate it.
+    current attempt only, so history pods never inflate it; `pods_in_quota` and
+    `pods_not_in_quota` its live pods (Pending or Running) In and Not in Quota.
     """
+    live = Q(pods__attempt=F("attempt"), pods__status__in=LIVE_POD_STATUSES)
     if workspace is ALL_WORKSPACES:
         jobs = jobs_visible(user=user)
     elif workspace is not None and workspace_list(user=user).filter(pk=workspace.pk).exists():
@@ -125,6 +128,8 @@ def job_list(
                 "pods",
                 filter=Q(pods__status=PodStatus.RUNNING, pods__attempt=F("attempt")),
             ),
+            pods_in_quota=Count("pods", filter=live & Q(pods__in_quota=True)),
+            pods_not_in_quota=Count("pods", filter=live & Q(pods__in_quota=False)),
         )
         .order_by("-created_at", "-id")  # Meta.ordering does not apply to GROUP BY queries
     )
@@ -218,8 +223,8 @@ def job_list_rows(
 
     - `gpus_total`: the GPUs the job asks for (each role's GPUs per pod × its pods; a
       share of a GPU counts its part, 0.5);
-    - of the current attempt's pods: `pods_live` (Pending or Running), of them
-      `pods_in_quota` and `pods_not_in_quota`; and how the others ended
+    - of the current attempt's pods: `pods_live` (Pending or Running; of them
+      `pods_in_quota` and `pods_not_in_quota`, from `job_list`); and how the others ended
       (`pods_succeeded`, `pods_failed`, `pods_stopped`, `pods_preempted`);
     - `running_time`: the time the job has spent Running across its attempts (its status
       history), up to `now` for a job Running now; None if it never ran.
@@ -251,8 +256,6 @@ def job_list_rows(
         gpus_total=Subquery(gpus, output_field=FloatField()),
         running_time=Subquery(running, output_field=DurationField()),
         pods_live=pods(live),
-        pods_in_quota=pods(live & Q(pods__in_quota=True)),
-        pods_not_in_quota=pods(live & Q(pods__in_quota=False)),
         pods_succeeded=pods(current & Q(pods__status=PodStatus.SUCCEEDED)),
         pods_failed=pods(current & Q(pods__status=PodStatus.FAILED)),
         pods_stopped=pods(current & Q(pods__status=PodStatus.STOPPED)),
@@ -421,7 +424,7 @@ def _refusal(job: Job, action: str) -> str:
 
 
 def role_list(*, job: Job) -> QuerySet[JobRole]:
-    """The job's roles in order, each with its instance type."""
+    """The job's roles in order, each with its instance type and ElasticSpotSpecs."""
     return _roles_with_types().filter(job=job)
 
 
@@ -432,7 +435,11 @@ def jobs_with_roles(*, jobs: QuerySet[Job]) -> QuerySet[Job]:
 
 
 def _roles_with_types() -> QuerySet[JobRole]:
-    return JobRole.objects.select_related("instance_type")
+    """Roles with their instance type and their ElasticSpotSpecs (each with its type)."""
+    fallbacks = ElasticSpotSpec.objects.select_related("instance_type")
+    return JobRole.objects.select_related("instance_type").prefetch_related(
+        Prefetch("elastic_spot_specs", queryset=fallbacks)
+    )
 
 
 @dataclass(frozen=True)
@@ -444,11 +451,12 @@ class JobParts:
 
 
 def job_parts(*, job: Job) -> JobParts:
-    """The job's roles, its pods (the current attempt's and the ones they replaced), its
-    status history and its restarts: four queries, however many pods."""
+    """The job's roles (with their ElasticSpotSpecs), its pods (the current attempt's and the
+    ones they replaced), its status history and its restarts: five queries, however many
+    pods."""
     roles = list(role_list(job=job))
     by_id = {role.pk: role for role in roles}
-    pods = list(Pod.objects.filter(job=job).select_related("node"))
+    pods = list(Pod.objects.filter(job=job).select_related("node", "instance_type"))
     for pod in pods:
         pod.role = by_id[pod.role_id]  # the roles just read, with their instance types
     return JobParts(
@@ -480,15 +488,27 @@ def job_events(
 class RoleBid:
     role: JobRole
     per_hour: Decimal | None  # the bid as CNY per instance-hour
+    # the role's ElasticSpotSpecs in order, each with its bid per instance-hour
+    fallbacks: tuple[tuple[ElasticSpotSpec, Decimal | None], ...] = ()
 
 
 def job_roles(*, job: Job) -> list[RoleBid]:
-    return [RoleBid(role=role, per_hour=role_bid_per_hour(role)) for role in role_list(job=job)]
+    return [
+        RoleBid(
+            role=role,
+            per_hour=role_bid_per_hour(role),
+            fallbacks=tuple(
+                (item, role_bid_per_hour(item)) for item in role.elastic_spot_specs.all()
+            ),
+        )
+        for role in role_list(job=job)
+    ]
 
 
-def role_bid_per_hour(role: JobRole) -> Decimal | None:
-    """The role's bid limit per instance-hour as the market judges it
-    (`pricing.bid_limit_per_hour`); None for a role without an instance type or a bid."""
+def role_bid_per_hour(role: JobRole | ElasticSpotSpec) -> Decimal | None:
+    """A role's bid limit per instance-hour on its own type, or one of its ElasticSpotSpecs'
+    on that one's, as the market judges it (`pricing.bid_limit_per_hour`); None without an
+    instance type or a bid."""
     if role.instance_type is None:
         return None
     try:

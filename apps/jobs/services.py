@@ -22,6 +22,7 @@ from apps.jobs.models import (
     LIVE_POD_STATUSES,
     Accessibility,
     Checkpoint,
+    ElasticSpotSpec,
     Job,
     JobEvent,
     JobRole,
@@ -145,6 +146,7 @@ def jobs_transition_bulk(
                 job.started_at = now
         if finished or started:
             job.pending_reason, job.queue_position, job.queue_size = "", None, None
+            job.sub_status = ""
     _jobs_row_write(
         updates=[(job.pk, status, job.reason_code, job.reason_message) for job in jobs],
         now=now,
@@ -174,6 +176,7 @@ def _jobs_row_write(
         also += ["started_at = COALESCE(started_at, %(now)s)", "not_before = NULL"]
     if finished or started:
         also += ["pending_reason = ''", "queue_position = NULL", "queue_size = NULL"]
+        also += ["sub_status = ''"]
     when = db_datetime(now)
     extra = [when] * sum("%(now)s" in part for part in also)
     table = Job._meta.db_table
@@ -267,7 +270,7 @@ def job_submit(*, workspace, user, spec: JobSpec, now: datetime | None = None) -
         submitted_at=now,
         status_changed_at=now,
     )
-    JobRole.objects.bulk_create(
+    roles = JobRole.objects.bulk_create(
         JobRole(
             job=job,
             role_type=r.spec.role_type,
@@ -286,6 +289,19 @@ def job_submit(*, workspace, user, spec: JobSpec, now: datetime | None = None) -
             spot_price_limit=r.spec.spot_price_limit,
         )
         for r in resolved.roles
+    )
+    ElasticSpotSpec.objects.bulk_create(
+        ElasticSpotSpec(
+            role=role,
+            position=j,
+            instance_type=itype,
+            spot_discount_limit=item.spot_discount_limit,
+            spot_price_limit=item.spot_price_limit,
+        )
+        for role, r in zip(roles, resolved.roles, strict=True)
+        for j, (item, itype) in enumerate(
+            zip(r.spec.elastic_spot_specs, r.fallback_types, strict=True)
+        )
     )
     JobTag.objects.bulk_create(JobTag(job=job, key=k, value=v) for k, v in spec.tags.items())
     StatusTransition.objects.create(job=job, status=JobStatus.CREATING, started_at=now)

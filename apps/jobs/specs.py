@@ -42,6 +42,7 @@ MAX_DATA_SOURCES = 32  # each is a bind mount in every pod of the job
 MAX_POD_CPU = 10_000 * 1000  # millicores
 MAX_POD_MEMORY = 64 * 1024 * 1024  # MiB (64 TiB)
 MAX_POD_GPU = 1024
+MAX_ELASTIC_SPOT_SPECS = 5  # fallback instance types per role, each tried every market step
 # The roles (JobSpecs types) of each job type, as its training operator names its replicas,
 # in the order the create form's rows offer them: a one-role job of the type uses the first.
 JOB_ROLE_TYPES: dict[str, tuple[str, ...]] = {
@@ -51,6 +52,16 @@ JOB_ROLE_TYPES: dict[str, tuple[str, ...]] = {
     JobType.XGBOOST: ("Worker", "Master"),
     JobType.RAY: ("Head", "Worker"),
 }
+
+
+@dataclass
+class SpotFallback:
+    """A further instance type a spot role may run on, with its own bid limit
+    (ElasticSpotSpecs): tried after the role's own, in order."""
+
+    instance_type: str = ""
+    spot_discount_limit: Decimal | None = None
+    spot_price_limit: Decimal | None = None  # CNY per instance-minute
 
 
 @dataclass
@@ -66,6 +77,7 @@ class RoleSpec:
     restart_policy: str = JobRole.RestartPolicy.ON_FAILURE
     spot_discount_limit: Decimal | None = None
     spot_price_limit: Decimal | None = None  # CNY per instance-minute
+    elastic_spot_specs: list[SpotFallback] = field(default_factory=list)
 
 
 @dataclass
@@ -112,9 +124,10 @@ def spec_to_json(spec: JobSpec) -> dict:
     data = dataclasses.asdict(spec)
     data.pop("notes", None)  # said on the job it was submitted as, not kept
     for role in data["roles"]:
-        for name in _DECIMALS:
-            if role[name] is not None:
-                role[name] = str(role[name])
+        for item in [role, *role["elastic_spot_specs"]]:
+            for name in _DECIMALS:
+                if item[name] is not None:
+                    item[name] = str(item[name])
     return data
 
 
@@ -123,13 +136,21 @@ def spec_from_json(data: dict) -> JobSpec:
     saved by an older version), the rest is checked when a job is submitted from it."""
     job_fields = {f.name for f in dataclasses.fields(JobSpec)} - {"roles", "notes"}
     role_fields = {f.name for f in dataclasses.fields(RoleSpec)}
+    fallback_fields = {f.name for f in dataclasses.fields(SpotFallback)}
     roles = []
     for raw in data.get("roles") or []:
         role = {k: v for k, v in raw.items() if k in role_fields}
-        for name in _DECIMALS:
-            if role.get(name) is not None:
-                role[name] = Decimal(str(role[name]))
-        roles.append(RoleSpec(**role))
+        fallbacks = [
+            {k: v for k, v in item.items() if k in fallback_fields}
+            for item in role.pop("elastic_spot_specs", None) or []
+        ]
+        for item in [role, *fallbacks]:
+            for name in _DECIMALS:
+                if item.get(name) is not None:
+                    item[name] = Decimal(str(item[name]))
+        roles.append(
+            RoleSpec(**role, elastic_spot_specs=[SpotFallback(**item) for item in fallbacks])
+        )
     return JobSpec(**{k: v for k, v in data.items() if k in job_fields}, roles=roles)
 
 
@@ -175,6 +196,14 @@ def job_spec_of(job, roles: list[JobRole]) -> JobSpec:
                 restart_policy=role.restart_policy,
                 spot_discount_limit=role.spot_discount_limit,
                 spot_price_limit=role.spot_price_limit,
+                elastic_spot_specs=[
+                    SpotFallback(
+                        instance_type=item.instance_type.name,
+                        spot_discount_limit=item.spot_discount_limit,
+                        spot_price_limit=item.spot_price_limit,
+                    )
+                    for item in role.elastic_spot_specs.all()
+                ],
             )
             for role in roles
         ],
@@ -189,6 +218,8 @@ class ResolvedRole:
     memory: int
     gpu: int
     gpu_milli: int = 0
+    # the ElasticSpotSpecs' instance types, in the spec's order
+    fallback_types: tuple[InstanceType, ...] = ()
 
     @property
     def milli(self) -> int:
@@ -522,6 +553,12 @@ def _check_roles(spec: JobSpec, errors: _Errors) -> list[ResolvedRole]:
         errors.add("roles", say("add at least one role (JobSpecs)"))
         return []
     names = [r.instance_type for r in spec.roles if r.instance_type]
+    names += [
+        f.instance_type
+        for r in spec.roles
+        for f in r.elastic_spot_specs[:MAX_ELASTIC_SPOT_SPECS]
+        if isinstance(f.instance_type, str) and f.instance_type
+    ]
     known = {t.name: t for t in InstanceType.objects.filter(name__in=names)}
     seen: set[str] = set()
     resolved = []
@@ -625,11 +662,18 @@ def _check_role(
                 errors.add(f"{path}.{name}", say("must be at most {shown} per pod", shown=shown))
                 ok = False
     ok = _check_bid(spec, role, path, itype, errors) and ok
-    if not ok:
+    fallbacks = _check_fallbacks(spec, role, path, itype, known, errors)
+    if not ok or fallbacks is None:
         return None
     share = 0 if itype is not None else role.gpu_milli
     return ResolvedRole(
-        spec=role, instance_type=itype, cpu=cpu, memory=memory, gpu=gpu, gpu_milli=share
+        spec=role,
+        instance_type=itype,
+        cpu=cpu,
+        memory=memory,
+        gpu=gpu,
+        gpu_milli=share,
+        fallback_types=fallbacks,
     )
 
 
@@ -642,39 +686,123 @@ def _check_bid(
             errors.add(f"{path}.spot_discount_limit", say("bids apply only to spot jobs"))
             return False
         return True
+    problem = _bid_problem(spec, itype, discount, price)
+    if problem is not None:
+        errors.add(f"{path}.{problem[0]}", problem[1])
+        return False
+    return True
+
+
+def _bid_problem(
+    spec: JobSpec, itype: InstanceType | None, discount: Decimal | None, price: Decimal | None
+) -> tuple[str, str] | None:
+    """What is wrong with a spot bid on `itype` (a role's own, or one of its
+    ElasticSpotSpecs), as (field, message); None when nothing is."""
     if itype is not None and (not itype.spot_enabled or itype.public_capacity == 0):
-        errors.add(f"{path}.instance_type", say("{name} is not sold as spot", name=itype.name))
-        return False
+        return "instance_type", say("{name} is not sold as spot", name=itype.name)
     if discount is None and price is None:
-        errors.add(
-            f"{path}.spot_discount_limit", say("set a SpotDiscountLimit or a SpotPriceLimit")
-        )
-        return False
+        return "spot_discount_limit", say("set a SpotDiscountLimit or a SpotPriceLimit")
     if discount is not None and price is not None:
-        errors.add(
-            f"{path}.spot_price_limit", say("set only one of SpotDiscountLimit and SpotPriceLimit")
-        )
-        return False
+        return "spot_price_limit", say("set only one of SpotDiscountLimit and SpotPriceLimit")
     if discount is not None and discount not in SPOT_DISCOUNTS:
-        errors.add(f"{path}.spot_discount_limit", say("must be one of 0.1, 0.2 … 0.9"))
-        return False
+        return "spot_discount_limit", say("must be one of 0.1, 0.2 … 0.9")
     if price is not None:
         if spec.resource_type == ResourceType.LINGJUN:
-            errors.add(
-                f"{path}.spot_price_limit", say("Lingjun spot takes only a SpotDiscountLimit")
-            )
-            return False
+            return "spot_price_limit", say("Lingjun spot takes only a SpotDiscountLimit")
         if itype is not None:
             low, high = spot_price_range_per_minute(itype)
             if not low <= price <= high:
-                errors.add(
-                    f"{path}.spot_price_limit",
-                    say(
-                        "must lie in {name}'s market price range ¥{low}–¥{high} per minute",
-                        name=itype.name,
-                        low=low,
-                        high=high,
-                    ),
+                return "spot_price_limit", say(
+                    "must lie in {name}'s market price range ¥{low}–¥{high} per minute",
+                    name=itype.name,
+                    low=low,
+                    high=high,
                 )
-                return False
-    return True
+    return None
+
+
+def _check_fallbacks(
+    spec: JobSpec,
+    role: RoleSpec,
+    path: str,
+    itype: InstanceType | None,
+    known: dict[str, InstanceType],
+    errors: _Errors,
+) -> tuple[InstanceType, ...] | None:
+    """A spot role's ElasticSpotSpecs: at most MAX_ELASTIC_SPOT_SPECS, each a known spot
+    type of the job's resource type that no other choice of the role names, with at least
+    the role's vCPUs, memory and GPUs per pod (a pod gets the role's resources on whichever
+    type it runs), and a bid the role's own would be allowed on that type. Their types in
+    order, or None after a problem."""
+    fallbacks = role.elastic_spot_specs
+    if not fallbacks:
+        return ()
+    where = f"{path}.elastic_spot_specs"
+    if spec.resource_source != ResourceSource.SPOT:
+        errors.add(where, say("fallback instance types apply only to spot jobs"))
+        return None
+    if len(fallbacks) > MAX_ELASTIC_SPOT_SPECS:
+        errors.add(
+            where, say("at most {most} fallback instance types", most=MAX_ELASTIC_SPOT_SPECS)
+        )
+        return None
+    if itype is None:
+        return None  # the role's own type is missing or unknown: said already
+    found, seen, ok = [], {itype.name}, True
+    for j, item in enumerate(fallbacks):
+        at = f"{where}[{j}]"
+        fallback = known.get(item.instance_type) if item.instance_type else None
+        problem = None
+        if not item.instance_type:
+            problem = "instance_type", say("is required")
+        elif fallback is None:
+            problem = (
+                "instance_type",
+                say(
+                    "unknown instance type {instance_type}", instance_type=f"{item.instance_type!r}"
+                ),
+            )
+        elif fallback.name in seen:
+            problem = (
+                "instance_type",
+                say(
+                    "{name} is named already: each type once per role, the role's own first",
+                    name=fallback.name,
+                ),
+            )
+        elif fallback.resource_type != spec.resource_type:
+            problem = (
+                "instance_type",
+                say(
+                    "{name} is {resource_type}, the job uses {job_resource_type}",
+                    name=fallback.name,
+                    resource_type=fallback.resource_type,
+                    job_resource_type=spec.resource_type,
+                ),
+            )
+        elif short := _shorter(fallback, itype):
+            problem = (
+                "instance_type",
+                say(
+                    "{name} has less than the role's pods need ({needs})",
+                    name=fallback.name,
+                    needs=short,
+                ),
+            )
+        else:
+            problem = _bid_problem(spec, fallback, item.spot_discount_limit, item.spot_price_limit)
+        if problem is not None:
+            errors.add(f"{at}.{problem[0]}", problem[1])
+            ok = False
+            continue
+        assert fallback is not None  # every other case is a problem, above
+        seen.add(fallback.name)
+        found.append(fallback)
+    return tuple(found) if ok else None
+
+
+def _shorter(fallback: InstanceType, own: InstanceType) -> str:
+    """What `fallback` lacks of `own`'s vCPUs, memory and GPUs ("" when nothing)."""
+    if fallback.cpu >= own.cpu and fallback.memory >= own.memory and fallback.gpu >= own.gpu:
+        return ""
+    return _amounts(own.cpu, own.memory, own.gpu * 1000)

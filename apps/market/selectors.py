@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import NamedTuple
 
-from django.db.models import Count, OuterRef, Subquery, Sum
+from django.db.models import Count, OuterRef, Q, Subquery, Sum
 from django.http import Http404
 from django.utils import timezone
 from django.utils.translation import gettext
@@ -28,11 +28,13 @@ from apps.core.words import say
 from apps.jobs.execution import jobs_winding_down
 from apps.jobs.models import (
     LIVE_POD_STATUSES,
+    ElasticSpotSpec,
     Job,
     JobRole,
     JobStatus,
     Pod,
     ResourceSource,
+    pod_instance_type,
 )
 from apps.jobs.selectors import role_bid_per_hour, role_list
 from apps.market.models import MarketState, PricePoint
@@ -64,15 +66,13 @@ def market_usage() -> dict[int, TypeUsage]:
     """Per instance type id: instances held by live pods of pay-as-you-go and spot jobs, and
     instances asked for by spot jobs in Bidding."""
     held: dict[int, dict[str, int]] = defaultdict(dict)
-    live = Pod.objects.filter(
-        status__in=LIVE_POD_STATUSES,
-        job__resource_source__in=MARKET_SOURCES,
-        role__instance_type__isnull=False,
+    live = (
+        Pod.objects.filter(status__in=LIVE_POD_STATUSES, job__resource_source__in=MARKET_SOURCES)
+        .annotate(type_id=pod_instance_type())
+        .filter(type_id__isnull=False)
     )
     for type_id, source, count in (
-        live.values_list("role__instance_type_id", "job__resource_source")
-        .annotate(n=Count("id"))
-        .order_by()
+        live.values_list("type_id", "job__resource_source").annotate(n=Count("id")).order_by()
     ):
         held[type_id][source] = count
     bidding = bidding_demand()
@@ -87,7 +87,9 @@ def market_usage() -> dict[int, TypeUsage]:
 
 
 def bidding_demand() -> dict[int, int]:
-    """Per instance type id: instances asked for by spot jobs in Bidding."""
+    """Per instance type id: instances asked for by spot jobs in Bidding, on each role's own
+    type only (a role with ElasticSpotSpecs asks for one type at a time: counting it on
+    each would raise every price as if it wanted them all)."""
     return dict(
         JobRole.objects.filter(
             job__status=JobStatus.BIDDING,
@@ -316,6 +318,8 @@ class RoleBidLine:
     instance_type: str
     bid_per_hour: Decimal
     pod_count: int
+    choice: int = 0  # 0: the role's own type; n: its n-th ElasticSpotSpecs entry
+    current: bool = False  # the role's current pods run on this type
 
 
 @dataclass(frozen=True)
@@ -342,11 +346,22 @@ def job_bid_history(*, job: Job, now: datetime | None = None) -> BidHistory:
     since = min(job.submitted_at, until - timedelta(minutes=1))
     bids = []
     types: dict[str, InstanceType] = {}
+    running = set(
+        Pod.objects.filter(job=job, attempt=job.attempt, status__in=LIVE_POD_STATUSES)
+        .annotate(type_id=pod_instance_type())
+        .values_list("role_id", "type_id")
+    )
     for role in role_list(job=job):
-        bid = role_bid_per_hour(role)
-        if bid is not None:
-            bids.append(RoleBidLine(role.role_type, role.instance_type.name, bid, role.pod_count))
-            types[role.instance_type.name] = role.instance_type
+        for choice, item in enumerate([role, *role.elastic_spot_specs.all()]):
+            bid = role_bid_per_hour(item)
+            if bid is None:
+                continue
+            itype = item.instance_type
+            current = (role.pk, itype.pk) in running
+            bids.append(
+                RoleBidLine(role.role_type, itype.name, bid, role.pod_count, choice, current)
+            )
+            types[itype.name] = itype
     histories = price_histories(type_ids=[t.pk for t in types.values()], since=since, until=until)
     prices = {name: histories.get(t.pk, []) for name, t in types.items()}
     floor_ratio = market_params().floor_ratio if prices else pricing.DEFAULT_FLOOR_RATIO
@@ -384,6 +399,14 @@ def job_bid_history(*, job: Job, now: datetime | None = None) -> BidHistory:
 # --- why a spot job waits ---------------------------------------------------------------------
 
 
+class SpotWait(NamedTuple):
+    reason: str  # "" when nothing stands in the job's way
+    code: str  # BidBelowMarketPrice, BidBelowAveragePrice, SpotStockShortage, AIMasterBackoff…
+
+
+BACKOFF, HELD = "AIMasterBackoff", "JobHeld"
+
+
 class RoleNeed(NamedTuple):
     """A role of a job that is waiting for the market: what it needs, and its bid."""
 
@@ -392,6 +415,34 @@ class RoleNeed(NamedTuple):
     pod_count: int
     instance_type: str  # "" for a role without one
     bid: Decimal | None  # per hour; None for pay-as-you-go or a bid that cannot be read
+    # ElasticSpotSpecs: (instance type, bid per hour) to fall back on, in order
+    fallbacks: tuple[pricing.Choice, ...] = ()
+
+
+def role_fallbacks(*, role_ids: Iterable[int]) -> dict[int, tuple[pricing.Choice, ...]]:
+    """Each role's ElasticSpotSpecs as (instance type, bid per hour), in order; a type no
+    longer sold as spot, or a bid that cannot be read, is skipped. One query."""
+    fallbacks: dict[int, list[pricing.Choice]] = defaultdict(list)
+    rows = (
+        ElasticSpotSpec.objects.filter(role_id__in=list(role_ids), instance_type__spot_enabled=True)
+        .order_by("role_id", "position")
+        .values_list(
+            "role_id",
+            "instance_type__name",
+            "instance_type__price_per_hour",
+            "spot_discount_limit",
+            "spot_price_limit",
+        )
+    )
+    for role_id, name, original, discount, per_minute in rows:
+        try:
+            bid = pricing.bid_limit_per_hour(
+                original, discount=discount, price_limit_per_minute=per_minute
+            )
+        except pricing.MarketError:
+            continue
+        fallbacks[role_id].append((name, bid))
+    return {role_id: tuple(choices) for role_id, choices in fallbacks.items()}
 
 
 def held_reason(
@@ -402,31 +453,33 @@ def held_reason(
     not_spot: Container[str],
     now: datetime,
     winding_down: int = 0,
-) -> str:
-    """Why a waiting market job sits out the ticks ("" when it does not): an AIMaster
-    backoff, pods of its previous attempt not yet exited (`winding_down`), a role without an
-    instance type, a spot role without a readable bid, or a type no longer sold as spot
-    (`not_spot`). The tick and the job pages both ask this."""
+) -> SpotWait:
+    """Why a waiting market job sits out the ticks, and its code (("", "") when it does
+    not): an AIMaster backoff (AIMasterBackoff), pods of its previous attempt not yet
+    exited (`winding_down`: PreviousPodsExiting), a role without an instance type, a spot
+    role without a readable bid, or a type no longer sold as spot (`not_spot`) (JobHeld).
+    The tick and the job pages both ask this."""
     if not_before is not None and not_before > now:
         at = f"{not_before:%H:%M:%S}"
         if spot:
-            return say("AIMaster backoff: bids again from {at} UTC", at=at)
-        return say("AIMaster backoff: queues again from {at} UTC", at=at)
+            return SpotWait(say("AIMaster backoff: bids again from {at} UTC", at=at), BACKOFF)
+        return SpotWait(say("AIMaster backoff: queues again from {at} UTC", at=at), BACKOFF)
     if winding_down:
-        return winding_down_reason(winding_down)
+        return SpotWait(winding_down_reason(winding_down), "PreviousPodsExiting")
     if any(not role.instance_type for role in roles):
-        return say("every role of a public or spot job needs an instance type")
+        return SpotWait(say("every role of a public or spot job needs an instance type"), HELD)
     if not spot:
-        return ""
+        return SpotWait("", "")
     for role in roles:
         if role.bid is None:
-            return say(
+            text = say(
                 "{role}: set exactly one of SpotDiscountLimit and SpotPriceLimit",
                 role=role.role_type,
             )
+            return SpotWait(text, HELD)
         if role.instance_type in not_spot:
-            return say("{type} is no longer sold as spot", type=role.instance_type)
-    return ""
+            return SpotWait(say("{type} is no longer sold as spot", type=role.instance_type), HELD)
+    return SpotWait("", "")
 
 
 def waiting_reasons(*, jobs: Iterable[Job], now: datetime | None = None) -> dict[int, str]:
@@ -437,18 +490,15 @@ def waiting_reasons(*, jobs: Iterable[Job], now: datetime | None = None) -> dict
 def waiting_show(*, jobs: Iterable[Job], now: datetime | None = None) -> None:
     """Put each bidding spot job's live reason and its code on the job (in memory: the market
     does not rewrite thousands of them each tick), as the job pages and the API show it
-    (`apps.jobs.waiting.waiting_text`)."""
+    (`apps.jobs.waiting.waiting_text`, and the code as its SubStatus,
+    `apps.jobs.waiting.sub_status`)."""
     jobs = list(jobs)
     waits = spot_waits(jobs=jobs, now=now)
     for job in jobs:
         if wait := waits.get(job.pk):
+            job.sub_status = wait.code
             if wait.reason:
                 job.pending_reason, job.reason_code = wait.reason, wait.code
-
-
-class SpotWait(NamedTuple):
-    reason: str  # "" when nothing stands in the job's way
-    code: str  # BidBelowMarketPrice, BidBelowAveragePrice, SpotStockShortage, AIMasterBackoff…
 
 
 def spot_waits(*, jobs: Iterable[Job], now: datetime | None = None) -> dict[int, SpotWait]:
@@ -508,10 +558,14 @@ def spot_waits(*, jobs: Iterable[Job], now: datetime | None = None) -> dict[int,
             except pricing.MarketError:
                 pass
         needs[job_id].append(RoleNeed(role_id, role_type, pods, name or "", bid))
+    fallbacks = role_fallbacks(role_ids=[r.role_id for roles in needs.values() for r in roles])
+    for roles in needs.values():
+        roles[:] = [r._replace(fallbacks=fallbacks.get(r.role_id, ())) for r in roles]
+    names = {t for choices in fallbacks.values() for t, _ in choices}
     quotes, unpriced = {}, set()
-    for t in InstanceType.objects.filter(pk__in=type_ids, public_capacity__gt=0).select_related(
-        "market_state"
-    ):
+    for t in InstanceType.objects.filter(
+        Q(pk__in=type_ids) | Q(name__in=names), public_capacity__gt=0
+    ).select_related("market_state"):
         state = getattr(t, "market_state", None)
         if state is None:
             unpriced.add(t.name)
@@ -521,7 +575,7 @@ def spot_waits(*, jobs: Iterable[Job], now: datetime | None = None) -> dict[int,
     winding = jobs_winding_down(Job.objects.filter(pk__in=list(bidding)))
     for job_id, job in bidding.items():
         roles = needs.get(job_id, [])
-        reason = held_reason(
+        reason, code = held_reason(
             spot=True,
             not_before=job.not_before,
             roles=roles,
@@ -529,14 +583,21 @@ def spot_waits(*, jobs: Iterable[Job], now: datetime | None = None) -> dict[int,
             now=now,
             winding_down=winding.get(job_id, 0),
         )
-        code = ""
-        if reason:
-            backoff = job.not_before is not None and job.not_before > now
-            code = "AIMasterBackoff" if backoff else "SpotJobHeld"
-        elif roles and not any(r.instance_type in unpriced for r in roles):
-            reason, code = pricing.spot_wait_reason(spot_needs(roles), quotes)
+        if not reason and roles and not any(r.instance_type in unpriced for r in roles):
+            reason, code = pricing.spot_wait_reason(
+                spot_needs(roles), quotes, fallbacks=spot_fallbacks(roles)
+            )
+            if code == "StockShortage":
+                code = "SpotStockShortage"  # the spot market's stock, as its reclaims name it
         waits[job_id] = SpotWait(reason, code)
     return waits
+
+
+def spot_fallbacks(roles: Sequence[RoleNeed]) -> tuple[tuple[pricing.Choice, ...], ...]:
+    """Each role's fallbacks, as the pricing core takes them; () when no role has any."""
+    if not any(r.fallbacks for r in roles):
+        return ()
+    return tuple(r.fallbacks for r in roles)
 
 
 def spot_needs(roles: Sequence[RoleNeed]) -> tuple[tuple[str, int, Decimal], ...]:

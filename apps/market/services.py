@@ -55,6 +55,7 @@ from apps.core.words import say
 from apps.jobs.execution import PodsStop, jobs_winding_down, pods_placed, pods_stopping_bulk
 from apps.jobs.models import (
     LIVE_POD_STATUSES,
+    ElasticSpotSpec,
     Job,
     JobEvent,
     JobRole,
@@ -62,6 +63,7 @@ from apps.jobs.models import (
     Pod,
     PodStatus,
     ResourceSource,
+    pod_instance_type,
 )
 from apps.jobs.services import Via, jobs_transition_bulk, resumed_events
 from apps.jobs.signals import paid_pods_created
@@ -69,8 +71,11 @@ from apps.market.models import MarketState, PricePoint
 from apps.market.selectors import (
     MARKET_SOURCES,
     RoleNeed,
+    SpotWait,
     bidding_demand,
     held_reason,
+    role_fallbacks,
+    spot_fallbacks,
     spot_needs,
     system_averages,
 )
@@ -139,8 +144,9 @@ class MarketSnapshot:
     types: dict[str, TypeInfo]  # every instance type, by name
     states: dict[int, MarketState]
     needs: dict[int, list[RoleNeed]] = field(default_factory=dict)  # jobs that may start
-    pending_reasons: dict[int, str] = field(default_factory=dict)  # queuing pay-as-you-go
-    held: dict[int, str] = field(default_factory=dict)  # waiting outside the engine, and why
+    # queuing pay-as-you-go jobs: the (reason, code) they show now
+    pending_reasons: dict[int, tuple[str, str]] = field(default_factory=dict)
+    held: dict[int, SpotWait] = field(default_factory=dict)  # waiting outside the engine, why
     headroom: dict[str, int] | None = None  # see pricing.spot_headroom
     points: int = 0  # PricePoints written
 
@@ -232,16 +238,17 @@ def _live_pods(
     """The live pods of market jobs, in one query grouped by job and role: instances held
     by pay-as-you-go and by spot per type id, and the running spot jobs with what each
     holds per role and its bids."""
-    rows = (
+    query = (
         Pod.objects.filter(
             status__in=LIVE_POD_STATUSES,
             job__resource_source__in=MARKET_SOURCES,
-            role__instance_type__isnull=False,
         )
-        .annotate(submitted=Epoch("job__submitted_at"))
+        .annotate(submitted=Epoch("job__submitted_at"), type_id=pod_instance_type())
+        .filter(type_id__isnull=False)
         .values_list(
             "job_id",
             "role_id",
+            "type_id",
             "role__instance_type_id",
             "job__resource_source",
             "job__status",
@@ -258,10 +265,15 @@ def _live_pods(
     jobs: dict[int, tuple] = {}
     needs: dict[int, list[tuple[str, int, Decimal]]] = defaultdict(list)
     started: dict[int, float] = {}
+    rows = list(query)
+    # a role running on one of its ElasticSpotSpecs is held to that type's own bid
+    fallen = {(role_id, t) for _, role_id, t, own, source, *_ in rows if t != own}
+    limits = _fallback_limits({role_id for role_id, _ in fallen})
     for (
         job_id,
-        _,
+        role_id,
         type_id,
+        own_type_id,
         source,
         status,
         discount,
@@ -279,6 +291,8 @@ def _live_pods(
             continue  # stopping: its pods still hold stock, but nothing is left to reclaim
         name = names[type_id]
         jobs[job_id] = (submitted, aimaster)
+        if type_id != own_type_id:
+            discount, per_minute = limits.get((role_id, type_id), (None, None))
         bid = _bid(types[name].original, discount, per_minute)
         needs[job_id].append((name, count, bid if bid is not None else Decimal(0)))
         if since is not None:
@@ -295,6 +309,19 @@ def _live_pods(
         for job_id, (submitted, aimaster) in jobs.items()
     ]
     return payg_used, spot_used, running
+
+
+def _fallback_limits(role_ids: set[int]) -> dict[tuple[int, int], tuple]:
+    """(SpotDiscountLimit, SpotPriceLimit) of each (role id, instance type id) among the
+    roles' ElasticSpotSpecs. One query."""
+    if not role_ids:
+        return {}
+    return {
+        (role_id, type_id): (discount, per_minute)
+        for role_id, type_id, discount, per_minute in ElasticSpotSpec.objects.filter(
+            role_id__in=role_ids
+        ).values_list("role_id", "instance_type_id", "spot_discount_limit", "spot_price_limit")
+    }
 
 
 # A role's bid (`pricing.bid_limit_per_hour`) is its raw bid (original × SpotDiscountLimit, or
@@ -346,6 +373,7 @@ def _waiting_rows(roles: QuerySet[JobRole]) -> list[tuple]:
             "job__enable_aimaster",
             "job__pending_reason",
             "job__not_before",
+            "job__sub_status",
         )
     )
 
@@ -356,7 +384,8 @@ def _add_waiting(snapshot: MarketSnapshot, names: dict[int, str], queuing: list[
     published); those in an AIMaster backoff or with a bid that cannot be read wait outside
     the engine (`held`). A bidding job is read when one of its roles is not blocked (nearly
     all jobs have one role; a job with another role blocked is read and waits, as the
-    engine says)."""
+    engine says). A role with ElasticSpotSpecs is never left out: it may start on any of
+    its types."""
     ready = (
         _with_blocked(
             JobRole.objects.filter(
@@ -364,7 +393,7 @@ def _add_waiting(snapshot: MarketSnapshot, names: dict[int, str], queuing: list[
                 job__resource_source=ResourceSource.SPOT,
             )
         )
-        .filter(Q(blocked=False) | Q(blocked__isnull=True))
+        .filter(Q(blocked=False) | Q(blocked__isnull=True) | Q(elastic_spot_specs__isnull=False))
         .values("job_id")
     )
     rows = _waiting_rows(JobRole.objects.filter(job_id__in=ready)) + queuing
@@ -378,6 +407,7 @@ def _add_waiting(snapshot: MarketSnapshot, names: dict[int, str], queuing: list[
     needs: dict[int, list[RoleNeed]] = defaultdict(list)
     originals = {t.name: t.original for t in snapshot.types.values()}
     not_spot = {t.name for t in snapshot.types.values() if not t.spot_enabled}
+    fallbacks = role_fallbacks(role_ids=[row[1] for row in rows if row[7] == ResourceSource.SPOT])
     for (
         job_id,
         role_id,
@@ -391,27 +421,30 @@ def _add_waiting(snapshot: MarketSnapshot, names: dict[int, str], queuing: list[
         aimaster,
         reason,
         not_before,
+        stored_code,
     ) in rows:
-        jobs[job_id] = (source, submitted, aimaster, reason, not_before)
+        jobs[job_id] = (source, submitted, aimaster, (reason, stored_code), not_before)
         name = names.get(type_id, "")
         bid = (
             _bid(originals[name], discount, per_minute)
             if name and source == ResourceSource.SPOT
             else None
         )
-        needs[job_id].append(RoleNeed(role_id, role_type, pods, name, bid))
-    for job_id, (source, submitted, aimaster, reason, not_before) in jobs.items():
+        more = fallbacks.get(role_id, ())
+        needs[job_id].append(RoleNeed(role_id, role_type, pods, name, bid, more))
+    for job_id, (source, submitted, aimaster, shown, not_before) in jobs.items():
         roles = needs[job_id]
         if source == ResourceSource.PUBLIC:
-            snapshot.pending_reasons[job_id] = reason
-        if held := held_reason(
+            snapshot.pending_reasons[job_id] = shown
+        held = held_reason(
             spot=source == ResourceSource.SPOT,
             not_before=not_before,
             roles=roles,
             not_spot=not_spot,
             now=snapshot.now,
             winding_down=winding.get(job_id, 0),
-        ):
+        )
+        if held.reason:
             snapshot.held[job_id] = held
         elif source == ResourceSource.PUBLIC:
             snapshot.needs[job_id] = roles
@@ -426,6 +459,7 @@ def _add_waiting(snapshot: MarketSnapshot, names: dict[int, str], queuing: list[
                 pricing.SpotRequest(
                     job_id=job_id,
                     needs=spot_needs(roles),
+                    fallbacks=spot_fallbacks(roles),
                     running=False,
                     submitted_at=submitted,
                     aimaster=aimaster,
@@ -509,7 +543,9 @@ def market_apply(*, snapshot: MarketSnapshot, plan: pricing.MarketPlan) -> StepR
     reclaimed = _apply_reclaims(plan.reclaims, now=now)
     started = _apply_starts(snapshot, plan)
     _record_free(snapshot, plan.stock)
-    waiting = {w.job_id: w.reason for w in plan.waiting} | snapshot.held
+    waiting = {w.job_id: (w.reason, w.code) for w in plan.waiting} | {
+        job_id: (held.reason, held.code) for job_id, held in snapshot.held.items()
+    }
     _record_waiting(
         {
             job_id: reason
@@ -700,9 +736,12 @@ def _apply_starts(snapshot: MarketSnapshot, plan: pricing.MarketPlan) -> int:
     ]
     if not jobs:
         return 0
+    types = {s.job_id: s.types for s in plan.starts}
+    placed = {job.pk: _placed(snapshot.needs[job.pk], types[job.pk]) for job in jobs}
     pod_ids = rows_insert(
         Pod,
-        ["job_id", "role_id", "index", "attempt", "pod_id", "status", "started_at"],
+        ["job_id", "role_id", "index", "attempt", "pod_id", "status", "started_at"]
+        + ["instance_type_id"],
         [
             (
                 job.pk,
@@ -712,9 +751,10 @@ def _apply_starts(snapshot: MarketSnapshot, plan: pricing.MarketPlan) -> int:
                 f"{job.job_id}-{role.role_type.lower()}-{i}-a{job.attempt}",
                 PodStatus.RUNNING if at_once else PodStatus.PENDING,
                 now if at_once else None,
+                snapshot.types[role.instance_type].id,
             )
             for job in jobs
-            for role in snapshot.needs[job.pk]
+            for role in placed[job.pk]
             for i in range(role.pod_count)
         ],
     )
@@ -723,7 +763,11 @@ def _apply_starts(snapshot: MarketSnapshot, plan: pricing.MarketPlan) -> int:
     for job in jobs:
         spot = kinds[job.pk] == "spot"
         whys[job.pk] = (
-            _bid_accepted(snapshot, plan, job.pk) if spot else say("Started on the public pool")
+            _bid_accepted(
+                placed[job.pk], plan, fallbacks=any(r.fallbacks for r in snapshot.needs[job.pk])
+            )
+            if spot
+            else say("Started on the public pool")
         )
         codes[job.pk] = "JobBidAccepted" if spot else "JobDequeued"
         events.append((job.pk, "BidAccepted" if spot else "Started", whys[job.pk], now))
@@ -753,13 +797,34 @@ def _apply_starts(snapshot: MarketSnapshot, plan: pricing.MarketPlan) -> int:
     return len(jobs)
 
 
-def _bid_accepted(snapshot: MarketSnapshot, plan: pricing.MarketPlan, job_id: int) -> str:
-    """ "Bid accepted at ¥0.64/h (market ¥0.30/h)"; per role when roles bid differently."""
-    roles = snapshot.needs[job_id]
+def _placed(roles: list[RoleNeed], types: tuple[str, ...]) -> list[RoleNeed]:
+    """The roles as the plan starts them: each on the type the market chose (its own, or
+    one of its ElasticSpotSpecs) with that type's bid. A pay-as-you-go start names no
+    types: its roles run on their own."""
+    if not types:
+        return roles
+    placed = []
+    for role, t in zip(roles, types, strict=True):
+        if t != role.instance_type:
+            role = role._replace(instance_type=t, bid=dict(role.fallbacks)[t])
+        placed.append(role)
+    return placed
+
+
+def _bid_accepted(roles: list[RoleNeed], plan: pricing.MarketPlan, *, fallbacks: bool) -> str:
+    """ "Bid accepted at ¥0.64/h (market ¥0.30/h)"; naming the type when the job had
+    others to fall back on; per role when roles bid differently."""
     terms = {(r.bid, r.instance_type) for r in roles}
     if len(terms) == 1:
         role = roles[0]
         market = plan.prices.get(role.instance_type)
+        if fallbacks:
+            return say(
+                "Bid accepted at {bid}/h for {type} (market {price}/h)",
+                bid=pricing.yuan(role.bid),
+                type=role.instance_type,
+                price=pricing.yuan(market),
+            )
         return say(
             "Bid accepted at {bid}/h (market {price}/h)",
             bid=pricing.yuan(role.bid),
@@ -778,14 +843,19 @@ def _bid_accepted(snapshot: MarketSnapshot, plan: pricing.MarketPlan, job_id: in
     return say("Bid accepted: {bids}", bids="; ".join(parts))
 
 
-def _record_waiting(waiting: dict[int, str], stored: dict[int, str]) -> None:
-    """Store each queuing pay-as-you-go job's reason where it changed; a job that left
-    Queuing meanwhile is not touched. (A bidding spot job's reason is not stored: it is
-    shown from the market's published quotes, see `selectors.waiting_reasons`.)"""
-    by_reason: dict[str, list[int]] = defaultdict(list)
-    for job_id, reason in waiting.items():
-        if stored.get(job_id) != reason[:256]:
-            by_reason[reason[:256]].append(job_id)
-    for reason, ids in by_reason.items():
+def _record_waiting(
+    waiting: dict[int, tuple[str, str]], stored: dict[int, tuple[str, str]]
+) -> None:
+    """Store each queuing pay-as-you-go job's reason and its code (its SubStatus) where they
+    changed; a job that left Queuing meanwhile is not touched. (A bidding spot job's are not
+    stored: they are shown from the market's published quotes, see
+    `selectors.waiting_reasons`.)"""
+    by_reason: dict[tuple[str, str], list[int]] = defaultdict(list)
+    for job_id, (reason, code) in waiting.items():
+        if stored.get(job_id) != (reason[:256], code):
+            by_reason[(reason[:256], code)].append(job_id)
+    for (reason, code), ids in by_reason.items():
         for chunk in id_chunks(ids):
-            Job.objects.filter(pk__in=chunk, status=JobStatus.QUEUING).update(pending_reason=reason)
+            Job.objects.filter(pk__in=chunk, status=JobStatus.QUEUING).update(
+                pending_reason=reason, sub_status=code
+            )

@@ -122,19 +122,23 @@ def sample() -> dict:
     from collections import defaultdict
 
     from apps.cluster.models import InstanceType, Node, Quota
-    from apps.jobs.models import Pod
+    from apps.jobs.models import Pod, pod_instance_type
 
     held = Pod.objects.filter(
         process__state__in=("queued", "starting", "running")
     ) | Pod.objects.filter(status__in=("Pending", "Running"))
-    rows = held.distinct().values_list(
-        "node_id",
-        "in_quota",
-        "job__quota_id",
-        "role__instance_type_id",
-        "role__cpu",
-        "role__memory",
-        "role__gpu",
+    rows = (
+        held.distinct()
+        .annotate(type_id=pod_instance_type())
+        .values_list(
+            "node_id",
+            "in_quota",
+            "job__quota_id",
+            "type_id",
+            "role__cpu",
+            "role__memory",
+            "role__gpu",
+        )
     )
     on_node, in_quota, public = (
         defaultdict(lambda: [0, 0, 0]),

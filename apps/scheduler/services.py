@@ -61,7 +61,7 @@ class _Loaded:
     """The snapshot, plus what each pending job showed last time (to write only changes)."""
 
     snapshot: engine.Snapshot
-    shown: dict[int, tuple[str, int | None, int | None]]
+    shown: dict[int, tuple[str, int | None, int | None, str]]
 
 
 def _ts(moment: datetime | None) -> float | None:
@@ -213,6 +213,7 @@ def _pending_jobs() -> tuple[tuple[engine.PendingJob, ...], dict]:
             "pending_reason",
             "queue_position",
             "queue_size",
+            "sub_status",
         )
     )
     requests: dict[int, list[engine.PodRequest]] = defaultdict(list)
@@ -579,17 +580,17 @@ def jobs_requeue_or_fail(
 
 
 def _record_waiting(waiting: tuple[engine.Waiting, ...], shown: dict) -> None:
-    """Store each pending job's reason and queue position, writing only what changed, in
-    one batched statement (`rows_update`). A job that left Queuing meanwhile is not
-    touched."""
+    """Store each pending job's reason, queue position and the reason's code (its
+    SubStatus), writing only what changed, in one batched statement (`rows_update`). A job
+    that left Queuing meanwhile is not touched."""
     rows = []
     for w in waiting:
-        new = (w.reason[:256], w.position, w.queue_size)
+        new = (w.reason[:256], w.position, w.queue_size, w.code)
         if shown.get(w.job_id) != new:
             rows.append((w.job_id, *new))
     rows_update(
         Job,
-        ["pending_reason", "queue_position", "queue_size"],
+        ["pending_reason", "queue_position", "queue_size", "sub_status"],
         rows,
         where={"status": JobStatus.QUEUING},
     )

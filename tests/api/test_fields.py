@@ -60,11 +60,11 @@ def test_update_job_changes_the_description_in_any_status(raw, dlc, ws_a):
                         "PodCount": 1,
                         "Image": "pytorch:2.3",
                         "ResourceConfig": {"CPU": "8", "Memory": "32Gi", "GPU": "2"},
-                        "ElasticSpotSpecs": [{"EcsSpec": "ecs.g7.xlarge"}],
+                        "AssignNodeSpec": {"NodeNames": "gpu-node-0"},
                     }
                 ]
             },
-            "JobSpecs[0].ElasticSpotSpecs",
+            "JobSpecs[0].AssignNodeSpec",
         ),
         ({"ThirdpartyLibs": ["numpy"]}, "ThirdpartyLibs"),
         ({"Settings": {"JobReservedMinutes": 10}}, "Settings.JobReservedMinutes"),

@@ -139,7 +139,9 @@ ROLE_FIELDS = [
     "UseSpotInstance",
     "OversoldType",
     "QuotaId",
+    "ElasticSpotSpecs",
 ]
+ELASTIC_SPOT_FIELDS = ["InstanceType", "SpotStrategy", "SpotDiscountLimit", "SpotPriceLimit"]
 
 huge_ints = st.one_of(  # every magnitude up to 10**40 as likely as small numbers
     st.tuples(st.integers(min_value=0, max_value=40), st.sampled_from([1, -1])).flatmap(
@@ -258,8 +260,20 @@ def create_job_bodies(draw, workspace_id: str) -> dict:
             body[draw(st.sampled_from(BODY_FIELDS) | body_text)] = draw(json_values)
         elif isinstance(body.get("JobSpecs"), list) and body["JobSpecs"]:
             role = body["JobSpecs"][0]
-            if isinstance(role, dict):
+            if isinstance(role, dict) and draw(st.booleans()):
                 role[draw(st.sampled_from(ROLE_FIELDS))] = draw(json_values)
+            elif isinstance(role, dict):  # fallback types with odd entries
+                role["ElasticSpotSpecs"] = draw(
+                    st.lists(
+                        st.dictionaries(
+                            st.sampled_from(ELASTIC_SPOT_FIELDS) | body_text,
+                            json_values | st.sampled_from(["ecs.gn7i-c8g1.2xlarge", 0.5]),
+                            max_size=4,
+                        )
+                        | json_values,
+                        max_size=7,
+                    )
+                )
     if draw(st.integers(min_value=0, max_value=9)) == 0:
         body["Envs"] = draw(
             st.dictionaries(

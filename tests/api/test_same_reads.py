@@ -16,6 +16,7 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
+from apps.agent.selectors import pod_addresses
 from apps.api import serializers
 from apps.cluster.models import InstanceType, MarketParameters
 from apps.cluster.selectors import instance_type_list, quota_list
@@ -285,9 +286,9 @@ def story(personas, cluster):
 
 def test_it_answers_get_job_with_job_parts(api_get, story, alice):
     job = job_get_for_user(user=alice, job_id=story["job"].job_id)
-    # the key and its last use, the job, then job_parts: roles, pods, status history,
-    # restarts; and its tags
-    body = api_get(f"/api/v1/jobs/{job.job_id}", max_queries=8)
+    # the key and its last use, the job, then job_parts: roles (and their ElasticSpotSpecs),
+    # pods, status history, restarts; its tags; the pods' processes (their addresses)
+    body = api_get(f"/api/v1/jobs/{job.job_id}", max_queries=10)
     parts = job_parts(job=job)
     detail = serializers.job_detail(
         job,
@@ -295,6 +296,7 @@ def test_it_answers_get_job_with_job_parts(api_get, story, alice):
         pods=parts.pods,
         history=parts.status_history,
         restarts=parts.restarts,
+        addresses=pod_addresses(pods=parts.pods),
     )
     assert without_request_id(body) == detail
     assert [spec["Type"] for spec in body["JobSpecs"]] == [r.role_type for r in parts.roles]
@@ -305,10 +307,11 @@ def test_it_answers_get_job_with_job_parts(api_get, story, alice):
     assert [p["PodId"] for p in worker_0["HistoryPods"]] == [story["old_pod"].pod_id]
 
 
-def test_job_parts_reads_pods_with_roles_and_nodes_in_four_queries(
+def test_job_parts_reads_pods_with_roles_and_nodes_in_five_queries(
     story, django_assert_num_queries
 ):
-    with django_assert_num_queries(4):
+    # roles, their ElasticSpotSpecs, pods (with node and instance type), history, restarts
+    with django_assert_num_queries(5):
         parts = job_parts(job=story["job"])
         seen = {(p.pod_id, p.role.role_type, p.role.instance_type, p.node) for p in parts.pods}
     assert len(seen) == 4
@@ -319,8 +322,9 @@ def test_job_parts_reads_pods_with_roles_and_nodes_in_four_queries(
 def test_it_lists_jobs_with_their_roles_in_one_query(api_get, story, personas):
     for n in range(4):
         make_job(personas, name=f"more-{n}", pods=1)
-    # the key and its last use, the count, the page, every job's roles, every job's tags
-    body = api_get("/api/v1/jobs", {"StartTime": "2000-01-01T00:00:00Z"}, max_queries=6)
+    # the key and its last use, the count, the page, every job's roles (and their
+    # ElasticSpotSpecs), every job's tags
+    body = api_get("/api/v1/jobs", {"StartTime": "2000-01-01T00:00:00Z"}, max_queries=7)
     assert body["TotalCount"] == 5
     story_item = next(item for item in body["Jobs"] if item["DisplayName"] == "story")
     assert [spec["Type"] for spec in story_item["JobSpecs"]] == ["Worker", "PS"]

@@ -11,6 +11,7 @@ from apps.core.pricing import (
     MarketError,
     MarketParams,
     PaygRequest,
+    Quote,
     Reclaim,
     SpotRequest,
     Start,
@@ -31,6 +32,7 @@ from apps.core.pricing import (
     price_limit_range,
     replay_price_at,
     spot_stock,
+    spot_wait_reason,
     system_average,
     yuan,
 )
@@ -313,7 +315,7 @@ def test_it_frees_the_whole_gang_on_reclaim():
         replay=frozen_at("0.40"),
     )
     assert [r.job_id for r in plan.reclaims] == [1]
-    assert plan.starts == (Start(2, "spot"),)
+    assert plan.starts == (Start(2, "spot", (G7,)),)
     assert plan.stock == {G7: 0}
 
 
@@ -322,7 +324,7 @@ def test_it_frees_the_whole_gang_on_reclaim():
 
 def test_it_starts_a_spot_job_when_bid_and_stock_suffice():
     plan = step([market(capacity=4)], [spot(1, "0.40", 4)], replay=frozen_at("0.40"))
-    assert plan.starts == (Start(1, "spot"),)
+    assert plan.starts == (Start(1, "spot", (G7,)),)
     assert plan.stock == {G7: 0}
 
 
@@ -355,7 +357,7 @@ def test_it_serves_the_highest_bid_first():
         [spot(1, "0.40", 2, submitted_at=0), spot(2, "0.60", 2, submitted_at=9)],
         replay=frozen_at("0.30"),
     )
-    assert plan.starts == (Start(2, "spot"),)
+    assert plan.starts == (Start(2, "spot", (G7,)),)
     assert [w.job_id for w in plan.waiting] == [1]
 
 
@@ -365,7 +367,7 @@ def test_it_breaks_equal_bids_by_submission_time():
         [spot(2, "0.50", 2, submitted_at=9), spot(1, "0.50", 2, submitted_at=3)],
         replay=frozen_at("0.30"),
     )
-    assert plan.starts == (Start(1, "spot"),)
+    assert plan.starts == (Start(1, "spot", (G7,)),)
 
 
 def test_it_lets_a_smaller_job_pass_one_that_does_not_fit():
@@ -374,7 +376,7 @@ def test_it_lets_a_smaller_job_pass_one_that_does_not_fit():
         [spot(1, "0.70", 4), spot(2, "0.50", 3)],
         replay=frozen_at("0.30"),
     )
-    assert plan.starts == (Start(2, "spot"),)
+    assert plan.starts == (Start(2, "spot", (G7,)),)
 
 
 def test_it_requires_a_lingjun_bid_to_cover_the_system_average_to_start():
@@ -406,6 +408,126 @@ def test_it_judges_each_role_by_its_own_bid():
     plan = step([market(spot_used=2)], [job], replay=frozen_at("0.30"))
     assert [r.job_id for r in plan.reclaims] == [1]
     assert plan.stock == {G7: 10}
+
+
+# --- fallback instance types (ElasticSpotSpecs) -------------------------------------------
+
+G6 = "ecs.g6.xlarge"
+
+
+def fallback_job(job_id: int, *, bid: str = "0.50", instances: int = 2, **extra) -> SpotRequest:
+    """A one-role job bidding on G7 first, then on G6 (¥0.40/h), then on GN7 (¥5/h)."""
+    return SpotRequest(
+        job_id=job_id,
+        needs=((G7, instances, D(bid)),),
+        fallbacks=(((G6, D("0.40")), (GN7, D("5.00"))),),
+        running=False,
+        submitted_at=NOW,
+        **extra,
+    )
+
+
+def fallback_markets(*, g7: int = 4, g6: int = 4, gn7: int = 4) -> list[TypeMarket]:
+    return [
+        market(G7, capacity=g7),
+        market(G6, original="0.70", capacity=g6),
+        market(GN7, original="9.00", capacity=gn7),
+    ]
+
+
+PRICES = {G7: D("0.30"), G6: D("0.30"), GN7: D("3.00")}
+
+
+def test_it_starts_on_the_first_choice_when_it_will_do():
+    plan = step(fallback_markets(), [fallback_job(1)], replay=PRICES)
+    assert plan.starts == (Start(1, "spot", (G7,)),)
+    assert plan.stock == {G7: 2, G6: 4, GN7: 4}
+
+
+def test_it_falls_back_to_the_next_type_when_the_first_has_no_stock():
+    plan = step(fallback_markets(g7=1), [fallback_job(1)], replay=PRICES)
+    assert plan.starts == (Start(1, "spot", (G6,)),)
+    assert plan.stock == {G7: 1, G6: 2, GN7: 4}
+
+
+def test_it_falls_back_when_the_first_types_price_is_above_its_bid():
+    plan = step(fallback_markets(), [fallback_job(1, bid="0.20")], replay=PRICES)
+    assert plan.starts == (Start(1, "spot", (G6,)),)
+
+
+def test_it_holds_each_fallback_to_its_own_bid():
+    """G6's price is above G6's own limit (¥0.40/h), though below the first type's bid."""
+    prices = {**PRICES, G6: D("0.45")}
+    plan = step(fallback_markets(g7=1), [fallback_job(1, bid="0.60")], replay=prices)
+    assert plan.starts == (Start(1, "spot", (GN7,)),)
+
+
+def test_it_names_every_types_reason_when_none_will_do():
+    prices = {**PRICES, G6: D("0.45")}
+    plan = step(fallback_markets(g7=1, gn7=1), [fallback_job(1)], replay=prices)
+    assert plan.starts == ()
+    assert plan.waiting == (
+        Waiting(
+            1,
+            f"stock: needs 2 instances of {G7}, 1 free; bid ¥0.40/h < market ¥0.45/h for {G6}; "
+            f"stock: needs 2 instances of {GN7}, 1 free",
+            "StockShortage",
+        ),
+    )
+
+
+def test_it_gives_the_same_reason_between_ticks():
+    prices = {**PRICES, G6: D("0.45")}
+    markets = fallback_markets(g7=1, gn7=1)
+    job = fallback_job(1)
+    plan = step(markets, [job], replay=prices)
+    quotes = {
+        m.instance_type: Quote(prices[m.instance_type], "market", plan.stock[m.instance_type])
+        for m in markets
+    }
+    assert spot_wait_reason(job.needs, quotes, fallbacks=job.fallbacks) == (
+        plan.waiting[0].reason,
+        plan.waiting[0].code,
+    )
+    quotes[G6] = Quote(D("0.40"), "market", 2)
+    assert spot_wait_reason(job.needs, quotes, fallbacks=job.fallbacks) == ("", "")
+
+
+def test_it_places_a_gang_of_roles_on_the_first_combination_that_fits():
+    """Worker ×2 on G7 or G6, Master ×1 on G7 only: with 2 of G7 free the Worker falls back
+    so that the Master gets its only type."""
+    job = SpotRequest(
+        job_id=1,
+        needs=((G7, 2, D("0.50")), (G7, 1, D("0.50"))),
+        fallbacks=(((G6, D("0.50")),), ()),
+        running=False,
+        submitted_at=NOW,
+    )
+    plan = step(fallback_markets(g7=2), [job], replay=PRICES)
+    assert plan.starts == (Start(1, "spot", (G6, G7)),)
+    assert plan.stock == {G7: 1, G6: 2, GN7: 4}
+
+
+def test_a_fallback_start_leaves_the_stock_to_the_next_bidder():
+    """The higher bidder takes G7's last instances; the next falls back to G6."""
+    plan = step(
+        fallback_markets(g7=2),
+        [fallback_job(1, bid="0.70"), fallback_job(2, bid="0.60")],
+        replay=PRICES,
+    )
+    assert plan.starts == (Start(1, "spot", (G7,)), Start(2, "spot", (G6,)))
+    assert plan.stock == {G7: 0, G6: 2, GN7: 4}
+
+
+def test_it_refuses_a_role_that_names_a_type_twice():
+    with pytest.raises(MarketError):
+        SpotRequest(
+            job_id=1,
+            needs=((G7, 1, D("0.50")),),
+            fallbacks=(((G7, D("0.40")),),),
+            running=False,
+            submitted_at=NOW,
+        )
 
 
 def test_it_waits_for_an_unknown_instance_type():

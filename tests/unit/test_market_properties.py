@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from decimal import Decimal as D
 
 from hypothesis import assume, given, settings
@@ -14,6 +15,7 @@ from apps.core.pricing import (
     MarketParams,
     PaygRequest,
     SpotRequest,
+    Start,
     TypeMarket,
     asked_price,
     bid_exposure,
@@ -68,14 +70,18 @@ def price_in(draw, original: D, ratio: D = D("0.1")) -> D:
 
 
 @st.composite
-def scenarios(draw) -> Scenario:
+def scenarios(draw, *, bidders: bool = False) -> Scenario:
+    """A market with running and bidding spot jobs and pay-as-you-go; `bidders`: only
+    bidding jobs, more of them, each role with fallback types."""
     params = MarketParams(
         floor_ratio=draw(st.sampled_from([D("0.1"), D("0.25")])),
         smoothing=draw(st.floats(0.0, 1.0)),
         volatility=draw(st.floats(0.0, 0.5)),
         sensitivity=draw(st.floats(0.0, 5.0)),
     )
-    types = draw(st.lists(st.sampled_from(TYPES), min_size=1, max_size=3, unique=True))
+    types = draw(
+        st.lists(st.sampled_from(TYPES), min_size=2 if bidders else 1, max_size=3, unique=True)
+    )
     kinds = {t: draw(st.sampled_from(["ECS", "Lingjun"])) for t in types}
     originals = {t: draw(st.sampled_from(ORIGINALS)) for t in types}
     capacity = {t: draw(st.integers(0, 12)) for t in types}
@@ -93,7 +99,7 @@ def scenarios(draw) -> Scenario:
         )
 
     spot, spot_used, job_id = [], Counter(), 0
-    for _ in range(draw(st.integers(0, 6))):  # running jobs that fit the capacity
+    for _ in range(0 if bidders else draw(st.integers(0, 6))):  # running jobs that fit
         job_id += 1
         wanted = needs(3)
         counts = Counter()
@@ -103,14 +109,15 @@ def scenarios(draw) -> Scenario:
             spot_used.update(counts)
             spot.append(_spot(draw, job_id, wanted, running=True))
     bidding_demand = Counter()
-    for _ in range(draw(st.integers(0, 8))):
+    for _ in range(draw(st.integers(2, 12) if bidders else st.integers(0, 8))):
         job_id += 1
         wanted = needs(5)
         for t, n, _ in wanted:
             bidding_demand[t] += n
-        spot.append(_spot(draw, job_id, wanted, running=False))
+        more = (bidders or draw(st.booleans())) and _fallbacks(draw, wanted, types, originals)
+        spot.append(_spot(draw, job_id, wanted, running=False, fallbacks=more or ()))
     payg = []
-    for _ in range(draw(st.integers(0, 4))):
+    for _ in range(0 if bidders else draw(st.integers(0, 4))):
         job_id += 1
         chosen = draw(st.lists(st.sampled_from(types), min_size=1, max_size=2, unique=True))
         wanted = tuple((t, draw(st.integers(1, 8))) for t in chosen)
@@ -145,10 +152,24 @@ def scenarios(draw) -> Scenario:
     )  # fmt: skip
 
 
-def _spot(draw, job_id: int, needs, *, running: bool) -> SpotRequest:
+def _fallbacks(draw, needs, types, originals) -> tuple:
+    """Per role, some of the other types in a drawn order, each with a bid of its own."""
+    return tuple(
+        tuple(
+            (f, price_in(draw, originals[f], D("0.05")) + draw(st.sampled_from([0, 0, 1])))
+            for f in draw(st.permutations([u for u in types if u != t]))[
+                : draw(st.integers(0, len(types) - 1))
+            ]
+        )
+        for t, _, _ in needs
+    )
+
+
+def _spot(draw, job_id: int, needs, *, running: bool, fallbacks=()) -> SpotRequest:
     return SpotRequest(
         job_id=job_id,
         needs=needs,
+        fallbacks=fallbacks,
         running=running,
         submitted_at=NOW - draw(st.integers(0, 5000)),
         started_at=NOW - draw(st.integers(0, 100)) if running else None,
@@ -156,24 +177,40 @@ def _spot(draw, job_id: int, needs, *, running: bool) -> SpotRequest:
     )
 
 
+def started_needs(request: SpotRequest, start: Start) -> tuple:
+    """A started job's (type, instances, bid) per role: the choice it started on."""
+    return tuple(
+        (t, n, dict(choices)[t])
+        for t, (_, n, _), choices in zip(start.types, request.needs, request.choices, strict=True)
+    )
+
+
+def running_needs(scenario: Scenario, plan) -> dict[int, tuple]:
+    """Each spot job running once the plan is applied, with what it holds per role."""
+    starts = {s.job_id: s for s in plan.starts if s.kind == "spot"}
+    reclaimed = {r.job_id for r in plan.reclaims}
+    held = {}
+    for request in scenario.spot:
+        if request.job_id in starts:
+            held[request.job_id] = started_needs(request, starts[request.job_id])
+        elif request.running and request.job_id not in reclaimed:
+            held[request.job_id] = request.needs
+    return held
+
+
 def usage_after(scenario: Scenario, plan) -> tuple[Counter, Counter, set[int]]:
     """(payg usage, spot usage, running spot job ids) once the plan is applied."""
     started = {s.job_id for s in plan.starts}
-    reclaimed = {r.job_id for r in plan.reclaims}
     payg = Counter({m.instance_type: m.payg_used for m in scenario.markets})
     for request in scenario.payg:
         if request.job_id in started:
             payg.update(dict(request.needs))
-    running = {
-        r.job_id
-        for r in scenario.spot
-        if (r.running and r.job_id not in reclaimed) or r.job_id in started
-    }
+    held = running_needs(scenario, plan)
     spot = Counter()
-    for request in scenario.spot:
-        if request.job_id in running:
-            spot.update(request.counts)
-    return payg, spot, running
+    for needs in held.values():
+        for t, n, _ in needs:
+            spot[t] += n
+    return payg, spot, set(held)
 
 
 def rule_price(scenario: Scenario, plan, instance_type: str) -> D:
@@ -200,11 +237,9 @@ def test_it_keeps_every_price_between_floor_and_original(scenario):
 @given(scenarios())
 def test_it_leaves_no_spot_job_running_below_its_rule(scenario):
     plan = scenario.step()
-    _, _, running = usage_after(scenario, plan)
-    for request in scenario.spot:
-        if request.job_id in running:
-            for t, _, bid in request.needs:
-                assert bid >= rule_price(scenario, plan, t), (request, plan)
+    for job_id, needs in running_needs(scenario, plan).items():
+        for t, _, bid in needs:
+            assert bid >= rule_price(scenario, plan, t), (job_id, needs, plan)
 
 
 @FAST
@@ -215,7 +250,7 @@ def test_it_never_uses_more_than_the_capacity(scenario):
     for m in scenario.markets:
         t = m.instance_type
         assert payg[t] + spot[t] <= m.capacity
-        assert plan.stock[t] == m.capacity - payg[t] - spot[t]
+        assert plan.stock[t] == m.capacity - payg[t] - spot[t] >= 0
 
 
 @FAST
@@ -231,6 +266,71 @@ def test_it_decides_each_job_once_and_whole(scenario):
     assert sorted(pending) == sorted([*starts, *waits])
     assert set(reclaims) <= {r.job_id for r in scenario.spot if r.running}
     assert all(w.reason and w.code for w in plan.waiting)
+
+
+@FAST
+@given(scenarios() | scenarios(bidders=True))
+def test_it_never_starts_a_role_on_a_type_priced_above_its_limit_there(scenario):
+    plan = scenario.step()
+    averages = scenario.averages or {}
+    kinds = {m.instance_type: m.resource_type for m in scenario.markets}
+    requests = {r.job_id: r for r in scenario.spot}
+    for start in plan.starts:
+        if start.kind == "spot":
+            for t, _, bid in started_needs(requests[start.job_id], start):
+                assert bid >= asked_price(kinds[t], plan.prices[t], averages.get(t))[0]
+
+
+@FAST
+@given(scenarios() | scenarios(bidders=True))
+def test_it_starts_each_bidder_on_its_earliest_acceptable_choices(scenario):
+    """Against an independent oracle, with nothing running and no pay-as-you-go: bidders
+    are served highest share of the original price first, and each starts on the first
+    combination of its roles' choices, in order (itertools.product), whose bids cover the
+    asked prices and whose instances the stock left holds together; else it waits."""
+    markets = tuple(replace(m, spot_used=0) for m in scenario.markets)
+    bidding = [r for r in scenario.spot if not r.running]
+    plan = market_step(
+        markets,
+        bidding,
+        [],
+        params=scenario.params,
+        rng=random.Random(scenario.seed),
+        now=NOW,
+        averages=scenario.averages,
+        replay=scenario.replay,
+    )
+    averages = scenario.averages or {}
+    asked = {
+        m.instance_type: asked_price(
+            m.resource_type, plan.prices[m.instance_type], averages.get(m.instance_type)
+        )[0]
+        for m in markets
+    }
+    free = {m.instance_type: m.capacity - m.payg_used for m in markets}
+    originals = {m.instance_type: m.original_price for m in markets}
+
+    def share(request: SpotRequest) -> D:
+        shares = [b / originals[t] for t, _, b in request.needs if t in originals]
+        return min(shares, default=D(0))
+
+    expected = []
+    for request in sorted(bidding, key=lambda r: (-share(r), r.submitted_at, r.job_id)):
+        for combination in itertools.product(*request.choices):
+            counts = Counter()
+            for (t, _), (_, n, _) in zip(combination, request.needs, strict=True):
+                counts[t] += n
+            if all(t in asked and bid >= asked[t] for t, bid in combination) and all(
+                n <= free[t] for t, n in counts.items()
+            ):
+                for t, n in counts.items():
+                    free[t] -= n
+                expected.append(Start(request.job_id, "spot", tuple(t for t, _ in combination)))
+                break
+    assert plan.starts == tuple(expected)
+    assert all(plan.stock[t] == free[t] >= 0 for t in free)
+    waiting = {r.job_id for r in bidding} - {s.job_id for s in expected}
+    assert {w.job_id for w in plan.waiting} == waiting
 
 
 @FAST
@@ -263,7 +363,7 @@ def test_it_plans_the_same_for_the_same_seed_whatever_the_input_order(scenario, 
 
 
 @FAST
-@given(scenarios())
+@given(scenarios() | scenarios(bidders=True))
 def test_it_plans_the_same_without_the_bids_below_the_asked_price(scenario):
     """The live tick reads only the bids that cover their type's asked price: leaving the
     others out changes no price, start, reclaim or stock (they can only wait). Bidders one
@@ -286,9 +386,9 @@ def test_it_plans_the_same_without_the_bids_below_the_asked_price(scenario):
     ]
     spot = [*scenario.spot, *edge]
 
-    def below(request: SpotRequest) -> bool:
+    def below(request: SpotRequest) -> bool:  # some role bids below on every choice
         return not request.running and any(
-            t in asked and bid < asked[t] for t, _, bid in request.needs
+            all(t in asked and bid < asked[t] for t, bid in choices) for choices in request.choices
         )
 
     kept = [r for r in spot if not below(r)]
@@ -305,7 +405,7 @@ def test_it_plans_the_same_without_the_bids_below_the_asked_price(scenario):
 
 
 @FAST
-@given(scenarios(), st.booleans())
+@given(scenarios() | scenarios(bidders=True), st.booleans())
 def test_it_plans_the_same_without_the_jobs_that_need_more_than_the_headroom(scenario, payg):
     """Nor does the live tick read a bidding job with a role that needs more instances than
     the tick can free for spot (`spot_headroom`, which counts what a capacity shrink may
@@ -350,10 +450,14 @@ def test_it_plans_the_same_without_the_jobs_that_need_more_than_the_headroom(sce
         )
 
     plan = step(spot)
-    kept = [
+    kept = [  # some role needs more than the headroom on every choice: left out
         r
         for r in spot
-        if r.running or all(t not in headroom or n <= headroom[t] for t, n, _ in r.needs)
+        if r.running
+        or all(
+            any(t not in headroom or n <= headroom[t] for t, _ in choices)
+            for (_, n, _), choices in zip(r.needs, r.choices, strict=True)
+        )
     ]
     lean = step(kept)
     assert (lean.prices, lean.starts, lean.reclaims, lean.stock) == (
@@ -368,7 +472,7 @@ def test_it_plans_the_same_without_the_jobs_that_need_more_than_the_headroom(sce
         if s.kind == "spot"
         for r in spot
         if r.job_id == s.job_id
-        for t, n, _ in r.needs
+        for t, n, _ in started_needs(r, s)
         if t in headroom
     )
 

@@ -222,6 +222,7 @@ def test_it_keeps_a_regular_job_waiting_when_its_quota_is_short():
     result = plan(snapshot(machines(1, 2), [TEAM_A], run, [queued(1, 1, 4)]), now=NOW)
     assert result.admissions == ()
     assert waiting(result, 1).reason == "quota team-a: needs 4 GPU, 2 free"
+    assert waiting(result, 1).code == "QuotaInsufficient"
 
 
 def test_it_checks_the_free_min_of_every_ancestor():
@@ -341,6 +342,7 @@ def test_it_preempts_a_borrower_to_give_an_owner_its_quota():
     assert "GPU-seconds" in preemption.reason
     assert result.admissions == ()
     assert waiting(result, 1).reason == "borrowers being reclaimed: 1 job"
+    assert waiting(result, 1).code == "WaitingForReclaim"
 
 
 def test_it_measures_lost_work_from_the_last_checkpoint():
@@ -495,6 +497,7 @@ def test_it_does_not_preempt_again_while_the_victims_stop():
     result = plan(snapshot(machines(1, 2), [TEAM_A, TEAM_B], run, [queued(1, 1, 8)]), now=NOW)
     assert result.preemptions == ()
     assert waiting(result, 1).reason == "room being freed by 1 job"
+    assert waiting(result, 1).code == "WaitingForReclaim"
 
 
 def test_it_admits_the_owner_once_the_borrowers_are_gone():
@@ -525,6 +528,8 @@ def test_it_blocks_the_queue_behind_a_strict_fifo_head():
     result = plan(snapshot(machines(1), [quota(1, "team-a", 16)], pending=pending), now=NOW)
     assert result.admissions == ()
     assert waiting(result, 2).reason == "blocked behind big (StrictFIFO)"
+    assert waiting(result, 2).code == "BlockedByQueueHead"
+    assert waiting(result, 1).code == "ResourceInsufficient"  # no node holds 8 + 8 GPUs
 
 
 def test_it_skips_a_head_that_cannot_start_under_best_effort_fifo():
@@ -539,6 +544,7 @@ def test_it_waits_out_a_requeue_backoff_without_blocking_the_queue():
     result = plan(snapshot(machines(1), [TEAM_A], pending=pending), now=NOW)
     assert list(admitted(result)) == [2]
     assert waiting(result, 1).reason.startswith("requeue backoff: ")
+    assert waiting(result, 1).code == "RequeueBackoff"
 
 
 def test_a_new_attempt_waits_for_its_previous_pods_to_exit():
@@ -548,6 +554,7 @@ def test_a_new_attempt_waits_for_its_previous_pods_to_exit():
     assert waiting(result, 1).reason == (
         "waiting for 2 pods of its previous attempt to exit (grace period)"
     )
+    assert waiting(result, 1).code == "PreviousPodsExiting"
     assert list(admitted(plan(snapshot(machines(1), [TEAM_A], pending=[queued(1, 1, 8)]), now=NOW)))
 
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from apps.api.parsing import job_spec_from_create_job
 from apps.api.serializers import create_job_body
-from apps.jobs.specs import JobSpec, RoleSpec
+from apps.jobs.specs import JobSpec, RoleSpec, SpotFallback, spec_from_json, spec_to_json
 
 text = st.text(st.characters(codec="utf-8", exclude_characters="\x00"), max_size=20)
 name = st.from_regex(r"[a-z][a-z0-9-]{0,12}", fullmatch=True)
@@ -33,7 +33,19 @@ def roles(draw, *, spot: bool):
         restart_policy=draw(st.sampled_from(["OnFailure", "Never", "Always"])),
         spot_discount_limit=draw(st.sampled_from([None, Decimal("0.3")])) if spot else None,
         spot_price_limit=draw(st.sampled_from([None, Decimal("0.011")])) if spot else None,
+        elastic_spot_specs=draw(st.lists(fallbacks, max_size=2)) if spot else [],
     )
+
+
+fallbacks = st.builds(
+    lambda name, discount: SpotFallback(
+        instance_type=name,
+        spot_discount_limit=discount,
+        spot_price_limit=None if discount else Decimal("0.006"),
+    ),
+    name,
+    st.sampled_from([None, Decimal("0.5")]),
+)
 
 
 @st.composite
@@ -90,3 +102,10 @@ def test_a_spec_comes_back_from_its_create_job_body(spec):
     # the body names no ResourceType: it is the quota's or the instance type's (ECS here)
     for f in ("roles",) + tuple(k for k in vars(spec) if k != "roles"):
         assert getattr(parsed, f) == getattr(spec, f), f
+
+
+@settings(max_examples=200, deadline=None)
+@given(specs())
+def test_a_spec_comes_back_from_its_json(spec):
+    """A template's stored content (`spec_to_json`), ElasticSpotSpecs included."""
+    assert spec_from_json(spec_to_json(spec)) == spec

@@ -12,7 +12,7 @@ from django.urls import reverse
 
 from apps.jobs.models import Job, JobStatus
 from apps.jobs.services import job_submit
-from apps.jobs.specs import JobSpec, RoleSpec
+from apps.jobs.specs import JobSpec, RoleSpec, SpotFallback
 from tests.web.test_jobs_views import make_job
 
 JOB_FIELDS = [
@@ -92,6 +92,12 @@ def spot_job(personas) -> Job:
                     instance_type="ecs.g7.xlarge",
                     restart_policy="Never",
                     spot_discount_limit=Decimal("0.4"),
+                    elastic_spot_specs=[
+                        SpotFallback(
+                            instance_type="ecs.gn7i-c8g1.2xlarge",
+                            spot_discount_limit=Decimal("0.5"),
+                        )
+                    ],
                 ),
                 RoleSpec(
                     role_type="PS",
@@ -180,6 +186,7 @@ def test_it_fills_the_form_with_the_jobs_fields(alice_client, spot_job):
         "spot_limit_type": "discount",
         "spot_discount_limit": "0.4",
         "spot_price_limit": None,
+        "elastic_spot_specs": "ecs.gn7i-c8g1.2xlarge SpotDiscountLimit=0.5",
     }
     assert ps.initial == {
         "enabled": True,
@@ -191,6 +198,7 @@ def test_it_fills_the_form_with_the_jobs_fields(alice_client, spot_job):
         "spot_limit_type": "price",
         "spot_discount_limit": None,
         "spot_price_limit": "0.011",
+        "elastic_spot_specs": "",
     }
     assert [role.initial for role in unused] == [{}, {}]
     assert form.cloned_from == spot_job
@@ -243,6 +251,10 @@ def test_it_submits_the_unchanged_clone_as_the_same_job(alice_client, request, s
     for new, old in pairs:
         for name in ROLE_FIELDS:
             assert getattr(new, name) == getattr(old, name), name
+        fallback = "instance_type_id", "spot_discount_limit", "spot_price_limit", "position"
+        assert list(new.elastic_spot_specs.values_list(*fallback)) == list(
+            old.elastic_spot_specs.values_list(*fallback)
+        )
 
 
 def test_it_keeps_a_long_name_within_the_limit(alice_client, personas):

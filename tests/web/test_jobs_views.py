@@ -12,6 +12,7 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
+from apps.cluster.models import InstanceType
 from apps.jobs.models import Job, JobRole, JobStatus, Pod, StatusTransition
 
 # --- helpers -------------------------------------------------------------------------------
@@ -605,10 +606,12 @@ def test_it_hints_why_a_pending_job_waits_in_the_list(alice_client, personas):
 def test_it_shows_public_pool_pods_with_their_gpus_and_log_links(alice_client, personas):
     job = make_job(personas, source="public", pods=1)
     Pod.objects.filter(job=job).update(gpu_ids="0,1", in_quota=None)
-    JobRole.objects.filter(job=job).update(gpu=2)
+    g7 = InstanceType.objects.get(name="ecs.g7.xlarge")
+    JobRole.objects.filter(job=job).update(gpu=2, instance_type=g7)
     content = alice_client.get(reverse("jobs:detail", args=[job.job_id])).content.decode()
     pod_id = f"{job.job_id}-worker-0"
-    assert '<span class="muted">public pool</span>' in content
+    assert '<span class="pod-instance-type">ecs.g7.xlarge</span>' in content  # its type
+    assert '<div class="sub muted">public pool</div>' in content
     assert '2 GPU<div class="sub mono" title="CUDA_VISIBLE_DEVICES">0,1</div>' in content
     assert f'<a href="{reverse("pods:logs", args=[pod_id])}" title="Logs of {pod_id}">' in content
     assert f'href="{reverse("pods:logs-download", args=[pod_id])}" download' in content

@@ -10,7 +10,7 @@ from django.utils.translation import gettext, pgettext_lazy
 
 from apps.core.i18n import localized
 from apps.jobs.models import PENDING_STATUSES, gpu_text
-from apps.jobs.waiting import waiting_text
+from apps.jobs.waiting import sub_status, waiting_text
 
 register = template.Library()
 
@@ -203,3 +203,14 @@ def basename(path) -> str:
     """The last part of a path (a checkpoint's file name; the full path goes in a title)."""
     text = str(path or "")
     return text.rstrip("/").rsplit("/", 1)[-1] or text
+
+
+@register.filter(name="sub_status")
+def sub_status_filter(job) -> str:
+    """The job's SubStatus (`apps.jobs.waiting.sub_status`); a listed job brings its pod
+    counts (`job_list`), the job page's reads them."""
+    return sub_status(
+        job,
+        in_quota=getattr(job, "pods_in_quota", None),
+        not_in_quota=getattr(job, "pods_not_in_quota", None),
+    )

@@ -186,13 +186,16 @@ class Preemption:
 class Waiting:
     """A job left pending. `position` is 1-based among the jobs still waiting in its quota's
     queue after this plan, `queue_size` their number. `reserved` is the room held for a
-    reclaiming owner (where it will run once the borrowers are gone); empty otherwise."""
+    reclaiming owner (where it will run once the borrowers are gone); empty otherwise.
+    `code` names the reason's kind: QuotaInsufficient, BlockedByQueueHead, RequeueBackoff,
+    PreviousPodsExiting, ResourceInsufficient, WaitingForReclaim, UnknownQuota, NoPods."""
 
     job_id: int
     reason: str
     position: int
     queue_size: int
     reserved: tuple[Placement, ...] = ()
+    code: str = ""
 
 
 @dataclass(frozen=True, slots=True)

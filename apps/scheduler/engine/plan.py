@@ -271,6 +271,12 @@ class ClusterState:
                     grow(self.usage[quota.id], (g, -sign * v[1], -sign * v[2]))
 
 
+# Why a job waits, as a code (the job's SubStatus; `Waiting.code`), beside the words.
+BLOCKED = "BlockedByQueueHead"  # a StrictFIFO queue's head that cannot start holds it
+SHORT = "ResourceInsufficient"  # no node (or idle room) holds the gang now
+RECLAIM = "WaitingForReclaim"  # room held for it is being freed or taken back from borrowers
+
+
 def _freed(leaving: int) -> str:
     return say_n(leaving, "room being freed by {count} job", "room being freed by {count} jobs")
 
@@ -387,7 +393,7 @@ class _Planner:
         self._reclaimer: Reclaimer | None = None
         self.admissions: list[Admission] = []
         self.preemptions: list[Preemption] = []
-        self.waits: dict[int, tuple[str, tuple[Placement, ...]]] = {}
+        self.waits: dict[int, tuple[str, str, tuple[Placement, ...]]] = {}  # reason, code, room
         self.blockers: dict[int, _Pending] = {}  # StrictFIFO quota id -> first job stuck
 
     @property
@@ -439,20 +445,22 @@ class _Planner:
         """Decide a job on its quota's guarantee; False defers it to the borrowers' pass."""
         pending = job.job
         if job.quota is None:
-            self._wait(job, say("unknown quota {quota}", quota=pending.quota_id))
+            self._wait(job, say("unknown quota {quota}", quota=pending.quota_id), "UnknownQuota")
             return True
         if not pending.pods:  # nothing to place is not "fits": it is never admitted
-            self._wait(job, say("it has no pods to place"))
+            self._wait(job, say("it has no pods to place"), "NoPods")
             return True
         if pending.not_before is not None and pending.not_before > self.now:
             left = pending.not_before - self.now
-            self._wait(job, say("requeue backoff: {left} s left", left=f"{left:.0f}"))
+            self._wait(
+                job, say("requeue backoff: {left} s left", left=f"{left:.0f}"), "RequeueBackoff"
+            )
             return True
         if pending.winding_down:
-            self._wait(job, winding_down_reason(pending.winding_down))
+            self._wait(job, winding_down_reason(pending.winding_down), "PreviousPodsExiting")
             return True
         if (blocker := self._blocker(job)) is not None:
-            self._wait(job, say("blocked behind {job} (StrictFIFO)", job=blocker.job.name))
+            self._wait(job, say("blocked behind {job} (StrictFIFO)", job=blocker.job.name), BLOCKED)
             return True
         if pending.idle_mode == "only_idle":
             return False
@@ -465,9 +473,11 @@ class _Planner:
                     return True
             return False
         if shortfall is not None:
-            self._stuck(job, shortfall)
+            self._stuck(job, shortfall, "QuotaInsufficient")
         elif job.pool is None:
-            self._stuck(job, say("no schedulable node in pool {pool}", pool=job.quota.pool_id))
+            self._stuck(
+                job, say("no schedulable node in pool {pool}", pool=job.quota.pool_id), SHORT
+            )
         elif (spots := self._place(job)) is not None:
             self._admit(job, spots, [True] * len(spots))
         else:
@@ -476,17 +486,19 @@ class _Planner:
 
     def _borrowers_pass(self, job: _Pending) -> None:
         if (blocker := self._blocker(job)) is not None:
-            self._wait(job, say("blocked behind {job} (StrictFIFO)", job=blocker.job.name))
+            self._wait(job, say("blocked behind {job} (StrictFIFO)", job=blocker.job.name), BLOCKED)
             return
         if job.pool is None:
             assert job.quota is not None  # unknown quotas were settled in the owners' pass
-            self._stuck(job, say("no schedulable node in pool {pool}", pool=job.quota.pool_id))
+            self._stuck(
+                job, say("no schedulable node in pool {pool}", pool=job.quota.pool_id), SHORT
+            )
             return
         acceptable = job.job.idle_mode == "acceptable"
         in_quota = self._split(job) if acceptable else [False] * len(job.pods)
         spots = self._place(job)
         if spots is None:
-            self._stuck(job, say("no idle room: {needs}", needs=self._needs(job)))
+            self._stuck(job, say("no idle room: {needs}", needs=self._needs(job)), SHORT)
         else:
             self._admit(job, spots, in_quota)
 
@@ -567,12 +579,16 @@ class _Planner:
         )
         self.admissions.append(Admission(job_id=job.job.job_id, placements=placements))
 
-    def _wait(self, job: _Pending, reason: str, reserved: tuple[Placement, ...] = ()) -> None:
-        self.waits[job.job.job_id] = (reason, reserved)
+    def _wait(
+        self, job: _Pending, reason: str, code: str, reserved: tuple[Placement, ...] = ()
+    ) -> None:
+        self.waits[job.job.job_id] = (reason, code, reserved)
 
-    def _stuck(self, job: _Pending, reason: str, reserved: tuple[Placement, ...] = ()) -> None:
+    def _stuck(
+        self, job: _Pending, reason: str, code: str, reserved: tuple[Placement, ...] = ()
+    ) -> None:
         """The job could not start: it waits, and in a StrictFIFO queue blocks those behind."""
-        self._wait(job, reason, reserved)
+        self._wait(job, reason, code, reserved)
         quota = job.quota
         if quota is not None and quota.strategy == "StrictFIFO":
             current = self.blockers.get(quota.id)
@@ -623,7 +639,7 @@ class _Planner:
             if chosen is not None:
                 break
         else:
-            self._stuck(job, say("no node has room: {needs}", needs=self._needs(job)))
+            self._stuck(job, say("no node has room: {needs}", needs=self._needs(job)), SHORT)
             return
         victims, nodes = chosen
         self.reclaimer.claim(victims)
@@ -650,7 +666,7 @@ class _Planner:
                 break
             shares.reclaim_failed.add((memo, young_ok))
         if chosen is None:
-            self._stuck(job, say("no node has room: {needs}", needs=self._needs(job)))
+            self._stuck(job, say("no node has room: {needs}", needs=self._needs(job)), SHORT)
             return
         victims, spots = chosen
         if not victims:
@@ -673,7 +689,7 @@ class _Planner:
             Placement(key=r.key, node_id=n, in_quota=True, gpus=gpus if share else ())
             for r, share, (n, gpus) in zip(job.job.pods, cuts, spots, strict=True)
         )
-        self._stuck(job, reason, reserved)
+        self._stuck(job, reason, RECLAIM, reserved)
 
     def _too_young(self, young: int) -> str:
         return say_n(
@@ -694,7 +710,7 @@ class _Planner:
             Placement(key=r.key, node_id=n, in_quota=True)
             for r, n in zip(job.job.pods, nodes, strict=True)
         )
-        self._stuck(job, reason, reserved)
+        self._stuck(job, reason, RECLAIM, reserved)
 
     def _waiting(self, jobs: list[_Pending]) -> tuple[Waiting, ...]:
         queues: dict[int, list[int]] = {}
@@ -706,8 +722,8 @@ class _Planner:
         for job in jobs:
             jid = job.job.job_id
             if jid in self.waits:
-                reason, reserved = self.waits[jid]
-                out.append(Waiting(jid, reason, *position[jid], reserved=reserved))
+                reason, code, reserved = self.waits[jid]
+                out.append(Waiting(jid, reason, *position[jid], reserved=reserved, code=code))
         return tuple(out)
 
 
