@@ -319,6 +319,19 @@ def test_job_parts_reads_pods_with_roles_and_nodes_in_five_queries(
     assert [t.status for t in parts.status_history] == ["Queuing", "Running"]  # by start
 
 
+def test_job_parts_reads_no_restarts_of_a_job_on_its_first_attempt(
+    api_get, personas, django_assert_num_queries
+):
+    job = make_job(personas, name="first-attempt", pods=2)
+    # roles, their ElasticSpotSpecs, pods, history: restart n starts attempt n, so none
+    with django_assert_num_queries(4):
+        parts = job_parts(job=job)
+    assert parts.restarts == [] and job.attempt == 0
+    # the key and its last use, the job, job_parts' four, the tags, the pods' processes
+    body = api_get(f"/api/v1/jobs/{job.job_id}", max_queries=9)
+    assert body["RestartRecord"] == [] and len(body["Pods"]) == 2
+
+
 def test_it_lists_jobs_with_their_roles_in_one_query(api_get, story, personas):
     for n in range(4):
         make_job(personas, name=f"more-{n}", pods=1)
