@@ -1,6 +1,6 @@
 """How fast pods really start and stop: submit → process running, and stop → process gone.
 
-    python benchmarks/execution_latency.py [--jobs 20] [--gap 0.3] [--tick 2]
+    python benchmarks/execution_latency.py [--jobs 20] [--gap 0.3] [--tick 2] [--backlog 800]
 
 It runs the real pipeline on a fresh database (a temporary SQLite file unless DATABASE_URL is
 set — which is then WIPED: never point it at real data) and Redis (a temporary embedded one
@@ -9,8 +9,14 @@ by `scheduler_tick_soon`), a tick loop standing in for beat (every --tick second
 node agent (`manage.py agent`) running pods as sandboxed processes. It submits --jobs small
 jobs to an idle cluster, --gap seconds apart, waits for every process to run, then stops
 each job and waits for every process to be gone. Times come from the database: the job's
-submission, the agent's report that the process runs, the stop, the agent's report of the
-exit. Goal: p50 of submit → running within one tick + 1 s.
+submission, its admission (Creating → Queuing), the agent's report that the process runs,
+the stop, the agent's report of the exit. Goal: p50 of submit → running within one tick + 1 s.
+
+With --backlog N, each job is submitted behind N stale admission messages (the per-job
+`job_admit_task` of a job long done, sent just before it to the default queue),
+and the next job waits until the worker has taken them all: a backlog must not delay new
+jobs. It prints how many were still queued at each submit (the worker starts on them while
+they are sent).
 """
 
 from __future__ import annotations
@@ -57,9 +63,11 @@ from django.utils import timezone  # noqa: E402
 from apps.agent.models import PodProcess  # noqa: E402
 from apps.agent.runner import isolation_status  # noqa: E402
 from apps.agent.testing import AgentProcess  # noqa: E402
-from apps.jobs.models import Job, Pod, PodStatus  # noqa: E402
+from apps.core.redis import redis_client  # noqa: E402
+from apps.jobs.models import Job, Pod, PodStatus, StatusTransition  # noqa: E402
 from apps.jobs.services import job_stop, job_submit  # noqa: E402
 from apps.jobs.specs import JobSpec, RoleSpec  # noqa: E402
+from apps.jobs.tasks import job_admit_task  # noqa: E402
 from apps.scheduler.tasks import scheduler_tick_task  # noqa: E402
 from tests.factories import make_cluster, make_personas  # noqa: E402
 
@@ -70,6 +78,15 @@ def percentiles(values: list[float]) -> str:
     return (
         f"p50 {statistics.median(values):.2f}s  p95 {p95:.2f}s  "
         f"min {values[0]:.2f}s  max {values[-1]:.2f}s  (n={len(values)})"
+    )
+
+
+def spec_of(i: int) -> JobSpec:
+    return JobSpec(
+        display_name=f"bench-{i}",
+        user_command="sleep 600",
+        quota="team-a",
+        roles=[RoleSpec(pod_count=1, cpu=1000, memory=1024, gpu=0)],
     )
 
 
@@ -86,6 +103,9 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=20)
     parser.add_argument("--gap", type=float, default=0.3, help="seconds between submissions")
     parser.add_argument("--tick", type=float, default=settings.SCHEDULER_TICK_INTERVAL)
+    parser.add_argument(
+        "--backlog", type=int, default=0, help="stale admission messages ahead of each job"
+    )
     args = parser.parse_args()
 
     call_command("migrate", verbosity=0)
@@ -139,25 +159,39 @@ def main() -> None:
             f"agent up; sandbox: {isolation_status(settings.SANDBOX).mode}; tick every "
             f"{args.tick:g}s; {args.jobs} jobs, {args.gap:g}s apart"
         )
-        jobs = []
+        jobs, queued = [], []
+        stale = None
+        if args.backlog:  # a job long done: its admission messages are stale
+            stale = job_submit(workspace=personas["ws_a"], user=personas["alice"], spec=spec_of(-1))
+            job_stop(job=stale, by=None)
         for i in range(args.jobs):
-            spec = JobSpec(
-                display_name=f"bench-{i}",
-                user_command="sleep 600",
-                quota="team-a",
-                roles=[RoleSpec(pod_count=1, cpu=1000, memory=1024, gpu=0)],
-            )
-            jobs.append(job_submit(workspace=personas["ws_a"], user=personas["alice"], spec=spec))
+            if stale is not None:
+                for _ in range(args.backlog):
+                    job_admit_task.delay(stale.pk)
+                queued.append(redis_client().llen("celery"))
+            job = job_submit(workspace=personas["ws_a"], user=personas["alice"], spec=spec_of(i))
+            jobs.append(job)
+            if stale is not None:  # this job's backlog gone (and the job running) first
+                wait(
+                    lambda job=job: (
+                        redis_client().llen("celery") == 0
+                        and Pod.objects.filter(job=job, status=PodStatus.RUNNING).exists()
+                    ),
+                    timeout=120,
+                    what="the backlog to drain",
+                )
             time.sleep(args.gap)
         wait(
             lambda: Pod.objects.filter(job__in=jobs, status=PodStatus.RUNNING).count() == len(jobs),
             timeout=60 + args.jobs * args.tick,
             what="every pod to run",
         )
-        starts, placed, launched = [], [], []
+        starts, admitted, placed, launched = [], [], [], []
         for job in Job.objects.filter(pk__in=[j.pk for j in jobs]):
             process = PodProcess.objects.select_related("pod").get(pod__job=job)
             starts.append((process.started_at - job.submitted_at).total_seconds())
+            queuing = StatusTransition.objects.get(job=job, status="Queuing")
+            admitted.append((queuing.started_at - job.submitted_at).total_seconds())
             placed.append((process.queued_at - job.submitted_at).total_seconds())
             launched.append((process.started_at - process.queued_at).total_seconds())
 
@@ -177,6 +211,10 @@ def main() -> None:
             (p.exited_at - stopped_at[p.pod.job_id]).total_seconds()
             for p in PodProcess.objects.select_related("pod").filter(pod__job__in=jobs)
         ]
+        if queued:
+            backlog = f"median {statistics.median(queued):.0f}, min {min(queued)}"
+            print(f"stale admission messages queued at each submit: {backlog}")
+        print(f"submit → admitted (Queuing) {percentiles(admitted)}")
         print(f"submit → process running   {percentiles(starts)}")
         print(f"  of which submit → placed  {percentiles(placed)}")
         print(f"  of which placed → running {percentiles(launched)}")

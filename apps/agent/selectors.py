@@ -143,7 +143,9 @@ def pod_addresses(*, pods: Sequence[Pod]) -> dict[int, PodAddress]:
     that host has only a loopback, so 127.0.0.1 when every launched pod of its attempt ran
     on that one host. A pod no agent has claimed yet, or one whose job spans hosts without a
     pod subnet (its pods cannot reach each other), has none. A host's own addresses are
-    never given: no pod can reach its host. Two queries."""
+    never given: no pod can reach its host. Two queries, none without pods."""
+    if not pods:  # a job not placed yet: GetJob's polls of a waiting job
+        return {}
     processes = {
         pod_id: (agent, host)
         for pod_id, agent, host in PodProcess.objects.filter(

@@ -23,7 +23,7 @@ from apps.api.errors import throttling
 from apps.core.auth import client_address, throttle_scope
 from apps.core.errors import ApplicationError
 from apps.core.redis import redis_client
-from apps.core.throttle import Scope, throttle_check, throttle_fail, throttle_reset
+from apps.core.throttle import Check, Scope, throttle_check, throttle_fail, throttle_reset
 from apps.core.words import say
 from apps.workspaces.models import AccessKey
 
@@ -91,7 +91,7 @@ def authenticate(request: HttpRequest, *, now: datetime) -> AccessKey:
         raise _refusal(error) from None
 
     scopes = _throttle_scopes(auth.access_key_id, client_address(request))
-    _refuse_while_throttled(scopes, now)
+    check = _refuse_while_throttled(scopes, now)
     try:
         key = _key_that_signed(request, signed, auth)
     except ApplicationError as error:
@@ -100,7 +100,7 @@ def authenticate(request: HttpRequest, *, now: datetime) -> AccessKey:
         raise
     _claim_nonce(key.key_id, signed.headers["x-acs-signature-nonce"])
     _touch(key, now)
-    _reset_failures(scopes[:1])  # this caller from this address holds the secret
+    _reset_failures(check.to_reset(scopes[:1]))  # this caller from this address holds the secret
     return key
 
 
@@ -155,18 +155,19 @@ def _throttle_scopes(key_id: str, address: str) -> list[Scope]:
     ]
 
 
-def _refuse_while_throttled(scopes: list[Scope], now: datetime) -> None:
+def _refuse_while_throttled(scopes: list[Scope], now: datetime) -> Check:
     try:
-        lock = throttle_check(store=redis_client(), scopes=scopes, now=now.timestamp())
+        check = throttle_check(store=redis_client(), scopes=scopes, now=now.timestamp())
     except redis.RedisError:
         logger.exception("Redis is unavailable: cannot throttle bad signatures")
         raise _unavailable() from None
-    if lock is not None:
+    if (lock := check.lock) is not None:
         code, reason = _THROTTLED[lock.scope.kind]
         retry_at = datetime.fromtimestamp(math.ceil(lock.until), UTC)
         raise throttling(
             code, reason, retry_at=retry_at, retry_after=lock.seconds_left(now.timestamp())
         )
+    return check
 
 
 def _count_failure(scopes: list[Scope], now: datetime) -> None:

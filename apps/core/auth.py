@@ -109,14 +109,14 @@ class ThrottledModelBackend(ModelBackend):
             username=username, address=client_address(request) if request is not None else None
         )
         try:
-            lock = throttle_check(store=redis_client(), scopes=scopes, now=now)
+            check = throttle_check(store=redis_client(), scopes=scopes, now=now)
         except RedisError:
             logger.exception("Redis is unavailable: sign-ins cannot be throttled")
             _refuse(
                 request,
                 LoginRefusal("Sign-in is unavailable for a moment. Try again shortly.", status=503),
             )
-        if lock is not None:
+        if (lock := check.lock) is not None:
             minutes = lock.minutes_left(now)
             whom = "for this account" if lock.scope.kind == LOGIN_USER else "from your address"
             _refuse(
@@ -132,8 +132,8 @@ class ThrottledModelBackend(ModelBackend):
         try:
             if user is None:
                 throttle_fail(store=redis_client(), scopes=scopes, now=now)
-            else:
-                throttle_reset(store=redis_client(), scopes=scopes[:1])
+            elif to_reset := check.to_reset(scopes[:1]):
+                throttle_reset(store=redis_client(), scopes=to_reset)
         except RedisError:
             logger.exception("Redis is unavailable: a sign-in was not counted")
         return user

@@ -69,17 +69,30 @@ def locked_until(failures: Iterable[float], *, rule: Rule, now: float) -> float 
     return recent[-rule.limit] + rule.window
 
 
-def throttle_check(*, store: redis.Redis, scopes: Sequence[Scope], now: float) -> Lock | None:
-    """The longest lock among `scopes`, or None when an attempt may go ahead."""
+@dataclass(frozen=True, slots=True)
+class Check:
+    lock: Lock | None  # the longest lock among the scopes checked; None: go ahead
+    failed: frozenset[Scope]  # the scopes with a failure within their window
+
+    def to_reset(self, scopes: Iterable[Scope]) -> list[Scope]:
+        """Of `scopes`, those a success must reset: the others had nothing to forget."""
+        return [scope for scope in scopes if scope in self.failed]
+
+
+def throttle_check(*, store: redis.Redis, scopes: Sequence[Scope], now: float) -> Check:
+    """Whether an attempt may go ahead (`lock` None), and which scopes hold failures."""
     pipe = store.pipeline(transaction=False)
     for scope in scopes:
         pipe.zrange(scope.key, 0, -1, withscores=True)
-    locks = []
+    locks, failed = [], set()
     for scope, entries in zip(scopes, pipe.execute(), strict=True):
-        until = locked_until((score for _, score in entries), rule=scope.rule, now=now)
+        scores = [score for _, score in entries]
+        until = locked_until(scores, rule=scope.rule, now=now)
         if until is not None:
             locks.append(Lock(scope, until))
-    return max(locks, key=lambda lock: lock.until, default=None)
+        if any(t + scope.rule.window > now for t in scores):
+            failed.add(scope)
+    return Check(max(locks, key=lambda lock: lock.until, default=None), frozenset(failed))
 
 
 def throttle_fail(*, store: redis.Redis, scopes: Sequence[Scope], now: float) -> None:
@@ -94,6 +107,7 @@ def throttle_fail(*, store: redis.Redis, scopes: Sequence[Scope], now: float) ->
 
 
 def throttle_reset(*, store: redis.Redis, scopes: Sequence[Scope]) -> None:
-    """Forget the failures of `scopes` (after a success of the one they count against)."""
+    """Forget the failures of `scopes` (after a success of the one they count against;
+    `Check.to_reset` names those that have any, so a success with none costs no call)."""
     if scopes:
         store.delete(*(scope.key for scope in scopes))

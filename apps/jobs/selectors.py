@@ -28,7 +28,6 @@ from django.db.models import (
     Sum,
     Value,
     When,
-    Window,
 )
 from django.db.models.functions import Coalesce, Lower
 from django.http import Http404
@@ -57,7 +56,7 @@ from apps.jobs.models import (
     StatusTransition,
 )
 from apps.jobs.specs import spot_price_range_per_minute
-from apps.workspaces.models import Membership, Workspace
+from apps.workspaces.models import Workspace
 from apps.workspaces.selectors import MANAGING_ROLES, workspace_list, workspace_role
 
 if TYPE_CHECKING:
@@ -276,28 +275,34 @@ def job_list_rows(
 def jobs_visible(*, user) -> QuerySet[Job]:
     """The jobs `user` may see: those of its workspaces, a PRIVATE one only to whoever may
     manage it (`job_can_manage`: its submitter, the workspace's owners and administrators,
-    platform admins). Every page and call that shows a job starts from here."""
-    jobs = Job.objects.filter(workspace__in=workspace_list(user=user))
-    if not user.is_authenticated or user.is_staff or user.is_superuser:
-        return jobs
-    managed = Membership.objects.filter(user=user, role__in=MANAGING_ROLES).values("workspace")
-    return jobs.filter(
-        Q(accessibility=Accessibility.PUBLIC) | Q(user=user) | Q(workspace__in=managed)
+    platform admins). Every page and call that shows a job starts from here.
+
+    The workspaces are `workspace_list`'s (every one for a superuser), read through one join
+    to the user's membership of each job's workspace (at most one: `one_membership_per_user`)
+    rather than subqueries: the same rows, half the SQL to build for each job read."""
+    if not user.is_authenticated:
+        return Job.objects.none()
+    if user.is_superuser:
+        return Job.objects.all()
+    member = Q(workspace__membership__user=user)
+    if user.is_staff:
+        return Job.objects.filter(member)
+    may_see = (
+        Q(accessibility=Accessibility.PUBLIC)
+        | Q(user=user)
+        | Q(workspace__membership__role__in=MANAGING_ROLES)  # the same membership row
     )
+    return Job.objects.filter(member & may_see)
 
 
 def job_get_for_user(*, user, job_id: str) -> Job:
     """The job if `user` may see it (`jobs_visible`); Http404 otherwise (never 403: no
     leaks)."""
-    job = (
-        jobs_visible(user=user)
-        .filter(job_id=job_id)
-        .select_related("workspace", "quota", "user")
-        .first()
-    )
-    if job is None:
-        raise Http404("No such job")
-    return job
+    jobs = jobs_visible(user=user).select_related("workspace", "quota", "user")
+    try:  # job_id is unique: get() compiles no ordering
+        return jobs.get(job_id=job_id)
+    except Job.DoesNotExist:
+        raise Http404("No such job") from None
 
 
 def jobs_get_for_user(*, user, job_ids: Collection[str]) -> dict[str, Job]:
@@ -521,12 +526,19 @@ def role_bid_per_hour(role: JobRole | ElasticSpotSpec) -> Decimal | None:
         return None
 
 
-def job_restarts(*, job: Job) -> QuerySet[JobRestart]:
-    """The job's interruptions in order, each annotated `budget`: how many of AIMaster's
+def job_restarts(*, job: Job) -> list[JobRestart]:
+    """The job's interruptions in order, each with its `budget`: how many of AIMaster's
     restarts were spent up to and including it (a counted restart's place in the budget;
-    a platform interruption's row spends none)."""
-    spent = Case(When(counted=True, then=Value(1)), default=Value(0))
-    return job.restarts.annotate(budget=Window(Sum(spent), order_by=F("number").asc()))
+    a platform interruption's row spends none). Restart n starts attempt n, so a job on its
+    first attempt has none: no query."""
+    if job.attempt == 0:
+        return []
+    restarts = list(job.restarts.order_by("number"))
+    spent = 0
+    for restart in restarts:
+        spent += restart.counted
+        restart.budget = spent
+    return restarts
 
 
 # --- the create-job form's choices --------------------------------------------------------

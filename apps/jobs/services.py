@@ -43,6 +43,10 @@ SHARED_REASON_MIN = 100  # jobs sharing a status and reason that are written by 
 
 # The scheduler's tick, asked for by name (`task_soon`): the scheduler imports this app.
 SCHEDULER_TICK_TASK = "apps.scheduler.tasks.scheduler_tick_task"
+# Admission, asked for by name too (`task_soon`: one run queued at a time however many jobs
+# are submitted meanwhile); beat's "admit-creating" runs the same task.
+ADMIT_TASK = "apps.jobs.tasks.jobs_admit_creating_task"
+ADMIT_BATCH = 500  # jobs admitted per transaction
 
 
 @dataclass(frozen=True)
@@ -310,53 +314,87 @@ def job_submit(*, workspace, user, spec: JobSpec, now: datetime | None = None) -
     for note in spec.notes:
         job_event(job=job, kind="FieldIgnored", message=note, now=now)
 
-    from apps.jobs.tasks import job_admit_task
-
-    transaction.on_commit(lambda: job_admit_task.delay(job.pk))
+    task_soon(ADMIT_TASK)
     return job
 
 
 @transaction.atomic
 def job_admit(*, job_pk: int, now: datetime) -> bool:
-    """Creating → Queuing (quota, pay-as-you-go) or Bidding (spot). False if already done."""
-    job = Job.objects.select_for_update().filter(pk=job_pk, status=JobStatus.CREATING).first()
-    if job is None:
-        return False
-    if job.resource_source == ResourceSource.SPOT:
-        job_transition(
+    """Admit one job (`jobs_admit_creating` for a single job). False if already done."""
+    jobs = list(_creating().filter(pk=job_pk))
+    return _admit(jobs, now=now) > 0
+
+
+def jobs_admit_creating(*, now: datetime) -> int:
+    """Admit every job in Creating, oldest first, ADMIT_BATCH of them per transaction: a
+    new job is admitted by whichever admission run comes first, be it the one its submit
+    asked for, beat's sweep or a message queued long before it (stale ones included), so a
+    backlog of them never holds it back. Rows another run holds are skipped (that run admits
+    them: compare-and-set on the status, `skip_locked`); a run with nothing to admit is one
+    query."""
+    admitted = 0
+    if not Job.objects.filter(status=JobStatus.CREATING).exists():
+        return admitted
+    while True:
+        with transaction.atomic():
+            jobs = list(_creating(skip_locked=True).order_by("submitted_at", "pk")[:ADMIT_BATCH])
+            admitted += _admit(jobs, now=now)
+        if len(jobs) < ADMIT_BATCH:
+            return admitted
+
+
+def _creating(*, skip_locked: bool = False):
+    """Jobs in Creating, locked (not their quotas) until the transaction ends."""
+    return (
+        Job.objects.select_for_update(skip_locked=skip_locked, of=("self",))
+        .select_related("quota")
+        .filter(status=JobStatus.CREATING)
+    )
+
+
+def _admit(jobs: list[Job], *, now: datetime) -> int:
+    """Creating → Bidding (spot) or Queuing (quota, pay-as-you-go) for `jobs`, locked by
+    the caller, each with its event; then a tick is asked for. A fixed number of queries,
+    however many jobs."""
+    spot = [job for job in jobs if job.resource_source == ResourceSource.SPOT]
+    queued = [job for job in jobs if job.resource_source != ResourceSource.SPOT]
+    jobs_transition_bulk(
+        jobs=spot,
+        status=JobStatus.BIDDING,
+        now=now,
+        reason_code="JobBidding",
+        reason_message=say("Waiting for spot instances at the bid limit"),
+    )
+    jobs_transition_bulk(
+        jobs=queued,
+        status=JobStatus.QUEUING,
+        now=now,
+        reason_code="JobEnqueued",
+        reason_message=say("Waiting in the queue"),
+    )
+    events = [
+        JobEvent(job=job, kind="Bidding", message=say("Entered the spot market"), at=now)
+        for job in spot
+    ]
+    events += [
+        JobEvent(
             job=job,
-            status=JobStatus.BIDDING,
-            now=now,
-            reason_code="JobBidding",
-            reason_message=say("Waiting for spot instances at the bid limit"),
-        )
-        job_event(job=job, kind="Bidding", message=say("Entered the spot market"), now=now)
-    else:
-        job_transition(
-            job=job,
-            status=JobStatus.QUEUING,
-            now=now,
-            reason_code="JobEnqueued",
-            reason_message=say("Waiting in the queue"),
-        )
-        queued = (
-            say("Queued on quota {quota}", quota=job.quota.name)
+            kind="Enqueued",
+            message=say("Queued on quota {quota}", quota=job.quota.name)
             if job.quota
-            else say("Queued on the public pool")
+            else say("Queued on the public pool"),
+            at=now,
         )
-        job_event(job=job, kind="Enqueued", message=queued, now=now)
-    _tick_soon()
-    return True
+        for job in queued
+    ]
+    JobEvent.objects.bulk_create(events)
+    if jobs:
+        _tick_soon()
+    return len(jobs)
 
 
 def _tick_soon() -> None:
     task_soon(SCHEDULER_TICK_TASK)
-
-
-def jobs_admit_creating(*, now: datetime) -> int:
-    """Sweep for jobs left in Creating (a lost task, a crash): admit each. Idempotent."""
-    pks = list(Job.objects.filter(status=JobStatus.CREATING).values_list("pk", flat=True)[:500])
-    return sum(job_admit(job_pk=pk, now=now) for pk in pks)
 
 
 @transaction.atomic

@@ -103,6 +103,21 @@ def test_a_good_signature_resets_its_key_and_address_count(sdk):
     assert list_jobs(sdk(ALICE_KEY), ATTACKER) == ("OK", 200)
 
 
+def test_a_good_signature_resets_only_a_count_there_is(sdk, monkeypatch):
+    from apps.api import auth
+
+    resets = []
+    real = auth.throttle_reset
+    monkeypatch.setattr(
+        auth, "throttle_reset", lambda **kw: resets.append(kw["scopes"]) or real(**kw)
+    )
+    assert list_jobs(sdk(ALICE_KEY), VICTIM) == ("OK", 200)
+    assert resets == [[]]  # nothing to forget: no key deleted, no call to Redis
+    list_jobs(sdk(WRONG_SECRET), VICTIM)
+    assert list_jobs(sdk(ALICE_KEY), VICTIM) == ("OK", 200)
+    assert [[scope.kind for scope in scopes] for scopes in resets[1:]] == [["api-key-address"]]
+
+
 def test_only_bad_signatures_count(raw):
     stale = timezone.now() - timedelta(hours=1)
     for _ in range(5):
