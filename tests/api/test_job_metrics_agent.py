@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from datetime import UTC, datetime, timedelta
 from statistics import mean
 
@@ -101,8 +100,18 @@ def test_a_running_pods_metrics_are_what_it_did(personas, agent_backend, dlc):
     job_in(busy, "Running", agent=agent_backend)
     pod = busy.pods.get()
     wait_for(lambda: "DONE" in pod_log(pod), what="the workload", agent=agent_backend, timeout=60)
-    time.sleep(3)  # a few samples of the idle tail
     phases = _phases(pod_log(pod))
+    # a few samples of the idle tail (stored a second apart, later on a loaded machine)
+    tail_from = datetime.fromtimestamp(phases["disk"][1] + 4, UTC)
+    for job in (busy, idle):
+        wait_for(
+            lambda job=job: PodMetricSample.objects.filter(
+                pod__job=job, at__gte=tail_from
+            ).exists(),
+            what="samples after the workload",
+            agent=agent_backend,
+            timeout=30,
+        )
     (t0, t1), own_rate = phases["busy"], phases["cpu"]
 
     cpu = _series(dlc, busy.job_id, "CpuCoreUsage", start)
