@@ -8,7 +8,8 @@ set) and gunicorn on 127.0.0.1, creates one job to read, then runs each scenario
 --seconds with --clients client processes, each sending one request at a time on a
 kept-alive connection (as the SDK's pooled session does), signed with ACS3-HMAC-SHA256
 exactly as the SDK signs (apps/api/signature.py). It prints
-requests/s, p50 and p95 latency and the error count per scenario. Jobs it creates stay in
+requests/s, p50 and p95 latency and the error count per scenario, and the CPU each request
+cost, by part: gunicorn, the PostgreSQL backends, Redis, the clients. Jobs it creates stay in
 the database (a spot job per CreateJob, left Creating: no Celery worker runs); use a
 database you can throw away. Goals on 2 cores: GetJob ≥ 300/s, CreateJob ≥ 200/s.
 
@@ -139,11 +140,14 @@ def run_scenario(
         # Unmeasured: every worker process and thread loads, connects and caches first.
         pool.map(_worker, [(port, method, path, body, time.time() + warmup)] * clients)
         deadline = time.time() + seconds
-        server_cpu = _cpu_seconds(server_pids())
+        pids = server_pids()
+        before = {part: _cpu_seconds(p) for part, p in pids.items()}
         started = time.perf_counter()
         results = pool.map(_worker, [(port, method, path, body, deadline)] * clients)
         elapsed = time.perf_counter() - started
-        server_cpu = _cpu_seconds(server_pids()) - server_cpu
+        # backends that came and went meanwhile are missed: connections are kept (CONN_MAX_AGE)
+        pids = server_pids()
+        parts = {part: _cpu_seconds(p) - before.get(part, 0.0) for part, p in pids.items()}
     latencies = sorted(latency for part, _, _ in results for latency in part)
     errors = sum(e for _, e, _ in results)
     client_cpu = sum(c for _, _, c in results)
@@ -155,7 +159,8 @@ def run_scenario(
         "rps": len(latencies) / elapsed,
         "p50_ms": quantiles[49] * 1000,
         "p95_ms": quantiles[94] * 1000,
-        "server_cpu_ms": 1000 * server_cpu / max(len(latencies), 1),
+        "server_cpu_ms": 1000 * sum(parts.values()) / max(len(latencies), 1),
+        "parts_cpu_ms": {p: 1000 * v / max(len(latencies), 1) for p, v in parts.items()},
         "client_cpu_ms": 1000 * client_cpu / max(len(latencies), 1),
     }
 
@@ -175,10 +180,15 @@ def _cpu_seconds(pids: list[int]) -> float:
     return total / tick
 
 
-def _server_pids(gunicorn_pid: int, redis_pid: int | None, database: str) -> list[int]:
-    """gunicorn's master and workers, the embedded Redis, and the PostgreSQL backends serving
-    the benchmark's database (Linux /proc; an empty list elsewhere)."""
-    pids = [gunicorn_pid] + ([redis_pid] if redis_pid else [])
+def _server_pids(gunicorn_pid: int, redis_pid: int | None, database: str) -> dict[str, list[int]]:
+    """gunicorn's master and workers ("web"), the PostgreSQL backends serving the
+    benchmark's database ("database") and the embedded Redis ("redis"), by part (Linux
+    /proc; empty lists elsewhere)."""
+    parts: dict[str, list[int]] = {
+        "web": [gunicorn_pid],
+        "database": [],
+        "redis": [redis_pid] if redis_pid else [],
+    }
     for entry in Path("/proc").iterdir() if Path("/proc").is_dir() else []:
         if not entry.name.isdigit():
             continue
@@ -188,10 +198,11 @@ def _server_pids(gunicorn_pid: int, redis_pid: int | None, database: str) -> lis
         except OSError:
             continue
         ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        backend = cmdline.startswith("postgres: ") and f" {database} " in cmdline
-        if ppid == gunicorn_pid or backend:
-            pids.append(int(entry.name))
-    return pids
+        if ppid == gunicorn_pid:
+            parts["web"].append(int(entry.name))
+        elif cmdline.startswith("postgres: ") and f" {database} " in cmdline:
+            parts["database"].append(int(entry.name))
+    return parts
 
 
 # --- the server side ---------------------------------------------------------------------------
@@ -343,9 +354,11 @@ def main() -> None:
                 f"{os.getloadavg()[0]:.2f})"
             )
             cpu = result["server_cpu_ms"] + result["client_cpu_ms"]
+            parts = result["parts_cpu_ms"]
             print(
-                f"{'':<10} CPU per request {cpu:.2f} ms (server side: web, database, Redis "
-                f"{result['server_cpu_ms']:.2f}; clients {result['client_cpu_ms']:.2f}): "
+                f"{'':<10} CPU per request {cpu:.2f} ms (web {parts['web']:.2f}, database "
+                f"{parts['database']:.2f}, Redis {parts['redis']:.2f}; clients "
+                f"{result['client_cpu_ms']:.2f}): "
                 f"about {os.cpu_count() * 1000 / cpu:.0f} req/s with all "
                 f"{os.cpu_count()} CPUs to ourselves"
             )
