@@ -140,14 +140,16 @@ def run_scenario(
         # Unmeasured: every worker process and thread loads, connects and caches first.
         pool.map(_worker, [(port, method, path, body, time.time() + warmup)] * clients)
         deadline = time.time() + seconds
-        pids = server_pids()
-        before = {part: _cpu_seconds(p) for part, p in pids.items()}
+        before = {pid: cpu for p in server_pids().values() for pid, cpu in _cpu_seconds(p).items()}
         started = time.perf_counter()
         results = pool.map(_worker, [(port, method, path, body, deadline)] * clients)
         elapsed = time.perf_counter() - started
-        # backends that came and went meanwhile are missed: connections are kept (CONN_MAX_AGE)
-        pids = server_pids()
-        parts = {part: _cpu_seconds(p) - before.get(part, 0.0) for part, p in pids.items()}
+        # Per process, what it used meanwhile (a process that ended meanwhile is missed: the
+        # web keeps its database connections, CONN_MAX_AGE).
+        parts = {
+            part: sum(cpu - before.get(pid, 0.0) for pid, cpu in _cpu_seconds(p).items())
+            for part, p in server_pids().items()
+        }
     latencies = sorted(latency for part, _, _ in results for latency in part)
     errors = sum(e for _, e, _ in results)
     client_cpu = sum(c for _, _, c in results)
@@ -168,16 +170,17 @@ def run_scenario(
 # --- CPU accounting: the machine may be shared, so also report what each request costs -----
 
 
-def _cpu_seconds(pids: list[int]) -> float:
+def _cpu_seconds(pids: list[int]) -> dict[int, float]:
+    """CPU seconds (user + system) each process has used so far; gone ones are left out."""
     tick = os.sysconf("SC_CLK_TCK")
-    total = 0
+    used = {}
     for pid in pids:
         try:
             fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
         except (FileNotFoundError, ProcessLookupError, IndexError):
             continue
-        total += int(fields[11]) + int(fields[12])  # utime + stime
-    return total / tick
+        used[pid] = (int(fields[11]) + int(fields[12])) / tick  # utime + stime
+    return used
 
 
 def _server_pids(gunicorn_pid: int, redis_pid: int | None, database: str) -> dict[str, list[int]]:
@@ -355,9 +358,10 @@ def main() -> None:
             )
             cpu = result["server_cpu_ms"] + result["client_cpu_ms"]
             parts = result["parts_cpu_ms"]
+            redis = f"{parts['redis']:.2f}" if redis_pid else "not measured (REDIS_URL)"
             print(
                 f"{'':<10} CPU per request {cpu:.2f} ms (web {parts['web']:.2f}, database "
-                f"{parts['database']:.2f}, Redis {parts['redis']:.2f}; clients "
+                f"{parts['database']:.2f}, Redis {redis}; clients "
                 f"{result['client_cpu_ms']:.2f}): "
                 f"about {os.cpu_count() * 1000 / cpu:.0f} req/s with all "
                 f"{os.cpu_count()} CPUs to ourselves"
