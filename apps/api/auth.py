@@ -21,6 +21,7 @@ from django.views.decorators.debug import sensitive_variables
 from apps.api import signature
 from apps.api.errors import throttling
 from apps.core.auth import client_address, throttle_scope
+from apps.core.db import ReusedSql
 from apps.core.errors import ApplicationError
 from apps.core.redis import redis_client
 from apps.core.throttle import Check, Scope, throttle_check, throttle_fail, throttle_reset
@@ -104,18 +105,18 @@ def authenticate(request: HttpRequest, *, now: datetime) -> AccessKey:
     return key
 
 
+_key_sql = ReusedSql(
+    lambda shape, key_id: AccessKey.objects.select_related("user").filter(key_id=key_id).order_by(),
+    key_id=str,
+)
+
+
 @sensitive_variables("secret")
 def _key_that_signed(
     request: HttpRequest, signed: signature.SignedRequest, auth: signature.Authorization
 ) -> AccessKey:
-    key = next(
-        iter(
-            AccessKey.objects.select_related("user")
-            .filter(key_id=auth.access_key_id)
-            .order_by()[:1]
-        ),
-        None,
-    )
+    keys = _key_sql(key_id=auth.access_key_id)
+    key = keys[0] if keys else None
     if key is None:
         raise ApplicationError(
             "InvalidAccessKeyId.NotFound", say("Specified access key is not found."), status=404

@@ -27,6 +27,7 @@ from apps.cluster.models import (
     ResourceType,
 )
 from apps.core import pricing
+from apps.core.db import ReusedSql
 from apps.workspaces.models import AccessKey, Workspace
 from apps.workspaces.selectors import workspace_list
 
@@ -130,19 +131,28 @@ def market_params() -> pricing.MarketParams:
     return MarketParameters.load().to_params()
 
 
+# Every CreateJob asks: their SQL is built once (`ReusedSql`). Names are unique.
+_quota_type_sql = ReusedSql(
+    lambda shape, name: Quota.objects.filter(name=name).values_list("resource_type", flat=True),
+    name=str,
+)
+_instance_type_type_sql = ReusedSql(
+    lambda shape, name: InstanceType.objects.filter(name=name).values_list(
+        "resource_type", flat=True
+    ),
+    name=str,
+)
+
+
 def resource_type_of(*, quota: str, instance_type: str) -> str:
     """The resource type a job takes from its quota (by name), else from its instance type;
     ECS when neither names a known one."""
     if quota:
-        found = Quota.objects.filter(name=quota).values_list("resource_type", flat=True).first()
-        if found:
-            return found
+        found = _quota_type_sql(name=quota)
+        if found and found[0]:
+            return found[0]
     if instance_type:
-        found = (
-            InstanceType.objects.filter(name=instance_type)
-            .values_list("resource_type", flat=True)
-            .first()
-        )
-        if found:
-            return found
+        found = _instance_type_type_sql(name=instance_type)
+        if found and found[0]:
+            return found[0]
     return ResourceType.ECS

@@ -1,13 +1,16 @@
-"""Database expressions shared by the hot reads of the scheduler and the market."""
+"""Database expressions shared by the hot reads of the scheduler, the market and the API."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+import copy
+import threading
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from django.core.exceptions import EmptyResultSet
 from django.db import connection
-from django.db.models import FloatField, Func, Model
+from django.db.models import FloatField, Func, Model, QuerySet
 from django.utils import timezone
 
 
@@ -212,3 +215,92 @@ def pks_update(model: type[Model], pks: Sequence[int], **values: Any) -> None:
             f"WHERE {qn(model._meta.pk.column)} = ANY(%s)",
             [*params, list(pks)],
         )
+
+
+class ReusedSql:
+    """A read whose SQL Django builds once per thread and shape, then runs with fresh values.
+
+    Building a query's SQL (joins, select list, ordering: `SQLCompiler.as_sql`) costs more
+    CPU than PostgreSQL's work for a read of one job by its id, and a GetJob makes seven such
+    reads. `build(shape, **markers)` returns the queryset, written with the ORM as anywhere
+    else (the rules stay in their selectors); it is compiled once per `shape` (what changes
+    the SQL's text, e.g. whether the caller is a superuser) with a marker in place of each
+    value named in `kinds` (int or str). Each call then runs that SQL with the values given
+    and hands the rows to Django's own iterable, so the objects are built exactly as the
+    queryset would build them (select_related included; prefetch_related is not supported).
+
+    A marker must reach the SQL's parameters unchanged (an exact match on a text or an
+    integer column, ids; a shape may leave one out): building refuses a queryset where one
+    reached them changed, and values may not be None (that would compile to IS NULL)."""
+
+    def __init__(self, build: Callable[..., QuerySet], **kinds: type) -> None:
+        if not kinds or any(kind not in (int, str) for kind in kinds.values()):
+            raise ValueError("ReusedSql: name each value and its kind, int or str")
+        self._build = build
+        self._kinds = kinds
+        self._local = threading.local()  # a compiler holds its thread's connection
+
+    def __call__(self, shape: Hashable = None, **values: Any) -> list[Any]:
+        if values.keys() != self._kinds.keys() or any(v is None for v in values.values()):
+            raise ValueError(f"ReusedSql: give exactly {sorted(self._kinds)}, none of them None")
+        compiled = getattr(self._local, "compiled", None)
+        if compiled is None:
+            compiled = self._local.compiled = {}
+        entry = compiled.get(shape)
+        if entry is None:
+            entry = compiled[shape] = self._compile(shape)
+        queryset, compiler, sql, slots, converters = entry
+        params = [values[name] if name is not None else value for name, value in slots]
+        run = queryset._chain()
+
+        def get_compiler(using=None, connection=None, elide_empty=True):
+            replay = copy.copy(compiler)  # this thread's, with its connection
+            replay.as_sql = lambda *args, **kwargs: (sql, params)
+            replay.get_converters = lambda expressions: converters
+            return replay
+
+        run.query.get_compiler = get_compiler
+        return list(run)
+
+    def _compile(self, shape: Hashable):
+        markers: dict[str, Any] = {}
+        for number, (name, kind) in enumerate(self._kinds.items()):
+            if kind is int:
+                markers[name] = _INT_MARKER + number
+            else:
+                markers[name] = f"\x00reused-sql:{name}\x00"
+        queryset = self._build(shape, **markers)
+        if queryset._prefetch_related_lookups:
+            raise ValueError("ReusedSql: prefetch_related is not supported")
+        compiler = queryset.query.get_compiler(using=queryset.db)
+        try:
+            sql, params = compiler.as_sql()  # fills compiler.select, klass_info, …
+        except EmptyResultSet:
+            raise ValueError("ReusedSql: the query matches nothing for every value") from None
+        by_marker = {(type(v), v): name for name, v in markers.items()}
+        slots: list[tuple[str | None, Any]] = []  # (the value's name, or None and the constant)
+        for value in params:
+            name = by_marker.get((type(value), value)) if isinstance(value, int | str) else None
+            slots.append((name, None) if name is not None else (None, value))
+        # A value that some shape does not need is left out of its SQL (a superuser's job read
+        # filters by no user); one that reached the SQL changed (in a LIKE pattern, a LIMIT)
+        # would be run with the marker's text: refused.
+        texts = [str(v) for v in markers.values()]
+        changed = any(text in sql for text in texts) or any(
+            name is None and _near_marker(value, texts) for name, value in slots
+        )
+        if changed:
+            raise ValueError("ReusedSql: a value did not reach the SQL as given")
+        fields = [column[0] for column in compiler.select[: compiler.col_count]]
+        return queryset, compiler, sql, slots, compiler.get_converters(fields)
+
+
+# Inside PostgreSQL's integer (a larger one would be refused by an integer column's lookup),
+# and far from the numbers paiweb's queries hold as constants.
+_INT_MARKER = 2_147_414_011
+
+
+def _near_marker(value: Any, texts: list[str]) -> bool:
+    if isinstance(value, int):
+        return abs(value - _INT_MARKER) < 1000
+    return isinstance(value, str) and any(text in value for text in texts)

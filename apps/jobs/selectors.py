@@ -10,6 +10,7 @@ from decimal import Decimal
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, TypedDict
 
+from django.contrib.auth import get_user_model
 from django.db.models import (
     Case,
     Count,
@@ -36,6 +37,7 @@ from django.utils import timezone
 from apps.cluster.models import InstanceType, Quota, ResourceType
 from apps.cluster.selectors import instance_type_list
 from apps.core import pricing
+from apps.core.db import ReusedSql
 from apps.core.errors import ApplicationError
 from apps.core.words import say
 from apps.jobs.models import (
@@ -295,14 +297,25 @@ def jobs_visible(*, user) -> QuerySet[Job]:
     return Job.objects.filter(member & may_see)
 
 
+def _visible_job(shape: tuple[bool, bool], *, user_id: int, job_id: str) -> QuerySet[Job]:
+    is_superuser, is_staff = shape
+    user = get_user_model()(pk=user_id, is_superuser=is_superuser, is_staff=is_staff)
+    jobs = jobs_visible(user=user).select_related("workspace", "quota", "user")
+    return jobs.filter(job_id=job_id).order_by()  # job_id is unique
+
+
+_visible_job_sql = ReusedSql(_visible_job, user_id=int, job_id=str)
+
+
 def job_get_for_user(*, user, job_id: str) -> Job:
     """The job if `user` may see it (`jobs_visible`); Http404 otherwise (never 403: no
     leaks)."""
-    jobs = jobs_visible(user=user).select_related("workspace", "quota", "user")
-    try:  # job_id is unique: get() compiles no ordering
-        return jobs.get(job_id=job_id)
-    except Job.DoesNotExist:
-        raise Http404("No such job") from None
+    if not user.is_authenticated:
+        raise Http404("No such job")
+    jobs = _visible_job_sql((user.is_superuser, user.is_staff), user_id=user.pk, job_id=job_id)
+    if not jobs:
+        raise Http404("No such job")
+    return jobs[0]
 
 
 def jobs_get_for_user(*, user, job_ids: Collection[str]) -> dict[str, Job]:
@@ -455,19 +468,56 @@ class JobParts:
     restarts: list[JobRestart]  # oldest first, each with its `budget` (`job_restarts`)
 
 
+_roles_sql = ReusedSql(
+    lambda shape, job_id: JobRole.objects.select_related("instance_type").filter(job_id=job_id),
+    job_id=int,
+)
+_elastic_spot_specs_sql = ReusedSql(
+    lambda shape, job_id: (
+        ElasticSpotSpec.objects.select_related("instance_type")
+        .filter(role__job_id=job_id)
+        .order_by("role_id", "position")
+    ),
+    job_id=int,
+)
+_pods_sql = ReusedSql(
+    lambda shape, job_id: Pod.objects.filter(job_id=job_id).select_related("node", "instance_type"),
+    job_id=int,
+)
+_status_history_sql = ReusedSql(
+    lambda shape, job_id: StatusTransition.objects.filter(job_id=job_id), job_id=int
+)
+_tags_sql = ReusedSql(lambda shape, job_id: JobTag.objects.filter(job_id=job_id), job_id=int)
+
+
+def _prefetched(obj: Any, name: str, items: list) -> None:
+    """`obj.<name>.all()` answers `items` without a query, as prefetch_related leaves it."""
+    queryset = getattr(obj, name).all()
+    queryset._result_cache = items
+    queryset._prefetch_done = True
+    obj.__dict__.setdefault("_prefetched_objects_cache", {})[name] = queryset
+
+
 def job_parts(*, job: Job) -> JobParts:
     """The job's roles (with their ElasticSpotSpecs), its pods (the current attempt's and the
-    ones they replaced), its status history and its restarts: five queries, however many
-    pods."""
-    roles = list(role_list(job=job))
+    ones they replaced), its status history, its restarts and its tags (`job.tags.all()`
+    answers without a query afterwards): six queries, however many pods, each compiled once
+    per process (`ReusedSql`) as GetJob makes them all."""
+    roles = _roles_sql(job_id=job.pk)
     by_id = {role.pk: role for role in roles}
-    pods = list(Pod.objects.filter(job=job).select_related("node", "instance_type"))
+    fallbacks: dict[int, list[ElasticSpotSpec]] = {role.pk: [] for role in roles}
+    for spec in _elastic_spot_specs_sql(job_id=job.pk):
+        fallbacks[spec.role_id].append(spec)
+    for role in roles:
+        _prefetched(role, "elastic_spot_specs", fallbacks[role.pk])
+    pods = _pods_sql(job_id=job.pk)
     for pod in pods:
         pod.role = by_id[pod.role_id]  # the roles just read, with their instance types
+    _prefetched(job, "tags", _tags_sql(job_id=job.pk))
     return JobParts(
         roles=roles,
         pods=pods,
-        status_history=list(job.status_history.all()),
+        status_history=_status_history_sql(job_id=job.pk),
         restarts=list(job_restarts(job=job)),
     )
 

@@ -5,8 +5,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from django.contrib.auth import get_user_model
 from django.db.models import QuerySet
 
+from apps.core.db import ReusedSql
 from apps.workspaces.models import Membership, UserPreference, Workspace
 
 # The roles that run a workspace: DLC's AdminNames, and who manages every job in it.
@@ -28,11 +30,25 @@ def workspace_default(*, user) -> Workspace | None:
     return workspace_list(user=user).first()
 
 
+def _user_workspace(is_superuser: bool, *, user_id: int, pk: int) -> QuerySet[Workspace]:
+    user = get_user_model()(pk=user_id, is_superuser=is_superuser)
+    return workspace_list(user=user).filter(pk=pk)
+
+
+_user_workspace_sql = ReusedSql(_user_workspace, user_id=int, pk=int)
+
+
 def workspace_for_user(*, user, workspace_id) -> Workspace | None:
+    """The workspace by id if the user is a member of it (any, for a superuser); else None.
+    Every CreateJob reads it: its SQL is built once (`ReusedSql`)."""
     try:
-        return workspace_list(user=user).get(pk=int(workspace_id))
-    except (Workspace.DoesNotExist, TypeError, ValueError):
+        pk = int(workspace_id)
+    except (TypeError, ValueError):
         return None
+    if not user.is_authenticated or not -(2**63) <= pk < 2**63:
+        return None
+    found = _user_workspace_sql(user.is_superuser, user_id=user.pk, pk=pk)
+    return found[0] if found else None
 
 
 def workspace_role(*, user, workspace_id: int) -> str | None:

@@ -309,11 +309,10 @@ def test_it_answers_get_job_with_job_parts(api_get, story, alice):
     assert [p["PodId"] for p in worker_0["HistoryPods"]] == [story["old_pod"].pod_id]
 
 
-def test_job_parts_reads_pods_with_roles_and_nodes_in_five_queries(
-    story, django_assert_num_queries
-):
-    # roles, their ElasticSpotSpecs, pods (with node and instance type), history, restarts
-    with django_assert_num_queries(5):
+def test_job_parts_reads_pods_with_roles_and_nodes_in_six_queries(story, django_assert_num_queries):
+    # roles, their ElasticSpotSpecs, pods (with node and instance type), tags, history,
+    # restarts
+    with django_assert_num_queries(6):
         parts = job_parts(job=story["job"])
         seen = {(p.pod_id, p.role.role_type, p.role.instance_type, p.node) for p in parts.pods}
     assert len(seen) == 4
@@ -325,11 +324,12 @@ def test_job_parts_reads_no_restarts_of_a_job_on_its_first_attempt(
     api_get, personas, django_assert_num_queries
 ):
     job = make_job(personas, name="first-attempt", pods=2)
-    # roles, their ElasticSpotSpecs, pods, history: restart n starts attempt n, so none
-    with django_assert_num_queries(4):
+    # roles, their ElasticSpotSpecs, pods, tags, history: restart n starts attempt n, so none
+    with django_assert_num_queries(5):
         parts = job_parts(job=job)
     assert parts.restarts == [] and job.attempt == 0
-    # the key and its last use, the job, job_parts' four, the tags, the pods' processes
+    # the key and its last use, the job, job_parts' five (the tags among them), the pods'
+    # processes
     body = api_get(f"/api/v1/jobs/{job.job_id}", max_queries=9)
     assert body["RestartRecord"] == [] and len(body["Pods"]) == 2
 

@@ -184,3 +184,25 @@ def test_a_session_idle_in_a_transaction_cannot_hold_locks_for_ever():
         with connection.cursor() as cursor:
             cursor.execute("SHOW idle_in_transaction_session_timeout")
             assert cursor.fetchone()[0] == "1min"
+
+
+@pytest.mark.django_db
+def test_a_read_made_again_on_a_connection_is_prepared_on_the_server():
+    """On PostgreSQL, parameters are bound on the server and a statement run twice on a
+    connection is prepared there: the API's reads are planned once per connection."""
+    from django.db import connection
+
+    from apps.jobs.models import Job
+    from paiweb.env import database_from_url
+
+    options = database_from_url("postgres://u@h:5432/db")["OPTIONS"]
+    assert options["server_side_binding"] is True and options["prepare_threshold"] == 2
+    if connection.vendor != "postgresql":
+        return
+    marker = "prepared-check-job"
+    for _ in range(3):
+        list(Job.objects.filter(display_name=marker))
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement FROM pg_prepared_statements")
+        statements = [row[0] for row in cursor.fetchall()]
+    assert any('"jobs_job"."display_name" = $1' in s for s in statements), statements
