@@ -298,6 +298,8 @@ def jobs_visible(*, user) -> QuerySet[Job]:
 
 
 def _visible_job(shape: tuple[bool, bool], *, user_id: int, job_id: str) -> QuerySet[Job]:
+    """`jobs_visible` for a user who is (or is not) a superuser and staff: its SQL depends on
+    the user through these two and the id only (`ReusedSql` builds it once per pair)."""
     is_superuser, is_staff = shape
     user = get_user_model()(pk=user_id, is_superuser=is_superuser, is_staff=is_staff)
     jobs = jobs_visible(user=user).select_related("workspace", "quota", "user")

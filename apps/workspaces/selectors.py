@@ -31,6 +31,7 @@ def workspace_default(*, user) -> Workspace | None:
 
 
 def _user_workspace(is_superuser: bool, *, user_id: int, pk: int) -> QuerySet[Workspace]:
+    """`workspace_list`'s SQL depends on the user through is_superuser and the id only."""
     user = get_user_model()(pk=user_id, is_superuser=is_superuser)
     return workspace_list(user=user).filter(pk=pk)
 

@@ -163,3 +163,16 @@ def test_a_shape_is_compiled_apart(personas, jobs):
     assert users(False, pk=dana.pk) == [dana]
     assert users(True, pk=dana.pk) == []
     assert users(False, pk=personas["alice"].pk) == [personas["alice"]]
+
+
+def test_the_workspace_read_answers_members_and_superusers_only(personas, askers):
+    from apps.workspaces.selectors import workspace_for_user, workspace_list
+
+    workspaces = [personas["ws_a"], personas["ws_b"]]
+    for user, workspace in itertools.product(askers.values(), workspaces):
+        expected = workspace_list(user=user).filter(pk=workspace.pk).first()
+        assert workspace_for_user(user=user, workspace_id=str(workspace.pk)) == expected
+    assert workspace_for_user(user=askers["root"], workspace_id=str(workspaces[1].pk))
+    assert not workspace_for_user(user=askers["alice"], workspace_id=str(workspaces[1].pk))
+    for odd in ("abc", "", None, str(2**63), "-1"):
+        assert workspace_for_user(user=askers["root"], workspace_id=odd) is None
