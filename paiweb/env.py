@@ -74,7 +74,7 @@ def database_from_url(url: str) -> dict:
             # minute, and the watchdog that fails the lost host's pods can lock them.
             # Parameters bound on the server, and a statement run twice on a connection is
             # prepared there: PostgreSQL plans each of the API's reads once per connection,
-            # not once per request (a GetJob's database CPU 2.4 -> 1.0 ms,
+            # not once per request (a GetJob's database CPU 2.4 -> 0.7-1.0 ms,
             # benchmarks/api_load.py).
             "OPTIONS": {
                 "options": "-c idle_in_transaction_session_timeout=60000",

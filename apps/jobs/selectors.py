@@ -443,11 +443,6 @@ def _refusal(job: Job, action: str) -> str:
 # --- one job's parts: roles, pods, status history, events ------------------------------------
 
 
-def role_list(*, job: Job) -> QuerySet[JobRole]:
-    """The job's roles in order, each with its instance type and ElasticSpotSpecs."""
-    return _roles_with_types().filter(job=job)
-
-
 def jobs_with_roles(*, jobs: QuerySet[Job]) -> QuerySet[Job]:
     """`jobs` with `job.roles.all()` (and each role's instance type) and `job.tags.all()`
     read in two more queries, whatever the number of jobs."""
@@ -500,18 +495,25 @@ def _prefetched(obj: Any, name: str, items: list) -> None:
     obj.__dict__.setdefault("_prefetched_objects_cache", {})[name] = queryset
 
 
-def job_parts(*, job: Job) -> JobParts:
-    """The job's roles (with their ElasticSpotSpecs), its pods (the current attempt's and the
-    ones they replaced), its status history, its restarts and its tags (`job.tags.all()`
-    answers without a query afterwards): six queries, however many pods, each compiled once
-    per process (`ReusedSql`) as GetJob makes them all."""
+def role_list(*, job: Job) -> list[JobRole]:
+    """The job's roles in order, each with its instance type and ElasticSpotSpecs
+    (`role.elastic_spot_specs.all()` answers without a query): two queries."""
     roles = _roles_sql(job_id=job.pk)
-    by_id = {role.pk: role for role in roles}
     fallbacks: dict[int, list[ElasticSpotSpec]] = {role.pk: [] for role in roles}
     for spec in _elastic_spot_specs_sql(job_id=job.pk):
         fallbacks[spec.role_id].append(spec)
     for role in roles:
         _prefetched(role, "elastic_spot_specs", fallbacks[role.pk])
+    return roles
+
+
+def job_parts(*, job: Job) -> JobParts:
+    """The job's roles (with their ElasticSpotSpecs), its pods (the current attempt's and the
+    ones they replaced), its status history, its restarts and its tags (`job.tags.all()`
+    answers without a query afterwards): six queries, however many pods, each compiled once
+    per process (`ReusedSql`) as GetJob makes them all."""
+    roles = role_list(job=job)
+    by_id = {role.pk: role for role in roles}
     pods = _pods_sql(job_id=job.pk)
     for pod in pods:
         pod.role = by_id[pod.role_id]  # the roles just read, with their instance types
