@@ -29,6 +29,8 @@ from apps.scheduler.engine import (
     plan,
     target_workload,
 )
+from apps.scheduler.engine.reclaim import random_rank
+from apps.scheduler.engine.sharing import fgd_score
 
 NOW = 1_700_000_000.0
 POD = Resources(cpu=1000, memory=1024)  # a pod's CPU and memory; GPUs come apart
@@ -331,10 +333,16 @@ def test_fgd_keeps_whole_gpus_for_the_whole_gpu_pods_pending():
     assert admitted(p) == {2: [(2, (1,), True)], 3: [(1, (0, 1), True)]}
 
 
-def test_fgd_weighs_a_pod_by_the_whole_gpus_it_asks_for():
-    # three pods of 0.5 GPU weigh 3, one of 2 whole GPUs 1 + 2, one CPU-only pod 1
-    mix = target_workload([(500, 4000, 3), (2000, 8000, 1), (0, 2000, 1)])
-    assert mix == ((0, 2000, 1 / 7), (500, 4000, 3 / 7), (2000, 8000, 3 / 7))
+def test_fgd_counts_pods_and_keeps_the_shapes_most_of_them_ask_for():
+    # every pod weighs 1; shapes are kept, most common first, until they make up 95% of
+    # the pods: the one gang of 8 GPUs among 40 pods (2.5%) is left out
+    mix = target_workload([(500, 4000, 30), (1000, 8000, 6), (0, 2000, 3), (8000, 64000, 1)])
+    assert mix == ((0, 2000, 3 / 39), (500, 4000, 30 / 39), (1000, 8000, 6 / 39))
+    # equally common shapes: the larger one is kept first (CPU, then GPUs)
+    assert target_workload([(500, 4000, 19), (250, 1000, 1), (250, 2000, 1)]) == (
+        (250, 2000, 1 / 20),
+        (500, 4000, 19 / 20),
+    )
     assert target_workload([]) == ()
 
 
@@ -346,10 +354,42 @@ def test_fgd_weighs_a_pod_by_the_whole_gpus_it_asks_for():
         min_size=1,
     )
 )
-def test_fgd_workload_weights_sum_to_one(pods):
+def test_fgd_workload_keeps_the_common_shapes_and_weighs_them_as_counted(pods):
+    counts: dict[tuple[int, int], int] = {}
+    for m, c, n in pods:
+        counts[(m, c)] = counts.get((m, c), 0) + n
+    total = sum(counts.values())
     mix = target_workload(pods)
+    kept = {(m, c) for m, c, _ in mix}
+    covered = sum(counts[s] for s in kept)
     assert abs(sum(w for _, _, w in mix) - 1) < 1e-9
-    assert {(m, c) for m, c, _ in mix} == {(m, c) for m, c, _ in pods}
+    assert kept <= set(counts) and covered >= 0.95 * total
+    assert all(abs(w - counts[(m, c)] / covered) < 1e-12 for m, c, w in mix)
+    # no shape left out is more common than one kept; without its least common kept shape
+    # the rest would not reach 95%
+    assert all(counts[s] <= min(counts[k] for k in kept) for s in set(counts) - kept)
+    assert covered - min(counts[k] for k in kept) < 0.95 * total
+
+
+def test_fgd_scores_as_the_artifact_does():
+    assert [fgd_score(g) for g in (-1e9, -2000, 0, 40, 1000, 1e9)] == [100, 88, 50, 49, 26, 0]
+
+
+def test_fgd_breaks_ties_between_nodes_in_a_fixed_random_order_per_seed():
+    # four empty alike nodes: every one scores the same for the share; which one takes it
+    # follows the seed, and the same seed always picks the same node
+    snapshot = shot([node(n) for n in range(1, 5)], [queued(1, 500)])
+    workload = ((500, 1000, 1.0),)
+
+    def chosen(seed: int) -> int:
+        config = Config(placement="fgd", workload=workload, seed=seed)
+        return admitted(plan(snapshot, now=NOW, config=config))[1][0][0]
+
+    picks = {seed: chosen(seed) for seed in range(12)}
+    assert picks == {seed: chosen(seed) for seed in range(12)}
+    assert len(set(picks.values())) > 1
+    for seed, n in picks.items():
+        assert n == min(range(1, 5), key=lambda m: random_rank(seed, m))
 
 
 @pytest.mark.parametrize("placement", ["best_fit", "worst_fit", "random", "fgd"])

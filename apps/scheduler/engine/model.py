@@ -144,7 +144,7 @@ class Config:
     priority, then the newest; "random" a fixed random order per `seed`; "worst_fit" puts
     each pod on the node left with the most room; "random" placement on any node that fits
     (drawn from `seed` and `now`); "fgd" the node and GPU whose fragmentation grows least
-    against `workload` (sharing.py; in a pool without shared pods, best fit).
+    against `workload` (sharing.py; ties between nodes in a random order per `seed`).
     `workload`: (milli-GPUs a pod asks for, its CPU in millicores, weight), the mix of pods
     FGD keeps room for; empty: the pending pods of the plan."""
 

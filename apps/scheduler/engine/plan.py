@@ -146,7 +146,8 @@ class ClusterState:
         self.planning = False
         for job in running:
             self._add(job, built=False)
-        for pid in sorted(self.sharing):
+        # FGD weighs every GPU one by one, whether or not some pod shares one yet
+        for pid in sorted(self.pools if config.placement == "fgd" else self.sharing):
             self.share(self.pools[pid])
         for pool in self.pools.values():
             pool.build()
@@ -202,7 +203,7 @@ class ClusterState:
         """From now on keep the pool's GPUs one by one: some pod shares one there. (In a
         plan too, for a pending share: the pool has no running one then, so its room stays
         as it is.)"""
-        shares = pool.shares = Shares(pool, self.config.workload)
+        shares = pool.shares = Shares(pool, self.config.workload, seed=self.config.seed)
         shares.load(
             (p, job.stopping)
             for job in self.running.values()

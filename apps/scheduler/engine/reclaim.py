@@ -56,7 +56,7 @@ class Borrower:
         if victim_order == "kueue":  # every candidate borrows: lowest priority, newest
             self.order = (job.priority, -job.started_at, job.job_id)
         elif victim_order == "random":
-            self.order = (_shuffled(seed, job.job_id), job.job_id)
+            self.order = (random_rank(seed, job.job_id), job.job_id)
         self.rank = 0  # its place in victim order among the plan's borrowers (`sort`)
         self.young = now - job.started_at < min_run
         self.claimed = False
@@ -65,9 +65,10 @@ class Borrower:
         self.returns: dict[int, dict[int, Vec]] | None = None
 
 
-def _shuffled(seed: int, job_id: int) -> int:
-    """A job's place in a fixed random order per seed (splitmix64: no state, no hash salt)."""
-    z = (seed * 0x9E3779B97F4A7C15 + job_id + 1) & 0xFFFFFFFFFFFFFFFF
+def random_rank(seed: int, key: int) -> int:
+    """A job's (or a node's) place in a fixed random order per seed (splitmix64: no state,
+    no hash salt)."""
+    z = (seed * 0x9E3779B97F4A7C15 + key + 1) & 0xFFFFFFFFFFFFFFFF
     z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
     z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & 0xFFFFFFFFFFFFFFFF
     return z ^ (z >> 31)

@@ -27,26 +27,31 @@ is all that is on the GPU in `fut`. Both err towards preempting no one who canno
 Running pods name their GPUs (`RunningPod.gpus`) when the caller knows them; those that do
 not are put on the lowest free GPUs (whole) or by best fit (a share).
 
-FGD: a node's fragmentation for a pod shape is the GPU room on it that such a pod could not
-use: all of it when the pod cannot run there at all (too few GPUs, or too little CPU); else,
-for a shared pod, the GPUs with less room left than it asks; for a whole-GPU pod, the GPUs
-partly used. The expected fragmentation weighs the shapes of a target workload
-(`Config.workload`, by default the pending pods) by how common they are. Memory is not
-counted; ties go to best fit.
+FGD, as the paper's artifact computes it: a node's fragmentation for a pod shape is the GPU
+room on it that such a pod could not use: all of it when the pod cannot run there at all
+(too few GPUs, too little CPU, or it asks for no GPU); else, for a shared pod, the GPUs with
+less room left than it asks; for a whole-GPU pod, the GPUs partly used. The expected
+fragmentation weighs the most common shapes of a target workload (`target_workload`;
+`Config.workload`, by default the pending pods) by how common they are. A placement scores
+an integer 0–100 (`fgd_score`); ties go to the lowest GPU index on a node, and between
+nodes to a fixed random order of them per `Config.seed`. Memory is not counted in the
+fragmentation. Under FGD every pool keeps its GPUs one by one (plan.py).
 """
 
 from __future__ import annotations
 
+import math
 import random
 from bisect import bisect_left, bisect_right, insort
 from collections.abc import Iterable, Sequence
 
 from apps.scheduler.engine.model import MILLI, RunningJob, RunningPod, SchedulerError
-from apps.scheduler.engine.reclaim import Borrower
+from apps.scheduler.engine.reclaim import Borrower, random_rank
 from apps.scheduler.engine.room import Pool
 from apps.scheduler.engine.vectors import Vec, fits, sum_of
 
 Spot = tuple[int, tuple[int, ...]]  # a pod's node and the indexes of the GPUs it takes
+POPULAR = 0.95  # FGD's target workload: the most common shapes, up to this share of the pods
 
 
 class _Gpus:
@@ -82,8 +87,11 @@ class _Gpus:
 class Shares:
     """The GPUs of one sharing pool, index by index (module docstring)."""
 
-    def __init__(self, pool: Pool, workload: Sequence[tuple[int, int, float]] = ()) -> None:
+    def __init__(
+        self, pool: Pool, workload: Sequence[tuple[int, int, float]] = (), *, seed: int = 0
+    ) -> None:
         self.pool = pool
+        self.seed = seed  # FGD's ties between nodes: a fixed random order of them per seed
         self.nodes = {n: _Gpus(max(cap[0], 0)) for n, cap in pool.cap.items()}
         # GPUs partly used by shares, room left > 0, as (room, node, gpu), sorted
         self.partial: list[tuple[int, int, int]] = []
@@ -96,7 +104,7 @@ class Shares:
         self.workload: tuple[tuple[int, int, float], ...] = ()
         self.cpu_steps: list[int] = []
         self._frags: dict[tuple[tuple[int, ...], int], float] = {}
-        self._options: dict[tuple[tuple[int, ...], int, int, int, int], list[tuple[int, float]]]
+        self._options: dict[tuple[tuple[int, ...], int, int, int, int], list[tuple[int, int]]]
         self._options = {}
         self.aim(workload)
 
@@ -432,15 +440,18 @@ class Shares:
     # -- FGD --
 
     def _fgd(self, pod: Vec, share: int) -> Spot | None:
-        """The node and GPUs where the pod grows the expected fragmentation least; among
-        equals, the first in best-fit order (nodes with the same GPUs are tried once)."""
+        """The node and GPU where the pod grows the expected fragmentation least, scored as
+        the FGD artifact scores a node: an integer 0–100 (`fgd_score`), so that growths
+        close to each other tie. On a node, a tie goes to the GPU with the lowest index;
+        between nodes, to the first in a fixed random order of them (`seed`), as the
+        artifact's scheduler breaks ties."""
         pool = self.pool
         g, c, m = pod
-        best: tuple[float, int, int] | None = None  # (growth, node, used milli of the GPU)
-        seen: set[tuple[tuple[int, ...], int, int]] = set()
+        best: tuple[int, int, int, int] | None = None  # (-score, rank, node, used)
         steps = self.cpu_steps
         buckets = pool.buckets
         partial_nodes = self.partial_of
+        seed = self.seed
         for b in range(0 if share else g, len(buckets)):
             bucket = buckets[b]
             for j in range(bisect_left(bucket, (c, m)), len(bucket)):
@@ -449,21 +460,26 @@ class Shares:
                     continue
                 sig = self._sig(n)
                 before, after = bisect_right(steps, cpu), bisect_right(steps, cpu - c)
-                # a node with no whole GPU to open may have GPUs whose shares all leave,
-                # which a reservation holds: each such node is looked at on its own
-                odd = share and not b and self._leaving(n)
-                if not odd:
-                    if (sig, before, after) in seen:
-                        continue
-                    seen.add((sig, before, after))
-                for used, growth in self._growth(sig, before, after, share, g, b):
-                    if best is None or growth < best[0] - 1e-9:
-                        if odd and self._gpu(n, used) is None:
-                            continue
-                        best = (growth, n, used)
+                choice: tuple[int, int, int] | None = None  # (-score, GPU index, used)
+                for used, score in self._scores(sig, before, after, share, g, b):
+                    if choice is not None and -score > choice[0]:
+                        break  # the options come best score first
+                    k = 0
+                    if share:
+                        gpu = self._gpu(n, used)
+                        if gpu is None:
+                            continue  # a reservation holds the GPUs so used
+                        k = gpu
+                    if choice is None or (-score, k) < choice[:2]:
+                        choice = (-score, k, used)
+                if choice is None:
+                    continue
+                entry = (choice[0], random_rank(seed, n), n, choice[2])
+                if best is None or entry < best:
+                    best = entry
         if best is None:
             return None
-        _, n, used = best
+        _, _, n, used = best
         if share:
             gpu = self._gpu(n, used)
             assert gpu is not None
@@ -478,42 +494,39 @@ class Shares:
                 return k
         return None
 
-    def _leaving(self, n: int) -> bool:
-        """Whether some GPU of node n has shares now and none later."""
-        node = self.nodes[n]
-        return any(a and not b for a, b in zip(node.sh_now, node.sh_fut, strict=True))
-
     def _sig(self, n: int) -> tuple[int, ...]:
         """The node's GPUs as FGD sees them: milli-GPUs taken on each, sorted."""
         node = self.nodes[n]
         return tuple(sorted(node.used(k) for k in range(len(node.sh_now))))
 
-    def _growth(
+    def _scores(
         self, sig: tuple[int, ...], before: int, after: int, share: int, g: int, whole: int
-    ) -> list[tuple[int, float]]:
+    ) -> list[tuple[int, int]]:
         """For each way to put the pod on GPUs like these (a shared pod: on a GPU with so
-        much used), how much the fragmentation grows, the node's CPU going from step
-        `before` to `after`; the fullest GPU first. `whole`: GPUs the pool may still open
-        there (a reservation may hold some of those the signature shows free)."""
+        much used), its FGD score (`fgd_score` of how much the fragmentation grows), the
+        node's CPU going from step `before` to `after`; best score first, then the fullest
+        GPU. `whole`: GPUs the pool may still open there (a reservation may hold some of
+        those the signature shows free)."""
         key = (sig, before, after, share, g if share else g * 1000 + whole)
         out = self._options.get(key)
         if out is None:
             now = self._frag(sig, before)
-            out = []
+            options: list[tuple[int, int]] = []
             if share:
                 for used in sorted({u for u in sig if u + share <= MILLI}, reverse=True):
                     if used == 0 and not whole:
                         continue
                     gpus = list(sig)
                     gpus[gpus.index(used)] += share
-                    out.append((used, self._frag(tuple(sorted(gpus)), after) - now))
+                    growth = self._frag(tuple(sorted(gpus)), after) - now
+                    options.append((used, fgd_score(growth)))
             else:
                 gpus, left = list(sig), g
                 for k in range(len(gpus)):
                     if gpus[k] == 0 and left:
                         gpus[k], left = MILLI, left - 1
-                out.append((0, self._frag(tuple(sorted(gpus)), after) - now))
-            self._options[key] = out
+                options.append((0, fgd_score(self._frag(tuple(sorted(gpus)), after) - now)))
+            out = self._options[key] = sorted(options, key=lambda o: (-o[1], -o[0]))
         return out
 
     def _frag(self, sig: tuple[int, ...], step: int) -> float:
@@ -528,7 +541,7 @@ class Shares:
             cpu = self.cpu_steps[step - 1] if step else -1  # the most CPU a shape may need
             frag = 0.0
             for ask, need, weight in self.workload:
-                if need > cpu:
+                if need > cpu or not ask:  # a CPU-only pod uses no GPU: all of it is lost
                     lost = total
                 elif ask >= MILLI:
                     lost = total - MILLI * whole if whole >= ask // MILLI else total
@@ -630,17 +643,35 @@ class _FutRoom:
 
 def target_workload(pods: Iterable[tuple[int, int, int]]) -> tuple[tuple[int, int, float], ...]:
     """FGD's target workload from pods given as (milli-GPUs each asks for, its CPU, how
-    many): one (milli-GPUs, CPU, weight) per shape, weights summing to 1. A pod weighs 1,
-    and 1 more per whole GPU it asks for: a gang of whole GPUs that finds no room strands
-    more of the cluster than a share does (FGD's GpuResWeight: on the openb fill with
-    shuffled arrivals it lifts the allocation by about half a point, in trace order it
-    costs as much; docs/simulator.md)."""
-    mix: dict[tuple[int, int], float] = {}
+    many): one (milli-GPUs, CPU, weight) per shape, each pod weighing 1, the weights summing
+    to 1. As the FGD artifact does (its popularity threshold, 95), only the most common
+    shapes are kept, until they make up 95% of the pods: the rare ones, mostly gangs of
+    whole GPUs, would otherwise steer every placement for the few pods that ask like them.
+    Ties in popularity keep the larger shape (CPU, then GPUs)."""
+    counts: dict[tuple[int, int], int] = {}
     for milli, cpu, count in pods:
-        weight = count * (1 + (milli // MILLI if milli >= MILLI else 0))
-        mix[(milli, cpu)] = mix.get((milli, cpu), 0.0) + weight
-    total = sum(mix.values())
-    return tuple((m, c, w / total) for (m, c), w in sorted(mix.items()) if w) if total else ()
+        if count > 0:
+            counts[(milli, cpu)] = counts.get((milli, cpu), 0) + count
+    total = sum(counts.values())
+    kept: list[tuple[tuple[int, int], int]] = []
+    covered = 0
+    for (milli, cpu), count in sorted(
+        counts.items(), key=lambda kv: (kv[1], kv[0][1], kv[0][0]), reverse=True
+    ):
+        if covered >= POPULAR * total:
+            break
+        kept.append(((milli, cpu), count))
+        covered += count
+    return tuple((m, c, count / covered) for (m, c), count in sorted(kept))
+
+
+def fgd_score(growth: float) -> int:
+    """The FGD artifact's node score for a placement that grows the expected fragmentation
+    by `growth` milli-GPUs: 100 × sigmoid(−growth / 1000), rounded down (0–100)."""
+    x = growth / 1000.0
+    if x > 700:
+        return 0
+    return int(100.0 / (1.0 + math.exp(x)))
 
 
 def _fits_gpu(node: _Gpus, g: int, share: int) -> bool:
