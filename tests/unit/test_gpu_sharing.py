@@ -675,11 +675,14 @@ def test_room_held_for_owners_fits_once_the_leaving_jobs_are_gone(s):
         assert not victim.stopping and any(not pod.in_quota for pod in victim.pods)
 
 
+@pytest.mark.parametrize("placement", ["best_fit", "fgd"])
 @given(snapshots(), st.data())
 @settings(max_examples=200, deadline=None)
-def test_a_kept_state_with_shares_plans_as_a_fresh_snapshot_does(s, data):
+def test_a_kept_state_with_shares_plans_as_a_fresh_snapshot_does(placement, s, data):
     """The simulator's ClusterState, told jobs start and stop in any order, plans with
-    shared GPUs exactly as plan() does on the same snapshot (pods naming their GPUs)."""
+    shared GPUs exactly as plan() does on the same snapshot (pods naming their GPUs); under
+    FGD too, whose view of each node's GPUs is kept between plans until they change."""
+    config = Config(placement=placement)
     named = Snapshot(
         s.nodes,
         s.quotas,
@@ -693,7 +696,7 @@ def test_a_kept_state_with_shares_plans_as_a_fresh_snapshot_does(s, data):
     )
     running = list(named.running)
     first = data.draw(st.integers(0, len(running)), label="running at build")
-    state = ClusterState(named.nodes, named.quotas, running[:first])
+    state = ClusterState(named.nodes, named.quotas, running[:first], config=config)
     state.plan(data.draw(st.lists(st.sampled_from(named.pending), unique=True)), now=NOW)
     for job in running[first:]:
         state.start(job)
@@ -701,7 +704,7 @@ def test_a_kept_state_with_shares_plans_as_a_fresh_snapshot_does(s, data):
         state.stop(job.job_id)
         state.plan(named.pending, now=NOW)
         state.start(job)
-    expected = plan(named, now=NOW)
+    expected = plan(named, now=NOW, config=config)
     assert state.plan(named.pending, now=NOW) == expected
     assert state.plan(named.pending, now=NOW) == expected
 

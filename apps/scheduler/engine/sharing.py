@@ -91,7 +91,8 @@ class Shares:
         self, pool: Pool, workload: Sequence[tuple[int, int, float]] = (), *, seed: int = 0
     ) -> None:
         self.pool = pool
-        self.seed = seed  # FGD's ties between nodes: a fixed random order of them per seed
+        # FGD's ties between nodes: a fixed random order of them per seed
+        self.ranks = {n: random_rank(seed, n) for n in pool.cap}
         self.nodes = {n: _Gpus(max(cap[0], 0)) for n, cap in pool.cap.items()}
         # GPUs partly used by shares, room left > 0, as (room, node, gpu), sorted
         self.partial: list[tuple[int, int, int]] = []
@@ -104,6 +105,7 @@ class Shares:
         self.workload: tuple[tuple[int, int, float], ...] = ()
         self.cpu_steps: list[int] = []
         self._frags: dict[tuple[tuple[int, ...], int], float] = {}
+        self._sigs: dict[int, tuple[int, ...]] = {}  # `_sig` per node, until its GPUs change
         self._options: dict[tuple[tuple[int, ...], int, int, int, int], list[tuple[int, int]]]
         self._options = {}
         self.aim(workload)
@@ -216,11 +218,14 @@ class Shares:
         saved, self.journal = self.journal or {}, None
         for n, node in saved.items():
             self.nodes[n] = node
+            self._sigs.pop(n, None)
             self._reindex(n)
         self.failed.clear()
         self.reclaim_failed.clear()
 
     def _save(self, n: int) -> None:
+        """Node n's GPUs are about to change: keep them as they were for `rollback`."""
+        self._sigs.pop(n, None)
         if self.journal is not None and n not in self.journal:
             self.journal[n] = self.nodes[n].copy()
 
@@ -451,7 +456,7 @@ class Shares:
         steps = self.cpu_steps
         buckets = pool.buckets
         partial_nodes = self.partial_of
-        seed = self.seed
+        ranks = self.ranks
         for b in range(0 if share else g, len(buckets)):
             bucket = buckets[b]
             for j in range(bisect_left(bucket, (c, m)), len(bucket)):
@@ -474,7 +479,7 @@ class Shares:
                         choice = (-score, k, used)
                 if choice is None:
                     continue
-                entry = (choice[0], random_rank(seed, n), n, choice[2])
+                entry = (choice[0], ranks[n], n, choice[2])
                 if best is None or entry < best:
                     best = entry
         if best is None:
@@ -495,9 +500,13 @@ class Shares:
         return None
 
     def _sig(self, n: int) -> tuple[int, ...]:
-        """The node's GPUs as FGD sees them: milli-GPUs taken on each, sorted."""
-        node = self.nodes[n]
-        return tuple(sorted(node.used(k) for k in range(len(node.sh_now))))
+        """The node's GPUs as FGD sees them: milli-GPUs taken on each, sorted (kept until
+        they change: `_save`)."""
+        sig = self._sigs.get(n)
+        if sig is None:
+            node = self.nodes[n]
+            sig = self._sigs[n] = tuple(sorted(node.used(k) for k in range(len(node.sh_now))))
+        return sig
 
     def _scores(
         self, sig: tuple[int, ...], before: int, after: int, share: int, g: int, whole: int
