@@ -219,17 +219,17 @@ def _cdf(values: list[float]) -> tuple[list[float], list[float]]:
 
 def _bars(summary: dict[str, Any]) -> str:
     out = []
-    for key, title, scale in (
-        ("gpu_allocation_ratio", "GPU allocation, %", 100),
-        ("preemptions", "Preemptions", 1),
-        ("lost_gpu_hours", "GPU-hours lost", 1),
+    for key, title, scale, digits in (
+        ("gpu_allocation_ratio", "GPU allocation, %", 100, 2),
+        ("preemptions", "Preemptions", 1, 0),
+        ("lost_gpu_hours", "GPU-hours lost", 1, 2),
     ):
         values = [(p["policy"], (p.get(key) or 0) * scale) for p in summary["policies"]]
-        out.append(_bar_chart(title, values))
+        out.append(_bar_chart(title, values, digits))
     return "<h2>Side by side</h2><div class=charts>" + "".join(out) + "</div>"
 
 
-def _bar_chart(title: str, values: list[tuple[str, float]]) -> str:
+def _bar_chart(title: str, values: list[tuple[str, float]], digits: int) -> str:
     w, row = 420, 22
     h = PAD_T + row * len(values) + 8
     top = max((v for _, v in values), default=0) or 1
@@ -241,7 +241,7 @@ def _bar_chart(title: str, values: list[tuple[str, float]]) -> str:
             f'<text x="4" y="{y + 15}">{escape(name)}</text>'
             f'<rect x="130" y="{y + 3}" width="{length:.1f}" height="{row - 6}" '
             f'fill="{COLORS[i % len(COLORS)]}"/>'
-            f'<text x="{134 + length:.1f}" y="{y + 15}">{v:,.2f}</text>'
+            f'<text x="{134 + length:.1f}" y="{y + 15}">{v:,.{digits}f}</text>'
         )
     return (
         f"<figure><figcaption>{escape(title)}</figcaption>"
@@ -279,12 +279,13 @@ def _chart(
     parts = [
         f'<rect x="{PAD_L}" y="{PAD_T}" width="{iw}" height="{ih}" fill="none" stroke="#ccc"/>'
     ]
-    for k in range(5):
-        yv = y0 + (y1 - y0) * k / 4
-        xv = x0 + (x1 - x0) * k / 4
-        xt = f"{10**xv - 1:,.0f}" if log_x else f"{xv:,.4g}"
+    for yv in ticks(y0, y1):
         parts.append(
             f'<text x="{PAD_L - 4}" y="{sy(yv) + 4:.1f}" text-anchor="end">{yv:,.4g}</text>'
+        )
+    for xv in [x0 + (x1 - x0) * k / 4 for k in range(5)] if log_x else ticks(x0, x1):
+        xt = f"{10**xv - 1:,.0f}" if log_x else f"{xv:,.4g}"
+        parts.append(
             f'<text x="{sx(xv):.1f}" y="{PAD_T + ih + 14}" text-anchor="middle">{xt}</text>'
         )
     parts.append(
@@ -309,6 +310,19 @@ def _chart(
         f'<svg width="{WIDTH}" height="{HEIGHT}" viewBox="0 0 {WIDTH} {HEIGHT}" role="img">'
         f"{''.join(parts)}</svg></figure>"
     )
+
+
+def ticks(lo: float, hi: float, about: int = 6) -> list[float]:
+    """Round values for an axis from lo to hi: the multiples of a step of 1, 2, 2.5 or 5
+    times a power of ten that fall in [lo, hi], `about` of them (at most one more)."""
+    if not hi > lo:
+        return [lo]
+    raw = (hi - lo) / about
+    power = 10 ** math.floor(math.log10(raw))
+    step = next(m * power for m in (1, 2, 2.5, 5, 10) if m * power >= raw)
+    first = math.ceil(lo / step - 1e-9)
+    last = math.floor(hi / step + 1e-9)
+    return [float(f"{k * step:.15g}") for k in range(first, last + 1)]
 
 
 def _thin(xs: Sequence[float], ys: Sequence[float]) -> list[tuple[float, float]]:

@@ -58,6 +58,9 @@ def test_it_replays_the_sample_and_writes_every_output(tmp_path):
     html = (tmp_path / "out.html").read_text()
     assert html.count("<svg") >= 5 and "Queueing delay" in html
     assert not re.search(r"""(src|href)=["']?https?:""", html)  # nothing fetched
+    bars = html[html.index("<figcaption>Preemptions</figcaption>") :].split("</figure>")[0]
+    for p in summary["policies"]:  # a count, not 12.00
+        assert f">{p['preemptions']:,}</text>" in bars
     with (tmp_path / "csv" / "series.csv").open() as f:
         rows = list(csv.DictReader(f))
     assert {r["policy"] for r in rows} == set(names)

@@ -1,0 +1,42 @@
+"""The report's axes: round tick values."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import assume, given
+from hypothesis import strategies as st
+
+from apps.simulator.report import ticks
+
+
+@pytest.mark.parametrize(
+    ("lo", "hi", "expected"),
+    [
+        (0, 94.71, [0, 20, 40, 60, 80]),  # allocation, %
+        (0.0161, 130, [25, 50, 75, 100, 125]),  # share of capacity arrived, %
+        (0, 1, [0, 0.2, 0.4, 0.6, 0.8, 1]),
+        (0, 18_000, [0, 5_000, 10_000, 15_000]),
+        (-3, 12, [-2.5, 0, 2.5, 5, 7.5, 10]),
+        (5, 5, [5]),
+    ],
+)
+def test_ticks_fall_on_round_values(lo, hi, expected):
+    assert ticks(lo, hi) == expected
+
+
+@given(
+    st.floats(-1e6, 1e6, allow_nan=False),
+    st.floats(1e-6, 1e6, allow_nan=False),
+)
+def test_ticks_are_few_evenly_spaced_round_multiples_within_the_range(lo, span):
+    assume(span >= abs(lo) * 1e-6)  # a chart's range, not the last digits of a float
+    hi = lo + span
+    out = ticks(lo, hi)
+    assert 3 <= len(out) <= 7
+    assert all(lo - 1e-9 * span <= t <= hi + 1e-9 * span for t in out)
+    step = out[1] - out[0]
+    assert all(math.isclose(b - a, step, rel_tol=1e-6) for a, b in zip(out, out[1:], strict=False))
+    mantissa = step / 10 ** math.floor(math.log10(step))
+    assert any(math.isclose(mantissa, m, rel_tol=1e-6) for m in (1, 2, 2.5, 5))
