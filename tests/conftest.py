@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import tempfile
 import uuid
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,27 @@ import pytest
 from tests.factories import make_cluster, make_personas
 
 PASSWORD = "pw-" + "x" * 10
+
+
+class Clock:
+    def __init__(self) -> None:
+        from django.utils import timezone
+
+        self.now = timezone.now()
+
+    def advance(self, **delta: float) -> None:
+        self.now += timedelta(**delta)
+
+
+@pytest.fixture
+def clock(monkeypatch) -> Clock:
+    """timezone.now() stands still until the test moves it, so ages a page shows ("3 s ago")
+    do not depend on how fast the machine is."""
+    from django.utils import timezone
+
+    clock = Clock()
+    monkeypatch.setattr(timezone, "now", lambda: clock.now)
+    return clock
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -458,8 +458,8 @@ def test_it_says_in_red_which_agents_run_pods_insecurely(admin_client, cluster, 
     assert 'id="sandbox-alert"' not in admin_client.get(reverse("ops:health")).content.decode()
 
 
-def test_it_lists_node_agents_and_their_heartbeats(admin_client, cluster, quiet_broker):
-    now = timezone.now()
+def test_it_lists_node_agents_and_their_heartbeats(admin_client, cluster, quiet_broker, clock):
+    now = clock.now
     for i, node in enumerate(cluster["nodes"][:2]):
         NodeAgent.objects.create(
             node=node,

@@ -7,13 +7,11 @@ import os
 import subprocess
 import sys
 import tempfile
-from datetime import timedelta
 
 import pytest
 from django.conf import settings
 from django.contrib.auth.backends import ModelBackend
 from django.db import connection
-from django.utils import timezone
 
 from apps.agent.testing import database_url
 
@@ -31,22 +29,6 @@ def _defaults(settings):
     settings.LOGIN_THROTTLE_PER_USERNAME = 5
     settings.LOGIN_THROTTLE_PER_ADDRESS = 20
     settings.TRUSTED_PROXY_COUNT = 0
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = timezone.now()
-
-    def advance(self, **delta: float) -> None:
-        self.now += timedelta(**delta)
-
-
-@pytest.fixture
-def clock(monkeypatch) -> Clock:
-    """timezone.now(), which the throttle reads, stands still until the test moves it."""
-    clock = Clock()
-    monkeypatch.setattr(timezone, "now", lambda: clock.now)
-    return clock
 
 
 def sign_in(client, username: str, password: str, *, url: str = LOGIN, **extra):

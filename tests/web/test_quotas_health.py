@@ -269,7 +269,7 @@ def test_it_requires_a_login_for_health(client, db):
     assert client.get(reverse("ops:health")).status_code == 302
 
 
-def test_it_shows_beat_workers_nodes_and_jobs(admin_client, busy, fake_health):
+def test_it_shows_beat_workers_nodes_and_jobs(admin_client, busy, fake_health, clock):
     fake_health(_snapshot())
     Node.objects.filter(name="gpu-node-3").update(status=Node.Status.LOST)
     body = admin_client.get(reverse("ops:health")).content.decode()
