@@ -622,10 +622,11 @@ def test_every_placement_rule_keeps_gpus_whole_and_within_one_gpu(s, placement):
     use = gpu_use(s, p)
     assert all(milli <= WHOLE for milli in use.values())
     requests = {(j.job_id, r.key): r for j in s.pending for r in j.pods}
+    named = sharing(s) or placement == "fgd"  # FGD weighs every pool's GPUs one by one
     for a in p.admissions:
         for pl in a.placements:
             r = requests[(a.job_id, pl.key)]
-            assert len(pl.gpus) == (1 if r.gpu_milli else r.resources.gpu * sharing(s))
+            assert len(pl.gpus) == (1 if r.gpu_milli else r.resources.gpu * named)
             if not r.gpu_milli:
                 assert all(use[(pl.node_id, g)] == WHOLE for g in pl.gpus)
 
