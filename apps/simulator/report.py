@@ -16,6 +16,12 @@ COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e3
 WIDTH, HEIGHT = 600, 250
 PAD_L, PAD_R, PAD_T, PAD_B = 56, 12, 24, 36
 MAX_POINTS = 600
+FRAGMENTED = "fragmented, % of capacity"
+FRAGMENTATION_NOTE = (
+    "<p>Fragmented: the free GPU room that the trace's own mix of pods could not use, as the "
+    "FGD paper measures it (a node's free GPUs a pod shape cannot use there, weighed by how "
+    "common the shape is), as a share of the capacity.</p>"
+)
 Line = tuple[str, Sequence[float], Sequence[float]]  # label, xs, ys
 
 
@@ -28,7 +34,13 @@ def render(summary: dict[str, Any], results: Sequence[Result]) -> str:
                 [(r.policy.name, [x * 100 for x in r.series.x], _pct(r)) for r in results],
                 x_label="GPUs asked for, % of capacity",
                 y_label="allocated, %",
-            )
+            ),
+            _chart(
+                "Fragmentation as the trace arrives",
+                [(r.policy.name, [x * 100 for x in r.series.x], _frag(r)) for r in results],
+                x_label="GPUs asked for, % of capacity",
+                y_label=FRAGMENTED,
+            ),
         ]
     else:
         hours = [[t / 3600 for t in r.series.x] for r in results]
@@ -39,6 +51,13 @@ def render(summary: dict[str, Any], results: Sequence[Result]) -> str:
                 [(name, h, _pct(r)) for name, h, r in named],
                 x_label="hours",
                 y_label="allocated, %",
+                steps=True,
+            ),
+            _chart(
+                "Fragmentation over time",
+                [(name, h, _frag(r)) for name, h, r in named],
+                x_label="hours",
+                y_label=FRAGMENTED,
                 steps=True,
             ),
             _chart(
@@ -56,7 +75,13 @@ def render(summary: dict[str, Any], results: Sequence[Result]) -> str:
                 steps=True,
             ),
         ]
-    parts.append("<h2>Allocation</h2><div class=charts>" + "".join(charts) + "</div>")
+    parts.append(
+        "<h2>Allocation</h2>"
+        + FRAGMENTATION_NOTE
+        + "<div class=charts>"
+        + "".join(charts)
+        + "</div>"
+    )
     if summary["mode"] != "fill":
         parts.append(_delay_charts(results))
     if results and results[0].spot is not None:
@@ -68,6 +93,10 @@ def render(summary: dict[str, Any], results: Sequence[Result]) -> str:
 
 def _pct(r: Result) -> list[float]:
     return [a * 100 for a in r.series.allocated]
+
+
+def _frag(r: Result) -> list[float]:
+    return [f * 100 for f in r.series.fragmented]
 
 
 def _head(summary: dict[str, Any]) -> str:
@@ -108,7 +137,7 @@ svg text {{ font: 11px system-ui, sans-serif; fill: #444; }}
 
 def _table(summary: dict[str, Any]) -> str:
     fill = summary["mode"] == "fill"
-    cols = ["policy", "victims", "placement", "allocation", "unallocated GPUs"]
+    cols = ["policy", "victims", "placement", "allocation", "unallocated GPUs", "fragmented GPUs"]
     if fill:
         cols += ["at 100% arrived", f"at {summary['settings']['fill_to']:.0%}", "unplaced pods"]
     else:
@@ -122,6 +151,7 @@ def _table(summary: dict[str, Any]) -> str:
             p["placement"],
             _percent(p["gpu_allocation_ratio"]),
             f"{p['unallocated_gpus']:,.1f}",
+            f"{p['fragmented_gpus']:,.1f}",
         ]
         if fill:
             marks = list(p["allocation_at_arrived"].values())

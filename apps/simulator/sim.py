@@ -26,7 +26,7 @@ import heapq
 import math
 import random
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
@@ -41,6 +41,7 @@ from apps.scheduler.engine import (
     Resources,
     RunningJob,
     RunningPod,
+    fragmentation,
     target_workload,
 )
 from apps.simulator.cluster import Cluster, assign_quota
@@ -88,6 +89,8 @@ class Series:
     pending: list[int] = field(default_factory=list)
     preemptions: list[int] = field(default_factory=list)  # so far
     lost_gpu_seconds: list[float] = field(default_factory=list)  # so far
+    # FGD's expected fragmentation ÷ capacity: free GPU room the trace's pods could not use
+    fragmented: list[float] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -199,11 +202,13 @@ class _Cluster:
         self.config: Config = policy.config(
             seed=settings.seed, min_run_seconds=settings.min_run_seconds
         )
+        target = workload(traces, settings)
         if self.config.placement == "fgd":
-            self.config = replace(self.config, workload=workload(traces, settings))
+            self.config = replace(self.config, workload=target)
         interval = policy.checkpoint_interval
         self.interval = settings.checkpoint_interval if interval is None else interval
         self.state = ClusterState(cluster.nodes, cluster.quotas, config=self.config)
+        self.fragmentation = _Fragmentation(self.state, target)
         self.checkpoints: list[tuple[float, int, int]] = []  # due time, job id, attempt
         self.running: dict[int, RunningJob] = {}
         self.pending: dict[int, PendingJob] = {}
@@ -270,6 +275,7 @@ class _Cluster:
             pods=tuple(pods),
         )
         self.state.start(self.running[job.id])
+        self.fragmentation.touch(pl.node_id for pl in placements)
         if self.interval and job.idle_mode != "off":
             heapq.heappush(self.checkpoints, (now + self.interval, job.id, job.attempt))
         self.allocated += job.milli
@@ -288,9 +294,11 @@ class _Cluster:
             del self.shared[key]
 
     def stop(self, job: _Job) -> None:
+        pods = self.running[job.id].pods
         if job.share:
-            for pod in self.running[job.id].pods:
+            for pod in pods:
                 self._share(pod.node_id, pod.gpus, -job.share)
+        self.fragmentation.touch(pod.node_id for pod in pods)
         del self.running[job.id]
         self.state.stop(job.id)
         self.allocated -= job.milli
@@ -320,6 +328,37 @@ class _Cluster:
             self.start(job, admission.placements, now)
             started.append(job)
         return started, preempted
+
+
+class _Fragmentation:
+    """FGD's measure of the cluster as it is between plans: the sum over its nodes of the
+    free GPU room the trace's pods could not use (the engine's `fragmentation`, weighed by
+    the trace's own mix of pods), in milli-GPUs. Kept node by node: only the nodes jobs
+    started or stopped on since it was last read are looked at again."""
+
+    def __init__(self, state: ClusterState, target: Sequence[tuple[int, int, float]]) -> None:
+        self.state = state
+        self.target = tuple(target)
+        self.known: dict[tuple[tuple[int, ...], int], float] = {}
+        self.per_node: dict[int, float] = {}
+        self.total = 0.0
+        self.dirty: set[int] = {node.id for node in state.nodes}
+
+    def touch(self, nodes: Iterable[int]) -> None:
+        self.dirty.update(nodes)
+
+    def milli(self) -> float:
+        for n in sorted(self.dirty):
+            use = self.state.gpu_use(n)
+            if use is None:
+                continue
+            frag = self.known.get(use)
+            if frag is None:
+                frag = self.known[use] = fragmentation(use[0], use[1], self.target)
+            self.total += frag - self.per_node.get(n, 0.0)
+            self.per_node[n] = frag
+        self.dirty.clear()
+        return self.total
 
 
 def workload(traces: Sequence[TraceJob], settings: Settings) -> tuple[tuple[int, int, float], ...]:
@@ -546,6 +585,7 @@ def _record(series: Series, state: _Cluster) -> None:
     series.pending.append(len(state.pending))
     series.preemptions.append(state.preemptions)
     series.lost_gpu_seconds.append(state.lost)
+    series.fragmented.append(state.fragmentation.milli() / capacity if capacity else 0.0)
 
 
 def _result(state: _Cluster, policy: Policy, settings: Settings, series: Series) -> Result:
@@ -637,6 +677,7 @@ def _fill(
         allocated = before
         # victims of earlier batches that started again here count from the batch's end
         again = state.allocated - before - sum(j.milli for j in batch if j.id in placed)
+        fragmented = state.fragmentation.milli() / capacity if capacity else 0.0
         for n, job in enumerate(batch, 1):
             if n == len(batch):
                 allocated += again
@@ -651,6 +692,7 @@ def _fill(
             series.pending.append(0)
             series.preemptions.append(state.preemptions)
             series.lost_gpu_seconds.append(state.lost)
+            series.fragmented.append(fragmented)
             for mark in marks:
                 if at_arrived[mark] is None and share >= mark - 1e-12:
                     at_arrived[mark] = series.allocated[-1]

@@ -52,13 +52,14 @@ def policy_summary(result: Result) -> dict[str, Any]:
         if (d := job_delay(j)) is not None:
             by_class[j.qos or "-"].append(d)
             by_quota[j.quota].append(d)
-    ratio, occupied = _allocation(result)
+    ratio, occupied, fragmented = _allocation(result)
     summary: dict[str, Any] = {
         "policy": result.policy.name,
         **result.policy.describe(),
         "gpu_allocation_ratio": _round(ratio, 6),
         "gpu_occupied_ratio": _round(occupied, 6),
         "unallocated_gpus": _round(result.capacity_gpus * (1 - ratio), 2),
+        "fragmented_gpus": _round(result.capacity_gpus * fragmented, 2),
     }
     if result.mode == "fill":
         summary["allocation_at_arrived"] = {
@@ -127,28 +128,38 @@ def spot_summary(result: Result) -> dict[str, Any]:
     }
 
 
-def _allocation(result: Result) -> tuple[float, float]:
-    """Fill: the ratio reached at the end. Replay: the time-weighted mean over the span of
-    arrivals (first to last submission)."""
+def _allocation(result: Result) -> tuple[float, float, float]:
+    """The allocation ratio, the occupied one and the fragmented one (÷ capacity):
+    `over_run` of each series."""
     s = result.series
     capacity = result.capacity_gpus
+    occupied = [n / capacity if capacity else 0.0 for n in s.occupied]
+    return (
+        over_run(result, s.allocated),
+        over_run(result, occupied),
+        over_run(result, s.fragmented),
+    )
+
+
+def over_run(result: Result, values: Sequence[float]) -> float:
+    """A series' figure for the whole run. Fill: its value at the end. Replay: its
+    time-weighted mean over the span of arrivals (first to last submission)."""
+    s = result.series
     if not s.x:
-        return 0.0, 0.0
+        return 0.0
     if result.mode == "fill":
-        return s.allocated[-1], s.occupied[-1] / capacity if capacity else 0.0
+        return values[-1]
     start = min(j.submit for j in result.jobs)
     end = max(j.submit for j in result.jobs)
     if end <= start:
-        return s.allocated[-1], s.occupied[-1] / capacity if capacity else 0.0
-    area = held = 0.0
+        return values[-1]
+    area = 0.0
     for i, t in enumerate(s.x):
         nxt = s.x[i + 1] if i + 1 < len(s.x) else end
         lo, hi = max(t, start), min(nxt, end)
         if hi > lo:
-            area += s.allocated[i] * (hi - lo)
-            held += s.occupied[i] * (hi - lo)
-    span = end - start
-    return area / span, held / span / capacity if capacity else 0.0
+            area += values[i] * (hi - lo)
+    return area / (end - start)
 
 
 def run_summary(
@@ -201,6 +212,7 @@ SERIES_COLUMNS = (
     "pending_jobs",
     "preemptions",
     "lost_gpu_hours",
+    "fragmented_gpus",
 )
 
 
@@ -227,6 +239,7 @@ def write_csv(results: Iterable[Result], directory: str | Path) -> list[Path]:
                         s.pending[i],
                         s.preemptions[i],
                         f"{s.lost_gpu_seconds[i] / 3600:.4f}",
+                        f"{s.fragmented[i] * r.capacity_gpus:.2f}",
                     )
                 )
     with jobs_path.open("w", newline="") as f:

@@ -20,6 +20,7 @@ from apps.whatif.services import SIDES, report_path, whatif_create, whatif_queue
 ROWS = (
     ("gpu_allocation_ratio", _("GPU allocation"), "pct"),
     ("unallocated_gpus", _("Unallocated GPUs"), "num"),
+    ("fragmented_gpus", _("Fragmented GPUs"), "num"),
     ("preemptions", _("Preemptions"), "num"),
     ("lost_gpu_hours", _("Lost GPU-hours"), "num"),
     ("wall_seconds", _("Run time, s"), "num"),

@@ -50,13 +50,15 @@ def test_it_replays_the_sample_and_writes_every_output(tmp_path):
         assert 0 < p["gpu_allocation_ratio"] <= 1
         assert set(p["delay_seconds"]) >= {"p50", "p90", "p99"}
         assert {"preemptions", "lost_gpu_hours", "unallocated_gpus", "wall_seconds"} <= set(p)
+        assert 0 <= p["fragmented_gpus"] <= p["unallocated_gpus"] + 1e-6
         assert set(p["delay_seconds_by_quota"]) <= {"team-a", "team-b", "research"}
     assert any(p["preemptions"] for p in summary["policies"])  # the sample is busy enough
     for p in summary["policies"]:
         assert f"{p['policy']}" in out and f"{p['gpu_allocation_ratio']:.2%}" in out
     assert f"report: {tmp_path / 'out.html'}" in out
     html = (tmp_path / "out.html").read_text()
-    assert html.count("<svg") >= 5 and "Queueing delay" in html
+    assert html.count("<svg") >= 6 and "Queueing delay" in html
+    assert "<figcaption>Fragmentation over time</figcaption>" in html
     assert not re.search(r"""(src|href)=["']?https?:""", html)  # nothing fetched
     bars = html[html.index("<figcaption>Preemptions</figcaption>") :].split("</figure>")[0]
     for p in summary["policies"]:  # a count, not 12.00
@@ -65,6 +67,8 @@ def test_it_replays_the_sample_and_writes_every_output(tmp_path):
         rows = list(csv.DictReader(f))
     assert {r["policy"] for r in rows} == set(names)
     assert all(0 <= float(r["gpu_allocation_ratio"]) <= 1 for r in rows)
+    assert all(0 <= float(r["fragmented_gpus"]) <= summary["capacity_gpus"] for r in rows)
+    assert any(float(r["fragmented_gpus"]) > 0 for r in rows)
     with (tmp_path / "csv" / "jobs.csv").open() as f:
         assert len(list(csv.DictReader(f))) == 3 * 600
 
@@ -77,7 +81,8 @@ def test_it_fills_the_sample_and_prints_the_allocation(tmp_path):
         assert set(at) == {"1", "1.3"} and 0 < at["1"] <= at["1.3"] <= 1
         assert f"130% arrived: {at['1.3']:.2%}" in out
         assert p["pods_placed"] + p["pods_unplaced"] == p["pods_arrived"]
-    assert (tmp_path / "fill.html").exists()
+    html = (tmp_path / "fill.html").read_text()
+    assert "<figcaption>Fragmentation as the trace arrives</figcaption>" in html
 
 
 def test_it_gives_the_same_figures_for_the_same_seed(tmp_path):

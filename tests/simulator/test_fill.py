@@ -46,6 +46,26 @@ def test_it_keeps_whole_gpus_free_of_fractions_for_whole_gpu_pods():
     assert policy_summary(result)["gpu_allocation_ratio"] == pytest.approx(1.0)
 
 
+def test_it_measures_fragmentation_as_fgd_does():
+    """Pods of 0.7 GPU on one node of 2: the first leaves 0.3 GPU no such pod can use, the
+    second 0.3 more; the copies find no room and change nothing."""
+    trace = [job("a", 0, milli=700), job("b", 1, milli=700)]
+    result = run(trace, one_quota(2), mode="fill", fill_to=1.3, batch=1)
+    assert [j.dropped for j in result.jobs] == [False, False, True, True]
+    assert result.series.fragmented == pytest.approx([0.15, 0.3, 0.3, 0.3])
+    summary = policy_summary(result)
+    assert summary["fragmented_gpus"] == pytest.approx(0.6)
+    assert summary["unallocated_gpus"] == pytest.approx(0.6)
+
+
+def test_it_counts_as_fragmented_only_room_the_trace_cannot_use():
+    """Halves pack two to a GPU: nothing left is out of a half's reach."""
+    trace = [job("a", 0, milli=500), job("b", 1, milli=500), job("c", 2, milli=500)]
+    result = run(trace, one_quota(2), mode="fill", fill_to=0.75, batch=1)
+    assert result.series.fragmented == pytest.approx([0.0, 0.0, 0.0])
+    assert policy_summary(result)["unallocated_gpus"] == pytest.approx(0.5)
+
+
 def test_it_inflates_the_trace_with_seeded_copies():
     settings = Settings(mode="fill", fill_to=1.3, seed=3)
     arrivals = inflate([job("a", 0), job("b", 0, gpu=2)], gpus=4, settings=settings)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -16,10 +17,12 @@ from apps.scheduler.engine import (
     PodRequest,
     Resources,
     Snapshot,
+    fragmentation,
     plan,
 )
-from apps.simulator import Policy, policy_summary
+from apps.simulator import Policy, Settings, policy_summary
 from apps.simulator.policy import PRESETS
+from apps.simulator.sim import workload
 from tests.simulator.helpers import CPU, MEM, job, one_quota, outcome, run, two_teams
 
 FAST = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -74,6 +77,11 @@ def test_it_never_allocates_more_than_the_cluster_and_accounts_for_every_job(
     assert sum(j.preemptions for j in result.jobs) == result.preemptions
     assert result.lost_gpu_seconds >= 0
     assert s.running[-1] == 0 and s.allocated[-1] == 0
+    # fragmented room is free room, and once all have left it is the empty cluster's
+    assert all(0 <= f <= 1 - a + 1e-9 for f, a in zip(s.fragmented, s.allocated, strict=True))
+    target = workload(trace, Settings())
+    empty = sum(fragmentation((0,) * n.capacity.gpu, n.capacity.cpu, target) for n in cluster.nodes)
+    assert s.fragmented[-1] == pytest.approx(empty / (cluster.gpus * 1000))
 
 
 @FAST

@@ -22,6 +22,19 @@ def test_it_queues_jobs_until_room_frees():
     assert summary["jobs"] == {"submitted": 4, "started": 4, "finished": 4, "never_started": 0}
 
 
+def test_it_follows_fragmentation_as_jobs_come_and_go():
+    """The trace's mix: half 0.7-GPU pods, half 0.3. A 0.7 alone strands its GPU's 0.3 for
+    the 0.7s (half the mix: 150 milli-GPUs); a 0.3 beside it strands nothing; when the 0.3
+    leaves, the 0.3 of room is stranded again; when the 0.7 leaves, nothing is."""
+    trace = [job("a", 0, milli=700, duration=200), job("b", 50, milli=300, duration=100)]
+    result = run(trace, one_quota(2))
+    s = result.series
+    assert s.x == [0, 50, 150, 200]
+    assert s.fragmented == pytest.approx([0.075, 0.0, 0.075, 0.0])
+    # over the span of arrivals (0 to 50 s): 150 of 2,000 milli-GPUs
+    assert policy_summary(result)["fragmented_gpus"] == pytest.approx(0.15)
+
+
 def borrower_and_owner(owner_at: float):
     be = job("be", 0, gpu=2, duration=1000, qos="BE", quota="b", idle_mode="only_idle")
     ls = job("ls", owner_at, duration=100, quota="a")

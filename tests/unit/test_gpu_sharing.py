@@ -30,7 +30,7 @@ from apps.scheduler.engine import (
     target_workload,
 )
 from apps.scheduler.engine.reclaim import random_rank
-from apps.scheduler.engine.sharing import fgd_score
+from apps.scheduler.engine.sharing import fgd_score, fragmentation
 
 NOW = 1_700_000_000.0
 POD = Resources(cpu=1000, memory=1024)  # a pod's CPU and memory; GPUs come apart
@@ -373,6 +373,25 @@ def test_fgd_workload_keeps_the_common_shapes_and_weighs_them_as_counted(pods):
 
 def test_fgd_scores_as_the_artifact_does():
     assert [fgd_score(g) for g in (-1e9, -2000, 0, 40, 1000, 1e9)] == [100, 88, 50, 49, 26, 0]
+
+
+@pytest.mark.parametrize(
+    "used, cpu, workload, lost",
+    [
+        ((700, 0), 8000, [(700, 1000, 1.0)], 300),  # the 0.3 left beside a 0.7
+        ((700, 700), 8000, [(700, 1000, 1.0)], 600),  # nowhere for a 0.7: all of it
+        ((500, 0), 8000, [(500, 1000, 1.0)], 0),
+        ((0, 0), 500, [(500, 1000, 1.0)], 2000),  # too little CPU for the pod
+        ((0, 0), 8000, [(0, 1000, 1.0)], 2000),  # a CPU-only pod uses no GPU
+        ((0, 0, 500), 8000, [(2000, 1000, 1.0)], 500),  # two whole GPUs: the half is lost
+        ((0, 500, 500), 8000, [(2000, 1000, 1.0)], 2000),  # one whole GPU: all is lost
+        ((1000, 1000), 0, [(0, 1000, 1.0)], 0),  # nothing free, nothing lost
+        # a 0.3 fits either hole, a whole-GPU pod neither: 0 / 2 + 600 / 2
+        ((700, 700), 8000, [(300, 1000, 0.5), (1000, 1000, 0.5)], 300),
+    ],
+)
+def test_fgd_measures_a_nodes_fragmentation_as_the_paper_does(used, cpu, workload, lost):
+    assert fragmentation(used, cpu, workload) == pytest.approx(lost)
 
 
 def test_fgd_breaks_ties_between_nodes_in_a_fixed_random_order_per_seed():

@@ -106,6 +106,7 @@ def test_it_replays_the_clusters_own_jobs_on_both_configurations(
     page = admin_client.get(reverse("whatif:detail", args=[run.pk])).content.decode()
     assert 'id="comparison"' in page and 'data-policy="kueue"' in page
     assert "GPU allocation" in page and "Queueing delay p90, s" in page
+    assert "Fragmented GPUs" in page and "fragmented_gpus" in run.current["policies"][0]
     assert "(6 jobs replayed; " in page  # what the figures stand on
     for side in ("current", "changed"):
         report = admin_client.get(reverse(f"whatif:report-{side}", args=[run.pk]))

@@ -52,7 +52,7 @@ from apps.scheduler.engine.report import (
     snapshot_lending,
     use_over_time,
 )
-from apps.scheduler.engine.sharing import target_workload
+from apps.scheduler.engine.sharing import fragmentation, target_workload
 
 __all__ = [
     "ZERO",
@@ -85,5 +85,6 @@ __all__ = [
     "quota_usage",
     "snapshot_lending",
     "use_over_time",
+    "fragmentation",
     "target_workload",
 ]

@@ -199,6 +199,20 @@ class ClusterState:
                 if pool.shares is not None:
                     pool.shares.rollback()
 
+    def gpu_use(self, node_id: int) -> tuple[tuple[int, ...], int] | None:
+        """A node as it is between plans: the milli-GPUs taken on each of its GPUs (sorted)
+        and the CPU free there; None for a node no pool holds (not schedulable)."""
+        pool = self.pool_of.get(node_id)
+        if pool is None:
+            return None
+        now = pool.now[node_id]
+        if pool.shares is None:
+            size, free = max(pool.cap[node_id][0], 0), max(now[0], 0)
+            return (0,) * free + (MILLI,) * (size - free), now[1]
+        node = pool.shares.nodes[node_id]
+        used = sorted(node.sh_now[k] + node.wh_now[k] for k in range(len(node.sh_now)))
+        return tuple(used), now[1]
+
     def share(self, pool: Pool) -> None:
         """From now on keep the pool's GPUs one by one: some pod shares one there. (In a
         plan too, for a pending share: the pool has no running one then, so its room stays

@@ -543,21 +543,8 @@ class Shares:
         that the workload's pods cannot use."""
         frag = self._frags.get((sig, step))
         if frag is None:
-            frees = [MILLI - u for u in sig if u < MILLI]
-            total = sum(frees)
-            whole = frees.count(MILLI)
-            most = max(frees, default=0)
             cpu = self.cpu_steps[step - 1] if step else -1  # the most CPU a shape may need
-            frag = 0.0
-            for ask, need, weight in self.workload:
-                if need > cpu or not ask:  # a CPU-only pod uses no GPU: all of it is lost
-                    lost = total
-                elif ask >= MILLI:
-                    lost = total - MILLI * whole if whole >= ask // MILLI else total
-                else:
-                    lost = sum(f for f in frees if f < ask) if most >= ask else total
-                frag += weight * lost
-            self._frags[(sig, step)] = frag
+            frag = self._frags[(sig, step)] = fragmentation(sig, cpu, self.workload)
         return frag
 
 
@@ -672,6 +659,29 @@ def target_workload(pods: Iterable[tuple[int, int, int]]) -> tuple[tuple[int, in
         kept.append(((milli, cpu), count))
         covered += count
     return tuple((m, c, count / covered) for (m, c), count in sorted(kept))
+
+
+def fragmentation(
+    used: Sequence[int], cpu: int, workload: Sequence[tuple[int, int, float]]
+) -> float:
+    """FGD's expected fragmentation of one node: the milli-GPUs of its free GPU room that
+    the pods of a target workload (`target_workload`) could not use, each shape weighed as
+    the workload weighs it. `used`: the milli-GPUs taken on each of its GPUs; `cpu`: the
+    CPU free there (a shape that needs more cannot run on it). Memory is not counted."""
+    frees = [MILLI - u for u in used if u < MILLI]
+    total = sum(frees)
+    whole = frees.count(MILLI)
+    most = max(frees, default=0)
+    frag = 0.0
+    for ask, need, weight in workload:
+        if need > cpu or not ask:  # a CPU-only pod uses no GPU: all of it is lost
+            lost = total
+        elif ask >= MILLI:
+            lost = total - MILLI * whole if whole >= ask // MILLI else total
+        else:
+            lost = sum(f for f in frees if f < ask) if most >= ask else total
+        frag += weight * lost
+    return frag
 
 
 def fgd_score(growth: float) -> int:
