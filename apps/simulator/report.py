@@ -313,8 +313,8 @@ def _chart(
         parts.append(
             f'<text x="{PAD_L - 4}" y="{sy(yv) + 4:.1f}" text-anchor="end">{yv:,.4g}</text>'
         )
-    for xv in [x0 + (x1 - x0) * k / 4 for k in range(5)] if log_x else ticks(x0, x1):
-        xt = f"{10**xv - 1:,.0f}" if log_x else f"{xv:,.4g}"
+    for xv in log_ticks(x0, x1) if log_x else ticks(x0, x1):
+        xt = _short(round(10**xv - 1)) if log_x else f"{xv:,.4g}"
         parts.append(
             f'<text x="{sx(xv):.1f}" y="{PAD_T + ih + 14}" text-anchor="middle">{xt}</text>'
         )
@@ -340,6 +340,25 @@ def _chart(
         f'<svg width="{WIDTH}" height="{HEIGHT}" viewBox="0 0 {WIDTH} {HEIGHT}" role="img">'
         f"{''.join(parts)}</svg></figure>"
     )
+
+
+def log_ticks(lo: float, hi: float) -> list[float]:
+    """The values 0, 1, 10, 100… that fall in [lo, hi] on an axis of log10(1 + value)."""
+    out = [0.0] if lo <= 0 <= hi else []
+    k = 0
+    while (at := math.log10(1 + 10**k)) <= hi:
+        if at >= lo:
+            out.append(at)
+        k += 1
+    return out
+
+
+def _short(value: float) -> str:
+    """An axis label: 0, 1, 100, 1k, 10k, 1M."""
+    for unit, suffix in ((1e6, "M"), (1e3, "k")):
+        if abs(value) >= unit:
+            return f"{value / unit:,.4g}{suffix}"
+    return f"{value:,.4g}"
 
 
 def ticks(lo: float, hi: float, about: int = 6) -> list[float]:
