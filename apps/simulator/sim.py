@@ -334,14 +334,18 @@ class _Fragmentation:
     """FGD's measure of the cluster as it is between plans: the sum over its nodes of the
     free GPU room the trace's pods could not use (the engine's `fragmentation`, weighed by
     the trace's own mix of pods), in milli-GPUs. Kept node by node: only the nodes jobs
-    started or stopped on since it was last read are looked at again."""
+    started or stopped on since it was last read are looked at again. Each node's figure is
+    kept as a whole number of millionths of a milli-GPU, so that taking one out and putting
+    another in never drifts (an allocated cluster reads 0, not -2e-17)."""
+
+    SCALE = 10**6
 
     def __init__(self, state: ClusterState, target: Sequence[tuple[int, int, float]]) -> None:
         self.state = state
         self.target = tuple(target)
-        self.known: dict[tuple[tuple[int, ...], int], float] = {}
-        self.per_node: dict[int, float] = {}
-        self.total = 0.0
+        self.known: dict[tuple[tuple[int, ...], int], int] = {}
+        self.per_node: dict[int, int] = {}
+        self.total = 0
         self.dirty: set[int] = {node.id for node in state.nodes}
 
     def touch(self, nodes: Iterable[int]) -> None:
@@ -354,11 +358,12 @@ class _Fragmentation:
                 continue
             frag = self.known.get(use)
             if frag is None:
-                frag = self.known[use] = fragmentation(use[0], use[1], self.target)
-            self.total += frag - self.per_node.get(n, 0.0)
+                frag = round(fragmentation(use[0], use[1], self.target) * self.SCALE)
+                self.known[use] = frag
+            self.total += frag - self.per_node.get(n, 0)
             self.per_node[n] = frag
         self.dirty.clear()
-        return self.total
+        return self.total / self.SCALE
 
 
 def workload(traces: Sequence[TraceJob], settings: Settings) -> tuple[tuple[int, int, float], ...]:
