@@ -582,9 +582,12 @@ def _next_tick(now: float, tick: float) -> float:
     return math.ceil(now / tick) * tick if tick > 0 else now
 
 
-def _record(series: Series, state: _Cluster) -> None:
+def _record(series: Series, state: _Cluster, allocated: float | None = None) -> None:
+    """A point of the series: the cluster as it is now, but `allocated` (milli-GPUs) where
+    the point stands for less than all that runs (fill: an arrival within its batch)."""
     capacity = state.capacity
-    series.allocated.append(state.allocated / capacity if capacity else 0.0)
+    milli = state.allocated if allocated is None else allocated
+    series.allocated.append(milli / capacity if capacity else 0.0)
     series.occupied.append(state.occupied)
     series.running.append(len(state.running))
     series.pending.append(len(state.pending))
@@ -682,7 +685,6 @@ def _fill(
         allocated = before
         # victims of earlier batches that started again here count from the batch's end
         again = state.allocated - before - sum(j.milli for j in batch if j.id in placed)
-        fragmented = state.fragmentation.milli() / capacity if capacity else 0.0
         for n, job in enumerate(batch, 1):
             if n == len(batch):
                 allocated += again
@@ -691,13 +693,7 @@ def _fill(
                 allocated += job.milli
             share = asked / capacity if capacity else 0.0
             series.x.append(share)
-            series.allocated.append(allocated / capacity if capacity else 0.0)
-            series.occupied.append(state.occupied)
-            series.running.append(len(state.running))
-            series.pending.append(0)
-            series.preemptions.append(state.preemptions)
-            series.lost_gpu_seconds.append(state.lost)
-            series.fragmented.append(fragmented)
+            _record(series, state, allocated)
             for mark in marks:
                 if at_arrived[mark] is None and share >= mark - 1e-12:
                     at_arrived[mark] = series.allocated[-1]

@@ -130,18 +130,18 @@ def spot_summary(result: Result) -> dict[str, Any]:
 
 def _allocation(result: Result) -> tuple[float, float, float]:
     """The allocation ratio, the occupied one and the fragmented one (÷ capacity):
-    `over_run` of each series."""
+    `_over_run` of each series."""
     s = result.series
     capacity = result.capacity_gpus
     occupied = [n / capacity if capacity else 0.0 for n in s.occupied]
     return (
-        over_run(result, s.allocated),
-        over_run(result, occupied),
-        over_run(result, s.fragmented),
+        _over_run(result, s.allocated),
+        _over_run(result, occupied),
+        _over_run(result, s.fragmented),
     )
 
 
-def over_run(result: Result, values: Sequence[float]) -> float:
+def _over_run(result: Result, values: Sequence[float]) -> float:
     """A series' figure for the whole run. Fill: its value at the end. Replay: its
     time-weighted mean over the span of arrivals (first to last submission)."""
     s = result.series

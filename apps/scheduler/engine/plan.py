@@ -209,9 +209,7 @@ class ClusterState:
         if pool.shares is None:
             size, free = max(pool.cap[node_id][0], 0), max(now[0], 0)
             return (0,) * free + (MILLI,) * (size - free), now[1]
-        node = pool.shares.nodes[node_id]
-        used = sorted(node.sh_now[k] + node.wh_now[k] for k in range(len(node.sh_now)))
-        return tuple(used), now[1]
+        return pool.shares.signature(node_id), now[1]
 
     def share(self, pool: Pool) -> None:
         """From now on keep the pool's GPUs one by one: some pod shares one there. (In a

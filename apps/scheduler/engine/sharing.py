@@ -105,7 +105,7 @@ class Shares:
         self.workload: tuple[tuple[int, int, float], ...] = ()
         self.cpu_steps: list[int] = []
         self._frags: dict[tuple[tuple[int, ...], int], float] = {}
-        self._sigs: dict[int, tuple[int, ...]] = {}  # `_sig` per node, until its GPUs change
+        self._sigs: dict[int, tuple[int, ...]] = {}  # `signature` per node, until it changes
         self._options: dict[tuple[tuple[int, ...], int, int, int, int], list[tuple[int, int]]]
         self._options = {}
         self.aim(workload)
@@ -463,7 +463,7 @@ class Shares:
                 cpu, mem, n = bucket[j]
                 if mem < m or (share and not b and n not in partial_nodes):
                     continue
-                sig = self._sig(n)
+                sig = self.signature(n)
                 before, after = bisect_right(steps, cpu), bisect_right(steps, cpu - c)
                 choice: tuple[int, int, int] | None = None  # (-score, GPU index, used)
                 for used, score in self._scores(sig, before, after, share, g, b):
@@ -499,7 +499,7 @@ class Shares:
                 return k
         return None
 
-    def _sig(self, n: int) -> tuple[int, ...]:
+    def signature(self, n: int) -> tuple[int, ...]:
         """The node's GPUs as FGD sees them: milli-GPUs taken on each, sorted (kept until
         they change: `_save`)."""
         sig = self._sigs.get(n)
