@@ -85,22 +85,24 @@ _UNRECORDED_MEMORY = 1 << 30  # MiB: more than any pod asks for
 IDLE_MODES = ("off", "acceptable", "only_idle")
 
 
-def read_jobs(path: str | Path) -> list[TraceJob]:
-    """The jobs of a trace file in either format, in submission order (stable)."""
-    rows = _rows(path)
+def read_jobs(path: str | Path, *, name: str | None = None) -> list[TraceJob]:
+    """The jobs of a trace file in either format, in submission order (stable). Errors
+    name the file `name` when given (an upload kept under a path of the server's)."""
+    label = name or path
+    rows = _rows(path, label)
     header = set(rows.fieldnames or ())
     if _OPENB_JOB <= header:
-        jobs = [_openb_job(row, _where(path, rows)) for row in rows]
+        jobs = [_openb_job(row, _where(label, rows)) for row in rows]
     elif _OWN_JOB <= header:
-        jobs = [_own_job(row, _where(path, rows)) for row in rows]
+        jobs = [_own_job(row, _where(label, rows)) for row in rows]
     else:
         raise TraceError(
-            f"{path}: not a job trace (expected the openb pod list's columns or "
+            f"{label}: not a job trace (expected the openb pod list's columns or "
             f"name,submit_time,...; got {','.join(rows.fieldnames or ())})"
         )
     names = [j.name for j in jobs]
     if len(set(names)) != len(names):
-        raise TraceError(f"{path}: job names repeat")
+        raise TraceError(f"{label}: job names repeat")
     return sorted(jobs, key=lambda j: j.submit)
 
 
@@ -211,13 +213,18 @@ def _own_job(row: dict[str, str], where: str) -> TraceJob:
 class _Rows:
     """csv.DictReader over a file, closed when read to the end, that knows its line."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, label: str | Path) -> None:
         try:
             self.file = open(path, newline="", encoding="utf-8")  # noqa: SIM115
         except OSError as e:
-            raise TraceError(f"{path}: {e.strerror}") from e
+            raise TraceError(f"{label}: {e.strerror}") from e
+        self.label = label
         self.reader = csv.DictReader(self.file)
-        self.fieldnames = self.reader.fieldnames
+        try:
+            self.fieldnames = self.reader.fieldnames
+        except (UnicodeDecodeError, csv.Error) as e:
+            self.file.close()
+            raise _unreadable(label, e) from None
 
     @property
     def line(self) -> int:
@@ -225,11 +232,21 @@ class _Rows:
 
     def __iter__(self) -> Iterator[dict[str, str]]:
         with self.file:
-            yield from self.reader
+            try:
+                yield from self.reader
+            except (UnicodeDecodeError, csv.Error) as e:
+                raise _unreadable(self.label, e) from None
 
 
-def _rows(path: str | Path) -> _Rows:
-    return _Rows(path)
+def _unreadable(path: str | Path, e: UnicodeDecodeError | csv.Error) -> TraceError:
+    """A file that is not UTF-8 CSV: which file, and what is wrong with it."""
+    if isinstance(e, UnicodeDecodeError):
+        return TraceError(f"{path}: not UTF-8 text (byte 0x{e.object[e.start]:02x})")
+    return TraceError(f"{path}: not CSV ({e})")
+
+
+def _rows(path: str | Path, label: str | Path | None = None) -> _Rows:
+    return _Rows(path, path if label is None else label)
 
 
 def _where(path: str | Path, rows: _Rows) -> str:

@@ -129,7 +129,7 @@ def whatif_run(*, run_pk: int) -> None:
             "changed": cluster_from_toml(data),
         }
         if run.source == WhatIfRun.Source.UPLOAD:
-            traces = read_jobs(run_dir(run) / "trace.csv")
+            traces = read_jobs(run_dir(run) / "trace.csv", name=run.trace_name)
         else:
             traces = jobs_trace(days=run.days or 7, now=run.created_at)
         if not traces:

@@ -86,6 +86,22 @@ def test_it_refuses_a_file_that_is_no_trace(tmp_path):
         read_jobs(write(tmp_path, "x.csv", "a,b\n1,2\n"))
 
 
+@pytest.mark.parametrize(
+    "data, says",
+    [
+        (b"\xff\xfename,submit_time\n", "not UTF-8 text (byte 0xff)"),  # in the header
+        (b"name,submit_time\na,1\nb,\xe9\n", "not UTF-8 text (byte 0xe9)"),  # in a row
+    ],
+)
+def test_it_names_a_file_that_is_not_text(tmp_path, data, says):
+    path = tmp_path / "bytes.csv"
+    path.write_bytes(data)
+    for read in (read_jobs, read_nodes):
+        with pytest.raises(TraceError) as e:
+            read(path)
+        assert str(e.value) == f"{path}: {says}"
+
+
 def test_it_reads_node_lists_in_three_formats(tmp_path):
     openb = read_nodes(
         write(tmp_path, "n1.csv", "sn,cpu_milli,memory_mib,gpu,model\nn0,96000,393216,8,G2\n")

@@ -162,6 +162,18 @@ def test_a_cluster_file_it_cannot_use_fails_the_run_with_the_reason(
     assert run.status == WhatIfRun.Status.FAILED  # the same input fails the same way
 
 
+def test_an_uploaded_trace_it_cannot_read_fails_the_run_naming_the_upload(
+    admin_client, personas, django_capture_on_commit_callbacks
+):
+    trace = SimpleUploadedFile("mine.csv", b"name,submit_time\na,1\nb,\xff\n")
+    _post(admin_client, django_capture_on_commit_callbacks, source="upload", trace=trace)
+    run = WhatIfRun.objects.get()
+    assert run.status == WhatIfRun.Status.FAILED
+    assert run.message == "mine.csv: not UTF-8 text (byte 0xff)"  # not the server's path
+    page = admin_client.get(reverse("whatif:detail", args=[run.pk])).content.decode()
+    assert "mine.csv: not UTF-8 text (byte 0xff)" in page
+
+
 def test_a_queued_run_polls_until_it_finishes(admin_client, history):
     run = WhatIfRun.objects.create(
         created_by=history[0].user, source="jobs", days=7, cluster_file=BIGGER
