@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import re
+import shutil
 import subprocess
 import sys
 from decimal import Decimal
@@ -232,3 +233,47 @@ def test_it_sends_a_class_to_the_spot_market(tmp_path):
 def test_it_refuses_spot_options_that_do_not_go_together(extra, message):
     with pytest.raises(CommandError, match=message):
         simulate(*ARGS, *extra)
+
+
+def test_it_refuses_outputs_it_could_not_write_before_it_runs(tmp_path, monkeypatch):
+    ran = []
+    monkeypatch.setattr(
+        "apps.simulator.management.commands.simulate.simulate",
+        lambda *a, **k: ran.append(a),
+    )
+    missing = tmp_path / "no" / "out.json"
+    with pytest.raises(CommandError, match=f"--json {missing}: no such folder {missing.parent}"):
+        simulate(*ARGS, "--json", str(missing))
+    with pytest.raises(CommandError, match="--html .*: no such folder"):
+        simulate(*ARGS, "--html", str(tmp_path / "no" / "r.html"))
+    with pytest.raises(CommandError, match="--html .*: no such folder"):  # beside --json
+        simulate(*ARGS, "--json", str(tmp_path / "x.json"), "--html", str(missing))
+    with pytest.raises(CommandError, match=f"--json {tmp_path}: is a folder, not a file"):
+        simulate(*ARGS, "--json", str(tmp_path))
+    (tmp_path / "file").write_text("")
+    with pytest.raises(CommandError, match="--csv-dir .*file: is a file, not a folder"):
+        simulate(*ARGS, "--html", str(tmp_path / "r.html"), "--csv-dir", str(tmp_path / "file"))
+    assert not ran  # refused before any run
+    assert not list(tmp_path.glob("*.html"))
+
+
+def test_a_csv_folder_that_does_not_exist_yet_is_made(tmp_path):
+    simulate(*ARGS, "--html", str(tmp_path / "r.html"), "--csv-dir", str(tmp_path / "a" / "b"))
+    assert (tmp_path / "a" / "b" / "jobs.csv").exists()
+
+
+def test_an_output_lost_during_the_run_is_an_error_naming_it(tmp_path, monkeypatch):
+    from apps.simulator.management.commands import simulate as command
+
+    real = command.simulate
+    out = tmp_path / "out"
+    out.mkdir()
+
+    def run_then_lose_the_folder(*args, **kwargs):
+        result = real(*args, **kwargs)
+        shutil.rmtree(out, ignore_errors=True)
+        return result
+
+    monkeypatch.setattr(command, "simulate", run_then_lose_the_folder)
+    with pytest.raises(CommandError, match=f"{out / 'r.json'}: No such file or directory"):
+        simulate(*ARGS, "--json", str(out / "r.json"))

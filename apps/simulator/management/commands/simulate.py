@@ -4,6 +4,7 @@ write the figures (JSON, CSV) and the HTML report. Needs no database and no Redi
 from __future__ import annotations
 
 import json
+import os
 import sys
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
@@ -125,6 +126,7 @@ class Command(BaseCommand):
             raise CommandError(str(e)) from e
         if not traces:
             raise CommandError(f"{o['trace']}: no jobs")
+        _check_outputs(o)
         show = sys.stderr.isatty() if o["progress"] is None else o["progress"]
         results = []
         for policy in policies:
@@ -236,14 +238,47 @@ class Command(BaseCommand):
                 )
 
     def _write(self, summary: dict[str, Any], results: list, o: dict[str, Any]) -> None:
+        try:
+            self._write_files(summary, results, o)
+        except OSError as e:  # the disk filled up, say, after the checks before the run
+            raise CommandError(f"{e.filename}: {e.strerror}") from e
+
+    def _write_files(self, summary: dict[str, Any], results: list, o: dict[str, Any]) -> None:
         if o["json"]:
             Path(o["json"]).write_text(json.dumps(summary, indent=2) + "\n")
             self.stdout.write(f"summary: {o['json']}")
         if o["csv_dir"]:
             paths = write_csv(results, o["csv_dir"])
             self.stdout.write(f"series: {', '.join(str(p) for p in paths)}")
-        html = o["html"] or (
-            str(Path(o["json"]).with_suffix(".html")) if o["json"] else "simulation-report.html"
-        )
+        html = _html_path(o)
         Path(html).write_text(render(summary, results))
         self.stdout.write(f"report: {html}")
+
+
+def _html_path(o: dict[str, Any]) -> str:
+    return o["html"] or (
+        str(Path(o["json"]).with_suffix(".html")) if o["json"] else "simulation-report.html"
+    )
+
+
+def _check_outputs(o: dict[str, Any]) -> None:
+    """Refuse, before a run that may take minutes, outputs it could not write at the end."""
+    files = [("--json", o["json"]), ("--html", _html_path(o))]
+    for option, name in files:
+        if not name:
+            continue
+        path = Path(name)
+        folder = path.parent
+        if path.is_dir():
+            raise CommandError(f"{option} {name}: is a folder, not a file")
+        if not folder.is_dir():
+            raise CommandError(f"{option} {name}: no such folder {folder}")
+        if not os.access(folder, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+            raise CommandError(f"{option} {name}: not writable")
+    if o["csv_dir"]:
+        folder = Path(o["csv_dir"])
+        if folder.exists() and not folder.is_dir():
+            raise CommandError(f"--csv-dir {folder}: is a file, not a folder")
+        existing = next((p for p in (folder, *folder.parents) if p.exists()), None)
+        if existing is not None and not os.access(existing, os.W_OK):
+            raise CommandError(f"--csv-dir {folder}: not writable")
