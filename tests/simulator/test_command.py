@@ -277,3 +277,19 @@ def test_an_output_lost_during_the_run_is_an_error_naming_it(tmp_path, monkeypat
     monkeypatch.setattr(command, "simulate", run_then_lose_the_folder)
     with pytest.raises(CommandError, match=f"{out / 'r.json'}: No such file or directory"):
         simulate(*ARGS, "--json", str(out / "r.json"))
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--speedup", "nan"], "--speedup: not a finite number: 'nan'"),  # it never ended
+        (["--tick", "inf"], "--tick: not a finite number: 'inf'"),
+        (["--checkpoint-interval=-inf"], "--checkpoint-interval: not a finite number"),
+        (["--min-run", "nan"], "--min-run: not a finite number"),
+        (["--spot-step", "abc"], "--spot-step: not a number: 'abc'"),
+        (["--mode", "fill", "--fill-to", "11"], "--fill-to must be at most 10"),  # memory
+    ],
+)
+def test_it_refuses_numbers_a_run_cannot_use(extra, message):
+    with pytest.raises(CommandError, match=re.escape(message)):
+        simulate(*ARGS, *extra)

@@ -3,7 +3,9 @@ write the figures (JSON, CSV) and the HTML report. Needs no database and no Redi
 
 from __future__ import annotations
 
+import argparse
 import json
+import math
 import os
 import sys
 from decimal import Decimal, InvalidOperation
@@ -58,13 +60,15 @@ class Command(BaseCommand):
             help="idle mode of a QoS class (default LS=off, BE=acceptable, others off)",
         )
         parser.add_argument("--queue-strategy", choices=("StrictFIFO", "BestEffortFIFO"))
-        parser.add_argument("--checkpoint-interval", type=float, default=1800.0)
-        parser.add_argument("--min-run", type=float, default=60.0)
-        parser.add_argument("--requeue-backoff", type=float, default=10.0)
-        parser.add_argument("--tick", type=float, default=0.0, help="plan at most every N s")
-        parser.add_argument("--speedup", type=float, default=1.0, help="replay: compress arrivals")
+        parser.add_argument("--checkpoint-interval", type=_finite, default=1800.0)
+        parser.add_argument("--min-run", type=_finite, default=60.0)
+        parser.add_argument("--requeue-backoff", type=_finite, default=10.0)
+        parser.add_argument("--tick", type=_finite, default=0.0, help="plan at most every N s")
         parser.add_argument(
-            "--fill-to", type=float, default=1.3, help="fill: GPUs asked ÷ capacity"
+            "--speedup", type=_finite, default=1.0, help="replay: compress arrivals"
+        )
+        parser.add_argument(
+            "--fill-to", type=_finite, default=1.3, help="fill: GPUs asked ÷ capacity"
         )
         parser.add_argument(
             "--shuffle", action="store_true", help="fill: shuffle arrivals (seeded)"
@@ -80,7 +84,7 @@ class Command(BaseCommand):
             "--spot-nodes", help="the public pool for --spot: a node list (e.g. the spot trace's)"
         )
         parser.add_argument(
-            "--spot-step", type=float, default=60.0, help="seconds between market steps"
+            "--spot-step", type=_finite, default=60.0, help="seconds between market steps"
         )
         parser.add_argument(
             "--bid-range",
@@ -165,6 +169,11 @@ class Command(BaseCommand):
                 raise CommandError(f"--{key.replace('_', '-')} must be ≥ 0")
         if o["speedup"] <= 0 or o["fill_to"] <= 0 or o["batch"] < 1:
             raise CommandError("--speedup and --fill-to must be > 0, --batch ≥ 1")
+        if o["fill_to"] > MAX_FILL:
+            raise CommandError(
+                f"--fill-to must be at most {MAX_FILL:g} (times the cluster's GPUs: the trace "
+                "is copied until its jobs ask for that much)"
+            )
         return Settings(
             mode=o["mode"],
             seed=o["seed"],
@@ -253,6 +262,20 @@ class Command(BaseCommand):
         html = _html_path(o)
         Path(html).write_text(render(summary, results))
         self.stdout.write(f"report: {html}")
+
+
+MAX_FILL = 10.0
+
+
+def _finite(text: str) -> float:
+    """A number option: inf and nan are refused (a replay sped up nan times never ends)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"not a finite number: {text!r}")
+    return value
 
 
 def _html_path(o: dict[str, Any]) -> str:
