@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from apps.core.limits import MAX_NODE_GPUS, MAX_NODES
 from apps.core.pricing import MarketParams
 
 RESOURCE_TYPES = ("ECS", "Lingjun")
@@ -290,7 +291,15 @@ class _Table:
             return default
         return value
 
-    def whole(self, key: str, *, default: int = 0, required: bool = False, minimum: int = 0) -> int:
+    def whole(
+        self,
+        key: str,
+        *,
+        default: int = 0,
+        required: bool = False,
+        minimum: int = 0,
+        maximum: int = MAX_INT,
+    ) -> int:
         value = self._get(key, required)
         if value is _MISSING:
             return default
@@ -300,8 +309,8 @@ class _Table:
         if value < minimum:
             self.problems.add(self.at(key), f"must be ≥ {minimum}")
             return default
-        if value > MAX_INT:
-            self.problems.add(self.at(key), f"must be ≤ {MAX_INT}")
+        if value > maximum:
+            self.problems.add(self.at(key), f"must be ≤ {maximum}")
             return default
         return value
 
@@ -520,7 +529,7 @@ def _instance_types(data: Mapping, problems: Problems) -> dict[str, InstanceType
         resource_type = t.text("resource_type", required=True, choices=RESOURCE_TYPES)
         cpu = t.scaled("vcpus", factor=1000, unit="millicores", required=True, positive=True)
         memory = t.scaled("memory_gib", factor=1024, unit="MiB", required=True, positive=True)
-        gpu = t.whole("gpu")
+        gpu = t.whole("gpu", maximum=MAX_NODE_GPUS)
         gpu_model = t.text("gpu_model", max_length=64)
         if gpu and not gpu_model and t.ok:
             problems.add(t.at("gpu_model"), "is required when gpu > 0")
@@ -575,6 +584,12 @@ def _pools(
                     continue
                 where[node.name] = node_path
                 nodes[node.name] = node
+            if len(nodes) > MAX_NODES:
+                problems.add(
+                    path_of("pools", name, "nodes", i),
+                    f"more than {MAX_NODES} nodes in the file",
+                )
+                return pools, {}, incomplete | {name}
             if len(problems) > before:
                 incomplete.add(name)
     return pools, nodes, incomplete
@@ -603,7 +618,7 @@ def _node_group(
     t = _Table(raw, path, problems, allowed)
     single = t.text("name", max_length=128)
     prefix = t.text("prefix", max_length=120)
-    count = t.whole("count", default=0, minimum=1)
+    count = t.whole("count", default=0, minimum=1, maximum=MAX_NODES)
     start = t.whole("start", default=0)
     if single and ("prefix" in t.raw or "count" in t.raw):
         problems.add(path, "give either name, or prefix and count, not both")
@@ -636,7 +651,7 @@ def _node_group(
     else:
         cpu = t.scaled("vcpus", factor=1000, unit="millicores", required=True, positive=True)
         memory = t.scaled("memory_gib", factor=1024, unit="MiB", required=True, positive=True)
-        gpu = t.whole("gpu")
+        gpu = t.whole("gpu", maximum=MAX_NODE_GPUS)
         gpu_model = t.text("gpu_model", max_length=64)
         if gpu and not gpu_model and t.ok:
             problems.add(t.at("gpu_model"), "is required when gpu > 0")

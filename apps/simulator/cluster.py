@@ -18,6 +18,7 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any, cast
 
+from apps.core.limits import MAX_NODE_GPUS, MAX_NODES
 from apps.scheduler.engine import Node, QueueStrategy, Quota, Resources
 from apps.simulator.trace import TraceJob, TraceNode
 
@@ -136,6 +137,8 @@ def cluster_from_toml(
             for i, group in enumerate(pool.get("nodes", [])):
                 where = f"pools.{pool_name}.nodes[{i}]"
                 for node in _node_group(group, types, where):
+                    if len(listed) == MAX_NODES:
+                        raise ClusterError(f"{where}: more than {MAX_NODES} nodes")
                     listed.append(node)
                     engine.append(
                         Node(
@@ -209,12 +212,16 @@ def _node_group(group: Any, types: Mapping[str, Any], where: str) -> list[TraceN
     cpu = _amount(shape, "vcpus", 1000, where)
     memory = _amount(shape, "memory_gib", 1024, where)
     gpu = _amount(shape, "gpu", 1, where)
+    if gpu > MAX_NODE_GPUS:
+        raise ClusterError(f"{where}.gpu: at most {MAX_NODE_GPUS} GPUs on one node")
     if "name" in g:
         names = [str(g["name"])]
     else:
         start, count = g.get("start", 0), g.get("count", 0)
         if not isinstance(count, int) or not isinstance(start, int) or count < 1:
             raise ClusterError(f"{where}: a node group needs name, or prefix and count ≥ 1")
+        if count > MAX_NODES:
+            raise ClusterError(f"{where}.count: at most {MAX_NODES} nodes")
         names = [f"{g.get('prefix', '')}{start + i}" for i in range(count)]
     return [TraceNode(name=n, cpu=cpu, memory=memory, gpu=gpu) for n in names]
 

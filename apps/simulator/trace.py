@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 
+from apps.core.limits import MAX_NODE_GPUS, MAX_NODES
+
 
 class TraceError(ValueError):
     """A trace or node file that cannot be read; the message names the file and the row."""
@@ -114,41 +116,49 @@ def read_nodes(path: str | Path) -> list[TraceNode]:
     if _OPENB_NODE <= header:
         for row in rows:
             where = _where(path, rows)
-            nodes.append(
+            _node(
+                nodes,
+                where,
                 TraceNode(
                     name=row["sn"],
                     cpu=_int(row, "cpu_milli", where),
                     memory=_int(row, "memory_mib", where),
                     gpu=_int(row, "gpu", where),
                     model=row.get("model") or "",
-                )
+                ),
             )
     elif _SPOT_NODE <= header:
         for row in rows:
             where = _where(path, rows)
-            nodes.append(
+            _node(
+                nodes,
+                where,
                 TraceNode(
                     name=f"node-{row['node_name']}",
                     cpu=_scaled(row, "cpu_num", 1000, where),
                     memory=_UNRECORDED_MEMORY,
                     gpu=_int(row, "gpu_capacity_num", where),
                     model=row.get("gpu_model") or "",
-                )
+                ),
             )
     elif _OWN_NODE <= header:
         for row in rows:
             where = _where(path, rows)
             count = _int(row, "count", where) if row.get("count") else 1
+            if len(nodes) + count > MAX_NODES:
+                raise TraceError(f"{where}: more than {MAX_NODES} nodes")
             for i in range(count):
                 name = row["name"] if count == 1 else f"{row['name']}{i}"
-                nodes.append(
+                _node(
+                    nodes,
+                    where,
                     TraceNode(
                         name=name,
                         cpu=_scaled(row, "cpu", 1000, where),
                         memory=_scaled(row, "memory_gib", 1024, where),
                         gpu=_int(row, "gpu", where),
                         model=row.get("model") or "",
-                    )
+                    ),
                 )
     else:
         raise TraceError(
@@ -160,9 +170,22 @@ def read_nodes(path: str | Path) -> list[TraceNode]:
     return nodes
 
 
+def _node(nodes: list[TraceNode], where: str, node: TraceNode) -> None:
+    """Add a node, within the engine's limits (a typo should not fill the memory)."""
+    if node.gpu > MAX_NODE_GPUS:
+        raise TraceError(f"{where}: at most {MAX_NODE_GPUS} GPUs on one node, got {node.gpu}")
+    if len(nodes) >= MAX_NODES:
+        raise TraceError(f"{where}: more than {MAX_NODES} nodes")
+    nodes.append(node)
+
+
 def _openb_job(row: dict[str, str], where: str) -> TraceJob:
     num_gpu = _int(row, "num_gpu", where)
     per_gpu = _int(row, "gpu_milli", where)
+    if per_gpu > 1000:
+        raise TraceError(
+            f"{where}: gpu_milli is thousandths of one GPU, at most 1000, got {row['gpu_milli']!r}"
+        )
     created = float(_int(row, "creation_time", where))
     scheduled = _optional(row, "scheduled_time", where)
     deleted = _optional(row, "deletion_time", where)

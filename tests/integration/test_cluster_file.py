@@ -255,6 +255,14 @@ PROBLEMS = {
         'instance_types."ecs.gn7i-c8g1.2xlarge".gpu_model: is required when',
     ),
     "negative min": (_set("quotas.team-a.min.gpu", -1), "quotas.team-a.min.gpu: must be ≥ 0"),
+    "too many GPUs on a node": (
+        _set((*G7, "gpu"), 129),
+        'instance_types."ecs.g7.xlarge".gpu: must be ≤ 128',
+    ),
+    "too many nodes": (  # refused before a billion names are made
+        lambda data: data["pools"]["ecs-dedicated"]["nodes"][0].update(count=10**9),
+        "pools.ecs-dedicated.nodes[0].count: must be ≤ 100000",
+    ),
     "fractional memory": (
         _set("quotas.team-a.min.memory_gib", 0.0001),
         "quotas.team-a.min.memory_gib: must be a whole number of MiB",
@@ -687,3 +695,13 @@ def test_it_refuses_to_remove_capacity_quotas_rely_on(demo):
         "pools.lingjun-dedicated.nodes: the root quotas of pool 'lingjun-dedicated'"
         " guarantee 16 GPU (lingjun-root 16 GPU), but its nodes hold 12 GPU"
     ]
+
+
+@pytest.mark.django_db
+def test_it_refuses_more_nodes_than_the_engine_takes_in_one_file(demo):
+    groups = demo["pools"]["ecs-dedicated"]["nodes"]
+    groups[0].update(count=60_000)
+    groups.append({**groups[0], "prefix": "more-", "count": 40_001})
+    declaration, errors = check(demo)
+    assert declaration is None
+    assert "pools.ecs-dedicated.nodes[1]: more than 100000 nodes in the file" in errors

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from apps.simulator import (
@@ -81,6 +83,25 @@ def test_it_names_the_row_of_a_bad_job(tmp_path, row, message):
     assert f"{path}:2" in str(e.value)
 
 
+@pytest.mark.parametrize(
+    "row, message",
+    [
+        (
+            "p,1000,100,1,1500,,LS,Running,0,10,0",
+            "gpu_milli is thousandths of one GPU, at most 1000, got '1500'",
+        ),
+        ("p,-5,100,1,1000,,LS,Running,0,10,0", "cpu_milli must be a whole number ≥ 0, got '-5'"),
+        ("p,1000,100,1,1000,,LS,Running,nan,10,0", "creation_time must be a number, got 'nan'"),
+    ],
+)
+def test_it_names_the_row_of_a_bad_openb_pod(tmp_path, row, message):
+    header = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,"
+    header += "creation_time,deletion_time,scheduled_time\n"
+    path = write(tmp_path, "pods.csv", header + row)
+    with pytest.raises(TraceError, match=re.escape(f"{path}:2: {message}")):
+        read_jobs(path)
+
+
 def test_it_refuses_a_file_that_is_no_trace(tmp_path):
     with pytest.raises(TraceError, match="not a job trace"):
         read_jobs(write(tmp_path, "x.csv", "a,b\n1,2\n"))
@@ -114,6 +135,51 @@ def test_it_reads_node_lists_in_three_formats(tmp_path):
     own = read_nodes(write(tmp_path, "n3.csv", "name,cpu,memory_gib,gpu,count\ng-,96,768,8,3\n"))
     assert [n.name for n in own] == ["g-0", "g-1", "g-2"]
     assert own[0].memory == 768 * 1024
+
+
+@pytest.mark.parametrize(
+    "text, says",
+    [  # a typo must not fill the memory before anything is said
+        ("name,cpu,memory_gib,gpu,count\ng-,96,768,8,1000000000\n", "2: more than 100000 nodes"),
+        (
+            "name,cpu,memory_gib,gpu,count\ng-,96,768,8,60000\nh-,96,768,8,40001\n",
+            "3: more than 100000 nodes",
+        ),
+        ("sn,cpu_milli,memory_mib,gpu\nn0,96000,393216,100000000\n", "2: at most 128 GPUs"),
+        ("name,cpu,memory_gib,gpu\ng,96,768,129\n", "2: at most 128 GPUs on one node, got 129"),
+    ],
+)
+def test_it_refuses_node_lists_beyond_the_engines_limits(tmp_path, text, says):
+    path = write(tmp_path, "n.csv", text)
+    with pytest.raises(TraceError, match=re.escape(f"{path}:{says}")):
+        read_nodes(path)
+    assert (
+        len(
+            read_nodes(
+                write(tmp_path, "ok.csv", "name,cpu,memory_gib,gpu,count\ng-,1,1,128,100000\n")
+            )
+        )
+        == 100_000
+    )
+
+
+@pytest.mark.parametrize(
+    "group, says",
+    [
+        ('prefix = "n"\ncount = 1000000000', "pools.p.nodes[0].count: at most 100000 nodes"),
+        ('name = "n"\ngpu = 129\ngpu_model = "X"', "pools.p.nodes[0].gpu: at most 128 GPUs"),
+    ],
+)
+def test_it_refuses_cluster_files_beyond_the_engines_limits(tmp_path, group, says):
+    text = (
+        f'[pools.p]\nkind = "dedicated"\n[[pools.p.nodes]]\nvcpus = 8\nmemory_gib = 64\n{group}\n'
+    )
+    with pytest.raises(ClusterError, match=re.escape(says)):
+        read_cluster_file(write(tmp_path, "c.toml", text))
+    two = text + '[[pools.p.nodes]]\nprefix = "m"\ncount = 100000\nvcpus = 8\nmemory_gib = 64\n'
+    two = two.replace("1000000000", "1").replace("gpu = 129", "gpu = 1")
+    with pytest.raises(ClusterError, match=re.escape("pools.p.nodes[1]: more than 100000 nodes")):
+        read_cluster_file(write(tmp_path, "c2.toml", two))
 
 
 CLUSTER = """
