@@ -16,6 +16,7 @@ from apps.cluster.models import InstanceType, Quota, ResourceType
 from apps.cluster.selectors import market_params
 from apps.core import pricing
 from apps.core.errors import ValidationFailed
+from apps.core.limits import MAX_PODS_PER_ROLE
 from apps.core.words import say
 from apps.jobs.models import (
     Accessibility,
@@ -28,7 +29,6 @@ from apps.jobs.models import (
 )
 
 SPOT_DISCOUNTS = tuple(Decimal(f"0.{n}") for n in range(1, 10))
-MAX_PODS_PER_ROLE = 1000
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # What a pod's execve can take (ARG_MAX is 2 MiB with the usual 8 MiB stack, argv and the
 # environment together): refused at submission rather than failing the pod with E2BIG.

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 
-from apps.core.limits import MAX_NODE_GPUS, MAX_NODES
+from apps.core.limits import MAX_NODE_GPUS, MAX_NODES, MAX_PODS_PER_ROLE
 
 
 class TraceError(ValueError):
@@ -215,8 +215,8 @@ def _own_job(row: dict[str, str], where: str) -> TraceJob:
         raise TraceError(f"{where}: idle_mode must be one of {', '.join(IDLE_MODES)}")
     duration = _optional(row, "duration", where)
     pods = _int(row, "pods", where) if row.get("pods") else 1
-    if pods < 1:
-        raise TraceError(f"{where}: pods must be ≥ 1")
+    if not 1 <= pods <= MAX_PODS_PER_ROLE:
+        raise TraceError(f"{where}: pods must be from 1 to {MAX_PODS_PER_ROLE}")
     return TraceJob(
         name=row["name"],
         submit=float(_decimal(row, "submit_time", where)),

@@ -73,7 +73,8 @@ def test_it_reads_the_own_job_format(tmp_path):
     [
         ("a,x,10,1,1,1,1", "submit_time must be a number"),
         ("a,0,10,1,1.5,1,1", "gpu must be whole"),
-        ("a,0,10,0,1,1,1", "pods must be ≥ 1"),
+        ("a,0,10,0,1,1,1", "pods must be from 1 to 1000"),
+        ("a,0,10,100000000,1,1,1", "pods must be from 1 to 1000"),  # not 10^8 pods made
     ],
 )
 def test_it_names_the_row_of_a_bad_job(tmp_path, row, message):
