@@ -288,6 +288,7 @@ def test_an_output_lost_during_the_run_is_an_error_naming_it(tmp_path, monkeypat
         (["--min-run", "nan"], "--min-run: not a finite number"),
         (["--spot-step", "abc"], "--spot-step: not a number: 'abc'"),
         (["--mode", "fill", "--fill-to", "11"], "--fill-to must be at most 10"),  # memory
+        (["--spot", "BE", "--spot-nodes", "x.csv", "--spot-step", "1e-6"], "at least 1 s"),
     ],
 )
 def test_it_refuses_numbers_a_run_cannot_use(extra, message):

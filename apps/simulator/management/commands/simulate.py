@@ -200,8 +200,8 @@ class Command(BaseCommand):
             raise CommandError("--spot needs --spot-nodes (the public pool)")
         if o["mode"] != "replay":
             raise CommandError("--spot is for replay mode")
-        if o["spot_step"] <= 0:
-            raise CommandError("--spot-step must be > 0")
+        if o["spot_step"] < 1:  # steps of a microsecond over a trace of weeks never end
+            raise CommandError("--spot-step must be at least 1 s")
         try:
             low, high = (float(x) for x in o["bid_range"].split(","))
             price = Decimal(o["gpu_hour_price"])
