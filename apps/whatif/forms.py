@@ -6,7 +6,8 @@ from django import forms
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
-from apps.simulator import DEFAULTS, PolicyError, parse_policies
+from apps.simulator import DEFAULTS, ClusterError, PolicyError, parse_policies
+from apps.simulator.cluster import cluster_from_toml
 from apps.whatif.models import WhatIfRun
 
 MAX_TRACE_BYTES = 50 * 1024 * 1024
@@ -64,11 +65,17 @@ class WhatIfForm(forms.Form):
         return text
 
     def clean_cluster_file(self):
+        """Valid TOML that the simulator can make a cluster of, said beside the field now
+        rather than as a failed run later (the run checks again: the file is kept)."""
         text = self.cleaned_data["cluster_file"]
         try:
-            tomllib.loads(text)
+            data = tomllib.loads(text)
         except tomllib.TOMLDecodeError as e:
             raise forms.ValidationError(gettext("not valid TOML: %(error)s") % {"error": e}) from e
+        try:
+            cluster_from_toml(data)
+        except (ClusterError, ValueError) as e:
+            raise forms.ValidationError(str(e)) from e
         return text
 
     def clean(self):

@@ -129,6 +129,12 @@ def test_it_replays_an_uploaded_trace(admin_client, personas, django_capture_on_
     "data, field, says",
     [
         ({"cluster_file": "[quotas"}, "cluster_file", "not valid TOML"),
+        ({"cluster_file": '[quotas.a]\npool = "x"'}, "cluster_file", "no dedicated pool has nodes"),
+        (
+            {"cluster_file": BIGGER.replace("count = 4", "count = 1000000000")},
+            "cluster_file",
+            "count: at most 100000 nodes",
+        ),
         ({"policies": "fastest"}, "policies", "unknown policy"),
         ({"source": "upload"}, "trace", "choose a trace file"),
         ({"days": "0"}, "days", "greater than or equal to 1"),
@@ -149,8 +155,12 @@ def test_it_refuses_bad_input_beside_the_field(
 def test_a_cluster_file_it_cannot_use_fails_the_run_with_the_reason(
     admin_client, history, django_capture_on_commit_callbacks
 ):
-    _post(admin_client, django_capture_on_commit_callbacks, cluster_file='[quotas.a]\npool = "x"')
-    run = WhatIfRun.objects.get()
+    # kept from before the form checked it: the run says why it cannot use it
+    run = WhatIfRun.objects.create(
+        created_by=history[0].user, source="jobs", days=7, cluster_file='[quotas.a]\npool = "x"'
+    )
+    whatif_run(run_pk=run.pk)
+    run.refresh_from_db()
     assert run.status == WhatIfRun.Status.FAILED
     assert "no dedicated pool has nodes" in run.message
     page = admin_client.get(reverse("whatif:detail", args=[run.pk])).content.decode()
