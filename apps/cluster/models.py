@@ -16,6 +16,7 @@ from django.db.models import Q
 from django.utils.translation import gettext_lazy as _
 
 from apps.core import pricing
+from apps.core.limits import MAX_NODE_GPUS
 
 
 class ResourceType(models.TextChoices):
@@ -30,7 +31,7 @@ class InstanceType(models.Model):
     resource_type = models.CharField(max_length=16, choices=ResourceType.choices)
     cpu = models.PositiveIntegerField(help_text="millicores")
     memory = models.PositiveIntegerField(help_text="MiB")
-    gpu = models.PositiveIntegerField(default=0)
+    gpu = models.PositiveIntegerField(default=0, validators=[MaxValueValidator(MAX_NODE_GPUS)])
     gpu_model = models.CharField(max_length=64, blank=True)
     price_per_hour = models.DecimalField(
         max_digits=12,
@@ -90,7 +91,7 @@ class Node(models.Model):
     )
     cpu = models.PositiveIntegerField(help_text="millicores")
     memory = models.PositiveIntegerField(help_text="MiB")
-    gpu = models.PositiveIntegerField(default=0)
+    gpu = models.PositiveIntegerField(default=0, validators=[MaxValueValidator(MAX_NODE_GPUS)])
     gpu_model = models.CharField(max_length=64, blank=True)
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.READY)
     last_heartbeat = models.DateTimeField(null=True, blank=True)

@@ -125,6 +125,20 @@ def test_it_drains_nodes_moving_their_jobs_off(admin_client, job, cluster):
     assert (job.attempt, job.restart_times, job.reason_code) == (1, 0, "NodeDrained")
 
 
+def test_it_refuses_more_gpus_on_a_node_than_the_scheduler_takes(admin_client, cluster):
+    node = cluster["nodes"][0]
+    gpus = node.gpu
+    url = reverse("admin:cluster_node_change", args=[node.pk])
+    form = admin_client.get(url).context["adminform"].form
+    data = {name: value for name, value in form.initial.items() if value is not None}
+    response = admin_client.post(url, {**data, "gpu": 129})
+    assert response.status_code == 200  # the form again, with the error
+    assert "less than or equal to 128" in response.content.decode()
+    node.refresh_from_db()
+    assert node.gpu == gpus
+    assert admin_client.post(url, {**data, "gpu": 128}).status_code == 302
+
+
 def test_it_refuses_a_quota_edit_that_breaks_the_tree(admin_client, cluster, personas):
     team_a = cluster["team_a"]
     response = admin_client.post(
