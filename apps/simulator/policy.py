@@ -8,6 +8,7 @@ the engine's own (`Config.victim_order`, `Config.placement`); the simulator only
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from typing import cast, get_args
 
@@ -114,6 +115,6 @@ def _seconds(value: str, text: str) -> float:
         seconds = float(value)
     except ValueError:
         raise PolicyError(f"{text}: {value!r} is not a number of seconds") from None
-    if not seconds >= 0:
-        raise PolicyError(f"{text}: seconds must be ≥ 0")
+    if not (math.isfinite(seconds) and seconds >= 0):  # inf is no JSON: a summary holds it
+        raise PolicyError(f"{text}: seconds must be a finite number ≥ 0")
     return seconds

@@ -283,6 +283,8 @@ def test_it_parses_policies_with_options():
         ("ours,ours", "names repeat"),
         ("ours+victims=oldest", "not one of"),
         ("ours+ckpt=-1", "≥ 0"),
+        ("ours+ckpt=inf", "a finite number"),  # JSON has no Infinity: the summary holds it
+        ("ours+min_run=nan", "a finite number"),
         ("ours+colour=red", "unknown key"),
     ],
 )

@@ -136,6 +136,7 @@ def test_it_replays_an_uploaded_trace(admin_client, personas, django_capture_on_
             "count: at most 100000 nodes",
         ),
         ({"policies": "fastest"}, "policies", "unknown policy"),
+        ({"policies": "ours+ckpt=inf"}, "policies", "a finite number"),  # no JSON holds it
         ({"source": "upload"}, "trace", "choose a trace file"),
         ({"days": "0"}, "days", "greater than or equal to 1"),
         ({"mode": "warp"}, "mode", "Select a valid choice"),
