@@ -1,5 +1,6 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
+from django.templatetags.static import static
 from django.urls import include, path
 from django.views.generic import RedirectView
 
@@ -7,6 +8,17 @@ from apps.core.auth import AdminLoginForm, LoginForm, throttled_login
 
 # Both sign-in forms are throttled (apps/core/auth.py): they say so, with HTTP 429.
 admin.site.login_form = AdminLoginForm
+
+
+class FaviconView(RedirectView):
+    """/favicon.ico, which browsers ask for on pages without an icon link (the admin's):
+    the console's icon, rather than a 404 in the console of every admin page."""
+
+    permanent = False  # the icon's static name carries a hash that changes with it
+
+    def get_redirect_url(self, *args, **kwargs) -> str:
+        return static("img/favicon.svg")
+
 
 urlpatterns = [
     path("", RedirectView.as_view(pattern_name="jobs:list", permanent=False)),
@@ -16,6 +28,7 @@ urlpatterns = [
         name="login",
     ),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("favicon.ico", FaviconView.as_view()),
     path("admin/login/", throttled_login(admin.site.login)),  # before admin/: it wraps admin's
     path("admin/", admin.site.urls),
     path("api/v1/", include("apps.api.urls")),

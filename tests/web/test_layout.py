@@ -105,6 +105,15 @@ def test_it_serves_every_asset_of_the_page_from_static(alice_client, url_name):
         assert finders.find(path), f"{url} is not a file in static/"
 
 
+def test_it_answers_favicon_ico_with_the_console_icon(client, db):
+    """The admin's pages have no icon link, so the browser asks for /favicon.ico."""
+    response = client.get("/favicon.ico")
+    assert response.status_code == 302
+    location = response["Location"]
+    assert location.startswith(settings.STATIC_URL) and location.endswith(".svg")
+    assert finders.find(location.removeprefix(settings.STATIC_URL))
+
+
 def test_it_loads_no_asset_from_another_host():
     for template in TEMPLATES.rglob("*.html"):
         text = template.read_text()
