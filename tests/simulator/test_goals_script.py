@@ -1,0 +1,82 @@
+"""benchmarks/simulator_goals.py, the script that measures the docs' scheduling-quality
+figures, on a tiny trace in the openb format: its tables come out, and the FGD figures are
+the simulator's own."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+from apps.simulator import Settings, made_up_cluster, parse_policies, read_jobs, read_nodes
+from apps.simulator import simulate as run
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "simulator_goals.py"
+
+
+def load(monkeypatch):
+    """The script as a module its worker processes can find by name."""
+    spec = importlib.util.spec_from_file_location("simulator_goals", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "simulator_goals", module)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def traces(tmp_path):
+    nodes = ["sn,cpu_milli,memory_mib,gpu,model"]
+    nodes += [f"openb-node-{i:04d},32000,131072,{2 if i % 2 else 4},V100" for i in range(9)]
+    (tmp_path / "openb_node_list_gpu_node.csv").write_text("\n".join(nodes) + "\n")
+    pods = [
+        "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,"
+        "creation_time,deletion_time,scheduled_time"
+    ]
+    for i in range(60):
+        qos = "BE" if i % 3 else "LS"
+        gpu, milli = (1, 500) if i % 4 == 0 else (1 + i % 2, 1000)
+        start = i * 40_000
+        pods.append(
+            f"openb-pod-{i:04d},{6000 + i % 5 * 5000},8192,{gpu},{milli},,{qos},Succeeded,"
+            f"{start},{start + 900_000},{start}"
+        )
+    (tmp_path / "openb_pod_list_default.csv").write_text("\n".join(pods) + "\n")
+    return tmp_path
+
+
+def test_it_prints_both_tables(traces, monkeypatch, capsys):
+    goals = load(monkeypatch)
+    argv = [str(SCRIPT), "--traces", str(traces), "--fgd-seeds", "1-2"]
+    argv += ["--victim-checkpoints", "61", "--jobs", "1"]
+    monkeypatch.setattr(sys, "argv", argv)
+    goals.main()
+    out = capsys.readouterr().out
+    assert "FGD, fill to 130%, shuffled, 2 seeds" in out
+    assert "FGD artifact: 95.39%" in out
+    rows = [line for line in out.splitlines() if line.strip().startswith("1,000")]
+    assert [row.split()[3] for row in rows] == ["0", "1", "2"]  # one row per third
+    assert "30% or more less lost:" in out and "of 3 runs" in out
+    # the per-seed figures are the simulator's own for that seed
+    jobs = read_jobs(traces / "openb_pod_list_default.csv")
+    nodes = read_nodes(traces / "openb_node_list_gpu_node.csv")
+    direct = run(
+        jobs,
+        made_up_cluster(nodes),
+        parse_policies("fgd")[0],
+        Settings(mode="fill", seed=2, shuffle=True),
+    )
+    from apps.simulator import policy_summary
+
+    shown = out.split("per seed: ")[1].split()[:2]
+    assert shown[1] == f"{policy_summary(direct)['gpu_allocation_ratio'] * 100:.2f}"
+
+
+def test_it_refuses_a_folder_without_the_traces(tmp_path, monkeypatch, capsys):
+    goals = load(monkeypatch)
+    monkeypatch.setattr(sys, "argv", [str(SCRIPT), "--traces", str(tmp_path)])
+    with pytest.raises(SystemExit) as stop:
+        goals.main()
+    assert stop.value.code == 2
+    assert "no openb_pod_list_default.csv there" in capsys.readouterr().err
