@@ -118,23 +118,26 @@ def victim_table(runs: list[dict[str, Any]]) -> None:
             1 - ours["lost_gpu_hours"] / kueue["lost_gpu_hours"] if kueue["lost_gpu_hours"] else 0
         )
         met += less >= 0.3
-
-        def change(key: str, a: dict = ours, b: dict = kueue) -> str:
-            return f"{(a[key] / b[key] - 1) * 100:+.1f}%" if b.get(key) else "—"
-
         d_o, d_k = ours["delay_seconds"], kueue["delay_seconds"]
         ls_o, ls_k = (p["delay_seconds_by_class"].get("LS", {}) for p in (ours, kueue))
         be_o, be_k = (p["delay_seconds_by_class"].get("BE", {}) for p in (ours, kueue))
-        delays = " / ".join(change(k, d_o, d_k) for k in ("p50", "p90", "p99"))
+        delays = " / ".join(_change(k, d_o, d_k) for k in ("p50", "p90", "p99"))
         print(
             f"  {speedup:>7,}  {interval:>9} s  {third}   "
             f"{ours['lost_gpu_hours']:6.2f} / {kueue['lost_gpu_hours']:6.2f}          "
             f"{less * 100:4.0f}%      {delays:<26}   "
             f"{ls_o.get('p90', 0):5.0f} / {ls_k.get('p90', 0):5.0f} s       "
-            f"{change('p90', be_o, be_k) if be_o and be_k else '—':>7}    "
-            f"{change('mean', d_o, d_k)}"
+            f"{_change('p90', be_o, be_k):>7}    "
+            f"{_change('mean', d_o, d_k)}"
         )
     print(f"  30% or more less lost: {met} of {len(by)} runs")
+
+
+def _change(key: str, ours: dict[str, float], kueue: dict[str, float]) -> str:
+    """ours ÷ kueue − 1 as a percentage; — where a figure is missing or kueue's is zero."""
+    if key not in ours or not kueue.get(key):
+        return "—"
+    return f"{(ours[key] / kueue[key] - 1) * 100:+.1f}%"
 
 
 def main() -> None:

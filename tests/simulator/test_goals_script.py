@@ -10,7 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from apps.simulator import Settings, made_up_cluster, parse_policies, read_jobs, read_nodes
+from apps.simulator import (
+    Settings,
+    made_up_cluster,
+    parse_policies,
+    policy_summary,
+    read_jobs,
+    read_nodes,
+)
 from apps.simulator import simulate as run
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "simulator_goals.py"
@@ -67,8 +74,6 @@ def test_it_prints_both_tables(traces, monkeypatch, capsys):
         parse_policies("fgd")[0],
         Settings(mode="fill", seed=2, shuffle=True),
     )
-    from apps.simulator import policy_summary
-
     shown = out.split("per seed: ")[1].split()[:2]
     assert shown[1] == f"{policy_summary(direct)['gpu_allocation_ratio'] * 100:.2f}"
 
