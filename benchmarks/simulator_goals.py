@@ -49,11 +49,16 @@ THIRDS = (0, 1, 2)
 
 
 def _numbers(text: str) -> list[int]:
-    """ "1-40" or "61,127" or "0" (none)."""
+    """An option's list of whole numbers: "1-40" or "61,127" or "0" (none)."""
     out: list[int] = []
     for part in text.split(","):
         low, _, high = part.partition("-")
-        out += range(int(low), int(high or low) + 1)
+        try:
+            out += range(int(low), int(high or low) + 1)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{text!r}: expected whole numbers ≥ 0, as 5, 1-40 or 61,127"
+            ) from None
     return [n for n in out if n > 0]
 
 
@@ -143,19 +148,21 @@ def _change(key: str, ours: dict[str, float], kueue: dict[str, float]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--traces", required=True, help=f"folder with {PODS} and {NODES}")
-    parser.add_argument("--fgd-seeds", default="1-10", help="e.g. 1-40; 0: skip")
-    parser.add_argument("--victim-speedups", default="1000", help="e.g. 1000,2000; 0: skip")
-    parser.add_argument("--victim-checkpoints", default="61,127,181,307")
+    parser.add_argument("--fgd-seeds", default="1-10", type=_numbers, help="e.g. 1-40; 0: skip")
+    parser.add_argument(
+        "--victim-speedups", default="1000", type=_numbers, help="e.g. 1000,2000; 0: skip"
+    )
+    parser.add_argument("--victim-checkpoints", default="61,127,181,307", type=_numbers)
     parser.add_argument("--jobs", type=int, default=2, help="processes")
     args = parser.parse_args()
     for name in (PODS, NODES):
         if not (Path(args.traces) / name).is_file():
             parser.error(f"--traces {args.traces}: no {name} there")
-    seeds = _numbers(args.fgd_seeds)
+    seeds = args.fgd_seeds
     victim = [
         (third, speedup, interval, policy)
-        for speedup in _numbers(args.victim_speedups)
-        for interval in _numbers(args.victim_checkpoints)
+        for speedup in args.victim_speedups
+        for interval in args.victim_checkpoints
         for third in THIRDS
         for policy in ("ours", "kueue")
     ]

@@ -85,3 +85,13 @@ def test_it_refuses_a_folder_without_the_traces(tmp_path, monkeypatch, capsys):
         goals.main()
     assert stop.value.code == 2
     assert "no openb_pod_list_default.csv there" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("option", ["--fgd-seeds=abc", "--victim-speedups=-5", "--jobs=x"])
+def test_it_refuses_options_that_are_not_numbers(traces, option, monkeypatch, capsys):
+    goals = load(monkeypatch)
+    monkeypatch.setattr(sys, "argv", [str(SCRIPT), "--traces", str(traces), option])
+    with pytest.raises(SystemExit) as stop:
+        goals.main()
+    assert stop.value.code == 2
+    assert f"argument {option.split('=')[0]}" in capsys.readouterr().err
