@@ -2,10 +2,9 @@
 of the trace belongs to.
 
 Nodes come from a node list (trace.py) or from the dedicated pools of a cluster file, the
-same TOML `manage.py apply_cluster` reads; quotas from the cluster file's `[quotas]`, or made
-up: one quota holding the whole cluster, N equal quotas, or one per QoS class. This reads
-only the parts of the cluster file a replay needs (instance types, dedicated pools and their
-node groups, quotas) and checks only what it reads; `apply_cluster` checks the whole file.
+same TOML `manage.py apply_cluster` reads, checked by its rules; quotas from the cluster
+file's `[quotas]`, or made up: one quota holding the whole cluster, N equal quotas, or one
+per QoS class.
 """
 
 from __future__ import annotations
@@ -14,16 +13,14 @@ import tomllib
 import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any, cast
 
-from apps.core.limits import MAX_NODE_GPUS, MAX_NODES
+from apps.cluster.clusterfile import ClusterState, NodeDecl, PoolDecl, cluster_file_check
 from apps.scheduler.engine import Node, QueueStrategy, Quota, Resources
 from apps.simulator.trace import TraceJob, TraceNode
 
 ROOT = "cluster"  # the root of made-up quota trees
-STRATEGIES = ("StrictFIFO", "BestEffortFIFO")
 
 
 class ClusterError(ValueError):
@@ -105,11 +102,17 @@ def assign_quota(job: TraceJob, cluster: Cluster, rule: str) -> str:
 
 # --- the cluster file ---------------------------------------------------------------------
 
+# What a replay does not read: left out before the file is checked (a user's password_env
+# need not be set to replay a trace).
+NOT_REPLAYED = ("users", "access_keys", "images", "market")
+NODE_LIST = "node list"  # the pool the root quotas use when a node list is given
+_SHOWN = 5  # problems named in one error; the rest are counted
+
 
 def read_cluster_file(path: str | Path, *, nodes: Sequence[TraceNode] | None = None) -> Cluster:
     """The dedicated pools and the quota tree of a cluster file. With `nodes` (a node list),
-    those nodes make up the one pool every quota root uses, and the file's node groups are
-    not read."""
+    those nodes make up the one pool every quota root uses, and the file's pools are not
+    read."""
     try:
         with open(path, "rb") as f:
             data = tomllib.load(f)
@@ -123,122 +126,77 @@ def read_cluster_file(path: str | Path, *, nodes: Sequence[TraceNode] | None = N
 def cluster_from_toml(
     data: Mapping[str, Any], *, nodes: Sequence[TraceNode] | None = None
 ) -> Cluster:
-    pool_ids: dict[str, int] = {}
+    """The cluster a parsed cluster file declares, checked by `apply_cluster`'s own rules
+    (`cluster_file_check`) on the sections a replay reads: a file the simulator takes is
+    one `apply_cluster` would take, and the same mistake gets the same message."""
+    data = {k: v for k, v in data.items() if k not in NOT_REPLAYED}
+    existing = None
+    if nodes is not None:
+        data, existing = _on_node_list(data, nodes)
+    declaration, problems = cluster_file_check(data, existing=existing)
+    if declaration is None:
+        shown = "; ".join(problems[:_SHOWN])
+        more = len(problems) - _SHOWN
+        raise ClusterError(shown + (f" (and {more} more)" if more > 0 else ""))
     if nodes is not None:
         listed = list(nodes)
-        engine = list(engine_nodes(listed))
+        engine = engine_nodes(listed)
+        pool_ids = {NODE_LIST: 1}
     else:
-        listed, engine = [], []
-        types = _table(data, "instance_types")
-        for pool_name, pool in _table(data, "pools").items():
-            if _table(data, f"pools.{pool_name}", pool).get("kind") != "dedicated":
-                continue
-            pool_ids[pool_name] = len(pool_ids) + 1
-            for i, group in enumerate(pool.get("nodes", [])):
-                where = f"pools.{pool_name}.nodes[{i}]"
-                for node in _node_group(group, types, where):
-                    if len(listed) == MAX_NODES:
-                        raise ClusterError(f"{where}: more than {MAX_NODES} nodes")
-                    listed.append(node)
-                    engine.append(
-                        Node(
-                            id=len(engine) + 1,
-                            pool_id=pool_ids[pool_name],
-                            capacity=Resources(cpu=node.cpu, memory=node.memory, gpu=node.gpu),
-                        )
-                    )
-        if not engine:
+        pool_ids = {}
+        for pool in declaration.pools:
+            if pool.kind == "dedicated":
+                pool_ids[pool.name] = len(pool_ids) + 1
+        declared = [n for n in declaration.nodes if n.pool in pool_ids]
+        if not declared:
             raise ClusterError("pools: no dedicated pool has nodes (give a node list instead)")
-    quotas = _quotas(_table(data, "quotas"), pool_ids, one_pool=nodes is not None)
+        listed = [TraceNode(n.name, n.cpu, n.memory, n.gpu, n.gpu_model) for n in declared]
+        engine = tuple(
+            Node(id=i + 1, pool_id=pool_ids[n.pool], capacity=Resources(n.cpu, n.memory, n.gpu))
+            for i, n in enumerate(declared)
+        )
+    by_name = {q.name: q for q in declaration.quotas}
+    ids = {name: i + 1 for i, name in enumerate(data.get("quotas", {}))}  # file order
+    quotas = tuple(
+        Quota(
+            id=ids[name],
+            name=name,
+            parent_id=None if q.parent is None else ids[q.parent],
+            pool_id=pool_ids[q.pool],
+            min=Resources(cpu=q.min.cpu, memory=q.min.memory, gpu=q.min.gpu),
+            strategy=cast(QueueStrategy, q.queue_strategy),  # checked against its choices
+        )
+        for name, q in ((name, by_name[name]) for name in ids)
+    )
+    if not quotas:
+        raise ClusterError("quotas: the cluster file declares no quota")
     parents = {q.parent_id for q in quotas}
     leaves = tuple(q.name for q in quotas if q.id not in parents)
-    return Cluster(tuple(engine), tuple(n.name for n in listed), tuple(quotas), leaves)
+    return Cluster(engine, tuple(n.name for n in listed), quotas, leaves)
 
 
-def _quotas(table: Mapping[str, Any], pool_ids: dict[str, int], *, one_pool: bool) -> list[Quota]:
-    if not table:
-        raise ClusterError("quotas: the cluster file declares no quota")
-    ids = {name: i + 1 for i, name in enumerate(table)}
-    raw = {name: _table(table, f"quotas.{name}", q) for name, q in table.items()}
-
-    def pool_of(name: str, seen: tuple[str, ...] = ()) -> int:
-        q = raw[name]
-        if name in seen:
-            raise ClusterError(f"quotas.{name}: is its own ancestor")
-        if q.get("parent") is not None:
-            return pool_of(q["parent"], (*seen, name))
-        if one_pool:
-            return 1
-        pool = q.get("pool")
-        if pool not in pool_ids:
-            raise ClusterError(f"quotas.{name}.pool: no dedicated pool {pool!r}")
-        return pool_ids[pool]
-
-    out = []
-    for name, q in raw.items():
-        parent = q.get("parent")
-        if parent is not None and parent not in ids:
-            raise ClusterError(f"quotas.{name}.parent: unknown quota {parent!r}")
-        strategy = q.get("queue_strategy", "StrictFIFO")
-        if strategy not in STRATEGIES:
-            raise ClusterError(f"quotas.{name}.queue_strategy: expected one of {STRATEGIES}")
-        m = _table(q, f"quotas.{name}.min", q.get("min", {}))
-        out.append(
-            Quota(
-                id=ids[name],
-                name=name,
-                parent_id=None if parent is None else ids[parent],
-                pool_id=pool_of(name),
-                min=Resources(
-                    cpu=_amount(m, "cpu", 1000, f"quotas.{name}.min"),
-                    memory=_amount(m, "memory_gib", 1024, f"quotas.{name}.min"),
-                    gpu=_amount(m, "gpu", 1, f"quotas.{name}.min"),
-                ),
-                strategy=cast(QueueStrategy, strategy),
-            )
-        )
-    return out
-
-
-def _node_group(group: Any, types: Mapping[str, Any], where: str) -> list[TraceNode]:
-    g = _table({}, where, group)
-    if "instance_type" in g:
-        t = types.get(g["instance_type"])
-        if t is None:
-            raise ClusterError(f"{where}.instance_type: unknown {g['instance_type']!r}")
-        shape = _table(types, f"instance_types.{g['instance_type']}", t)
-    else:
-        shape = g
-    cpu = _amount(shape, "vcpus", 1000, where)
-    memory = _amount(shape, "memory_gib", 1024, where)
-    gpu = _amount(shape, "gpu", 1, where)
-    if gpu > MAX_NODE_GPUS:
-        raise ClusterError(f"{where}.gpu: at most {MAX_NODE_GPUS} GPUs on one node")
-    if "name" in g:
-        names = [str(g["name"])]
-    else:
-        start, count = g.get("start", 0), g.get("count", 0)
-        if not isinstance(count, int) or not isinstance(start, int) or count < 1:
-            raise ClusterError(f"{where}: a node group needs name, or prefix and count ≥ 1")
-        if count > MAX_NODES:
-            raise ClusterError(f"{where}.count: at most {MAX_NODES} nodes")
-        names = [f"{g.get('prefix', '')}{start + i}" for i in range(count)]
-    return [TraceNode(name=n, cpu=cpu, memory=memory, gpu=gpu) for n in names]
-
-
-def _table(parent: Mapping[str, Any], where: str, value: Any = None) -> dict[str, Any]:
-    value = parent.get(where, {}) if value is None else value
-    if not isinstance(value, dict):
-        raise ClusterError(f"{where}: expected a table")
-    return value
-
-
-def _amount(table: Mapping[str, Any], key: str, unit: int, where: str) -> int:
-    value = table.get(key, 0)
-    try:
-        number = Decimal(str(value))
-    except InvalidOperation:
-        raise ClusterError(f"{where}.{key}: must be a number") from None
-    if isinstance(value, bool) or not number.is_finite() or number < 0:
-        raise ClusterError(f"{where}.{key}: must be a number ≥ 0")
-    return int(number * unit)
+def _on_node_list(
+    data: dict[str, Any], nodes: Sequence[TraceNode]
+) -> tuple[dict[str, Any], ClusterState]:
+    """The file as checked when a node list stands in for its pools: the pools and instance
+    types are not read, every root quota's pool is the node list (of no resource type:
+    quotas' own are not read either), and the node list is what the roots must fit."""
+    quotas = data.get("quotas")
+    if isinstance(quotas, dict):
+        rewritten = {}
+        for name, body in quotas.items():
+            if isinstance(body, dict):
+                body = {k: v for k, v in body.items() if k not in ("pool", "resource_type")}
+                if body.get("parent") is None:
+                    body["pool"] = NODE_LIST
+            rewritten[name] = body
+        quotas = rewritten
+    kept = {k: v for k, v in data.items() if k not in ("pools", "instance_types", "quotas")}
+    if quotas is not None:
+        kept["quotas"] = quotas
+    pool = PoolDecl(NODE_LIST, "dedicated", "")
+    listed = {
+        str(i): NodeDecl(str(i), NODE_LIST, None, n.cpu, n.memory, n.gpu, n.model)
+        for i, n in enumerate(nodes)
+    }
+    return kept, ClusterState(pools={NODE_LIST: pool}, nodes=listed)

@@ -85,7 +85,9 @@ def current_cluster_file() -> str:
     with their nodes, the quota tree), to start the changed one from. Runs of nodes named
     prefix + consecutive numbers with one shape are written as one node group."""
     cluster = current_cluster()
-    pools = dict(ResourcePool.objects.values_list("pk", "name"))
+    pools, types = {}, {}
+    for pk, name, resource_type in ResourcePool.objects.values_list("pk", "name", "resource_type"):
+        pools[pk], types[pk] = name, resource_type
     names = {q.id: q.name for q in cluster.quotas}
     lines = [
         "# The current dedicated pools and quota tree; change what the run should try.",
@@ -103,6 +105,7 @@ def current_cluster_file() -> str:
     for pool_id, nodes in by_pool.items():
         pool = _key(pools[pool_id])
         lines += ["", f"[pools.{pool}]", 'kind = "dedicated"']
+        lines.append(f"resource_type = {json.dumps(types[pool_id])}")
         for prefix, start, count, (cpu, memory, gpu), model in _node_runs(nodes):
             lines += ["", f"[[pools.{pool}.nodes]]"]
             if count == 1 and start is None:
@@ -114,6 +117,8 @@ def current_cluster_file() -> str:
             lines.append(f"gpu = {gpu}")
             if model:
                 lines.append(f"gpu_model = {json.dumps(model)}")
+            elif gpu:  # the file requires one where there are GPUs
+                lines.append(f"gpu_model = {json.dumps(UNKNOWN_MODEL)}  # not set on the node")
     for quota in cluster.quotas:
         lines += ["", f"[quotas.{_key(quota.name)}]"]
         if quota.parent_id is None:
@@ -129,6 +134,7 @@ def current_cluster_file() -> str:
     return "\n".join(lines) + "\n"
 
 
+UNKNOWN_MODEL = "unknown"
 _BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
 _NUMBERED = re.compile(r"^(.*?)(\d+)$")
 

@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
 
 import pytest
 
+from apps.cluster.clusterfile import cluster_file_check
 from apps.simulator import (
     ClusterError,
     PolicyError,
@@ -19,6 +24,7 @@ from apps.simulator import (
 from apps.simulator.cluster import assign_quota
 from tests.simulator.helpers import job, nodes
 
+ROOT = Path(__file__).resolve().parents[2]
 OPENB_HEADER = (
     "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,"
     "creation_time,deletion_time,scheduled_time\n"
@@ -167,13 +173,14 @@ def test_it_refuses_node_lists_beyond_the_engines_limits(tmp_path, text, says):
 @pytest.mark.parametrize(
     "group, says",
     [
-        ('prefix = "n"\ncount = 1000000000', "pools.p.nodes[0].count: at most 100000 nodes"),
-        ('name = "n"\ngpu = 129\ngpu_model = "X"', "pools.p.nodes[0].gpu: at most 128 GPUs"),
+        ('prefix = "n"\ncount = 1000000000', "pools.p.nodes[0].count: must be ≤ 100000"),
+        ('name = "n"\ngpu = 129\ngpu_model = "X"', "pools.p.nodes[0].gpu: must be ≤ 128"),
     ],
 )
 def test_it_refuses_cluster_files_beyond_the_engines_limits(tmp_path, group, says):
     text = (
-        f'[pools.p]\nkind = "dedicated"\n[[pools.p.nodes]]\nvcpus = 8\nmemory_gib = 64\n{group}\n'
+        '[pools.p]\nkind = "dedicated"\nresource_type = "ECS"\n'
+        f"[[pools.p.nodes]]\nvcpus = 8\nmemory_gib = 64\n{group}\n"
     )
     with pytest.raises(ClusterError, match=re.escape(says)):
         read_cluster_file(write(tmp_path, "c.toml", text))
@@ -232,9 +239,13 @@ def test_it_reads_pools_and_quotas_from_a_cluster_file(tmp_path):
 
 
 def test_it_puts_a_node_list_under_the_cluster_files_quotas(tmp_path):
-    cluster = read_cluster_file(write(tmp_path, "c.toml", CLUSTER), nodes=nodes(4, 4, 4))
-    assert cluster.gpus == 12 and {n.pool_id for n in cluster.nodes} == {1}
+    cluster = read_cluster_file(write(tmp_path, "c.toml", CLUSTER), nodes=nodes(4, 4, 8))
+    assert cluster.gpus == 16 and {n.pool_id for n in cluster.nodes} == {1}
     assert {q.pool_id for q in cluster.quotas} == {1}
+    # the roots' guarantee must fit the node list, as it must fit a pool's nodes
+    says = "quotas.root.min.gpu: the root quotas of pool 'node list' guarantee 16 GPU"
+    with pytest.raises(ClusterError, match=re.escape(says)):
+        read_cluster_file(write(tmp_path, "c.toml", CLUSTER), nodes=nodes(4, 4, 4))
 
 
 def test_it_reads_the_demo_cluster_file():
@@ -291,3 +302,41 @@ def test_it_parses_policies_with_options():
 def test_it_rejects_bad_policies(text, message):
     with pytest.raises(PolicyError, match=message):
         parse_policies(text)
+
+
+def test_it_checks_a_cluster_file_by_apply_clusters_rules(tmp_path):
+    """A file `apply_cluster` would refuse is refused with its message, every problem named."""
+    bad = CLUSTER.replace("min = { gpu = 4,", "min = { gpu = 5,").replace(
+        'kind = "public"', 'kind = "shared"'
+    )
+    _, problems = cluster_file_check(tomllib.loads(bad))
+    assert len(problems) == 2
+    with pytest.raises(ClusterError) as refused:
+        read_cluster_file(write(tmp_path, "c.toml", bad))
+    assert str(refused.value) == "; ".join(problems)
+    assert "quotas.root.min.gpu: the children's min adds up to 17 GPU" in str(refused.value)
+    with pytest.raises(ClusterError, match=re.escape("quota: unknown section")):
+        read_cluster_file(write(tmp_path, "typo.toml", CLUSTER + '[quota.x]\npool = "p"\n'))
+
+
+def test_it_leaves_out_what_a_replay_does_not_read(tmp_path):
+    """Users (whose password_env need not be set here), keys, images and the market."""
+    extra = '[users.ann]\npassword_env = "NOT_SET_ANYWHERE"\n[market]\nfloor_ratio = 7\n'
+    cluster = read_cluster_file(write(tmp_path, "c.toml", CLUSTER + extra))
+    assert cluster.leaves == ("team-a", "team-b")
+
+
+def test_it_counts_the_problems_it_does_not_name(tmp_path):
+    many = "".join(f'[quotas.q{i}]\nparent = "nobody"\n' for i in range(8))
+    with pytest.raises(ClusterError, match=r"unknown quota 'nobody' \(and 3 more\)$"):
+        read_cluster_file(write(tmp_path, "c.toml", CLUSTER + many))
+
+
+def test_the_simulator_runs_without_django():
+    """It reads cluster files with the cluster app's pure checker, and nothing of Django."""
+    code = (
+        "import sys; import apps.simulator; import apps.simulator.cluster; "
+        "assert 'apps.cluster.clusterfile' in sys.modules; "
+        "assert not [m for m in sys.modules if m.split('.')[0] in ('django', 'celery')]"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)

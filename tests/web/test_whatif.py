@@ -27,12 +27,16 @@ SAMPLE = Path(settings.BASE_DIR) / "examples" / "traces"
 # Twice the test cluster's dedicated GPUs: 4 nodes of 8 GPUs, team-a's guarantee doubled.
 BIGGER = """
 [instance_types.gpu8]
+resource_type = "ECS"
 vcpus = 64
 memory_gib = 512
 gpu = 8
+gpu_model = "A100"
+price_per_hour = "30.00"
 
 [pools.ecs-dedicated]
 kind = "dedicated"
+resource_type = "ECS"
 
 [[pools.ecs-dedicated.nodes]]
 instance_type = "gpu8"
@@ -129,11 +133,15 @@ def test_it_replays_an_uploaded_trace(admin_client, personas, django_capture_on_
     "data, field, says",
     [
         ({"cluster_file": "[quotas"}, "cluster_file", "not valid TOML"),
-        ({"cluster_file": '[quotas.a]\npool = "x"'}, "cluster_file", "no dedicated pool has nodes"),
+        (
+            {"cluster_file": '[quotas.a]\npool = "x"'},
+            "cluster_file",
+            "quotas.a.pool: unknown pool &#x27;x&#x27;",
+        ),
         (
             {"cluster_file": BIGGER.replace("count = 4", "count = 1000000000")},
             "cluster_file",
-            "count: at most 100000 nodes",
+            "nodes[0].count: must be ≤ 100000",
         ),
         ({"policies": "fastest"}, "policies", "unknown policy"),
         ({"policies": "ours+ckpt=inf"}, "policies", "a finite number"),  # no JSON holds it
@@ -163,9 +171,9 @@ def test_a_cluster_file_it_cannot_use_fails_the_run_with_the_reason(
     whatif_run(run_pk=run.pk)
     run.refresh_from_db()
     assert run.status == WhatIfRun.Status.FAILED
-    assert "no dedicated pool has nodes" in run.message
+    assert "quotas.a.pool: unknown pool 'x'" in run.message
     page = admin_client.get(reverse("whatif:detail", args=[run.pk])).content.decode()
-    assert 'id="run-failed"' in page and "no dedicated pool has nodes" in page
+    assert 'id="run-failed"' in page and "quotas.a.pool: unknown pool &#x27;x&#x27;" in page
     with django_capture_on_commit_callbacks(execute=True):
         again = admin_client.post(reverse("whatif:again", args=[run.pk]))
     assert again.status_code == 302
@@ -247,7 +255,9 @@ def test_node_groups_keep_odd_names_and_shapes_apart(personas):
     pool = Node.objects.filter(pool__kind="dedicated").first().pool
     Node.objects.create(name="gpu-07", pool=pool, cpu=1500, memory=1536, gpu=1, gpu_model="T4")
     Node.objects.create(name="odd.node", pool=pool, cpu=64000, memory=524288, gpu=8)
-    cluster = cluster_from_toml(tomllib.loads(current_cluster_file()))
+    text = current_cluster_file()
+    assert 'gpu_model = "unknown"  # not set on the node' in text  # the file needs one
+    cluster = cluster_from_toml(tomllib.loads(text))
     current = current_cluster()
 
     def shapes(c):
