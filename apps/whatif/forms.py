@@ -3,12 +3,14 @@ from __future__ import annotations
 import tomllib
 
 from django import forms
+from django.utils import timezone
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from apps.simulator import DEFAULTS, ClusterError, PolicyError, parse_policies
 from apps.simulator.cluster import cluster_from_toml
 from apps.whatif.models import WhatIfRun
+from apps.whatif.selectors import quota_jobs
 
 MAX_TRACE_BYTES = 50 * 1024 * 1024
 MAX_DAYS = 90
@@ -84,6 +86,17 @@ class WhatIfForm(forms.Form):
             self.add_error(
                 "trace", gettext("choose a trace file, or replay the cluster's own jobs")
             )
-        if data.get("source") == WhatIfRun.Source.JOBS and not data.get("days"):
-            self.add_error("days", gettext("how many days of jobs to replay"))
+        if data.get("source") == WhatIfRun.Source.JOBS:
+            days = data.get("days")
+            if not days:
+                self.add_error("days", gettext("how many days of jobs to replay"))
+            elif not quota_jobs(days=days, now=timezone.now()).exists():
+                self.add_error(
+                    "days",
+                    gettext(
+                        "no quota job was submitted in the last %(days)d days: nothing to "
+                        "replay (choose more days, or a trace file)"
+                    )
+                    % {"days": days},
+                )
         return data

@@ -8,11 +8,23 @@ import re
 from datetime import datetime, timedelta
 from decimal import Decimal
 
+from django.db.models import QuerySet
+
 from apps.cluster.models import Node, ResourcePool
 from apps.jobs.models import Job, ResourceSource
 from apps.scheduler.services import scheduler_cluster
 from apps.simulator import Cluster, TraceJob
 from apps.whatif.models import WhatIfRun
+
+
+def quota_jobs(*, days: int, now: datetime) -> QuerySet[Job]:
+    """The quota jobs submitted in the last `days` days: what a replay of the cluster's own
+    jobs reads."""
+    return Job.objects.filter(
+        resource_source=ResourceSource.QUOTA,
+        submitted_at__gte=now - timedelta(days=days),
+        submitted_at__isnull=False,
+    )
 
 
 def jobs_trace(*, days: int, now: datetime) -> list[TraceJob]:
@@ -22,11 +34,7 @@ def jobs_trace(*, days: int, now: datetime) -> list[TraceJob]:
     mode and priority. A job of several roles counts as its pods alike, each shaped like its
     role asking the most GPUs. Jobs stopped before they ever started did no work: left out."""
     jobs = (
-        Job.objects.filter(
-            resource_source=ResourceSource.QUOTA,
-            submitted_at__gte=now - timedelta(days=days),
-            submitted_at__isnull=False,
-        )
+        quota_jobs(days=days, now=now)
         .select_related("quota")
         .prefetch_related("roles")
         .order_by("submitted_at", "id")

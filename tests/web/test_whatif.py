@@ -147,6 +147,7 @@ def test_it_replays_an_uploaded_trace(admin_client, personas, django_capture_on_
         ({"policies": "ours+ckpt=inf"}, "policies", "a finite number"),  # no JSON holds it
         ({"source": "upload"}, "trace", "choose a trace file"),
         ({"days": "0"}, "days", "greater than or equal to 1"),
+        ({"days": "3"}, "days", "no quota job was submitted in the last 3 days"),
         ({"mode": "warp"}, "mode", "Select a valid choice"),
     ],
 )
@@ -159,6 +160,18 @@ def test_it_refuses_bad_input_beside_the_field(
     section = content[content.index(f'id="field-{field}"') :]
     assert says in section[: section.index("</div>")]
     assert not WhatIfRun.objects.exists()
+
+
+def test_a_run_of_the_clusters_own_jobs_with_none_to_replay_says_so(personas):
+    # the form refuses it up front; a run whose jobs all ended before they started still
+    # gets here
+    run = WhatIfRun.objects.create(
+        created_by=personas["alice"], source="jobs", days=2, cluster_file=BIGGER
+    )
+    whatif_run(run_pk=run.pk)
+    run.refresh_from_db()
+    assert run.status == WhatIfRun.Status.FAILED
+    assert run.message == "no quota job of the last 2 days ran or waits: nothing to replay"
 
 
 def test_a_cluster_file_it_cannot_use_fails_the_run_with_the_reason(
