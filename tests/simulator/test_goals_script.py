@@ -56,15 +56,20 @@ def traces(tmp_path):
 def test_it_prints_both_tables(traces, monkeypatch, capsys):
     goals = load(monkeypatch)
     argv = [str(SCRIPT), "--traces", str(traces), "--fgd-seeds", "1-2"]
-    argv += ["--victim-checkpoints", "61", "--jobs", "1"]
+    argv += ["--victim-checkpoints", "61", "--victim-ticks", "30,31", "--jobs", "1"]
     monkeypatch.setattr(sys, "argv", argv)
     goals.main()
     out = capsys.readouterr().out
     assert "FGD, fill to 130%, shuffled, 2 seeds" in out
     assert "FGD artifact: 95.39%" in out
     rows = [line for line in out.splitlines() if line.strip().startswith("1,000")]
-    assert [row.split()[3] for row in rows] == ["0", "1", "2"]  # one row per third
-    assert "30% or more less lost:" in out and "of 3 runs" in out
+    # one row per third and tick
+    assert [tuple(row.split()[3:5]) for row in rows] == [
+        (k, t) for k in ("0", "1", "2") for t in ("30", "31")
+    ]
+    assert rows[0].split()[6:9] != rows[1].split()[6:9]  # the tick is the run's own
+    assert "30% or more less lost:" in out and "of 6 runs" in out
+    assert "delay equal or better (ours ≤ kueue): p90 in " in out
     # the per-seed figures are the simulator's own for that seed
     jobs = read_jobs(traces / "openb_pod_list_default.csv")
     nodes = read_nodes(traces / "openb_node_list_gpu_node.csv")
