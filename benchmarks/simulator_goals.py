@@ -3,7 +3,7 @@ one command, on the public openb traces (alibaba/clusterdata, cluster-trace-gpu-
 
     python benchmarks/simulator_goals.py --traces DIR [--fgd-seeds 1-40] \
         [--victim-speedups 1000] [--victim-checkpoints 61,127,181,307] \
-        [--victim-ticks 30] [--jobs 2]
+        [--victim-ticks 30] [--victim-placement best_fit] [--jobs 2]
 
 DIR holds openb_pod_list_default.csv and openb_node_list_gpu_node.csv. Two parts (give
 `--fgd-seeds 0` or `--victim-speedups 0` to skip one):
@@ -19,7 +19,8 @@ DIR holds openb_pod_list_default.csv and openb_node_list_gpu_node.csv. Two parts
   A replay's delay percentiles move by several percent, either way, when the plan's tick
   moves by a second (the bursts start on other instants); several ticks show how much of
   a difference is the order and how much the phase. The last lines count the runs that
-  meet each part of the goal.
+  meet each part of the goal. Both orders place pods by best fit, the product's rule, or
+  by --victim-placement (e.g. fgd).
 
 Runs are independent and go to --jobs processes; each replay takes about a minute here.
 """
@@ -124,7 +125,8 @@ def victim_table(runs: list[dict[str, Any]]) -> None:
     by: dict[tuple[int, int, int, int], dict[str, dict]] = {}
     for r in runs:
         by.setdefault((r["speedup"], r["interval"], r["third"], r["tick"]), {})[r["policy"]] = r
-    print("\nVictim order, ours vs kueue (delay changes: ours ÷ kueue − 1)")
+    placement = runs[0]["placement"] if runs else ""
+    print(f"\nVictim order, ours vs kueue, {placement} (delay changes: ours ÷ kueue − 1)")
     print(
         "  speedup  saves every  K  tick   GPU-h lost ours / kueue   less lost   "
         "delay p50 / p90 / p99        LS p90 ours / kueue   BE p90      mean delay"
@@ -179,6 +181,12 @@ def main() -> None:
     parser.add_argument(
         "--victim-ticks", default="30", type=_numbers, help="plan intervals, e.g. 25,29,30,31,35"
     )
+    parser.add_argument(
+        "--victim-placement",
+        default="best_fit",
+        choices=("best_fit", "fgd", "worst_fit", "random"),
+        help="both orders' placement",
+    )
     parser.add_argument("--jobs", type=int, default=2, help="processes")
     args = parser.parse_args()
     for name in (PODS, NODES):
@@ -191,7 +199,10 @@ def main() -> None:
         for interval in args.victim_checkpoints
         for tick in args.victim_ticks
         for third in THIRDS
-        for policy in ("ours", "kueue")
+        for policy in (
+            f"ours+placement={args.victim_placement}+name=ours",
+            f"kueue+placement={args.victim_placement}+name=kueue",
+        )
     ]
     started = time.perf_counter()
     with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:

@@ -70,6 +70,7 @@ def test_it_prints_both_tables(traces, monkeypatch, capsys):
     assert rows[0].split()[6:9] != rows[1].split()[6:9]  # the tick is the run's own
     assert "30% or more less lost:" in out and "of 6 runs" in out
     assert "delay equal or better (ours ≤ kueue): p90 in " in out
+    assert "Victim order, ours vs kueue, best_fit" in out  # the product's placement
     # the per-seed figures are the simulator's own for that seed
     jobs = read_jobs(traces / "openb_pod_list_default.csv")
     nodes = read_nodes(traces / "openb_node_list_gpu_node.csv")
@@ -83,6 +84,20 @@ def test_it_prints_both_tables(traces, monkeypatch, capsys):
     assert shown[1] == f"{policy_summary(direct)['gpu_allocation_ratio'] * 100:.2f}"
 
 
+def test_both_orders_take_the_placement_asked_for(traces, monkeypatch, capsys):
+    goals = load(monkeypatch)
+    tables = {}
+    for placement in ("best_fit", "fgd"):
+        argv = [str(SCRIPT), "--traces", str(traces), "--fgd-seeds", "0"]
+        argv += ["--victim-checkpoints", "61", "--victim-placement", placement, "--jobs", "1"]
+        monkeypatch.setattr(sys, "argv", argv)
+        goals.main()
+        out = capsys.readouterr().out
+        assert f"Victim order, ours vs kueue, {placement} " in out
+        tables[placement] = [line for line in out.splitlines() if line.strip().startswith("1,000")]
+    assert tables["best_fit"] != tables["fgd"]
+
+
 def test_it_refuses_a_folder_without_the_traces(tmp_path, monkeypatch, capsys):
     goals = load(monkeypatch)
     monkeypatch.setattr(sys, "argv", [str(SCRIPT), "--traces", str(tmp_path)])
@@ -92,8 +107,10 @@ def test_it_refuses_a_folder_without_the_traces(tmp_path, monkeypatch, capsys):
     assert "no openb_pod_list_default.csv there" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("option", ["--fgd-seeds=abc", "--victim-speedups=-5", "--jobs=x"])
-def test_it_refuses_options_that_are_not_numbers(traces, option, monkeypatch, capsys):
+@pytest.mark.parametrize(
+    "option", ["--fgd-seeds=abc", "--victim-speedups=-5", "--jobs=x", "--victim-placement=tight"]
+)
+def test_it_refuses_bad_options(traces, option, monkeypatch, capsys):
     goals = load(monkeypatch)
     monkeypatch.setattr(sys, "argv", [str(SCRIPT), "--traces", str(traces), option])
     with pytest.raises(SystemExit) as stop:
