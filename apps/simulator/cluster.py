@@ -155,18 +155,18 @@ def cluster_from_toml(
             Node(id=i + 1, pool_id=pool_ids[n.pool], capacity=Resources(n.cpu, n.memory, n.gpu))
             for i, n in enumerate(declared)
         )
-    by_name = {q.name: q for q in declaration.quotas}
+    by_name = {q.name: q for q in declaration.quotas}  # parents first
     ids = {name: i + 1 for i, name in enumerate(data.get("quotas", {}))}  # file order
     quotas = tuple(
         Quota(
-            id=ids[name],
-            name=name,
+            id=ids[q.name],
+            name=q.name,
             parent_id=None if q.parent is None else ids[q.parent],
             pool_id=pool_ids[q.pool],
             min=Resources(cpu=q.min.cpu, memory=q.min.memory, gpu=q.min.gpu),
             strategy=cast(QueueStrategy, q.queue_strategy),  # checked against its choices
         )
-        for name, q in ((name, by_name[name]) for name in ids)
+        for q in (by_name[name] for name in ids)
     )
     if not quotas:
         raise ClusterError("quotas: the cluster file declares no quota")
