@@ -132,11 +132,12 @@ def whatif_run(*, run_pk: int) -> None:
             traces = read_jobs(run_dir(run) / "trace.csv", name=run.trace_name)
         else:
             traces = jobs_trace(days=run.days or 7, now=run.created_at)
-        if not traces and run.source == WhatIfRun.Source.UPLOAD:
-            raise TraceError("the trace has no jobs")
         if not traces:
             raise TraceError(
-                f"no quota job of the last {run.days or 7} days ran or waits: nothing to replay"
+                "the trace has no jobs"
+                if run.source == WhatIfRun.Source.UPLOAD
+                else f"no quota job of the last {run.days or 7} days ran or waits: "
+                "nothing to replay"
             )
         if not clusters["current"].nodes:
             raise ClusterError("the current cluster has no dedicated nodes")
