@@ -16,7 +16,13 @@ Pure, like the cores it drives: no Django but the management command that wraps 
 from __future__ import annotations
 
 from apps.simulator.cluster import Cluster, ClusterError, made_up_cluster, read_cluster_file
-from apps.simulator.policy import DEFAULTS, Policy, PolicyError, parse_policies
+from apps.simulator.policy import (
+    DEFAULTS,
+    Policy,
+    PolicyError,
+    check_policies,
+    parse_policies,
+)
 from apps.simulator.sim import Result, Settings, inflate, simulate
 from apps.simulator.summary import policy_summary, run_summary, write_csv
 from apps.simulator.trace import TraceError, TraceJob, TraceNode, read_jobs, read_nodes
@@ -32,6 +38,7 @@ __all__ = [
     "TraceError",
     "TraceJob",
     "TraceNode",
+    "check_policies",
     "inflate",
     "made_up_cluster",
     "parse_policies",

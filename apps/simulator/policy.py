@@ -2,13 +2,15 @@
 knobs that decide how much a preemption costs (checkpoint interval, minimum run time).
 
 A policy is written `preset` or `preset+key=value+key=value`, e.g. `ours`, `kueue`,
-`ours+ckpt=600`, `worst-fit+min_run=0+name=wf-eager`. The victim orders and placements are
+`ours+ckpt=600`, `worst-fit+min_run=0+name=wf-eager`, `fgd+workload_hours=168`. The victim
+orders and placements are
 the engine's own (`Config.victim_order`, `Config.placement`); the simulator only picks them.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import cast, get_args
 
@@ -26,6 +28,7 @@ class Policy:
     placement: PlacementRule = "best_fit"
     checkpoint_interval: float | None = None  # seconds; None: the run's default
     min_run_seconds: float | None = None  # None: the run's default
+    workload_hours: float | None = None  # FGD's window of arrivals; None: the run's default
 
     def config(self, *, seed: int, min_run_seconds: float) -> Config:
         """The engine's configuration for this policy."""
@@ -43,6 +46,7 @@ class Policy:
             "placement": self.placement,
             "checkpoint_interval": self.checkpoint_interval,
             "min_run_seconds": self.min_run_seconds,
+            "workload_hours": self.workload_hours,
         }
 
 
@@ -71,6 +75,17 @@ def parse_policies(text: str) -> list[Policy]:
     return policies
 
 
+def check_policies(policies: Sequence[Policy], mode: str) -> None:
+    """Refuse what a mode cannot run: a workload window in fill mode, whose arrivals have no
+    times to count hours by."""
+    for policy in policies:
+        if policy.workload_hours and mode != "replay":
+            raise PolicyError(
+                f"{policy.name}: workload_hours is for replay mode: fill mode's arrivals have "
+                "no times"
+            )
+
+
 def parse_policy(text: str) -> Policy:
     preset, *options = text.split("+")
     if preset not in PRESETS:
@@ -89,15 +104,18 @@ def parse_policy(text: str) -> Policy:
         elif key == "placement":
             rule = cast(PlacementRule, _choice(value, PlacementRule, text))
             policy = replace(policy, placement=rule)
-        elif key in ("ckpt", "min_run"):
-            seconds = _seconds(value, text)
+        elif key in ("ckpt", "min_run", "workload_hours"):
+            number = _amount(value, text, "hours" if key == "workload_hours" else "seconds")
             if key == "ckpt":
-                policy = replace(policy, checkpoint_interval=seconds)
+                policy = replace(policy, checkpoint_interval=number)
+            elif key == "min_run":
+                policy = replace(policy, min_run_seconds=number)
             else:
-                policy = replace(policy, min_run_seconds=seconds)
+                policy = replace(policy, workload_hours=number)
         else:
             raise PolicyError(
-                f"{text}: unknown key {key!r} (name, victims, placement, ckpt, min_run)"
+                f"{text}: unknown key {key!r} "
+                "(name, victims, placement, ckpt, min_run, workload_hours)"
             )
     return policy if named or not options else replace(policy, name=text)
 
@@ -110,11 +128,11 @@ def _choice(value: str, kind: object, text: str) -> str:
     return value
 
 
-def _seconds(value: str, text: str) -> float:
+def _amount(value: str, text: str, unit: str) -> float:
     try:
-        seconds = float(value)
+        amount = float(value)
     except ValueError:
-        raise PolicyError(f"{text}: {value!r} is not a number of seconds") from None
-    if not (math.isfinite(seconds) and seconds >= 0):  # inf is no JSON: a summary holds it
-        raise PolicyError(f"{text}: seconds must be a finite number ≥ 0")
-    return seconds
+        raise PolicyError(f"{text}: {value!r} is not a number of {unit}") from None
+    if not (math.isfinite(amount) and amount >= 0):  # inf is no JSON: a summary holds it
+        raise PolicyError(f"{text}: {unit} must be a finite number ≥ 0")
+    return amount

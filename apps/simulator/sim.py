@@ -26,6 +26,7 @@ import heapq
 import math
 import random
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
@@ -45,7 +46,7 @@ from apps.scheduler.engine import (
     target_workload,
 )
 from apps.simulator.cluster import Cluster, assign_quota
-from apps.simulator.policy import Policy
+from apps.simulator.policy import Policy, check_policies
 from apps.simulator.spot import SpotFigures, SpotMarket, SpotSettings
 from apps.simulator.trace import TraceJob
 
@@ -74,6 +75,10 @@ class Settings:
     batch: int = 256
     spot: SpotSettings | None = None  # replay: some classes bid on a public pool instead
     gpu_sharing: bool = True  # a pod asking for part of a GPU shares one (else: a whole GPU)
+    # replay, FGD placement: its workload is the mix of the pods that arrived in the last this
+    # many hours of the trace (as the live tick reads the jobs submitted lately,
+    # SCHEDULER_WORKLOAD_HOURS); 0: the whole trace's mix, known from the start
+    workload_hours: float = 0.0
 
 
 @dataclass(slots=True)
@@ -203,8 +208,14 @@ class _Cluster:
             seed=settings.seed, min_run_seconds=settings.min_run_seconds
         )
         target = workload(traces, settings)
-        if self.config.placement == "fgd":
+        fgd = self.config.placement == "fgd"
+        hours = settings.workload_hours if policy.workload_hours is None else policy.workload_hours
+        self.window = hours * 3600 / settings.speedup if fgd else 0.0
+        if fgd and not self.window:
             self.config = replace(self.config, workload=target)
+        # the window's arrivals: (time, pod shape, pods), and the pods of each shape in it
+        self.recent: deque[tuple[float, tuple[int, int], int]] = deque()
+        self.recent_pods: dict[tuple[int, int], int] = {}
         interval = policy.checkpoint_interval
         self.interval = settings.checkpoint_interval if interval is None else interval
         self.state = ClusterState(cluster.nodes, cluster.quotas, config=self.config)
@@ -225,7 +236,20 @@ class _Cluster:
         """The engine's plan on the cluster as it is now (kept between plans, not rebuilt)."""
         self.plan_calls += 1
         self._checkpoint(now)
+        if self.window:
+            recent, pods = self.recent, self.recent_pods
+            while recent and recent[0][0] <= now - self.window:
+                _, shape, count = recent.popleft()
+                pods[shape] -= count
+            self.state.aim(target_workload((m, c, n) for (m, c), n in pods.items()))
         return self.state.plan(self.pending.values(), now=now)
+
+    def arrive(self, job: _Job, now: float) -> None:
+        """A quota job arrived: with a workload window, its pods join the window."""
+        if self.window:
+            milli, cpu, count = pods_of(job.trace, self.settings)
+            self.recent.append((now, (milli, cpu), count))
+            self.recent_pods[(milli, cpu)] = self.recent_pods.get((milli, cpu), 0) + count
 
     def _checkpoint(self, now: float) -> None:
         """Show the engine each borrower's latest checkpoint (only victims' lost work counts),
@@ -369,10 +393,12 @@ class _Fragmentation:
 def workload(traces: Sequence[TraceJob], settings: Settings) -> tuple[tuple[int, int, float], ...]:
     """FGD's target workload: the trace's mix of pods (the engine's `target_workload`). A
     fraction is whole GPUs without sharing."""
-    return target_workload(
-        (t.share if settings.gpu_sharing and t.share else t.gpu * 1000, t.cpu, t.pods)
-        for t in traces
-    )
+    return target_workload(pods_of(t, settings) for t in traces)
+
+
+def pods_of(t: TraceJob, settings: Settings) -> tuple[int, int, int]:
+    """How a job counts in FGD's workload: (milli-GPUs a pod asks for, its CPU, pods)."""
+    return (t.share if settings.gpu_sharing and t.share else t.gpu * 1000, t.cpu, t.pods)
 
 
 def make_jobs(
@@ -401,6 +427,9 @@ def simulate(
     wall, cpu = time.perf_counter(), time.process_time()
     if settings.mode == "fill" and settings.spot is not None:
         raise ValueError("spot bidding is a replay: fill mode has no time for prices to move")
+    if settings.mode == "fill" and settings.workload_hours:
+        raise ValueError("a workload window is a replay's: fill mode's arrivals have no times")
+    check_policies([policy], settings.mode)
     if settings.mode == "fill":
         result = _fill(traces, cluster, policy, settings, progress)
     else:
@@ -468,6 +497,7 @@ def _replay(
                             heapq.heappush(events, (market_at, _MARKET, seq, 0, 0))
                             seq += 1
                     continue
+                state.arrive(job, now)
                 state.pending[jid] = job.pending(submitted_at=job.trace.submit, not_before=None)
                 dirty = True
             elif kind == _MARKET:

@@ -192,6 +192,7 @@ def run_summary(
             "requeue_backoff": settings.requeue_backoff,
             "tick": settings.tick,
             "speedup": settings.speedup,
+            "workload_hours": settings.workload_hours,
             **(
                 {"fill_to": settings.fill_to, "shuffle": settings.shuffle}
                 if settings.mode == "fill"

@@ -7,7 +7,7 @@ from django.utils import timezone
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
-from apps.simulator import DEFAULTS, ClusterError, PolicyError, parse_policies
+from apps.simulator import DEFAULTS, ClusterError, PolicyError, check_policies, parse_policies
 from apps.simulator.cluster import cluster_from_toml
 from apps.whatif.models import WhatIfRun
 from apps.whatif.selectors import quota_jobs
@@ -82,6 +82,11 @@ class WhatIfForm(forms.Form):
 
     def clean(self):
         data = super().clean()
+        if "policies" in data and data.get("mode"):
+            try:
+                check_policies(parse_policies(data["policies"] or DEFAULTS["replay"]), data["mode"])
+            except PolicyError as e:
+                self.add_error("policies", str(e))
         if data.get("source") == WhatIfRun.Source.UPLOAD and not data.get("trace"):
             self.add_error(
                 "trace", gettext("choose a trace file, or replay the cluster's own jobs")

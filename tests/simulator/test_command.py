@@ -289,8 +289,36 @@ def test_an_output_lost_during_the_run_is_an_error_naming_it(tmp_path, monkeypat
         (["--spot-step", "abc"], "--spot-step: not a number: 'abc'"),
         (["--mode", "fill", "--fill-to", "11"], "--fill-to must be at most 10"),  # memory
         (["--spot", "BE", "--spot-nodes", "x.csv", "--spot-step", "1e-6"], "at least 1 s"),
+        (["--workload-hours", "-1"], "--workload-hours must be ≥ 0"),
+        (["--workload-hours", "inf"], "--workload-hours: not a finite number"),
+        (["--mode", "fill", "--workload-hours", "24"], "--workload-hours is for --mode replay"),
     ],
 )
 def test_it_refuses_numbers_a_run_cannot_use(extra, message):
     with pytest.raises(CommandError, match=re.escape(message)):
         simulate(*ARGS, *extra)
+
+
+def test_fgd_can_keep_room_for_the_last_hours_arrivals_as_the_live_tick_does(tmp_path):
+    def run(*extra: str) -> dict:
+        simulate(*ARGS, "--json", str(tmp_path / "r.json"), *extra)
+        return json.loads((tmp_path / "r.json").read_text())
+
+    both = run("--policies", "fgd,fgd+workload_hours=24+name=fgd-day")
+    whole, day = both["policies"]
+    assert (whole["workload_hours"], day["workload_hours"]) == (None, 24)
+    # another workload, other placements: the sample's jobs wait differently
+    assert whole["delay_seconds"] != day["delay_seconds"]
+    # the run's default for every policy: the same figures as the policy's own key
+    flag = run("--policies", "fgd", "--workload-hours", "24")
+    assert flag["settings"]["workload_hours"] == 24
+    assert flag["policies"][0]["delay_seconds"] == day["delay_seconds"]
+
+
+def test_a_workload_window_needs_arrival_times():
+    with pytest.raises(
+        CommandError, match=r"fgd\+workload_hours=24: workload_hours is for replay mode"
+    ):
+        simulate(*ARGS, "--mode", "fill", "--policies", "fgd+workload_hours=24")
+    with pytest.raises(CommandError, match="is not a number of hours"):
+        simulate(*ARGS, "--policies", "fgd+workload_hours=week")

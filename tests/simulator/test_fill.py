@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from apps.simulator import Policy, Settings, inflate, policy_summary
+from apps.simulator import Policy, PolicyError, Settings, inflate, policy_summary
 from tests.simulator.helpers import job, one_quota, outcome, run
 
 
@@ -96,3 +96,12 @@ def test_it_fills_with_fgd_placement_against_the_traces_own_mix():
     # six 0.3 shares pack onto two GPUs (three each), leaving a pair whole for the 2-GPU pod
     assert summary["pods_placed"] == 7
     assert summary["gpu_occupied_ratio"] == pytest.approx(1.0)
+
+
+def test_a_workload_window_needs_arrival_times():
+    trace = [job("s", 0, milli=300)]
+    with pytest.raises(ValueError, match="fill mode's arrivals have no times"):
+        run(trace, one_quota(2), Policy("fgd", placement="fgd"), mode="fill", workload_hours=24)
+    policy = Policy("live", placement="fgd", workload_hours=24)
+    with pytest.raises(PolicyError, match="live: workload_hours is for replay mode"):
+        run(trace, one_quota(2), policy, mode="fill")

@@ -19,6 +19,7 @@ from apps.scheduler.engine import (
     Snapshot,
     fragmentation,
     plan,
+    target_workload,
 )
 from apps.simulator import Policy, Settings, policy_summary
 from apps.simulator.policy import PRESETS
@@ -114,13 +115,16 @@ def test_it_repeats_a_run_exactly_for_a_seed(trace, policy, seed):
 
 
 @FAST
+@pytest.mark.parametrize("placement", ["best_fit", "fgd"])
 @given(trace=traces(gangs=True))
-def test_it_decides_as_the_engine_does_for_the_same_snapshot(trace):
+def test_it_decides_as_the_engine_does_for_the_same_snapshot(placement, trace):
     """All jobs arrive at once: the simulator's first plan, against a snapshot written by
-    hand the way the live tick builds one from its rows."""
+    hand the way the live tick builds one from its rows. With FGD, the live tick's workload
+    is the mix of the jobs submitted lately (`recent_workload`): here, all of them, as in
+    the simulator's window of the last day's arrivals."""
     trace = [replace(t, submit=0.0) for t in trace]
     cluster = two_teams(4, 4, 2, a=6, b=4)
-    result = run(trace, cluster, Policy("ours"))
+    result = run(trace, cluster, Policy(placement, placement=placement), workload_hours=24)
     quota_ids = {"a": 2, "b": 3}
     snapshot = Snapshot(
         nodes=tuple(
@@ -153,7 +157,15 @@ def test_it_decides_as_the_engine_does_for_the_same_snapshot(trace):
             for i, t in enumerate(sorted(trace, key=lambda t: t.submit))
         ),
     )
-    decided = plan(snapshot, now=0.0, config=Config(min_run_seconds=60))
+    workload = target_workload(
+        (p.gpu_milli or p.resources.gpu * 1000, p.resources.cpu, 1)
+        for job in snapshot.pending
+        for p in job.pods
+    )
+    config = Config(min_run_seconds=60, placement=placement)
+    if placement == "fgd":
+        config = replace(config, workload=workload)
+    decided = plan(snapshot, now=0.0, config=config)
     engine = {
         snapshot.pending[a.job_id - 1].name: tuple(p.node_id for p in a.placements)
         for a in decided.admissions

@@ -111,3 +111,19 @@ def test_it_never_starts_a_job_larger_than_any_node():
     result = run([job("big", 0, gpu=8), job("ok", 0)], one_quota(4))
     assert outcome(result, "big").first_start is None
     assert policy_summary(result)["jobs"]["never_started"] == 1
+
+
+@pytest.mark.parametrize(("hours", "same_gpu"), [(0, True), (1, False)])
+def test_fgd_keeps_room_for_the_whole_trace_or_for_the_last_hours_arrivals(hours, same_gpu):
+    """0.3 of a GPU beside 0.5 leaves 0.2. The whole trace is mostly whole-GPU pods, for
+    which a GPU used in part is lost anyway: FGD packs the share beside the other. The last
+    hour's arrivals are that share alone, which 0.2 cannot hold: FGD keeps it apart."""
+    trace = [
+        job("half", 0, milli=500, duration=10_000),
+        job("third", 7_200, milli=300, duration=10_000),
+        *(job(f"whole-{i}", 50_000 + i, duration=10) for i in range(8)),
+    ]
+    result = run(trace, one_quota(1, 1), Policy("fgd", placement="fgd"), workload_hours=hours)
+    half, third = outcome(result, "half"), outcome(result, "third")
+    assert half.first_start == 0 and third.first_start == 7_200
+    assert (half.nodes == third.nodes) is same_gpu

@@ -145,6 +145,11 @@ def test_it_replays_an_uploaded_trace(admin_client, personas, django_capture_on_
         ),
         ({"policies": "fastest"}, "policies", "unknown policy"),
         ({"policies": "ours+ckpt=inf"}, "policies", "a finite number"),  # no JSON holds it
+        (
+            {"mode": "fill", "policies": "fgd+workload_hours=24+name=live"},
+            "policies",
+            "live: workload_hours is for replay mode",
+        ),
         ({"source": "upload"}, "trace", "choose a trace file"),
         ({"days": "0"}, "days", "greater than or equal to 1"),
         ({"days": "3"}, "days", "no quota job was submitted in the last 3 days"),

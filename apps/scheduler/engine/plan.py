@@ -38,6 +38,7 @@ import gc
 import random
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from functools import lru_cache
 
 from apps.core.words import say, say_n
@@ -180,6 +181,15 @@ class ClusterState:
             if old is not None:
                 self.stop(job.job_id)
             self.start(job)
+
+    def aim(self, workload: tuple[tuple[int, int, float], ...]) -> None:
+        """FGD's target workload from now on (`Config.workload`; the simulator's window of
+        recent arrivals, as the live tick reads the jobs submitted lately)."""
+        if workload != self.config.workload:
+            self.config = replace(self.config, workload=workload)
+            for pool in self.pools.values():
+                if pool.shares is not None:
+                    pool.shares.aim(workload)
 
     def plan(self, pending: Iterable[PendingJob], *, now: float) -> Plan:
         """A plan on the current state, which is left as it was."""

@@ -20,6 +20,7 @@ from apps.simulator import (
     PolicyError,
     Settings,
     TraceError,
+    check_policies,
     made_up_cluster,
     parse_policies,
     read_cluster_file,
@@ -103,6 +104,15 @@ class Command(BaseCommand):
             action="store_false",
             help="give each fractional-GPU pod a whole GPU instead of sharing one",
         )
+        parser.add_argument(
+            "--workload-hours",
+            type=_finite,
+            default=0.0,
+            metavar="H",
+            help="replay, fgd: the workload FGD keeps room for is the mix of the pods that "
+            "arrived in the last H hours of the trace, as the live scheduler reads the jobs "
+            "submitted lately (SCHEDULER_WORKLOAD_HOURS); 0 (default): the whole trace's mix",
+        )
         parser.add_argument("--json", help="write the summary here")
         parser.add_argument("--csv-dir", help="write series.csv and jobs.csv here")
         parser.add_argument("--html", help="write the report here (default: beside --json)")
@@ -115,6 +125,7 @@ class Command(BaseCommand):
                 self._settings(o),
                 parse_policies(o["policies"] or DEFAULTS[o["mode"]]),
             )
+            check_policies(policies, settings.mode)
             traces = read_jobs(o["trace"])
             nodes = read_nodes(o["nodes"]) if o["nodes"] else None
             strategy = o["queue_strategy"] or "BestEffortFIFO"
@@ -169,6 +180,12 @@ class Command(BaseCommand):
                 raise CommandError(f"--{key.replace('_', '-')} must be ≥ 0")
         if o["speedup"] <= 0 or o["fill_to"] <= 0 or o["batch"] < 1:
             raise CommandError("--speedup and --fill-to must be > 0, --batch ≥ 1")
+        if o["workload_hours"] < 0:
+            raise CommandError("--workload-hours must be ≥ 0")
+        if o["workload_hours"] and o["mode"] != "replay":
+            raise CommandError(
+                "--workload-hours is for --mode replay: fill mode's arrivals have no times"
+            )
         if o["fill_to"] > MAX_FILL:
             raise CommandError(
                 f"--fill-to must be at most {MAX_FILL:g} (times the cluster's GPUs: the trace "
@@ -189,6 +206,7 @@ class Command(BaseCommand):
             batch=o["batch"],
             spot=self._spot(o),
             gpu_sharing=o["gpu_sharing"],
+            workload_hours=o["workload_hours"],
         )
 
     def _spot(self, o: dict[str, Any]) -> SpotSettings | None:
