@@ -1,11 +1,13 @@
 """Full scheduler tick on a real database: load the snapshot, plan, apply.
 
+    createdb -h 127.0.0.1 -U postgres paiweb_bench
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/paiweb_bench python benchmarks/scheduler_tick.py
 
 It creates (or re-creates) a synthetic cluster in that database — 2,000 nodes × 8 GPUs, a
 tree of 20 quotas, 10,000 pending jobs of 1–16 pods — then prints the time of the first
 tick (which admits what fits), a second tick (the queue that is left), and an idle tick.
-The database is wiped first: never point it at real data.
+The database is wiped first: never point it at real data. SCHEDULER_PLACEMENT=fgd measures
+FGD's placement (docs/operations.md, "Placement").
 """
 
 from __future__ import annotations

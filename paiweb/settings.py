@@ -222,6 +222,18 @@ SCHEDULER_TICK_INTERVAL = env_float("SCHEDULER_TICK_INTERVAL", 2.0, minimum=0.1)
 # A borrower younger than this is not preempted yet; a requeued job waits this long.
 SCHEDULER_MIN_RUN_SECONDS = env_float("SCHEDULER_MIN_RUN_SECONDS", 60.0)
 SCHEDULER_REQUEUE_BACKOFF_SECONDS = env_float("SCHEDULER_REQUEUE_BACKOFF_SECONDS", 10.0)
+# Where quota pods go: "best_fit" (the node left with the least room) or "fgd", the
+# fragmentation-aware placement of FGD (USENIX ATC'23): each pod on the node and GPU whose
+# fragmentation grows least against the mix of pods submitted in the last
+# SCHEDULER_WORKLOAD_HOURS (docs/operations.md, "Placement").
+SCHEDULER_PLACEMENT = env_str("SCHEDULER_PLACEMENT", "best_fit")
+if SCHEDULER_PLACEMENT not in {"best_fit", "fgd"}:
+    from django.core.exceptions import ImproperlyConfigured
+
+    raise ImproperlyConfigured(
+        f"SCHEDULER_PLACEMENT: expected best_fit or fgd, got {SCHEDULER_PLACEMENT!r}"
+    )
+SCHEDULER_WORKLOAD_HOURS = env_float("SCHEDULER_WORKLOAD_HOURS", 168.0, minimum=0.01)
 # The spot market moves prices every MARKET_STEP_INTERVAL seconds (seeded by MARKET_SEED when
 # set, for reproducible runs); MARKET_REPLAY_CSV replays recorded prices instead
 # (header timestamp,instance_type,price). Billing charges started minutes every BILLING_INTERVAL.

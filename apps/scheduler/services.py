@@ -17,7 +17,7 @@ from typing import cast
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import F
+from django.db.models import F, Sum
 
 from apps.cluster.models import Node, Quota, ResourcePool
 from apps.core.db import id_chunks, rows_update
@@ -45,6 +45,7 @@ from apps.jobs.models import (
 )
 from apps.jobs.services import jobs_transition_bulk, resumed_events
 from apps.scheduler import engine, lifecycle
+from apps.scheduler.engine.model import MILLI
 
 DEDICATED = ResourcePool.Kind.DEDICATED
 
@@ -250,8 +251,33 @@ def _pending_jobs() -> tuple[tuple[engine.PendingJob, ...], dict]:
     return tuple(pending), shown
 
 
-def scheduler_config() -> engine.Config:
-    return engine.Config(min_run_seconds=settings.SCHEDULER_MIN_RUN_SECONDS)
+def scheduler_config(*, now: datetime) -> engine.Config:
+    """The engine's rules as the settings choose them. FGD placement keeps room for the mix
+    of quota pods submitted in the last SCHEDULER_WORKLOAD_HOURS (`recent_workload`)."""
+    placement = cast(engine.PlacementRule, settings.SCHEDULER_PLACEMENT)  # checked there
+    workload: tuple[tuple[int, int, float], ...] = ()
+    if placement == "fgd":
+        workload = recent_workload(since=now - timedelta(hours=settings.SCHEDULER_WORKLOAD_HOURS))
+    return engine.Config(
+        min_run_seconds=settings.SCHEDULER_MIN_RUN_SECONDS, placement=placement, workload=workload
+    )
+
+
+def recent_workload(*, since: datetime) -> tuple[tuple[int, int, float], ...]:
+    """FGD's target workload (`engine.target_workload`) from the pods of the quota jobs
+    submitted since then, whatever became of them; empty when there are none (the engine then
+    takes the queue's mix)."""
+    rows = (
+        JobRole.objects.filter(
+            job__resource_source=ResourceSource.QUOTA, job__submitted_at__gte=since
+        )
+        .values_list("gpu", "gpu_milli", "cpu")
+        .annotate(count=Sum("pod_count"))
+        .order_by()
+    )
+    return engine.target_workload(
+        (milli or gpu * MILLI, cpu, count) for gpu, milli, cpu, count in rows
+    )
 
 
 @gc_paused()
@@ -261,7 +287,7 @@ def scheduler_tick(*, now: datetime) -> TickReport:
     loaded = _load()
     if not loaded.snapshot.pending:
         return TickReport(admitted=0, preempted=0, waiting=0)  # nobody to place or reclaim for
-    plan = engine.plan(loaded.snapshot, now=now.timestamp(), config=scheduler_config())
+    plan = engine.plan(loaded.snapshot, now=now.timestamp(), config=scheduler_config(now=now))
     preempted = _apply_preemptions(plan.preemptions, now=now)
     admitted = _apply_admissions(plan.admissions, now=now)
     _record_waiting(plan.waiting, loaded.shown)

@@ -138,6 +138,8 @@ def test_it_shows_a_plain_404_when_debug_is_unset(tmp_path):
         ({"SECURE_SSL_REDIRECT": "sure"}, "SECURE_SSL_REDIRECT: expected true or false"),
         ({"SESSION_COOKIE_SECURE": "2"}, "SESSION_COOKIE_SECURE: expected true or false"),
         ({"DEBUG": "maybe"}, "DEBUG: expected true or false"),
+        ({"SCHEDULER_PLACEMENT": "first_fit"}, "SCHEDULER_PLACEMENT: expected best_fit or fgd"),
+        ({"SCHEDULER_WORKLOAD_HOURS": "0"}, "SCHEDULER_WORKLOAD_HOURS: must be ≥ 0.01"),
     ],
 )
 def test_it_refuses_a_malformed_deployment_setting_at_start_up(tmp_path, env, message):
