@@ -73,3 +73,14 @@ def test_an_empty_window_leaves_fgd_the_queue_mix(personas, settings):
     assert scheduler_config(now=timezone.now()).workload == ()  # no job yet
     job = submit(personas, share(500), name="first")  # the engine weighs the queue's mix
     assert job.status == JobStatus.RUNNING
+
+
+def test_under_fgd_the_scheduler_names_whole_gpus_too(personas, settings):
+    settings.SCHEDULER_PLACEMENT = "fgd"
+    pair = submit(personas, RoleSpec(cpu=4000, memory=16384, gpu=2), name="pair")
+    other = submit(personas, RoleSpec(cpu=4000, memory=16384, gpu=2), name="other")
+    named = [(p.node_id, set(p.gpu_ids.split(","))) for j in (pair, other) for p in j.pods.all()]
+    # no placement of a pair fragments anything for pairs: every node ties, and ties go by
+    # a fixed order of the nodes, so the second pair goes beside the first, on other GPUs
+    assert named[0][0] == named[1][0]
+    assert [gpus for _, gpus in named] == [{"0", "1"}, {"2", "3"}]
