@@ -3,7 +3,8 @@ one command, on the public openb traces (alibaba/clusterdata, cluster-trace-gpu-
 
     python benchmarks/simulator_goals.py --traces DIR [--fgd-seeds 1-40] \
         [--victim-speedups 1000] [--victim-checkpoints 61,127,181,307] \
-        [--victim-ticks 30] [--victim-placement best_fit] [--jobs 2]
+        [--victim-ticks 30] [--victim-placement best_fit] [--victim-workload-hours 0] \
+        [--jobs 2]
 
 DIR holds openb_pod_list_default.csv and openb_node_list_gpu_node.csv. Two parts (give
 `--fgd-seeds 0` or `--victim-speedups 0` to skip one):
@@ -20,7 +21,8 @@ DIR holds openb_pod_list_default.csv and openb_node_list_gpu_node.csv. Two parts
   moves by a second (the bursts start on other instants); several ticks show how much of
   a difference is the order and how much the phase. The last lines count the runs that
   meet each part of the goal. Both orders place pods by best fit, the product's rule, or
-  by --victim-placement (e.g. fgd).
+  by --victim-placement (e.g. fgd); with fgd, --victim-workload-hours H takes FGD's workload
+  from the last H hours' arrivals, as the live scheduler does (0: the whole trace's mix).
 
 Runs are independent and go to --jobs processes; each replay takes about a minute here.
 """
@@ -126,6 +128,9 @@ def victim_table(runs: list[dict[str, Any]]) -> None:
     for r in runs:
         by.setdefault((r["speedup"], r["interval"], r["third"], r["tick"]), {})[r["policy"]] = r
     placement = runs[0]["placement"] if runs else ""
+    hours = runs[0]["workload_hours"] if runs else None
+    if hours:
+        placement += f" against the last {hours:g} h of arrivals"
     print(f"\nVictim order, ours vs kueue, {placement} (delay changes: ours ÷ kueue − 1)")
     print(
         "  speedup  saves every  K  tick   GPU-h lost ours / kueue   less lost   "
@@ -187,8 +192,21 @@ def main() -> None:
         choices=("best_fit", "fgd", "worst_fit", "random"),
         help="both orders' placement",
     )
+    parser.add_argument(
+        "--victim-workload-hours",
+        type=float,
+        default=0.0,
+        metavar="H",
+        help="with --victim-placement fgd: its workload from the last H hours' arrivals",
+    )
     parser.add_argument("--jobs", type=int, default=2, help="processes")
     args = parser.parse_args()
+    hours = args.victim_workload_hours
+    if hours and args.victim_placement != "fgd":
+        parser.error("--victim-workload-hours needs --victim-placement fgd")
+    if not (math.isfinite(hours) and hours >= 0):
+        parser.error("--victim-workload-hours: a finite number ≥ 0")
+    window = f"+workload_hours={hours:g}" if hours else ""
     for name in (PODS, NODES):
         if not (Path(args.traces) / name).is_file():
             parser.error(f"--traces {args.traces}: no {name} there")
@@ -200,8 +218,8 @@ def main() -> None:
         for tick in args.victim_ticks
         for third in THIRDS
         for policy in (
-            f"ours+placement={args.victim_placement}+name=ours",
-            f"kueue+placement={args.victim_placement}+name=kueue",
+            f"ours+placement={args.victim_placement}{window}+name=ours",
+            f"kueue+placement={args.victim_placement}{window}+name=kueue",
         )
     ]
     started = time.perf_counter()

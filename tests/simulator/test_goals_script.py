@@ -96,6 +96,13 @@ def test_both_orders_take_the_placement_asked_for(traces, monkeypatch, capsys):
         assert f"Victim order, ours vs kueue, {placement} " in out
         tables[placement] = [line for line in out.splitlines() if line.strip().startswith("1,000")]
     assert tables["best_fit"] != tables["fgd"]
+    argv += ["--victim-workload-hours", "168"]
+    monkeypatch.setattr(sys, "argv", argv)
+    goals.main()
+    out = capsys.readouterr().out
+    assert "Victim order, ours vs kueue, fgd against the last 168 h of arrivals " in out
+    window = [line for line in out.splitlines() if line.strip().startswith("1,000")]
+    assert window != tables["fgd"]  # another workload, other placements
 
 
 def test_it_refuses_a_folder_without_the_traces(tmp_path, monkeypatch, capsys):
@@ -108,7 +115,14 @@ def test_it_refuses_a_folder_without_the_traces(tmp_path, monkeypatch, capsys):
 
 
 @pytest.mark.parametrize(
-    "option", ["--fgd-seeds=abc", "--victim-speedups=-5", "--jobs=x", "--victim-placement=tight"]
+    "option",
+    [
+        "--fgd-seeds=abc",
+        "--victim-speedups=-5",
+        "--jobs=x",
+        "--victim-placement=tight",
+        "--victim-workload-hours=a week",
+    ],
 )
 def test_it_refuses_bad_options(traces, option, monkeypatch, capsys):
     goals = load(monkeypatch)
@@ -117,3 +131,22 @@ def test_it_refuses_bad_options(traces, option, monkeypatch, capsys):
         goals.main()
     assert stop.value.code == 2
     assert f"argument {option.split('=')[0]}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("options", "says"),
+    [
+        (["--victim-workload-hours=24"], "--victim-workload-hours needs --victim-placement fgd"),
+        (
+            ["--victim-placement=fgd", "--victim-workload-hours=inf"],
+            "--victim-workload-hours: a finite number ≥ 0",
+        ),
+    ],
+)
+def test_it_refuses_a_workload_window_it_could_not_use(traces, options, says, monkeypatch, capsys):
+    goals = load(monkeypatch)
+    monkeypatch.setattr(sys, "argv", [str(SCRIPT), "--traces", str(traces), *options])
+    with pytest.raises(SystemExit) as stop:
+        goals.main()
+    assert stop.value.code == 2
+    assert says in capsys.readouterr().err
