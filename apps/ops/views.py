@@ -24,6 +24,7 @@ from apps.core.http import HtmxHttpRequest
 from apps.core.models import Heartbeat
 from apps.core.selectors import health_snapshot
 from apps.ops.selectors import cluster_counts
+from apps.scheduler.selectors import placement_status
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,7 @@ def health(request: HtmxHttpRequest) -> HttpResponse:
         "backlog": behind,
         "backlog_ok": all(b.ok for b in behind),
         "behind_seconds": settings.HEALTH_BEHIND_SECONDS,
+        "placement": placement_status(now=now),
         "agent_beats": _seen(
             Heartbeat.objects.filter(name__startswith="agent:").order_by("name"), now=now
         ),

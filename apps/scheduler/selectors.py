@@ -7,13 +7,14 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
 
+from django.conf import settings
 from django.db.models import F, Q, Sum
 from django.utils import timezone
 from django.utils.translation import gettext, gettext_lazy
 
 from apps.cluster.models import Node, Quota, ResourcePool, ResourceType
 from apps.core.charts import Chart, chart_build
-from apps.jobs.models import Job, Pod, PodStatus
+from apps.jobs.models import Job, JobRole, Pod, PodStatus, ResourceSource, gpu_text
 from apps.scheduler import engine
 from apps.scheduler.engine.model import MILLI
 from apps.scheduler.engine.vectors import Vec
@@ -326,3 +327,54 @@ def quota_history_chart(
         y_text=lambda v: format(v.quantize(Decimal("0.001")).normalize(), "f"),
         from_zero=True,
     )
+
+
+def recent_workload(*, since: datetime) -> tuple[tuple[int, int, float], ...]:
+    """FGD's target workload (`engine.target_workload`) from the pods of the quota jobs
+    submitted since then, whatever became of them; empty when there are none (the engine then
+    takes the queue's mix)."""
+    rows = (
+        JobRole.objects.filter(
+            job__resource_source=ResourceSource.QUOTA, job__submitted_at__gte=since
+        )
+        .values_list("gpu", "gpu_milli", "cpu")
+        .annotate(count=Sum("pod_count"))
+        .order_by()
+    )
+    return engine.target_workload(
+        (milli or gpu * MILLI, cpu, count) for gpu, milli, cpu, count in rows
+    )
+
+
+@dataclass(frozen=True)
+class WorkloadShape:
+    """One pod shape of FGD's target workload, as the health page shows it."""
+
+    gpu: str  # "0.5", "1", "8"
+    cpu: str  # cores: "2", "0.5"
+    percent: float  # of the workload's pods
+
+
+@dataclass(frozen=True)
+class PlacementStatus:
+    rule: str  # SCHEDULER_PLACEMENT
+    hours: float  # SCHEDULER_WORKLOAD_HOURS
+    shapes: list[WorkloadShape]  # FGD's workload now, most common first (empty: best fit)
+
+
+def placement_status(*, now: datetime) -> PlacementStatus:
+    """The placement rule in force and, under FGD, the pod shapes it keeps room for."""
+    rule, hours = settings.SCHEDULER_PLACEMENT, settings.SCHEDULER_WORKLOAD_HOURS
+    shapes = []
+    if rule == "fgd":
+        workload = recent_workload(since=now - timedelta(hours=hours))
+        for milli, cpu, weight in sorted(workload, key=lambda s: (-s[2], s[0], s[1])):
+            whole, part = divmod(milli, MILLI)
+            shapes.append(
+                WorkloadShape(
+                    gpu=gpu_text(whole, 0) if not part else gpu_text(0, milli),
+                    cpu=f"{Decimal(cpu) / 1000:f}".rstrip("0").rstrip(".") or "0",
+                    percent=weight * 100,
+                )
+            )
+    return PlacementStatus(rule=rule, hours=hours, shapes=shapes)

@@ -17,7 +17,7 @@ from typing import cast
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import F, Sum
+from django.db.models import F
 
 from apps.cluster.models import Node, Quota, ResourcePool
 from apps.core.db import id_chunks, rows_update
@@ -45,7 +45,7 @@ from apps.jobs.models import (
 )
 from apps.jobs.services import jobs_transition_bulk, resumed_events
 from apps.scheduler import engine, lifecycle
-from apps.scheduler.engine.model import MILLI
+from apps.scheduler.selectors import recent_workload
 
 DEDICATED = ResourcePool.Kind.DEDICATED
 
@@ -260,23 +260,6 @@ def scheduler_config(*, now: datetime) -> engine.Config:
         workload = recent_workload(since=now - timedelta(hours=settings.SCHEDULER_WORKLOAD_HOURS))
     return engine.Config(
         min_run_seconds=settings.SCHEDULER_MIN_RUN_SECONDS, placement=placement, workload=workload
-    )
-
-
-def recent_workload(*, since: datetime) -> tuple[tuple[int, int, float], ...]:
-    """FGD's target workload (`engine.target_workload`) from the pods of the quota jobs
-    submitted since then, whatever became of them; empty when there are none (the engine then
-    takes the queue's mix)."""
-    rows = (
-        JobRole.objects.filter(
-            job__resource_source=ResourceSource.QUOTA, job__submitted_at__gte=since
-        )
-        .values_list("gpu", "gpu_milli", "cpu")
-        .annotate(count=Sum("pod_count"))
-        .order_by()
-    )
-    return engine.target_workload(
-        (milli or gpu * MILLI, cpu, count) for gpu, milli, cpu, count in rows
     )
 
 

@@ -13,7 +13,8 @@ from apps.jobs.models import Job, JobStatus, ResourceSource
 from apps.jobs.services import job_submit
 from apps.jobs.specs import JobSpec, RoleSpec
 from apps.scheduler import engine
-from apps.scheduler.services import recent_workload, scheduler_config
+from apps.scheduler.selectors import recent_workload
+from apps.scheduler.services import scheduler_config
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -314,6 +314,29 @@ def test_it_serves_the_health_panel_as_a_fragment(admin_client, db, fake_health)
     assert "<html" not in body
 
 
+def test_it_shows_the_placement_rule_and_what_fgd_keeps_room_for(
+    admin_client, busy, fake_health, settings
+):
+    fake_health(_snapshot())
+
+    def card() -> str:
+        body = admin_client.get(reverse("ops:health")).content.decode()
+        return body[body.index('id="placement"') :].split("</section>")[0]
+
+    assert "Best fit" in card() and "SCHEDULER_PLACEMENT=best_fit" in card()
+    settings.SCHEDULER_PLACEMENT, settings.SCHEDULER_WORKLOAD_HOURS = "fgd", 24
+    shown = card()
+    assert "FGD" in shown and "the pods submitted in the last 24 h" in shown
+    # five pods of 2 GPUs and two of 1 GPU (8 vCPU each), finished or not, most common first
+    rows = [
+        '<li><span>2 GPU · 8 vCPU</span><span class="count">71%</span></li>',
+        '<li><span>1 GPU · 8 vCPU</span><span class="count">29%</span></li>',
+    ]
+    assert rows[0] in shown and shown.index(rows[0]) < shown.index(rows[1])
+    Job.objects.update(submitted_at=timezone.now() - timedelta(hours=25))
+    assert "No quota job in that time" in card()
+
+
 def test_it_reads_a_real_snapshot(admin_client, db):
     heartbeat_record(name="beat", now=timezone.now())
     body = admin_client.get(reverse("ops:health")).content.decode()
