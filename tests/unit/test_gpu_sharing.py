@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import replace
+from unittest.mock import patch
 
 import pytest
 from hypothesis import given, settings
@@ -30,7 +31,7 @@ from apps.scheduler.engine import (
     target_workload,
 )
 from apps.scheduler.engine.reclaim import random_rank
-from apps.scheduler.engine.sharing import fgd_score, fragmentation
+from apps.scheduler.engine.sharing import Shares, fgd_score, fragmentation
 
 NOW = 1_700_000_000.0
 POD = Resources(cpu=1000, memory=1024)  # a pod's CPU and memory; GPUs come apart
@@ -744,3 +745,42 @@ def _named(s: Snapshot):
             use[(pod.node_id, g)] += pod.gpu_milli or WHOLE
         gpus[pod.pod_id] = taken
     return [(job, [gpus[p.pod_id] for p in job.pods]) for job in s.running]
+
+
+def _twice(s: Snapshot, config: Config) -> tuple[Plan, Plan]:
+    """Two plans on one ClusterState: all pending, then what waited after the admitted ones
+    started (so FGD's kept choices live through a rollback and jobs starting)."""
+    state = ClusterState(s.nodes, s.quotas, s.running, config=config)
+    first = state.plan(s.pending, now=NOW)
+    pending = {j.job_id: j for j in s.pending}
+    for a in first.admissions:
+        job = pending.pop(a.job_id)
+        asked = {r.key: r for r in job.pods}
+        pods = tuple(
+            RunningPod(
+                a.job_id * 100 + i,
+                pl.node_id,
+                asked[pl.key].resources,
+                pl.in_quota,
+                asked[pl.key].gpu_milli,
+                pl.gpus,
+            )
+            for i, pl in enumerate(a.placements)
+        )
+        state.start(RunningJob(a.job_id, job.name, job.quota_id, "off", 1, NOW, None, pods))
+    return first, state.plan(pending.values(), now=NOW + 1)
+
+
+@given(snapshots(), st.sampled_from([(), ((300, 1000, 0.5), (1000, 4000, 0.5))]))
+@settings(max_examples=200, deadline=None)
+def test_fgd_decides_with_its_kept_choices_as_a_scan_of_every_node_would(s, workload):
+    config = Config(placement="fgd", workload=workload)
+    kept = _twice(s, config)
+    scan = Shares._fgd
+
+    def fresh(self: Shares, pod, share):
+        self._heaps.clear()  # every node scored again, as for a pool seen the first time
+        return scan(self, pod, share)
+
+    with patch.object(Shares, "_fgd", fresh):
+        assert _twice(s, config) == kept

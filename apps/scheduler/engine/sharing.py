@@ -44,10 +44,11 @@ import math
 import random
 from bisect import bisect_left, bisect_right, insort
 from collections.abc import Iterable, Sequence
+from heapq import heapify, heappop, heappush
 
 from apps.scheduler.engine.model import MILLI, RunningJob, RunningPod, SchedulerError
 from apps.scheduler.engine.reclaim import Borrower, random_rank
-from apps.scheduler.engine.room import Pool
+from apps.scheduler.engine.room import _LOG_PER_NODE, _LOG_SLACK, Pool
 from apps.scheduler.engine.vectors import Vec, fits, sum_of
 
 Spot = tuple[int, tuple[int, ...]]  # a pod's node and the indexes of the GPUs it takes
@@ -108,6 +109,10 @@ class Shares:
         self._sigs: dict[int, tuple[int, ...]] = {}  # `signature` per node, until it changes
         self._options: dict[tuple[tuple[int, ...], int, int, int, int], list[tuple[int, int]]]
         self._options = {}
+        # FGD's choice per pod shape, kept between calls (`_fgd`); the nodes whose GPUs
+        # changed, in order, for those to catch up with (beside the pool's `changes`)
+        self._heaps: dict[tuple[Vec, int], _FgdHeap] = {}
+        self.changed: list[int] = []
         self.aim(workload)
 
     def aim(self, workload: Sequence[tuple[int, int, float]]) -> None:
@@ -118,6 +123,7 @@ class Shares:
             self.cpu_steps = sorted({cpu for _, cpu, _ in workload})
             self._frags.clear()
             self._options.clear()
+            self._heaps.clear()
 
     # -- running pods --
 
@@ -219,6 +225,7 @@ class Shares:
         for n, node in saved.items():
             self.nodes[n] = node
             self._sigs.pop(n, None)
+            self.changed.append(n)
             self._reindex(n)
         self.failed.clear()
         self.reclaim_failed.clear()
@@ -226,6 +233,9 @@ class Shares:
     def _save(self, n: int) -> None:
         """Node n's GPUs are about to change: keep them as they were for `rollback`."""
         self._sigs.pop(n, None)
+        if len(self.changed) > _LOG_PER_NODE * len(self.nodes) + _LOG_SLACK:
+            self.changed = []  # a reader that kept the old log starts over
+        self.changed.append(n)
         if self.journal is not None and n not in self.journal:
             self.journal[n] = self.nodes[n].copy()
 
@@ -449,47 +459,69 @@ class Shares:
         the FGD artifact scores a node: an integer 0–100 (`fgd_score`), so that growths
         close to each other tie. On a node, a tie goes to the GPU with the lowest index;
         between nodes, to the first in a fixed random order of them (`seed`), as the
-        artifact's scheduler breaks ties."""
+        artifact's scheduler breaks ties.
+
+        Every node's best choice for this pod shape is kept in a heap between calls, and
+        only the nodes whose room or GPUs changed since (the pool's `changes`, `changed`)
+        are scored again: a queue of pods alike costs the nodes its placements touch, not
+        every node for every pod."""
+        key = (pod, share)
         pool = self.pool
-        g, c, m = pod
-        best: tuple[int, int, int, int] | None = None  # (-score, rank, node, used)
-        steps = self.cpu_steps
-        buckets = pool.buckets
-        partial_nodes = self.partial_of
-        ranks = self.ranks
-        for b in range(0 if share else g, len(buckets)):
-            bucket = buckets[b]
-            for j in range(bisect_left(bucket, (c, m)), len(bucket)):
-                cpu, mem, n = bucket[j]
-                if mem < m or (share and not b and n not in partial_nodes):
-                    continue
-                sig = self.signature(n)
-                before, after = bisect_right(steps, cpu), bisect_right(steps, cpu - c)
-                choice: tuple[int, int, int] | None = None  # (-score, GPU index, used)
-                for used, score in self._scores(sig, before, after, share, g, b):
-                    if choice is not None and -score > choice[0]:
-                        break  # the options come best score first
-                    k = 0
-                    if share:
-                        gpu = self._gpu(n, used)
-                        if gpu is None:
-                            continue  # a reservation holds the GPUs so used
-                        k = gpu
-                    if choice is None or (-score, k) < choice[:2]:
-                        choice = (-score, k, used)
-                if choice is None:
-                    continue
-                entry = (choice[0], ranks[n], n, choice[2])
-                if best is None or entry < best:
-                    best = entry
-        if best is None:
+        kept = self._heaps.get(key)
+        if kept is None or kept.log is not pool.changes or kept.gpu_log is not self.changed:
+            kept = self._heaps[key] = _FgdHeap(pool.changes, self.changed)
+            touched: Iterable[int] = pool.cap
+        else:
+            touched = set(pool.changes[kept.seen :])
+            touched.update(self.changed[kept.gpu_seen :])
+        kept.seen, kept.gpu_seen = len(pool.changes), len(self.changed)
+        heap, stamps = kept.heap, kept.stamps
+        for n in touched:
+            stamp = stamps[n] = stamps.get(n, 0) + 1
+            entry = self._fgd_entry(n, pod, share)
+            if entry is not None:
+                heappush(heap, (*entry, stamp))
+        while heap and heap[0][4] != stamps[heap[0][2]]:
+            heappop(heap)
+        if len(heap) > 2 * len(stamps) + 64:
+            heap[:] = [e for e in heap if e[4] == stamps[e[2]]]
+            heapify(heap)
+        if not heap:
             return None
-        _, _, n, used = best
+        _, _, n, used, _ = heap[0]
         if share:
             gpu = self._gpu(n, used)
             assert gpu is not None
             return n, (gpu,)
         return n, self.names(n, pod)
+
+    def _fgd_entry(self, n: int, pod: Vec, share: int) -> tuple[int, int, int, int] | None:
+        """Node n's best choice for the pod: (-score, the node's rank, n, milli-GPUs used on
+        the GPU a share takes); None where the pod cannot go."""
+        g, c, m = pod
+        b, cpu, mem = self.pool.eff[n]
+        if b < (0 if share else g) or cpu < c or mem < m or cpu < 0 or mem < 0:
+            return None
+        if share and not b and n not in self.partial_of:
+            return None
+        steps = self.cpu_steps
+        sig = self.signature(n)
+        before, after = bisect_right(steps, cpu), bisect_right(steps, cpu - c)
+        choice: tuple[int, int, int] | None = None  # (-score, GPU index, used)
+        for used, score in self._scores(sig, before, after, share, g, b):
+            if choice is not None and -score > choice[0]:
+                break  # the options come best score first
+            k = 0
+            if share:
+                gpu = self._gpu(n, used)
+                if gpu is None:
+                    continue  # a reservation holds the GPUs so used
+                k = gpu
+            if choice is None or (-score, k) < choice[:2]:
+                choice = (-score, k, used)
+        if choice is None:
+            return None
+        return choice[0], self.ranks[n], n, choice[2]
 
     def _gpu(self, n: int, used: int) -> int | None:
         """The first GPU of node n with so much used that a share may take."""
@@ -546,6 +578,20 @@ class Shares:
             cpu = self.cpu_steps[step - 1] if step else -1  # the most CPU a shape may need
             frag = self._frags[(sig, step)] = fragmentation(sig, cpu, self.workload)
         return frag
+
+
+class _FgdHeap:
+    """Every node's best FGD choice for one pod shape (`Shares._fgd`): heap entries
+    (-score, rank, node, used, stamp), current while the stamp is the node's latest, and how
+    much of the pool's and the GPUs' change logs they have read."""
+
+    __slots__ = ("heap", "stamps", "log", "gpu_log", "seen", "gpu_seen")
+
+    def __init__(self, log: list[int], gpu_log: list[int]) -> None:
+        self.heap: list[tuple[int, int, int, int, int]] = []
+        self.stamps: dict[int, int] = {}
+        self.log, self.gpu_log = log, gpu_log
+        self.seen = self.gpu_seen = 0
 
 
 class _FutRoom:
