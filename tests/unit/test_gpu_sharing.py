@@ -31,7 +31,7 @@ from apps.scheduler.engine import (
     target_workload,
 )
 from apps.scheduler.engine.reclaim import random_rank
-from apps.scheduler.engine.sharing import Shares, fgd_score, fragmentation
+from apps.scheduler.engine.sharing import Shares, _FutRoom, fgd_score, fragmentation
 
 NOW = 1_700_000_000.0
 POD = Resources(cpu=1000, memory=1024)  # a pod's CPU and memory; GPUs come apart
@@ -783,4 +783,13 @@ def test_fgd_decides_with_its_kept_choices_as_a_scan_of_every_node_would(s, work
         return scan(self, pod, share)
 
     with patch.object(Shares, "_fgd", fresh):
+        assert _twice(s, config) == kept
+
+
+@given(snapshots(), st.sampled_from(["best_fit", "fgd"]))
+@settings(max_examples=200, deadline=None)
+def test_a_reclaim_looks_only_where_the_gang_could_go_and_decides_as_a_scan_would(s, placement):
+    config = Config(placement=placement)
+    kept = _twice(s, config)
+    with patch.object(_FutRoom, "_could", lambda self, row: True):  # every node, every time
         assert _twice(s, config) == kept

@@ -294,7 +294,7 @@ class Shares:
         """Borrowers, in victim order, until the gang fits GPU by GPU on the `fut` room with
         theirs added, then pruned: the gang does not fit without any one of those kept. No
         victims at all when the `fut` room holds it already."""
-        room = _FutRoom(self)
+        room = _FutRoom(self, pods, shares)
         spots = room.place(pods, shares)
         if spots is not None:
             return [], spots
@@ -597,28 +597,58 @@ class _FgdHeap:
 class _FutRoom:
     """The `fut` room of a sharing pool, GPU by GPU, with victims' pods taken out, for a
     reclaiming owner to plan on: per node the milli-GPUs used on each GPU, the whole GPUs
-    the pool's count still has free (`spare`: reservations hold some), CPU and memory."""
+    the pool's count still has free (`spare`: reservations hold some), CPU and memory.
 
-    def __init__(self, shares: Shares) -> None:
+    Only the nodes where some pod of the gang could go (`candidates`) are looked at when it
+    is placed: those with the CPU and memory of its smallest pod and a GPU for it, found
+    once, then among the nodes victims free. A node's row is made when first needed (the
+    pool does not change while victims are chosen)."""
+
+    def __init__(self, shares: Shares, pods: Sequence[Vec], cuts: Sequence[int]) -> None:
         self.shares = shares
-        pool = shares.pool
         self.rows: dict[int, list] = {}
-        for n, node in shares.nodes.items():
-            fut = pool.fut[n]
+        self.cpu = min((p[1] for p in pods), default=0)
+        self.memory = min((p[2] for p in pods), default=0)
+        # whole GPUs free the smallest pod needs (a share on an empty GPU: one), and the
+        # smallest share, which fits on a GPU with at most 1000 minus it used
+        self.whole = min((1 if cut else p[0] for p, cut in zip(pods, cuts, strict=True)), default=0)
+        self.share = min((cut for cut in cuts if cut), default=0)
+        self.candidates: set[int] = set()
+        fut = shares.pool.fut
+        for n in shares.nodes:
+            f = fut[n]
+            if f[1] >= self.cpu and f[2] >= self.memory and self._could(self._row(n)):
+                self.candidates.add(n)
+
+    def _row(self, n: int) -> list:
+        row = self.rows.get(n)
+        if row is None:
+            node, fut = self.shares.nodes[n], self.shares.pool.fut[n]
             used = [a + b for a, b in zip(node.sh_fut, node.wh_fut, strict=True)]
-            self.rows[n] = [used, fut[0], fut[1], fut[2]]
+            row = self.rows[n] = [used, fut[0], fut[1], fut[2]]
+        return row
+
+    def _could(self, row: list) -> bool:
+        """Whether some pod of the gang might go on this node (never False where one can)."""
+        used, spare, cpu, mem = row
+        if cpu < self.cpu or mem < self.memory:
+            return False
+        if spare >= self.whole:
+            return True
+        most = MILLI - self.share
+        return bool(self.share) and any(0 < u <= most for u in used)
 
     def free(self, job: RunningJob, sign: int) -> bool:
         """Take (sign 1) or put back (-1) a job's pods; False if it has none here."""
-        held, rows = self.shares.held, self.rows
+        held, nodes = self.shares.held, self.shares.nodes
         touched = False
         for pod in job.pods:
             h = held.get(pod.pod_id)
-            if h is None or h[3] or h[0] not in rows:
+            if h is None or h[3] or h[0] not in nodes:
                 continue
             touched = True
             n, gpus, milli, _ = h
-            row = rows[n]
+            row = self._row(n)
             used = row[0]
             for g in gpus:
                 before = used[g]
@@ -627,6 +657,8 @@ class _FutRoom:
                     row[1] += sign
             row[2] += sign * pod.resources.cpu
             row[3] += sign * pod.resources.memory
+            if sign > 0 and n not in self.candidates and self._could(row):
+                self.candidates.add(n)
         return touched
 
     def place(self, pods: Sequence[Vec], shares: Sequence[int]) -> list[Spot] | None:
@@ -640,8 +672,8 @@ class _FutRoom:
             share = shares[i]
             best: tuple | None = None
             key: tuple[int, ...]
-            for n, kept in rows.items():
-                used, spare, cpu, mem = changed.get(n, kept)
+            for n in self.candidates:
+                used, spare, cpu, mem = changed.get(n) or rows[n]
                 if cpu < c or mem < m:
                     continue
                 if share:
