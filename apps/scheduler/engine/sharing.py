@@ -615,9 +615,12 @@ class _FutRoom:
         self.share = min((cut for cut in cuts if cut), default=0)
         self.candidates: set[int] = set()
         fut = shares.pool.fut
-        for n in shares.nodes:
+        for n, node in shares.nodes.items():
             f = fut[n]
-            if f[1] >= self.cpu and f[2] >= self.memory and self._could(self._row(n)):
+            if f[1] < self.cpu or f[2] < self.memory:
+                continue
+            # a share only fits beside others on a GPU where some are kept in `fut`
+            if f[0] >= self.whole or (self.share and node.opened[1] and self._could(self._row(n))):
                 self.candidates.add(n)
 
     def _row(self, n: int) -> list:
@@ -673,7 +676,7 @@ class _FutRoom:
             best: tuple | None = None
             key: tuple[int, ...]
             for n in self.candidates:
-                used, spare, cpu, mem = changed.get(n) or rows[n]
+                used, spare, cpu, mem = changed.get(n) or self._row(n)
                 if cpu < c or mem < m:
                     continue
                 if share:
