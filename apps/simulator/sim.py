@@ -238,7 +238,7 @@ class _Cluster:
         self._checkpoint(now)
         if self.window:
             recent, pods = self.recent, self.recent_pods
-            while recent and recent[0][0] <= now - self.window:
+            while recent and recent[0][0] < now - self.window:  # as the live `since`
                 _, shape, count = recent.popleft()
                 pods[shape] -= count
             self.state.aim(target_workload((m, c, n) for (m, c), n in pods.items()))
