@@ -7,10 +7,10 @@ from django.utils import timezone
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
-from apps.simulator import DEFAULTS, ClusterError, PolicyError, check_policies, parse_policies
+from apps.simulator import ClusterError, PolicyError, check_policies, parse_policies
 from apps.simulator.cluster import cluster_from_toml
 from apps.whatif.models import WhatIfRun
-from apps.whatif.selectors import quota_jobs
+from apps.whatif.selectors import default_policies, quota_jobs
 
 MAX_TRACE_BYTES = 50 * 1024 * 1024
 MAX_DAYS = 90
@@ -44,7 +44,10 @@ class WhatIfForm(forms.Form):
         label=_("Policies"),
         max_length=512,
         required=False,
-        help_text=_("comma-separated, e.g. ours,kueue,ours+ckpt=600 (empty: the mode's default)"),
+        help_text=_(
+            "comma-separated, e.g. ours,kueue,ours+ckpt=600 (empty: the mode's default; a "
+            "replay's placed as the live scheduler places)"
+        ),
     )
     cluster_file = forms.CharField(
         widget=forms.Textarea(attrs={"rows": 16, "class": "mono", "spellcheck": "false"}),
@@ -61,7 +64,7 @@ class WhatIfForm(forms.Form):
     def clean_policies(self):
         text = self.cleaned_data.get("policies", "").strip()
         try:
-            parse_policies(text or DEFAULTS["replay"])
+            parse_policies(text or default_policies("replay"))
         except PolicyError as e:
             raise forms.ValidationError(str(e)) from e
         return text
@@ -84,7 +87,9 @@ class WhatIfForm(forms.Form):
         data = super().clean()
         if "policies" in data and data.get("mode"):
             try:
-                check_policies(parse_policies(data["policies"] or DEFAULTS["replay"]), data["mode"])
+                check_policies(
+                    parse_policies(data["policies"] or default_policies(data["mode"])), data["mode"]
+                )
             except PolicyError as e:
                 self.add_error("policies", str(e))
         if data.get("source") == WhatIfRun.Source.UPLOAD and not data.get("trace"):

@@ -8,12 +8,13 @@ import re
 from datetime import datetime, timedelta
 from decimal import Decimal
 
+from django.conf import settings
 from django.db.models import QuerySet
 
 from apps.cluster.models import Node, ResourcePool
 from apps.jobs.models import Job, ResourceSource
 from apps.scheduler.services import scheduler_cluster
-from apps.simulator import Cluster, TraceJob
+from apps.simulator import DEFAULTS, Cluster, TraceJob
 from apps.whatif.models import WhatIfRun
 
 
@@ -182,3 +183,15 @@ def _node_runs(nodes):
 
 def whatif_runs(*, limit: int = 50) -> list[WhatIfRun]:
     return list(WhatIfRun.objects.select_related("created_by")[:limit])
+
+
+def default_policies(mode: str) -> str:
+    """The mode's default policies. A replay compares victim orders: each is placed as the
+    live scheduler places (SCHEDULER_PLACEMENT), with FGD's workload drawn as it draws it
+    (SCHEDULER_WORKLOAD_HOURS); fill mode compares the placements themselves."""
+    text = DEFAULTS[mode]
+    if mode != "replay" or settings.SCHEDULER_PLACEMENT == "best_fit":
+        return text
+    live = f"+placement={settings.SCHEDULER_PLACEMENT}"
+    live += f"+workload_hours={settings.SCHEDULER_WORKLOAD_HOURS:g}"
+    return ",".join(f"{name}{live}+name={name}" for name in text.split(","))

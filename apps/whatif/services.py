@@ -14,7 +14,6 @@ from django.db.models import Q
 from django.utils import timezone
 
 from apps.simulator import (
-    DEFAULTS,
     Cluster,
     ClusterError,
     PolicyError,
@@ -28,7 +27,7 @@ from apps.simulator import (
 from apps.simulator.cluster import cluster_from_toml
 from apps.simulator.report import render
 from apps.whatif.models import WhatIfRun
-from apps.whatif.selectors import current_cluster, jobs_trace
+from apps.whatif.selectors import current_cluster, default_policies, jobs_trace
 
 SIDES = ("current", "changed")
 PROGRESS_EVERY = 0.5  # seconds between progress writes
@@ -119,7 +118,7 @@ def whatif_run(*, run_pk: int) -> None:
     if not claimed or run is None:
         return  # finished, or another worker has it (a message delivered twice)
     try:
-        policies = parse_policies(run.policies or DEFAULTS[run.mode])
+        policies = parse_policies(run.policies or default_policies(run.mode))
         try:
             data = tomllib.loads(run.cluster_file)
         except tomllib.TOMLDecodeError as e:

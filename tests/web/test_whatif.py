@@ -89,6 +89,27 @@ def _post(client, django_capture_on_commit_callbacks, **data):
         return client.post(reverse("whatif:index"), form)
 
 
+@pytest.mark.parametrize("placement", ["best_fit", "fgd"])
+def test_a_replay_by_default_places_as_the_live_scheduler_does(
+    admin_client, history, settings, placement, django_capture_on_commit_callbacks
+):
+    settings.SCHEDULER_PLACEMENT, settings.SCHEDULER_WORKLOAD_HOURS = placement, 24
+    _post(admin_client, django_capture_on_commit_callbacks, policies="")
+    run = WhatIfRun.objects.get()
+    assert run.status == WhatIfRun.Status.DONE, run.message
+    shown = [(p["policy"], p["placement"], p["workload_hours"]) for p in run.current["policies"]]
+    window = 24 if placement == "fgd" else None
+    assert shown == [(name, placement, window) for name in ("ours", "kueue", "random-victims")]
+    _post(admin_client, django_capture_on_commit_callbacks, policies="", mode="fill")
+    fill = WhatIfRun.objects.latest("pk")  # fill compares the placements themselves
+    assert [p["policy"] for p in fill.current["policies"]] == [
+        "ours",
+        "fgd",
+        "worst-fit",
+        "random-fit",
+    ]
+
+
 def test_it_is_for_staff_only(alice_client, admin_client):
     assert alice_client.get(reverse("whatif:index")).status_code == 403
     page = admin_client.get(reverse("whatif:index"))
