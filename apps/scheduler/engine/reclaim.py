@@ -24,7 +24,7 @@ from apps.scheduler.engine.model import (
     VictimOrder,
 )
 from apps.scheduler.engine.room import Pool, holds
-from apps.scheduler.engine.vectors import _MANY, Vec, add, fits, low
+from apps.scheduler.engine.vectors import Vec, add, fits, low
 from apps.scheduler.lifecycle import lost_gpu_seconds
 
 _GREEDY_BUDGET = (8, 16)  # victims per pod, plus, before greedy reclaim turns to node by node
@@ -386,20 +386,18 @@ class Reclaimer:
         """Node n's borrowers, from `start` on, to preempt for one more slot there."""
         eg, ec, em = envelope
         g, c, m = room[0], room[1], room[2]
-        if eg > 0 and ec > 0 and em > 0:
-            slots = min(g // eg, c // ec, m // em, _MANY)
-            if slots < 0:
-                slots = 0
-        else:
-            slots = holds(room, envelope)
+        slots = holds(room, envelope)
         # one more slot needs at least this room: below it there is no need to count slots
         ng, nc, nm = (slots + 1) * eg, (slots + 1) * ec, (slots + 1) * em
         victims: list[Borrower] = []
         lost, priority, newest = 0.0, 0, -float("inf")
-        candidates = self.victims_on.get(n, ())
-        for i in range(start, len(candidates)):
-            victim, vg, vc, vm, victim_priority, started = candidates[i]
-            if victim.claimed or (victim.young and not young_ok) or (taken and victim in taken):
+        candidates = self.victims_on.get(n)
+        if not candidates:
+            return None
+        too_young = not young_ok
+        rest = candidates[start:] if start else candidates
+        for i, (victim, vg, vc, vm, victim_priority, started) in enumerate(rest, start):
+            if victim.claimed or (too_young and victim.young) or (taken and victim in taken):
                 continue
             victims.append(victim)
             lost += victim.lost
