@@ -351,7 +351,7 @@ class WorkloadShape:
     """One pod shape of FGD's target workload, as the health page shows it."""
 
     gpu: str  # "0.5", "1", "8"
-    cpu: str  # cores: "2", "0.5"
+    cpu: int  # millicores
     percent: float  # of the workload's pods
 
 
@@ -369,12 +369,5 @@ def placement_status(*, now: datetime) -> PlacementStatus:
     if rule == "fgd":
         workload = recent_workload(since=now - timedelta(hours=hours))
         for milli, cpu, weight in sorted(workload, key=lambda s: (-s[2], s[0], s[1])):
-            whole, part = divmod(milli, MILLI)
-            shapes.append(
-                WorkloadShape(
-                    gpu=gpu_text(whole, 0) if not part else gpu_text(0, milli),
-                    cpu=f"{Decimal(cpu) / 1000:f}".rstrip("0").rstrip(".") or "0",
-                    percent=weight * 100,
-                )
-            )
+            shapes.append(WorkloadShape(gpu_text(*divmod(milli, MILLI)), cpu, weight * 100))
     return PlacementStatus(rule=rule, hours=hours, shapes=shapes)

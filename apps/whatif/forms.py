@@ -10,7 +10,7 @@ from django.utils.translation import gettext_lazy as _
 from apps.simulator import ClusterError, PolicyError, check_policies, parse_policies
 from apps.simulator.cluster import cluster_from_toml
 from apps.whatif.models import WhatIfRun
-from apps.whatif.selectors import default_policies, quota_jobs
+from apps.whatif.selectors import quota_jobs
 
 MAX_TRACE_BYTES = 50 * 1024 * 1024
 MAX_DAYS = 90
@@ -62,12 +62,7 @@ class WhatIfForm(forms.Form):
         return trace
 
     def clean_policies(self):
-        text = self.cleaned_data.get("policies", "").strip()
-        try:
-            parse_policies(text or default_policies("replay"))
-        except PolicyError as e:
-            raise forms.ValidationError(str(e)) from e
-        return text
+        return self.cleaned_data.get("policies", "").strip()
 
     def clean_cluster_file(self):
         """Valid TOML that the simulator can make a cluster of, said beside the field now
@@ -85,11 +80,9 @@ class WhatIfForm(forms.Form):
 
     def clean(self):
         data = super().clean()
-        if "policies" in data and data.get("mode"):
+        if data.get("policies"):  # empty: the mode's defaults, which hold
             try:
-                check_policies(
-                    parse_policies(data["policies"] or default_policies(data["mode"])), data["mode"]
-                )
+                check_policies(parse_policies(data["policies"]), data.get("mode") or "replay")
             except PolicyError as e:
                 self.add_error("policies", str(e))
         if data.get("source") == WhatIfRun.Source.UPLOAD and not data.get("trace"):
