@@ -85,3 +85,31 @@ def test_under_fgd_the_scheduler_names_whole_gpus_too(personas, settings):
     # a fixed order of the nodes, so the second pair goes beside the first, on other GPUs
     assert named[0][0] == named[1][0]
     assert [gpus for _, gpus in named] == [{"0", "1"}, {"2", "3"}]
+
+
+def test_turning_fgd_on_with_jobs_running_never_names_a_gpu_twice(personas, settings, monkeypatch):
+    """Pods the agent named under best fit keep their GPUs; FGD counts them and names only
+    others, on the same node or not."""
+    from apps.agent import tasks
+
+    settings.EXECUTION_BACKEND = "agent"
+    monkeypatch.setattr(tasks.pod_start_task, "apply_async", lambda args, queue: None)
+    before = [
+        submit(personas, RoleSpec(cpu=4000, memory=16384, gpu=1), name=f"whole-{i}")
+        for i in range(3)
+    ]
+    before.append(submit(personas, share(500), name="half"))
+    settings.SCHEDULER_PLACEMENT = "fgd"
+    after = [
+        submit(personas, RoleSpec(cpu=4000, memory=16384, gpu=2), name="pair"),
+        submit(personas, share(700), name="share"),
+        submit(personas, RoleSpec(cpu=4000, memory=16384, gpu=1), name="one"),
+    ]
+    held: dict[tuple[int, int], int] = {}
+    for job in before + after:
+        (pod,) = job.pods.all()
+        assert pod.gpu_ids, job.display_name
+        role = pod.role
+        for gpu in map(int, pod.gpu_ids.split(",")):
+            held[(pod.node_id, gpu)] = held.get((pod.node_id, gpu), 0) + (role.gpu_milli or 1000)
+    assert all(milli <= 1000 for milli in held.values()), held
