@@ -30,6 +30,7 @@ from apps.scheduler.engine import (
     plan,
     reclaim,
 )
+from apps.scheduler.engine import room as room_module
 
 NOW = 1_700_000_000.0
 CONFIG = Config(min_run_seconds=60.0)
@@ -621,3 +622,31 @@ def test_it_positions_waiting_jobs_within_their_quotas_queue(shot):
         seen.setdefault(jobs[w.job_id].quota_id, []).append(w.position)
         assert w.queue_size == per_quota[jobs[w.job_id].quota_id] and w.reason
     assert all(positions == list(range(1, len(positions) + 1)) for positions in seen.values())
+
+
+ROWS = st.tuples(st.integers(0, 200_000), st.integers(0, 4_000_000), st.integers(0, 50_000))
+
+
+@FAST
+@given(
+    first=st.lists(ROWS, unique=True, max_size=600),
+    moves=st.lists(st.tuples(st.booleans(), ROWS), max_size=120),
+    bounds=st.lists(st.tuples(st.integers(-5, 200_000), st.integers(-5, 4_000_000)), max_size=6),
+)
+def test_the_fut_index_lists_rooms_in_the_order_of_their_tuples(first, moves, bounds):
+    """The index of room by (cpu, memory, node), which holds each entry as one integer,
+    answers every lower bound with the entries a sorted list of the tuples would give."""
+    index = room_module._Chunked(first)
+    rows = set(first)
+    for removing, row in moves:
+        if removing and rows:
+            row = sorted(rows)[row[2] % len(rows)]
+            index.remove(row)
+            rows.discard(row)
+        elif row not in rows:
+            index.add(row)
+            rows.add(row)
+    for cpu, memory in [*bounds, (0, 0)]:
+        expected = [r for r in sorted(rows) if r >= (cpu, memory)]
+        assert list(index.from_key(cpu, memory)) == expected
+

@@ -327,7 +327,7 @@ class Pool:
         self._sync_fut()
         buckets = self.fut_buckets
         for b in range(max(lo[0], 0), len(buckets)):
-            for c, m, n in buckets[b].from_key((lo[1], lo[2])):
+            for c, m, n in buckets[b].from_key(lo[1], lo[2]):
                 if m >= lo[2] and n not in overlay:
                     out[n] = (b, c, m)
                     if limit is not None and len(out) > limit:
@@ -413,7 +413,7 @@ def _first_fit(
     bucket: _Chunked, c: int, m: int, skip: dict[int, list[int]]
 ) -> tuple[int, int, int] | None:
     """The smallest entry of a bucket holding (c, m) whose node is not in `skip`."""
-    for entry in bucket.from_key((c, m)):
+    for entry in bucket.from_key(c, m):
         if entry[1] >= m and entry[2] not in skip:
             return entry
     return None
@@ -434,26 +434,29 @@ class _SlotCount:
 
 class _Chunked:
     """A sorted list of (cpu, memory, node) held in chunks: adding or removing an entry
-    moves one chunk, not the whole list, however many nodes a pool has."""
+    moves one chunk, not the whole list, however many nodes a pool has. Each entry is
+    kept as one integer in the same order (`_packed`: one comparison instead of a tuple's
+    three), read back as a tuple."""
 
     __slots__ = ("chunks", "maxes")
     _LOAD = 256
 
     def __init__(self, rows: Iterable[tuple[int, int, int]] = ()) -> None:
-        ordered = sorted(rows)
+        ordered = sorted(_packed(*row) for row in rows)
         size = self._LOAD
         self.chunks = [ordered[i : i + size] for i in range(0, len(ordered), size)]
         self.maxes = [chunk[-1] for chunk in self.chunks]
 
     def add(self, row: tuple[int, int, int]) -> None:
+        key = _packed(*row)
         chunks, maxes = self.chunks, self.maxes
         if not chunks:
-            chunks.append([row])
-            maxes.append(row)
+            chunks.append([key])
+            maxes.append(key)
             return
-        i = min(bisect_left(maxes, row), len(maxes) - 1)
+        i = min(bisect_left(maxes, key), len(maxes) - 1)
         chunk = chunks[i]
-        insort(chunk, row)
+        insort(chunk, key)
         maxes[i] = chunk[-1]
         if len(chunk) > 2 * self._LOAD:
             half = len(chunk) // 2
@@ -461,26 +464,42 @@ class _Chunked:
             maxes[i : i + 1] = [chunk[half - 1], chunk[-1]]
 
     def remove(self, row: tuple[int, int, int]) -> None:
-        i = bisect_left(self.maxes, row)
+        key = _packed(*row)
+        i = bisect_left(self.maxes, key)
         chunk = self.chunks[i]
-        del chunk[bisect_left(chunk, row)]
+        del chunk[bisect_left(chunk, key)]
         if chunk:
             self.maxes[i] = chunk[-1]
         else:
             del self.chunks[i]
             del self.maxes[i]
 
-    def from_key(self, key: tuple[int, ...]) -> Iterator[tuple[int, int, int]]:
-        """The entries from the first one not below `key`, in order."""
+    def from_key(self, cpu: int, memory: int) -> Iterator[tuple[int, int, int]]:
+        """The entries from the first one not below (cpu, memory), in order."""
         chunks = self.chunks
+        # entries are never negative: a negative bound asks for no more than 0
+        key = 0 if cpu < 0 else _packed(cpu, max(memory, 0), 0)
         i = bisect_left(self.maxes, key)
         if i == len(chunks):
             return
         chunk = chunks[i]
         for j in range(bisect_left(chunk, key), len(chunk)):
-            yield chunk[j]
+            x = chunk[j]
+            yield x >> _CPU_AT, (x >> _MEMORY_AT) & _FIELD, x & _FIELD
         for k in range(i + 1, len(chunks)):
-            yield from chunks[k]
+            for x in chunks[k]:
+                yield x >> _CPU_AT, (x >> _MEMORY_AT) & _FIELD, x & _FIELD
+
+
+# (cpu, memory, node), none negative and memory and node below 2**64, as one integer that
+# sorts as the tuple does
+_MEMORY_AT = 64
+_CPU_AT = 128
+_FIELD = (1 << 64) - 1
+
+
+def _packed(cpu: int, memory: int, node: int) -> int:
+    return (cpu << _CPU_AT) | (memory << _MEMORY_AT) | node
 
 
 def _largest_first(pods: Sequence[Vec]) -> list[int]:
