@@ -157,6 +157,19 @@ def test_it_adds_subtracts_and_compares_resources():
 # --- 1. pools and node room ------------------------------------------------------------
 
 
+def test_a_pool_knows_the_least_capacity_of_its_nodes_in_each_resource():
+    """What fits `smallest` fits every node: victim choice then skips its check of each
+    node's capacity."""
+    nodes = [
+        Node(1, 1, Resources(gpu=8, cpu=32000, memory=65536)),
+        Node(2, 1, Resources(gpu=4, cpu=64000, memory=32768)),
+        Node(3, 1, Resources(gpu=8, cpu=96000, memory=262144)),
+    ]
+    assert Pool(1, nodes).smallest == (4, 32000, 32768)
+    assert Pool(1, nodes[2:]).smallest == (8, 96000, 262144)
+    assert Pool(2, []).smallest == (0, 0, 0)
+
+
 def test_it_places_only_on_schedulable_nodes_of_the_quota_pool():
     nodes = machines(1, schedulable=False) + machines(2) + machines(3, pool=2)
     result = plan(

@@ -31,6 +31,7 @@ from apps.scheduler.engine import (
     reclaim,
 )
 from apps.scheduler.engine import room as room_module
+from apps.scheduler.engine.vectors import how_many
 
 NOW = 1_700_000_000.0
 CONFIG = Config(min_run_seconds=60.0)
@@ -650,3 +651,44 @@ def test_the_fut_index_lists_rooms_in_the_order_of_their_tuples(first, moves, bo
         expected = [r for r in sorted(rows) if r >= (cpu, memory)]
         assert list(index.from_key(cpu, memory)) == expected
 
+
+SHAPES = st.tuples(st.integers(0, 3), st.integers(0, 9_000), st.integers(0, 9_000))
+
+
+@FAST
+@given(
+    caps=st.lists(SHAPES, min_size=1, max_size=8),
+    used=st.lists(SHAPES, max_size=8),
+    shape=SHAPES,
+    count=st.integers(1, 4),
+    steps=st.lists(
+        st.tuples(st.booleans(), st.dictionaries(st.integers(1, 8), SHAPES, max_size=3)),
+        max_size=12,
+    ),
+)
+def test_a_gang_of_one_shape_counts_its_room_as_any_gang_would(caps, used, shape, count, steps):
+    """The count of slots for a gang of alike pods, kept inline as victims' room is added
+    and taken away again, is what a gang of several shapes counts, and what counting every
+    node anew gives."""
+    nodes = [Node(i + 1, 1, Resources(gpu=c[0], cpu=c[1], memory=c[2])) for i, c in enumerate(caps)]
+    pool = room_module.Pool(1, nodes)
+    for n, u in zip(pool.cap, used, strict=False):
+        pool.occupy(n, u, leaving=False)
+    pool.build()
+    alone = reclaim._Fit([shape] * count, pool)
+    spread = reclaim._Fit([shape] * count, pool)
+    spread.alone = None  # the general count, shape by shape
+    added: list[dict[int, Vec]] = []
+    for removing, freed in steps:
+        freed = {n: v for n, v in freed.items() if n in pool.cap}
+        if removing and added:
+            freed = added.pop()
+            sign = -1
+        else:
+            added.append(freed)
+            sign = 1
+        alone.add(freed, sign)
+        spread.add(freed, sign)
+        anew = sum(how_many(alone.room.get(n, tuple(pool.fut[n])), shape) for n in pool.cap)
+        assert alone.counts == spread.counts == [anew]
+        assert alone.enough() == spread.enough() == (anew >= count)

@@ -24,7 +24,7 @@ from apps.scheduler.engine.model import (
     VictimOrder,
 )
 from apps.scheduler.engine.room import Pool, holds
-from apps.scheduler.engine.vectors import Vec, add, fits, low
+from apps.scheduler.engine.vectors import _MANY, Vec, add, fits, low
 from apps.scheduler.lifecycle import lost_gpu_seconds
 
 _GREEDY_BUDGET = (8, 16)  # victims per pod, plus, before greedy reclaim turns to node by node
@@ -223,6 +223,7 @@ class Reclaimer:
         """Victims in victim order until the gang fits; True as well if it gave up at
         `budget` victims without knowing."""
         lo = low(pods)
+        anywhere = fits(lo, pool.smallest)  # every node could take a pod of the gang
         fit = _Fit(pods, pool)
         chosen: list[Borrower] = []
         next_try = 0
@@ -236,7 +237,7 @@ class Reclaimer:
             freed = victim.freed.get(pool.id)
             if victim.claimed or (victim.young and not young_ok) or not freed:
                 continue
-            if not any(fits(lo, pool.cap[n]) for n in freed):
+            if not anywhere and not any(fits(lo, pool.cap[n]) for n in freed):
                 continue  # frees nothing this gang could use
             if budget is not None and len(chosen) == budget:
                 return None, True
@@ -292,6 +293,7 @@ class Reclaimer:
         size; empty when the steps run out first. The first steps it pops go back on their
         heap; a node this selection touched has its own next step, on a local heap."""
         first = self._first_steps(pool, envelope, young_ok).heap
+        anywhere = fits(envelope, pool.smallest)
         version = pool.version
         room: dict[int, Vec] = {}  # nodes this selection touched: their room now
         slots: dict[int, int] = {}
@@ -333,7 +335,7 @@ class Reclaimer:
                 taken.add(victim)
                 for m, v in victim.freed[pool.id].items():
                     if m not in room:
-                        if not fits(envelope, pool.cap[m]):
+                        if not anywhere and not fits(envelope, pool.cap[m]):
                             continue
                         room[m] = _fut(pool, m)
                         slots[m] = holds(room[m], envelope)
@@ -461,13 +463,45 @@ class _Fit:
         self.room: dict[int, Vec] = {}
         self.fut = pool.fut
         self.counts = [pool.slots(s) for s, _ in self.shapes]
+        # one shape asking for some of everything (the usual gang): counted inline, with
+        # each node's count kept
+        shape = self.shapes[0][0] if len(self.shapes) == 1 else (0, 0, 0)
+        self.alone = shape if shape[0] > 0 and shape[1] > 0 and shape[2] > 0 else None
+        self.held: dict[int, int] = {}
 
     def place(self) -> list[int] | None:
         """Best fit of the gang on this room (`place_on`'s rule)."""
         return self.pool.place_future(self.pods, self.room)
 
     def add(self, freed: dict[int, Vec], sign: int = 1) -> None:
-        room, counts, shapes = self.room, self.counts, self.shapes
+        room = self.room
+        if self.alone is not None:
+            sg, sc, sm = shape = self.alone
+            held = self.held
+            total = self.counts[0]
+            for n, v in freed.items():
+                old = room.get(n)
+                if old is None:
+                    fut = self.fut[n]
+                    old = (fut[0], fut[1], fut[2])
+                    before = holds(old, shape)
+                else:
+                    before = held[n]
+                g, c, m = old[0] + sign * v[0], old[1] + sign * v[1], old[2] + sign * v[2]
+                room[n] = (g, c, m)
+                count = g // sg  # holds((g, c, m), shape), written out: this is hot
+                k = c // sc
+                if k < count:
+                    count = k
+                k = m // sm
+                if k < count:
+                    count = k
+                count = 0 if count < 0 else _MANY if count > _MANY else count
+                held[n] = count
+                total += count - before
+            self.counts[0] = total
+            return
+        counts, shapes = self.counts, self.shapes
         for n, v in freed.items():
             old = room.get(n)
             if old is None:

@@ -61,6 +61,13 @@ class Pool:
         self.placement = placement  # Config.placement; best fit unless compared
         self.rng = rng
         self.cap = {n.id: vec(n.capacity) for n in nodes}
+        # the least of every node's capacity: what fits it fits every node
+        caps = self.cap.values()
+        self.smallest: Vec = (
+            (min(v[0] for v in caps), min(v[1] for v in caps), min(v[2] for v in caps))
+            if caps
+            else (0, 0, 0)
+        )
         self.now = {n: list(v) for n, v in self.cap.items()}
         self.fut = {n: list(v) for n, v in self.cap.items()}
         self.eff: dict[int, Vec] = {}
