@@ -692,3 +692,78 @@ def test_a_gang_of_one_shape_counts_its_room_as_any_gang_would(caps, used, shape
         anew = sum(how_many(alone.room.get(n, tuple(pool.fut[n])), shape) for n in pool.cap)
         assert alone.counts == spread.counts == [anew]
         assert alone.enough() == spread.enough() == (anew >= count)
+
+
+@st.composite
+def scattered(draw) -> Snapshot:
+    """Every GPU of a pool taken by 1-GPU pods of borrowers spread over the nodes at random,
+    and owners queuing for gangs that need nodes emptied one step at a time (the scatter
+    case of benchmarks/scheduler_plan.py, small)."""
+    gpus = draw(st.sampled_from([2, 4, 4]))
+    nodes = [
+        Node(id=i, pool_id=1, capacity=Resources(gpu=gpus, cpu=32000, memory=65536))
+        for i in range(1, draw(st.integers(4, 10)) + 1)
+    ]
+    generous = dict(cpu=10**6, memory=10**7)
+    quotas = (
+        Quota(1, "owners", None, 1, Resources(gpu=gpus * len(nodes), **generous), "BestEffortFIFO"),
+        Quota(2, "lenders", None, 1, Resources(gpu=0, **generous)),
+    )
+    slots = draw(st.permutations([n.id for n in nodes for _ in range(gpus)]))
+    running = []
+    while slots:
+        jid = 100 + len(running)
+        count = min(draw(st.integers(1, 4)), len(slots))
+        pods = tuple(
+            RunningPod(jid * 10 + i, slots.pop(), Resources(gpu=1, cpu=1000, memory=1024), False)
+            for i in range(count)
+        )
+        running.append(
+            RunningJob(
+                jid,
+                f"r{jid}",
+                2,
+                "only_idle",
+                draw(st.integers(1, 2)),
+                NOW - draw(st.sampled_from([600, 3600, 7200, 9000])),
+                draw(st.sampled_from([None, NOW - 60, NOW - 300, NOW - 500])),
+                pods,
+            )
+        )
+    pending = [
+        PendingJob(
+            jid,
+            f"p{jid}",
+            1,
+            "off",
+            1,
+            NOW - jid,
+            tuple(
+                PodRequest(f"worker-{i}", Resources(gpu=size, cpu=1000, memory=1024))
+                for i in range(draw(st.integers(1, 3)))
+            ),
+        )
+        for jid, size in enumerate(
+            draw(st.lists(st.sampled_from([gpus, gpus // 2, gpus // 2]), min_size=3, max_size=8)), 1
+        )
+    ]
+    return Snapshot(tuple(nodes), quotas, tuple(running), tuple(pending))
+
+
+@settings(max_examples=500, deadline=None)
+@given(shot=scattered())
+def test_node_by_node_choice_keeps_its_steps_as_a_fresh_look_at_every_node_would(shot):
+    """Choosing victims node by node keeps every node's first step in a heap for the plan,
+    refreshed from the nodes that changed, and takes the next steps a selection worked out as
+    the first steps of the nodes its claim left that way: the plan is the one a fresh look at
+    every node, before every choice, gives."""
+    fresh_look = reclaim.Reclaimer._first_steps
+
+    def anew(self, pool, envelope, young_ok):
+        self.first_steps.pop((pool.id, envelope, young_ok), None)
+        self.settled.clear()
+        return fresh_look(self, pool, envelope, young_ok)
+
+    kept = planned(shot, "by node")
+    with mock.patch.object(reclaim.Reclaimer, "_first_steps", anew):
+        assert planned(shot, "by node") == kept

@@ -100,7 +100,7 @@ class _Step:
     # lost work: the rank of the step's last victim, 0, 0, node
     key: tuple[float, int, float, int]
     victims: list[Borrower]
-    end: int  # where the node's next step starts in its candidate list
+    end: int  # where the node's next step starts in its candidate list; -1: after victims[-1]
 
 
 _Entry = tuple[tuple[float, int, float, int], int, int, _Step]  # key, node, version, step
@@ -137,6 +137,14 @@ class Reclaimer:
         # memory), its priority and start time
         self.victims_on: dict[int, list[tuple[Borrower, int, int, int, int, float]]] = {}
         self.first_steps: dict[tuple[int, Vec, bool], _FirstSteps] = {}
+        # Next steps a node-by-node selection worked out, per heap, for the nodes whose room
+        # it left as the claim of its victims leaves it: node -> (version then, step). They
+        # stand for a fresh first step while the node's version is unchanged (`_first_steps`).
+        self.settled: dict[tuple[int, Vec, bool], dict[int, tuple[int, _Step | None]]] = {}
+        # the last selection's steps, until its victims are claimed (`claim`)
+        self._selected: (
+            tuple[tuple[int, Vec, bool], set[Borrower], dict[int, _Step | None]] | None
+        ) = None
         self.unclaimed_from: dict[int, int] = {}  # pool id -> candidates before it are claimed
 
     def add(self, borrower: Borrower, pool_ids: Iterable[int]) -> None:
@@ -186,6 +194,15 @@ class Reclaimer:
             candidates = self.victims_on.get(n)
             if candidates:
                 candidates[:] = [entry for entry in candidates if not entry[0].claimed]
+        selected, self._selected = self._selected, None
+        if selected is not None and selected[1] == set(victims):
+            # the victims the selection took, no more, no fewer: its next steps are the
+            # first steps of the nodes it worked them out for
+            key, _, steps = selected
+            version = self.pools[key[0]].version
+            settled = self.settled.setdefault(key, {})
+            for n, step in steps.items():
+                settled[n] = (version[n], step)
 
     def choose(
         self, pods: list[Vec], pool: Pool, *, young_ok: bool
@@ -200,6 +217,7 @@ class Reclaimer:
         pruning pass (`_trim`) then makes the set minimal: the gang does not fit without
         any one of the victims kept.
         """
+        self._selected = None
         memo = (tuple(sorted(pods)), young_ok)
         if memo in pool.reclaim_failed:
             return None
@@ -271,7 +289,9 @@ class Reclaimer:
         other nodes too, whose next steps are then recomputed. Every node's first step is
         kept in a heap for the plan (`_first_steps`) and only the nodes whose room changed
         are looked at again, so a queue of reclaiming owners does not rescan every borrower,
-        or every node, of the pool each time.
+        or every node, of the pool each time. Nor are most of those: where the claim of the
+        victims leaves a node as the selection saw it with them taken, the next step the
+        selection worked out there is the node's first step (`claim`, `settled`).
         """
         envelope = (max(p[0] for p in pods), max(p[1] for p in pods), max(p[2] for p in pods))
         total = pool.slots(envelope)
@@ -343,16 +363,28 @@ class Reclaimer:
                     count = holds(room[m], envelope)
                     total, slots[m] = total + count - slots[m], count
                     touched.add(m)
-            at[n] = step.end
+            at[n] = step.end if step.end >= 0 else _after(self.victims_on[n], step.victims[-1])
         for entry in popped:
             heappush(first, entry)
-        return chosen if total >= len(pods) else []
+        if total < len(pods):
+            return []
+        # For `claim`: each node's next step, worked out on its room with every victim taken
+        # (not for the nodes the last step changed, which were left to work out), and to be
+        # found again in its candidate list, where the claim removes the victims before it.
+        following: dict[int, _Step | None] = {}
+        for m in serial:
+            if m not in touched:
+                step = steps.get(m)
+                following[m] = None if step is None else _Step(step.key, step.victims, -1)
+        self._selected = ((pool.id, envelope, young_ok), taken, following)
+        return chosen
 
     def _first_steps(self, pool: Pool, envelope: Vec, young_ok: bool) -> _FirstSteps:
         """The heap of first steps for this envelope, brought up to date with the pool."""
         key = (pool.id, envelope, young_ok)
         kept = self.first_steps.get(key)
         version = pool.version
+        settled = self.settled.pop(key, {})
         none: set[Borrower] = set()
         if kept is None or kept.log is not pool.changes:
             nodes = {n for n, cap in pool.cap.items() if fits(envelope, cap)}
@@ -366,7 +398,11 @@ class Reclaimer:
             return kept
         heap = kept.heap
         for n in kept.nodes.intersection(pool.changes[kept.seen :]):
-            step = self._step(pool, n, envelope, young_ok, pool.fut[n], 0, none)
+            known = settled.get(n)
+            if known is not None and known[0] == version[n]:
+                step = known[1]
+            else:
+                step = self._step(pool, n, envelope, young_ok, pool.fut[n], 0, none)
             if step is not None:
                 heappush(heap, (step.key, n, version[n], step))
         kept.seen = len(pool.changes)
@@ -416,6 +452,14 @@ class Reclaimer:
                         return _Step((float(victim.rank), 0, 0.0, n), victims, i + 1)
                     return _Step((lost / opened, priority, -newest, n), victims, i + 1)
         return None
+
+
+def _after(candidates: list[tuple[Borrower, int, int, int, int, float]], last: Borrower) -> int:
+    """Where a node's next step starts: after this victim in its candidate list."""
+    for i, entry in enumerate(candidates):
+        if entry[0] is last:
+            return i + 1
+    raise AssertionError("a step's victim is among its node's candidates")
 
 
 def _fut(pool: Pool, n: int) -> Vec:
