@@ -767,3 +767,71 @@ def test_node_by_node_choice_keeps_its_steps_as_a_fresh_look_at_every_node_would
     kept = planned(shot, "by node")
     with mock.patch.object(reclaim.Reclaimer, "_first_steps", anew):
         assert planned(shot, "by node") == kept
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    shot=st.one_of(scattered(), SCENARIOS),
+    budget=st.tuples(st.integers(0, 3), st.integers(0, 8)),
+)
+def test_the_greedy_gives_up_where_adding_its_victims_one_by_one_would(shot, budget):
+    """The greedy keeps its first victims for each gang shape through the plan, and gives
+    up at its budget without adding them one by one again: the plan is the one it makes
+    when it adds them every time."""
+
+    def one_by_one(self, pods, pool, young_ok, budget):
+        return False
+
+    with mock.patch.object(reclaim, "_GREEDY_BUDGET", budget):
+        kept = plan(shot, now=NOW, config=CONFIG)
+        with mock.patch.object(reclaim.Reclaimer, "_gives_up", one_by_one):
+            assert plan(shot, now=NOW, config=CONFIG) == kept
+
+
+@FAST
+@given(shot=scattered(), data=st.data())
+def test_the_greedys_kept_victims_answer_as_counting_them_afresh_would(shot, data):
+    """The greedy's first victims, kept through claims and changes of room on their nodes,
+    say it gives up exactly when the same victims counted afresh do, and only when adding
+    them one by one gives up too."""
+    pool = room_module.Pool(1, list(shot.nodes))
+    for job in shot.running:
+        for pod in job.pods:
+            pool.occupy(pod.node_id, vec(pod.resources), leaving=False)
+    pool.build()
+    reclaimer = reclaim.Reclaimer({1: pool})
+    borrowers = []
+    for job in shot.running:
+        borrower = reclaim.Borrower(job, now=NOW, min_run=60.0)
+        freed: dict[int, Vec] = {}
+        for pod in job.pods:
+            freed[pod.node_id] = add(freed.get(pod.node_id, (0, 0, 0)), vec(pod.resources))
+        borrower.freed = {1: freed}
+        reclaimer.add(borrower, [1])
+        borrowers.append(borrower)
+    reclaimer.sort()
+    gpus = shot.nodes[0].capacity.gpu
+    for _ in range(data.draw(st.integers(1, 10), label="changes")):
+        change = data.draw(st.sampled_from(["claim", "hold", "leave"]))
+        node = data.draw(st.sampled_from([n.id for n in shot.nodes]))
+        if change == "claim":
+            unclaimed = [b for b in borrowers if not b.claimed]
+            if unclaimed:
+                reclaimer.claim([data.draw(st.sampled_from(unclaimed))])
+        elif change == "hold" and pool.fut[node][0] > 0:
+            pool.reserve(node, (1, 1000, 1024))
+        elif change == "leave":
+            pool.release(node, (1, 1000, 1024))
+        for size in {gpus, gpus // 2, 1}:
+            for count in (1, 2, 3):
+                pods = [(size, 1000, 1024)] * count
+                for budget in (0, 1, 3):
+                    kept = reclaimer._gives_up(pods, pool, False, budget)
+                    ahead, reclaimer.ahead = reclaimer.ahead, {}
+                    assert reclaimer._gives_up(pods, pool, False, budget) == kept
+                    reclaimer.ahead = ahead
+                    if kept:
+                        with mock.patch.object(reclaim.Reclaimer, "_gives_up", lambda *a: False):
+                            assert reclaimer._choose_greedy(
+                                pods, pool, young_ok=False, budget=budget
+                            )[1]

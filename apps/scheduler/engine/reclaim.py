@@ -146,6 +146,8 @@ class Reclaimer:
             tuple[tuple[int, Vec, bool], set[Borrower], dict[int, _Step | None]] | None
         ) = None
         self.unclaimed_from: dict[int, int] = {}  # pool id -> candidates before it are claimed
+        # (pool id, pod shape, young_ok, budget) -> the greedy's first victims (`_gives_up`)
+        self.ahead: dict[tuple[int, Vec, bool, int], _Ahead] = {}
 
     def add(self, borrower: Borrower, pool_ids: Iterable[int]) -> None:
         """A candidate in the pools where it runs Not in Quota."""
@@ -240,6 +242,8 @@ class Reclaimer:
     ) -> tuple[tuple[list[Borrower], _Fit] | None, bool]:
         """Victims in victim order until the gang fits; True as well if it gave up at
         `budget` victims without knowing."""
+        if budget is not None and self._gives_up(pods, pool, young_ok, budget):
+            return None, True
         lo = low(pods)
         anywhere = fits(lo, pool.smallest)  # every node could take a pod of the gang
         fit = _Fit(pods, pool)
@@ -273,6 +277,57 @@ class Reclaimer:
             if not fit.feasible():
                 return None, False
         return (chosen, fit), False
+
+    def _gives_up(self, pods: list[Vec], pool: Pool, young_ok: bool, budget: int) -> bool:
+        """True when the greedy would give up at `budget` victims for this gang of alike
+        pods: its first `budget` victims (kept for the plan, `_Ahead`) do not make room for
+        the gang and another candidate follows. False when it might not (it then runs)."""
+        shape = pods[0]
+        if any(p != shape for p in pods):
+            return False
+        key = (pool.id, shape, young_ok, budget)
+        ahead = self.ahead.get(key)
+        if ahead is None or ahead.log is not pool.changes:
+            ahead = self.ahead[key] = _Ahead(pool.changes)
+        extra, gain = ahead.extra, ahead.gain
+        dirty = set(pool.changes[ahead.seen :])
+        ahead.seen = len(pool.changes)
+        members = ahead.members
+        if any(v.claimed for v in members):  # claimed since: no longer candidates
+            for victim in members:
+                if victim.claimed:
+                    for n, v in victim.freed[pool.id].items():
+                        e = extra[n]
+                        extra[n] = (e[0] - v[0], e[1] - v[1], e[2] - v[2])
+                        dirty.add(n)
+            members[:] = [v for v in members if not v.claimed]
+        candidates = self.borrowers.get(pool.id, [])
+        anywhere = fits(shape, pool.smallest)
+        following = None
+        while ahead.next < len(candidates):  # the greedy's rule for a candidate it takes
+            victim = candidates[ahead.next]
+            freed = victim.freed.get(pool.id)
+            if not (victim.claimed or (victim.young and not young_ok) or not freed) and (
+                anywhere or any(fits(shape, pool.cap[n]) for n in freed)
+            ):
+                if len(members) == budget:
+                    following = victim
+                    break
+                members.append(victim)
+                for n, v in freed.items():
+                    e = extra.get(n, (0, 0, 0))
+                    extra[n] = (e[0] + v[0], e[1] + v[1], e[2] + v[2])
+                    dirty.add(n)
+            ahead.next += 1
+        fut = pool.fut
+        for n in dirty:
+            if (more := extra.get(n)) is not None:
+                f = fut[n]
+                now = holds((f[0] + more[0], f[1] + more[1], f[2] + more[2]), shape)
+                now -= holds(f, shape)
+                ahead.total += now - gain.get(n, 0)
+                gain[n] = now
+        return following is not None and pool.slots(shape) + ahead.total < len(pods)
 
     def _choose_by_node(
         self, pods: list[Vec], pool: Pool, *, young_ok: bool
@@ -371,12 +426,12 @@ class Reclaimer:
         # For `claim`: each node's next step, worked out on its room with every victim taken
         # (not for the nodes the last step changed, which were left to work out), and to be
         # found again in its candidate list, where the claim removes the victims before it.
-        following: dict[int, _Step | None] = {}
+        next_steps: dict[int, _Step | None] = {}
         for m in serial:
             if m not in touched:
-                step = steps.get(m)
-                following[m] = None if step is None else _Step(step.key, step.victims, -1)
-        self._selected = ((pool.id, envelope, young_ok), taken, following)
+                kept = steps.get(m)
+                next_steps[m] = None if kept is None else _Step(kept.key, kept.victims, -1)
+        self._selected = ((pool.id, envelope, young_ok), taken, next_steps)
         return chosen
 
     def _first_steps(self, pool: Pool, envelope: Vec, young_ok: bool) -> _FirstSteps:
@@ -452,6 +507,23 @@ class Reclaimer:
                         return _Step((float(victim.rank), 0, 0.0, n), victims, i + 1)
                     return _Step((lost / opened, priority, -newest, n), victims, i + 1)
         return None
+
+
+class _Ahead:
+    """The first victims the greedy takes for one gang shape, in victim order, kept for the
+    plan with the slots their room adds to the pool's `fut` room, node by node (`gain`):
+    brought up to date from the victims claimed since and the nodes whose room changed."""
+
+    __slots__ = ("members", "next", "extra", "gain", "total", "log", "seen")
+
+    def __init__(self, log: list[int]) -> None:
+        self.members: list[Borrower] = []
+        self.next = 0  # the first candidate not yet looked at
+        self.extra: dict[int, Vec] = {}  # node -> the members' room there
+        self.gain: dict[int, int] = {}  # node -> slots the members' room adds there
+        self.total = 0
+        self.log = log
+        self.seen = len(log)
 
 
 def _after(candidates: list[tuple[Borrower, int, int, int, int, float]], last: Borrower) -> int:
