@@ -256,11 +256,9 @@ class Reclaimer:
         self.unclaimed_from[pool.id] = start
         for i in range(start, len(candidates)):
             victim = candidates[i]
-            freed = victim.freed.get(pool.id)
-            if victim.claimed or (victim.young and not young_ok) or not freed:
+            freed = _usable(victim, pool, lo, anywhere, young_ok)
+            if freed is None:
                 continue
-            if not anywhere and not any(fits(lo, pool.cap[n]) for n in freed):
-                continue  # frees nothing this gang could use
             if budget is not None and len(chosen) == budget:
                 return None, True
             chosen.append(victim)
@@ -304,12 +302,10 @@ class Reclaimer:
         candidates = self.borrowers.get(pool.id, [])
         anywhere = fits(shape, pool.smallest)
         following = None
-        while ahead.next < len(candidates):  # the greedy's rule for a candidate it takes
+        while ahead.next < len(candidates):
             victim = candidates[ahead.next]
-            freed = victim.freed.get(pool.id)
-            if not (victim.claimed or (victim.young and not young_ok) or not freed) and (
-                anywhere or any(fits(shape, pool.cap[n]) for n in freed)
-            ):
+            freed = _usable(victim, pool, shape, anywhere, young_ok)
+            if freed is not None:
                 if len(members) == budget:
                     following = victim
                     break
@@ -507,6 +503,20 @@ class Reclaimer:
                         return _Step((float(victim.rank), 0, 0.0, n), victims, i + 1)
                     return _Step((lost / opened, priority, -newest, n), victims, i + 1)
         return None
+
+
+def _usable(
+    victim: Borrower, pool: Pool, lo: Vec, anywhere: bool, young_ok: bool
+) -> dict[int, Vec] | None:
+    """The room a candidate frees in the pool, if the greedy takes it for a gang whose
+    smallest pod is `lo`: not claimed, old enough unless `young_ok`, and freeing room on a
+    node that could take that pod (every node can when `anywhere`)."""
+    freed = victim.freed.get(pool.id)
+    if victim.claimed or (victim.young and not young_ok) or not freed:
+        return None
+    if not anywhere and not any(fits(lo, pool.cap[n]) for n in freed):
+        return None  # frees nothing this gang could use
+    return freed
 
 
 class _Ahead:
