@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import multiprocessing
 import statistics
 import sys
 import time
@@ -223,7 +224,10 @@ def main() -> None:
         )
     ]
     started = time.perf_counter()
-    with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+    # spawn, not fork: a process with threads (a test's, a progress bar's) may deadlock a
+    # forked child
+    spawn = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=max(1, args.jobs), mp_context=spawn) as pool:
         fgd = [pool.submit(fgd_run, args.traces, seed) for seed in seeds]
         vo = [pool.submit(victim_run, args.traces, *task) for task in victim]
         total, done = len(fgd) + len(vo), 0

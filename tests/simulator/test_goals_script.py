@@ -24,7 +24,8 @@ SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "simulator_goals.p
 
 
 def load(monkeypatch):
-    """The script as a module its worker processes can find by name."""
+    """The script as a module its worker processes (spawned) can import by name."""
+    monkeypatch.syspath_prepend(str(SCRIPT.parent))
     spec = importlib.util.spec_from_file_location("simulator_goals", SCRIPT)
     module = importlib.util.module_from_spec(spec)
     monkeypatch.setitem(sys.modules, "simulator_goals", module)
