@@ -43,6 +43,15 @@ def name_for(job_id: str, host: str = "") -> str:
     return name
 
 
+def job_of(name: str, host: str = "") -> str:
+    """The job a namespace is named for on this host (`name_for`'s inverse), or ""."""
+    suffix = f"-{hashlib.sha1(host.encode()).hexdigest()[:8]}" if host else ""
+    if not name.startswith(PREFIX) or len(name) <= len(PREFIX) + len(suffix):
+        return ""
+    job_id = name[len(PREFIX) : len(name) - len(suffix)]
+    return job_id if f"{PREFIX}{job_id}{suffix}" == name else ""
+
+
 def path(name: str) -> Path:
     return RUN_DIR / name
 

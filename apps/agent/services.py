@@ -201,6 +201,11 @@ def _master(current: Sequence[Pod]) -> tuple[str, int]:
     return address, _free_port()
 
 
+def jobs_known(job_ids: set[str]) -> set[str]:
+    """Which of these job ids name jobs of this installation."""
+    return set(Job.objects.filter(job_id__in=list(job_ids)).values_list("job_id", flat=True))
+
+
 def pod_networks() -> list[tuple[str, str]]:
     """Each host's pod subnet and address (POD_CIDR of the agents that have one)."""
     return sorted(set(NodeAgent.objects.exclude(pod_cidr="").values_list("pod_cidr", "address")))

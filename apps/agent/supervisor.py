@@ -350,7 +350,8 @@ def release_host() -> None:
 
 def sweep_leftovers() -> None:
     """At the agent's start, after re-adopting: cgroups of this agent's pods that no shim
-    runs any more, and network namespaces of paiweb that no process uses."""
+    runs any more, and the network namespaces of this installation's jobs on this host that
+    no process uses."""
     host = runner.cgroup_host()
     if host is not None:
         root = state_root()
@@ -366,9 +367,17 @@ def sweep_leftovers() -> None:
         except Exception:
             logger.exception("could not sweep leftover cgroups")
     if os.geteuid() == 0:
-        for name in netns.names():
+        # Only this installation's namespaces on this host: another's (a demo beside a
+        # test) may be made and not yet entered by its pod, and is not this agent's to delete
+        named = {name: netns.job_of(name, _host_key()) for name in netns.names()}
+        try:
+            ours = services.jobs_known({job for job in named.values() if job})
+        except Exception:
+            logger.exception("could not sweep leftover network namespaces")
+            return
+        for name, job in named.items():
             with _lock:
-                if name not in _netns_users:
+                if job in ours and name not in _netns_users:
                     _netns_delete_unused(name)
 
 

@@ -214,3 +214,27 @@ def test_an_agent_of_the_same_name_elsewhere_on_the_host_leaves_its_pods_alone(
         assert process_alive(pid), "the twin's start-up swept the other installation's pod"
     finally:
         twin.stop()
+
+
+def test_an_agent_starting_up_deletes_only_its_own_jobs_unused_namespaces(
+    personas, agent_backend, same_agent
+):
+    """Two installations on one host: the other's job namespace, made and not yet entered
+    by its pod, is not this agent's leftover; this installation's unused one is."""
+    from apps.agent import netns
+    from paiweb.celery import app
+
+    job = submit(personas, name="stopped", command="sleep 60")
+    job_stop(job=job, by=None)
+    app.control.purge()  # its start never reaches an agent: its namespace is a leftover
+    mine = netns.name_for(job.job_id)
+    theirs = netns.name_for("dlc" + uuid.uuid4().hex[:14])  # a job of another database
+    netns.ensure(mine)
+    netns.ensure(theirs)
+    try:
+        agent = same_agent().start()
+        wait_for(lambda: not netns.path(mine).exists(), what="the sweep", agent=agent)
+        assert netns.path(theirs).exists(), "the start-up swept another installation's namespace"
+    finally:
+        netns.delete(mine)
+        netns.delete(theirs)
