@@ -15,10 +15,12 @@ tick: nobody consumes the default queue here.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import signal
 import socket
 import subprocess
+import tempfile
 import threading
 import time
 import uuid
@@ -197,6 +199,10 @@ def hosts(django_db_setup, django_db_blocker):
     relays, agents = [], {}
     with django_db_blocker.unblock():
         database = dict(connection.settings_dict)
+    # The bridge's subnet, the pod links' names and nftables' table are the machine's: two
+    # runs of these tests at once (two test runs on one machine) take turns.
+    turn = open(os.path.join(tempfile.gettempdir(), "paiweb-test-hosts.lock"), "w")
+    fcntl.flock(turn, fcntl.LOCK_EX)
     _clear_leftovers()
     try:
         sh("ip", "link", "add", bridge, "type", "bridge")
@@ -264,6 +270,7 @@ def hosts(django_db_setup, django_db_blocker):
         for namespace in [*names.values(), f"pwtb-w-{tag}"]:
             subprocess.run(["ip", "netns", "delete", namespace], capture_output=True)
         subprocess.run(["ip", "link", "delete", bridge], capture_output=True)
+        turn.close()  # the other run's turn
 
 
 @pytest.fixture
