@@ -367,18 +367,24 @@ def sweep_leftovers() -> None:
         except Exception:
             logger.exception("could not sweep leftover cgroups")
     if os.geteuid() == 0:
-        # Only this installation's namespaces on this host: another's (a demo beside a
-        # test) may be made and not yet entered by its pod, and is not this agent's to delete
-        named = {name: netns.job_of(name, _host_key()) for name in netns.names()}
         try:
-            ours = services.jobs_known({job for job in named.values() if job})
+            names = own_namespaces(_host_key())
         except Exception:
             logger.exception("could not sweep leftover network namespaces")
             return
-        for name, job in named.items():
+        for name in names:
             with _lock:
-                if job in ours and name not in _netns_users:
+                if name not in _netns_users:
                     _netns_delete_unused(name)
+
+
+def own_namespaces(host: str) -> list[str]:
+    """The network namespaces on this host named for jobs of this installation's database.
+    Only these are an agent's to sweep: another installation's (a demo beside a test run)
+    may be made and not yet entered by its pod."""
+    named = {name: netns.job_of(name, host) for name in netns.names()}
+    ours = services.jobs_known({job for job in named.values() if job})
+    return [name for name, job in named.items() if job in ours]
 
 
 # --- starting ------------------------------------------------------------------------------

@@ -138,6 +138,7 @@ class AgentProcess:
                 pass
             process.wait()
         self.kill_shims()
+        self.delete_namespaces()
 
     def shims(self) -> list[int]:
         """The pids of this agent's pod shims that still run."""
@@ -152,6 +153,25 @@ class AgentProcess:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+    def delete_namespaces(self) -> None:
+        """The job namespaces its pods left that no process is in (a shim killed with its
+        pod leaves its job's), as its next start would sweep them: the caller's database is
+        gone by then. Only where the caller can read that database."""
+        if os.geteuid() != 0:
+            return
+        from apps.agent import netns, supervisor
+
+        try:
+            names = supervisor.own_namespaces(self.env.get("PAIWEB_AGENT_ADDRESS", ""))
+        except Exception:  # no database access here (a module's teardown): nothing to tell
+            return
+        deadline = time.monotonic() + 5  # the pods of the shims just killed are dying
+        for name in names:
+            while netns.in_use(name) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            if not netns.in_use(name):
+                netns.delete(name)
 
     def cleanup(self) -> None:
         shutil.rmtree(self.var_dir, ignore_errors=True)
