@@ -36,8 +36,7 @@ class NetnsError(RuntimeError):
 def name_for(job_id: str, host: str = "") -> str:
     """The job's namespace on this host. `host` (the agent's address) keeps two hosts'
     namespaces apart where they share /run/netns (test hosts on one machine)."""
-    suffix = f"-{hashlib.sha1(host.encode()).hexdigest()[:8]}" if host else ""
-    name = f"{PREFIX}{job_id}{suffix}"
+    name = f"{PREFIX}{job_id}{_host_suffix(host)}"
     if not _NAME.match(name):
         raise NetnsError(f"not a usable namespace name: {name!r}")
     return name
@@ -45,11 +44,13 @@ def name_for(job_id: str, host: str = "") -> str:
 
 def job_of(name: str, host: str = "") -> str:
     """The job a namespace is named for on this host (`name_for`'s inverse), or ""."""
-    suffix = f"-{hashlib.sha1(host.encode()).hexdigest()[:8]}" if host else ""
-    if not name.startswith(PREFIX) or len(name) <= len(PREFIX) + len(suffix):
-        return ""
-    job_id = name[len(PREFIX) : len(name) - len(suffix)]
-    return job_id if f"{PREFIX}{job_id}{suffix}" == name else ""
+    suffix = _host_suffix(host)
+    job_id = name.removeprefix(PREFIX).removesuffix(suffix)
+    return job_id if job_id and f"{PREFIX}{job_id}{suffix}" == name else ""
+
+
+def _host_suffix(host: str) -> str:
+    return f"-{hashlib.sha1(host.encode()).hexdigest()[:8]}" if host else ""
 
 
 def path(name: str) -> Path:
