@@ -20,6 +20,7 @@ import ipaddress
 import os
 import re
 import shutil
+import socket
 import subprocess
 from collections.abc import Iterable
 from pathlib import Path
@@ -130,10 +131,12 @@ def probe() -> str:
 #
 # With POD_CIDR set, each host owns a pod subnet and the job's namespace on a host gets one
 # address in it (`job_address`): a veth pair links the namespace (eth0, the address/32, a
-# default route to 169.254.1.1) to the host (pwj<job>, 169.254.1.1/32, a route to the
+# default route to 169.254.1.1) to the host (`host_ifname`, 169.254.1.1/32, a route to the
 # address). Hosts route each other's subnets via their addresses. nftables on the host
 # (table inet paiweb) lets a job's namespace talk to the same job's addresses on the other
 # hosts and to nothing else: not the host itself (input), not other jobs, not the outside.
+# The link and the job's chains are named for the namespace, not the job's number: another
+# installation on the host counts its jobs from 1 too.
 
 GATEWAY = "169.254.1.1"
 TABLE = "paiweb"
@@ -161,8 +164,20 @@ def job_address(cidr: str, job_pk: int) -> str:
     return str(network.network_address + 2 + (job_pk % slots))
 
 
-def host_ifname(job_pk: int) -> str:
-    return f"pwj{job_pk}"[:15]
+def host_ifname(name: str) -> str:
+    """The host side of the namespace's link: `pwj` and 12 hex digits of the namespace's
+    name (an interface name has at most 15 characters)."""
+    return f"pwj{_link_key(name)}"
+
+
+def _chains(name: str) -> tuple[str, str]:
+    """The namespace's nftables chains: what leaves it (out) and what reaches it (in)."""
+    key = _link_key(name)
+    return f"job_{key}_out", f"job_{key}_in"
+
+
+def _link_key(name: str) -> str:
+    return hashlib.sha1(name.encode()).hexdigest()[:12]
 
 
 def _nft(script: str) -> None:
@@ -207,14 +222,12 @@ table ip {TABLE}_nat {{
 """)
 
 
-def connect(
-    name: str, *, job_pk: int, address: str, peers: Iterable[str], egress: bool = False
-) -> None:
+def connect(name: str, *, address: str, peers: Iterable[str], egress: bool = False) -> None:
     """Link the job's namespace to this host and admit only `peers` (the job's addresses
     on the other hosts), and with `egress` public addresses too. Idempotent: a namespace
     linked already is left as it is."""
-    ifname = host_ifname(job_pk)
-    if os.path.exists(f"/sys/class/net/{ifname}"):
+    ifname = host_ifname(name)
+    if _has_link(ifname):
         return
     _ip("link", "add", ifname, "type", "veth", "peer", "name", "eth0", "netns", name)
     _ip("-n", name, "addr", "add", f"{address}/32", "dev", "eth0")
@@ -226,7 +239,8 @@ def connect(
     _ip("route", "replace", f"{address}/32", "dev", ifname)
     allowed = sorted(set(peers) - {address})
     _forget_elements(ifname)  # a leftover of an earlier namespace of the job
-    out, into = f"inet {TABLE} job{job_pk}_out", f"inet {TABLE} job{job_pk}_in"
+    out_chain, in_chain = _chains(name)
+    out, into = f"inet {TABLE} {out_chain}", f"inet {TABLE} {in_chain}"
     rules = [f"add chain {out}", f"add chain {into}", f"flush chain {out}", f"flush chain {into}"]
     if allowed:
         peers_set = "{ " + ", ".join(allowed) + " }"
@@ -243,10 +257,20 @@ def connect(
     rules += [
         f"add rule {out} drop",
         f"add rule {into} drop",
-        f'add element inet {TABLE} pod_out {{ "{ifname}" : jump job{job_pk}_out }}',
-        f'add element inet {TABLE} pod_in {{ "{ifname}" : jump job{job_pk}_in }}',
+        f'add element inet {TABLE} pod_out {{ "{ifname}" : jump {out_chain} }}',
+        f'add element inet {TABLE} pod_in {{ "{ifname}" : jump {in_chain} }}',
     ]
     _nft("\n".join(rules) + "\n")
+
+
+def _has_link(ifname: str) -> bool:
+    """Whether this network namespace has the interface (asked of the kernel: /sys/class/net
+    shows the namespace sysfs was mounted in, not always the caller's)."""
+    try:
+        socket.if_nametoindex(ifname)
+    except OSError:
+        return False
+    return True
 
 
 def _forget_elements(ifname: str) -> None:
@@ -258,13 +282,13 @@ def _forget_elements(ifname: str) -> None:
             pass
 
 
-def disconnect(job_pk: int) -> None:
-    """Forget the job's rules here (its link went with its namespace)."""
-    ifname = host_ifname(job_pk)
-    if os.path.exists(f"/sys/class/net/{ifname}"):
+def disconnect(name: str) -> None:
+    """Forget the namespace's link and rules here (the link goes with the namespace too)."""
+    ifname = host_ifname(name)
+    if _has_link(ifname):
         _ip("link", "delete", ifname)
     _forget_elements(ifname)
-    for chain in (f"job{job_pk}_out", f"job{job_pk}_in"):
+    for chain in _chains(name):
         try:
             _nft(f"delete chain inet {TABLE} {chain}\n")
         except NetnsError:

@@ -293,7 +293,6 @@ def _netns_acquire(launch: services.PodLaunch) -> str:
         if settings.POD_CIDR:
             netns.connect(
                 name,
-                job_pk=launch.job_pk,
                 address=netns.job_address(settings.POD_CIDR, launch.job_pk),
                 peers=peers,
                 egress=settings.POD_EGRESS,
@@ -302,26 +301,26 @@ def _netns_acquire(launch: services.PodLaunch) -> str:
     return name
 
 
-def _netns_delete_unused(name: str, job_pk: int | None = None) -> None:
+def _netns_delete_unused(name: str) -> None:
     """Delete a namespace no process is in (another agent's sandbox on this host may still
-    use it), and the job's link rules with it. The caller holds _lock."""
+    use it), and its link's rules with it. The caller holds _lock."""
     try:
         if not netns.in_use(name):
             netns.delete(name)
-            if settings.POD_CIDR and job_pk is not None:
-                netns.disconnect(job_pk)
+            if settings.POD_CIDR:
+                netns.disconnect(name)
     except Exception:
         logger.exception("could not delete network namespace %s", name)
 
 
-def _netns_release(name: str, job_pk: int) -> None:
+def _netns_release(name: str) -> None:
     """Delete the job's namespace once no pod of it runs here."""
     with _lock:
         _netns_users[name] = _netns_users.get(name, 1) - 1
         if _netns_users[name] > 0:
             return
         _netns_users.pop(name, None)
-        _netns_delete_unused(name, job_pk)
+        _netns_delete_unused(name)
 
 
 def _cgroup_create(launch: services.PodLaunch) -> cgroups.PodCgroup | None:
@@ -434,7 +433,7 @@ def _launch(launch: services.PodLaunch) -> None:
         process = runner.start(spec, state_dir, grace=launch.grace)
     except Exception as exc:
         logger.exception("could not start pod %s", launch.pod_id)
-        _release(cgroup, netns_name, launch.job_pk)
+        _release(cgroup, netns_name)
         shutil.rmtree(state_dir, ignore_errors=True)
         _report_now(
             launch.pod_id, reason="StartError", message=say("Could not start: {error}", error=exc)
@@ -716,7 +715,7 @@ def _finish(entry: _Entry) -> None:
         except Exception:
             logger.exception("could not read pod %s's last checkpoints", launch.pod_id)
         entry.ending = _exit_reason(entry, ended)
-        _release(entry.cgroup, entry.netns_name, launch.job_pk)
+        _release(entry.cgroup, entry.netns_name)
     reason, message = entry.ending
     if not entry.running_reported:  # it started and ended before it was reported running
         _report_running(entry)
@@ -741,14 +740,14 @@ def _finish(entry: _Entry) -> None:
             _disk_seen.pop(launch.job_pk, None)
 
 
-def _release(cgroup, netns_name: str, job_pk: int) -> None:
+def _release(cgroup, netns_name: str) -> None:
     if cgroup is not None:
         try:
             cgroup.remove()
         except Exception:
             logger.exception("could not remove cgroup %s", cgroup)
     if netns_name:
-        _netns_release(netns_name, job_pk)
+        _netns_release(netns_name)
 
 
 def _exit_reason(entry: _Entry, ended: runner.Exit) -> tuple[str, str]:

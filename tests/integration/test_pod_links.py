@@ -1,0 +1,119 @@
+"""A job namespace's link to its host (POD_CIDR), on a scratch host of its own: a network
+namespace made for the test, so nothing of this machine's links or nftables is touched.
+
+Two installations on one host each count their jobs from 1, so their namespaces' links and
+nftables chains are named for the namespace, never for the job's number: linking one
+installation's job 5 must not find, reuse or delete the other's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from apps.agent import netns
+
+ROOT = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.skipif(
+    os.geteuid() != 0 or not shutil.which("nft") or not shutil.which("ip"),
+    reason="links and nftables need root, iproute2 and nftables (CI has them)",
+)
+
+# Run on the scratch host (`nsenter --net`, as the multi-host tests run their agents): link
+# two namespaces, the first twice (a second pod of its job), report what the host has, unlink
+# the first, report again.
+ON_THE_HOST = """
+import json, subprocess, sys
+sys.path.insert(0, {root!r})
+from apps.agent import netns
+
+first, second = {first!r}, {second!r}
+
+def seen():
+    links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
+    rules = subprocess.run(
+        ["nft", "list", "table", "inet", netns.TABLE], capture_output=True, text=True
+    ).stdout
+    out = {{}}
+    for name, address in ((first, "10.240.0.5"), (second, "10.240.0.5")):
+        inside = subprocess.run(
+            ["ip", "-n", name, "-o", "addr", "show", "dev", "eth0"],
+            capture_output=True, text=True,
+        ).stdout if netns.path(name).exists() else ""
+        out[name] = {{
+            "link": f" {{netns.host_ifname(name)}}@" in links,
+            "chains": [c for c in netns._chains(name) if f"chain {{c}} " in rules],
+            "mapped": rules.count(netns.host_ifname(name)),
+            "address": address in inside,
+        }}
+    return out
+
+netns.host_prepare()
+report = {{}}
+for name in (first, second):
+    netns.ensure(name)
+    # the same job number's address in two installations' subnets that happen to be alike
+    netns.connect(name, address="10.240.0.5", peers=["10.241.0.5"])
+netns.connect(first, address="10.240.0.5", peers=["10.241.0.5"])  # its second pod: as it is
+report["linked"] = seen()
+netns.delete(first)
+netns.disconnect(first)
+report["unlinked"] = seen()
+print(json.dumps(report))
+"""
+
+
+@pytest.fixture
+def host():
+    """A scratch network namespace playing a host, and the two job namespaces it links."""
+    tag = uuid.uuid4().hex[:6]
+    scratch = f"pwtl-{tag}"
+    # the same job number in two installations: their job ids (and so namespaces) differ
+    first, second = netns.name_for(f"dlc{tag}a1"), netns.name_for(f"dlc{tag}b2")
+    subprocess.run(["ip", "netns", "add", scratch], check=True, capture_output=True)
+    try:
+        yield scratch, first, second
+    finally:
+        for name in (first, second, scratch):
+            subprocess.run(["ip", "netns", "delete", name], capture_output=True)
+
+
+def test_two_installations_jobs_get_links_and_chains_of_their_own(host):
+    scratch, first, second = host
+    script = ON_THE_HOST.format(root=str(ROOT), first=first, second=second)
+    done = subprocess.run(
+        ["nsenter", f"--net=/run/netns/{scratch}", "--", sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+
+    linked = report["linked"]
+    assert netns.host_ifname(first) != netns.host_ifname(second)
+    for name in (first, second):
+        assert linked[name]["link"], f"{name} has no link on the host"
+        assert linked[name]["address"], f"{name} has no address inside"
+        assert len(linked[name]["chains"]) == 2, f"{name}'s chains: {linked[name]['chains']}"
+        assert linked[name]["mapped"] == 2, "each link is in both verdict maps"
+
+    unlinked = report["unlinked"]
+    assert unlinked[first] == {"link": False, "chains": [], "mapped": 0, "address": False}
+    assert unlinked[second] == linked[second], "unlinking one namespace touched the other's"
+
+
+def test_a_link_name_fits_an_interface_name_and_is_the_namespaces_own():
+    names = {netns.name_for(f"dlc{i:014x}", host) for i in range(200) for host in ("", "h")}
+    links = {netns.host_ifname(name) for name in names}
+    assert len(links) == len(names)
+    assert all(len(link) <= 15 and link.startswith("pwj") for link in links)
+    assert netns.host_ifname(netns.name_for("dlc1")) == netns.host_ifname(netns.name_for("dlc1"))
