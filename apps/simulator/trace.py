@@ -92,20 +92,42 @@ def read_jobs(path: str | Path, *, name: str | None = None) -> list[TraceJob]:
     name the file `name` when given (an upload kept under a path of the server's)."""
     label = name or path
     rows = _rows(path, label)
-    header = set(rows.fieldnames or ())
-    if _OPENB_JOB <= header:
+    if _job_format(rows.fieldnames, label) == "openb":
         jobs = [_openb_job(row, _where(label, rows)) for row in rows]
-    elif _OWN_JOB <= header:
-        jobs = [_own_job(row, _where(label, rows)) for row in rows]
     else:
-        raise TraceError(
-            f"{label}: not a job trace (expected the openb pod list's columns or "
-            f"name,submit_time,...; got {','.join(rows.fieldnames or ())})"
-        )
+        jobs = [_own_job(row, _where(label, rows)) for row in rows]
     names = [j.name for j in jobs]
     if len(set(names)) != len(names):
         raise TraceError(f"{label}: job names repeat")
     return sorted(jobs, key=lambda j: j.submit)
+
+
+def check_jobs_header(head: bytes, label: str) -> None:
+    """TraceError unless `head`, the start of a file, begins with the header of a job trace
+    in either format: what `read_jobs` would refuse at once, told before the file is kept."""
+    first = head.split(b"\n", 1)[0].removesuffix(b"\r")
+    try:
+        text = first.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise _unreadable(label, e) from None
+    try:
+        fieldnames = next(csv.reader([text]), [])
+    except csv.Error as e:
+        raise _unreadable(label, e) from None
+    _job_format(fieldnames, label)
+
+
+def _job_format(fieldnames: Iterable[str] | None, label: str | Path) -> str:
+    """Which format a job trace's header is: "openb" or "own"."""
+    header = set(fieldnames or ())
+    if _OPENB_JOB <= header:
+        return "openb"
+    if _OWN_JOB <= header:
+        return "own"
+    raise TraceError(
+        f"{label}: not a job trace (expected the openb pod list's columns or "
+        f"name,submit_time,...; got {','.join(fieldnames or ())})"
+    )
 
 
 def read_nodes(path: str | Path) -> list[TraceNode]:

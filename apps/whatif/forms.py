@@ -9,11 +9,13 @@ from django.utils.translation import gettext_lazy as _
 
 from apps.simulator import ClusterError, PolicyError, check_policies, parse_policies
 from apps.simulator.cluster import cluster_from_toml
+from apps.simulator.trace import TraceError, check_jobs_header
 from apps.whatif.models import WhatIfRun
 from apps.whatif.selectors import quota_jobs
 
 MAX_TRACE_BYTES = 50 * 1024 * 1024
 MAX_DAYS = 90
+_HEAD_BYTES = 64 * 1024  # enough for any header line of a job trace
 
 
 class WhatIfForm(forms.Form):
@@ -56,9 +58,20 @@ class WhatIfForm(forms.Form):
     )
 
     def clean_trace(self):
+        """At most 50 MB, and a job trace by its header (its rows are read by the run, which
+        says which line is wrong)."""
         trace = self.cleaned_data.get("trace")
-        if trace is not None and trace.size > MAX_TRACE_BYTES:
+        if trace is None:
+            return trace
+        if trace.size > MAX_TRACE_BYTES:
             raise forms.ValidationError(gettext("at most 50 MB"))
+        trace.seek(0)
+        head = trace.read(_HEAD_BYTES)
+        trace.seek(0)
+        try:
+            check_jobs_header(head, trace.name)
+        except TraceError as e:
+            raise forms.ValidationError(str(e)) from e
         return trace
 
     def clean_policies(self):
@@ -89,7 +102,7 @@ class WhatIfForm(forms.Form):
             self.add_error(
                 "trace", gettext("choose a trace file, or replay the cluster's own jobs")
             )
-        if data.get("source") == WhatIfRun.Source.JOBS:
+        if data.get("source") == WhatIfRun.Source.JOBS and "days" not in self.errors:
             days = data.get("days")
             if not days:
                 self.add_error("days", gettext("how many days of jobs to replay"))

@@ -172,6 +172,16 @@ def test_it_replays_an_uploaded_trace(admin_client, personas, django_capture_on_
             "live: workload_hours is for replay mode",
         ),
         ({"source": "upload"}, "trace", "choose a trace file"),
+        (
+            {"source": "upload", "trace": SimpleUploadedFile("hostname", b"vm\n")},
+            "trace",
+            "hostname: not a job trace (expected the openb pod list&#x27;s columns",
+        ),
+        (
+            {"source": "upload", "trace": SimpleUploadedFile("x.csv", b"\xffname,submit_time\n")},
+            "trace",
+            "x.csv: not UTF-8 text (byte 0xff)",
+        ),
         ({"days": "0"}, "days", "greater than or equal to 1"),
         ({"days": "3"}, "days", "no quota job was submitted in the last 3 days"),
         ({"mode": "warp"}, "mode", "Select a valid choice"),
@@ -186,6 +196,15 @@ def test_it_refuses_bad_input_beside_the_field(
     section = content[content.index(f'id="field-{field}"') :]
     assert says in section[: section.index("</div>")]
     assert not WhatIfRun.objects.exists()
+
+
+def test_days_out_of_range_get_one_reason(admin_client, django_capture_on_commit_callbacks):
+    response = _post(admin_client, django_capture_on_commit_callbacks, days="1000")
+    content = response.content.decode()
+    section = content[content.index('id="field-days"') :]
+    section = section[: section.index("</div>")]
+    assert "less than or equal to 90" in section
+    assert "how many days" not in section  # not a second reason for the same value
 
 
 def test_a_run_of_the_clusters_own_jobs_with_none_to_replay_says_so(personas):
