@@ -190,18 +190,24 @@ def _nft(script: str) -> None:
 
 
 def host_prepare() -> None:
-    """Forwarding on, and the base table: nothing from a pod's link reaches the host."""
+    """Forwarding on, and the base table: nothing from a pod's link reaches the host.
+    Idempotent, and atomic (one nft batch): an agent's every start rewrites the two base
+    chains rather than adding their rules again, and keeps the job chains and maps."""
     Path("/proc/sys/net/ipv4/ip_forward").write_text("1\n")
+    t = f"inet {TABLE}"
     _nft(f"""
-table inet {TABLE} {{
-  map pod_out {{ type ifname : verdict; }}
-  map pod_in {{ type ifname : verdict; }}
-  chain input {{ type filter hook input priority 0; policy accept;
-    iifname "pwj*" drop; }}
-  chain forward {{ type filter hook forward priority 0; policy accept;
-    iifname vmap @pod_out; oifname vmap @pod_in;
-    iifname "pwj*" drop; oifname "pwj*" drop; }}
-}}
+add table {t}
+add map {t} pod_out {{ type ifname : verdict; }}
+add map {t} pod_in {{ type ifname : verdict; }}
+add chain {t} input {{ type filter hook input priority 0; policy accept; }}
+add chain {t} forward {{ type filter hook forward priority 0; policy accept; }}
+flush chain {t} input
+flush chain {t} forward
+add rule {t} input iifname "pwj*" drop
+add rule {t} forward iifname vmap @pod_out
+add rule {t} forward oifname vmap @pod_in
+add rule {t} forward iifname "pwj*" drop
+add rule {t} forward oifname "pwj*" drop
 """)
 
 
@@ -213,12 +219,18 @@ def routes_sync(peers: Iterable[tuple[str, str]]) -> None:
 
 def egress_prepare(cidr: str) -> None:
     """Masquerade the pod subnet's traffic to public addresses behind the host's address
-    (to another host's pods it keeps its source: their rules admit only the job's own)."""
+    (to another host's pods it keeps its source: their rules admit only the job's own).
+    One rule for every pod subnet on this host (a set: another installation's stays), and
+    idempotent like `host_prepare`."""
+    t = f"ip {TABLE}_nat"
     _nft(f"""
-table ip {TABLE}_nat {{
-  chain postrouting {{ type nat hook postrouting priority 100; policy accept;
-    ip saddr {cidr} ip daddr != {{ {", ".join(NOT_PUBLIC)} }} oifname != "pwj*" masquerade; }}
-}}
+add table {t}
+add set {t} pod_subnets {{ type ipv4_addr; flags interval; }}
+add chain {t} postrouting {{ type nat hook postrouting priority 100; policy accept; }}
+flush chain {t} postrouting
+add rule {t} postrouting ip saddr @pod_subnets ip daddr != {{ {", ".join(NOT_PUBLIC)} }} \
+oifname != "pwj*" masquerade
+add element {t} pod_subnets {{ {cidr} }}
 """)
 
 

@@ -117,3 +117,41 @@ def test_a_link_name_fits_an_interface_name_and_is_the_namespaces_own():
     assert len(links) == len(names)
     assert all(len(link) <= 15 and link.startswith("pwj") for link in links)
     assert netns.host_ifname(netns.name_for("dlc1")) == netns.host_ifname(netns.name_for("dlc1"))
+
+
+# Run on a scratch host: the agent's start, three times (restarts), with a job linked
+# between them; two installations' pod subnets with egress.
+RESTARTS = """
+import subprocess, sys
+sys.path.insert(0, {root!r})
+from apps.agent import netns
+
+netns.host_prepare()
+netns.egress_prepare("10.240.0.0/24")
+netns.ensure({job!r})
+netns.connect({job!r}, address="10.240.0.5", peers=[], egress=True)
+for cidr in ("10.240.0.0/24", "10.240.0.0/24", "10.241.0.0/24"):
+    netns.host_prepare()
+    netns.egress_prepare(cidr)
+print(subprocess.run(["nft", "list", "ruleset"], capture_output=True, text=True).stdout)
+"""
+
+
+def test_an_agent_starting_again_rewrites_the_base_rules_and_keeps_the_jobs(host):
+    scratch, job, _ = host
+    script = RESTARTS.format(root=str(ROOT), job=job)
+    done = subprocess.run(
+        ["nsenter", f"--net=/run/netns/{scratch}", "--", sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    rules = done.stdout
+    assert rules.count('iifname "pwj*" drop') == 2, rules  # input's and forward's, once each
+    assert rules.count('oifname "pwj*" drop') == 1, rules
+    assert rules.count("iifname vmap @pod_out") == 1, rules
+    assert rules.count("masquerade") == 1, rules  # one rule for every pod subnet
+    assert "10.240.0.0/24" in rules and "10.241.0.0/24" in rules  # both installations'
+    assert rules.count(netns.host_ifname(job)) == 2, "the linked job is still in both maps"
+    assert all(f"chain {c} " in rules for c in netns._chains(job))
