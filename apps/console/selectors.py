@@ -41,11 +41,17 @@ class JobLive:
     usage: JobUsage
     resumed: JobEvent | None = None  # the latest "resumed from …" event of a restarted job
     removed_checkpoints: int = 0  # saved, and their files since removed (not listed)
+    ended_lost_gpu_seconds: float | None = None  # lost by the interruption that ended the job
 
     @property
     def lost_gpu_seconds(self) -> float:
-        """Work lost across every interruption (GPU-seconds since the last checkpoint)."""
-        return sum(r.lost_gpu_seconds for r in self.restarts)
+        """Work lost across every interruption (GPU-seconds since the last checkpoint): those
+        that requeued the job and the one that ended it, if one did."""
+        return sum(r.lost_gpu_seconds for r in self.restarts) + (self.ended_lost_gpu_seconds or 0)
+
+    @property
+    def interruptions(self) -> int:
+        return len(self.restarts) + (self.ended_lost_gpu_seconds is not None)
 
     @property
     def latest_checkpoint(self) -> Checkpoint | None:
@@ -119,6 +125,7 @@ def job_live(*, job: Job) -> JobLive:
         restarts=list(job_restarts(job=job)),
         usage=job_usage(job=job),
         resumed=next((e for e in events if e.kind in RESUME_EVENT_KINDS), None),
+        ended_lost_gpu_seconds=job.ended_lost_gpu_seconds,
     )
 
 

@@ -111,6 +111,7 @@ STATE_FIELDS = (
     "reason_code",
     "reason_message",
     "restart_times",
+    "ended_lost_gpu_seconds",
     "attempt",
     "created_at",
     "submitted_at",

@@ -143,6 +143,10 @@ class Job(models.Model):
     reason_code = models.CharField(max_length=64, blank=True)
     reason_message = models.TextField(blank=True)
     restart_times = models.PositiveSmallIntegerField(default=0)
+    # The work (GPU-seconds since the last checkpoint) lost by the interruption that ended
+    # the job, when one did (a preemption, a reclaim or a pod failure with no AIMaster
+    # restart left); None when none did. Those that requeued it are its JobRestarts.
+    ended_lost_gpu_seconds = models.FloatField(null=True, blank=True)
     attempt = models.PositiveSmallIntegerField(default=0, help_text="current pod generation")
     created_at = models.DateTimeField(auto_now_add=True)
     submitted_at = models.DateTimeField(help_text="queue order key; kept across requeues")

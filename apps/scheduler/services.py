@@ -475,7 +475,8 @@ def jobs_requeue_or_fail(
 ) -> None:
     """AIMaster, as `lifecycle.after_interruption` decides: requeue each job (keeping its
     queue position, after a backoff) while restarts remain; otherwise, or without fault
-    tolerance, it ends Failed with its cause as ReasonCode. A platform interruption is
+    tolerance, it ends Failed with its cause as ReasonCode and the work it lost kept on the
+    job (`ended_lost_gpu_seconds`). A platform interruption is
     always requeued, at once (no backoff: the job did nothing to thrash), without spending
     a restart; it is still recorded as a JobRestart, not counted, with the work it lost.
     A spot job goes back to Bidding, the rest to Queuing (`requeue_status`, when given,
@@ -578,12 +579,16 @@ def jobs_requeue_or_fail(
     for i, decision in failed:
         messages[i.job.pk] = say("{message} ({reason})", message=i.message, reason=decision.reason)
         events.append(JobEvent(job=i.job, kind="Failed", message=messages[i.job.pk], at=now))
+        i.job.ended_lost_gpu_seconds = i.lost_gpu_seconds
     jobs_transition_bulk(
         jobs=[i.job for i, _ in failed],
         status=JobStatus.FAILED,
         now=now,
         reason_codes={i.job.pk: i.cause for i, _ in failed},
         reason_messages=messages,
+    )
+    rows_update(
+        Job, ["ended_lost_gpu_seconds"], [(i.job.pk, i.lost_gpu_seconds) for i, _ in failed]
     )
     JobEvent.objects.bulk_create(events)
 

@@ -169,6 +169,52 @@ def test_it_shows_the_restart_with_its_cause_and_lost_work(charlie_client, story
     assert f"Latest checkpoint step {CKPT_STEP}" in page
 
 
+def test_a_borrower_a_preemption_ended_counts_the_work_that_preemption_lost(
+    charlie_client, personas
+):
+    # No AIMaster: the preemption fails the job, and what it lost is the job's lost work.
+    borrower = submit(
+        personas,
+        ws="ws_b",
+        user="charlie",
+        quota="team-b",
+        pods=4,
+        gpu=4,
+        idle="only_idle",
+        aimaster=False,
+        ckpt=True,
+        name="borrower",
+    )
+    started = timezone.now() - timedelta(minutes=30)
+    borrower.pods.update(started_at=started)
+    checkpoint_report(
+        job_pk=borrower.pk,
+        step=CKPT_STEP,
+        path="/c",
+        size_bytes=1,
+        at=started + timedelta(minutes=10),
+    )
+    submit(personas, pods=1, gpu=4, name="owner")
+    scheduler_tick(now=timezone.now() + timedelta(seconds=1))
+    borrower.refresh_from_db()
+    assert borrower.status == JobStatus.FAILED and borrower.reason_code == "JobPreempted"
+    assert not borrower.restarts.exists()
+    # 16 GPUs for the 20 minutes since the checkpoint, as the preemption's message says
+    assert borrower.ended_lost_gpu_seconds == pytest.approx(16 * 20 * 60, rel=0.01)
+    lost = f"{borrower.ended_lost_gpu_seconds:,.0f} GPU-seconds of work since the last checkpoint"
+    page = text(detail(charlie_client, borrower))
+    assert lost in page
+    hours = borrower.ended_lost_gpu_seconds / 3600
+    assert f"Work lost {hours:.2f} GPU-hours over 1 interruption" in page
+
+
+def test_a_job_no_interruption_ended_has_lost_nothing(charlie_client, personas):
+    job = submit(personas, ws="ws_b", user="charlie", quota="team-b", pods=1, gpu=1, name="ok")
+    assert job.ended_lost_gpu_seconds is None
+    lost = text_of(section(detail(charlie_client, job), "work-lost"))
+    assert lost.strip() == "0.00 GPU-hours"  # and no "over N interruptions"
+
+
 def test_it_shows_the_requeued_and_preempted_events(charlie_client, story):
     events = section(detail(charlie_client, story["borrower"]), "events")
     assert 'class="event-requeued"' in events and 'class="event-preempted"' in events
