@@ -237,9 +237,10 @@ add element {t} pod_subnets {{ {cidr} }}
 def connect(name: str, *, address: str, peers: Iterable[str], egress: bool = False) -> None:
     """Link the job's namespace to this host and admit only `peers` (the job's addresses
     on the other hosts), and with `egress` public addresses too. Idempotent: a namespace
-    linked already is left as it is."""
+    linked already is left as it is (by its eth0: one linked by an earlier version of the
+    agent, whose link had another name, too)."""
     ifname = host_ifname(name)
-    if _has_link(ifname):
+    if _has_link(ifname) or _linked_inside(name):
         return
     _ip("link", "add", ifname, "type", "veth", "peer", "name", "eth0", "netns", name)
     _ip("-n", name, "addr", "add", f"{address}/32", "dev", "eth0")
@@ -283,6 +284,20 @@ def _has_link(ifname: str) -> bool:
     except OSError:
         return False
     return True
+
+
+def _linked_inside(name: str) -> bool:
+    """Whether the namespace has its end of a link (eth0)."""
+    ip = shutil.which("ip")
+    if ip is None:
+        raise NetnsError("iproute2 (ip) is not installed")
+    done = subprocess.run(
+        [ip, "-n", name, "link", "show", "dev", "eth0"],
+        capture_output=True,
+        timeout=15,
+        stdin=subprocess.DEVNULL,
+    )
+    return done.returncode == 0
 
 
 def _forget_elements(ifname: str) -> None:

@@ -155,3 +155,42 @@ def test_an_agent_starting_again_rewrites_the_base_rules_and_keeps_the_jobs(host
     assert "10.240.0.0/24" in rules and "10.241.0.0/24" in rules  # both installations'
     assert rules.count(netns.host_ifname(job)) == 2, "the linked job is still in both maps"
     assert all(f"chain {c} " in rules for c in netns._chains(job))
+
+
+# Run on a scratch host: a namespace linked by an agent of before the link names changed
+# (`pwj<job number>`), then connected again by this one (a second pod of the running job
+# after an upgrade).
+UPGRADED = """
+import subprocess, sys
+sys.path.insert(0, {root!r})
+from apps.agent import netns
+
+netns.host_prepare()
+netns.ensure({job!r})
+for argv in (
+    ["ip", "link", "add", "pwj5", "type", "veth", "peer", "name", "eth0", "netns", {job!r}],
+    ["ip", "-n", {job!r}, "addr", "add", "10.240.0.5/32", "dev", "eth0"],
+):
+    subprocess.run(argv, check=True)
+netns.connect({job!r}, address="10.240.0.5", peers=[])
+print(subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout)
+"""
+
+
+def test_a_namespace_an_earlier_agent_linked_is_left_as_it_is(host):
+    scratch, job, _ = host
+    done = subprocess.run(
+        [
+            "nsenter",
+            f"--net=/run/netns/{scratch}",
+            "--",
+            sys.executable,
+            "-c",
+            UPGRADED.format(root=str(ROOT), job=job),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr  # not "File exists" for its eth0
+    assert " pwj5@" in done.stdout and netns.host_ifname(job) not in done.stdout
