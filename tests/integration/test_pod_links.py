@@ -86,15 +86,20 @@ def host():
             subprocess.run(["ip", "netns", "delete", name], capture_output=True)
 
 
-def test_two_installations_jobs_get_links_and_chains_of_their_own(host):
-    scratch, first, second = host
-    script = ON_THE_HOST.format(root=str(ROOT), first=first, second=second)
-    done = subprocess.run(
+def on_the_host(scratch: str, script: str) -> subprocess.CompletedProcess:
+    """Run a Python script in the scratch host's network namespace (`nsenter --net`, as the
+    multi-host tests run their agents)."""
+    return subprocess.run(
         ["nsenter", f"--net=/run/netns/{scratch}", "--", sys.executable, "-c", script],
         capture_output=True,
         text=True,
         timeout=60,
     )
+
+
+def test_two_installations_jobs_get_links_and_chains_of_their_own(host):
+    scratch, first, second = host
+    done = on_the_host(scratch, ON_THE_HOST.format(root=str(ROOT), first=first, second=second))
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
 
@@ -139,13 +144,7 @@ print(subprocess.run(["nft", "list", "ruleset"], capture_output=True, text=True)
 
 def test_an_agent_starting_again_rewrites_the_base_rules_and_keeps_the_jobs(host):
     scratch, job, _ = host
-    script = RESTARTS.format(root=str(ROOT), job=job)
-    done = subprocess.run(
-        ["nsenter", f"--net=/run/netns/{scratch}", "--", sys.executable, "-c", script],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = on_the_host(scratch, RESTARTS.format(root=str(ROOT), job=job))
     assert done.returncode == 0, done.stderr
     rules = done.stdout
     assert rules.count('iifname "pwj*" drop') == 2, rules  # input's and forward's, once each
@@ -179,18 +178,6 @@ print(subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=Tru
 
 def test_a_namespace_an_earlier_agent_linked_is_left_as_it_is(host):
     scratch, job, _ = host
-    done = subprocess.run(
-        [
-            "nsenter",
-            f"--net=/run/netns/{scratch}",
-            "--",
-            sys.executable,
-            "-c",
-            UPGRADED.format(root=str(ROOT), job=job),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = on_the_host(scratch, UPGRADED.format(root=str(ROOT), job=job))
     assert done.returncode == 0, done.stderr  # not "File exists" for its eth0
     assert " pwj5@" in done.stdout and netns.host_ifname(job) not in done.stdout

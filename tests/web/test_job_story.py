@@ -88,9 +88,8 @@ def section(response, element_id: str) -> str:
     return content[tag:pos]
 
 
-@pytest.fixture
-def story(personas):
-    """charlie's only-idle borrower (AIMaster, EasyCkpt) fills the 4×4-GPU pool for 30 min,
+def reclaimed(personas, *, aimaster: bool) -> dict[str, Job]:
+    """charlie's only-idle borrower (EasyCkpt) fills the 4×4-GPU pool for 30 min,
     checkpoints at step 1200 10 min in; then alice's regular team-a job reclaims 4 GPUs."""
     borrower = submit(
         personas,
@@ -100,7 +99,7 @@ def story(personas):
         pods=4,
         gpu=4,
         idle="only_idle",
-        aimaster=True,
+        aimaster=aimaster,
         ckpt=True,
         name="borrower",
     )
@@ -118,8 +117,16 @@ def story(personas):
     scheduler_tick(now=timezone.now() + timedelta(seconds=1))  # places the owner
     borrower.refresh_from_db()
     owner.refresh_from_db()
-    assert borrower.status == JobStatus.QUEUING and owner.status == JobStatus.RUNNING
+    assert owner.status == JobStatus.RUNNING
     return {"borrower": borrower, "owner": owner}
+
+
+@pytest.fixture
+def story(personas):
+    """The borrower with AIMaster: the reclaim requeues it."""
+    jobs = reclaimed(personas, aimaster=True)
+    assert jobs["borrower"].status == JobStatus.QUEUING
+    return jobs
 
 
 @pytest.fixture
@@ -173,30 +180,7 @@ def test_a_borrower_a_preemption_ended_counts_the_work_that_preemption_lost(
     charlie_client, personas
 ):
     # No AIMaster: the preemption fails the job, and what it lost is the job's lost work.
-    borrower = submit(
-        personas,
-        ws="ws_b",
-        user="charlie",
-        quota="team-b",
-        pods=4,
-        gpu=4,
-        idle="only_idle",
-        aimaster=False,
-        ckpt=True,
-        name="borrower",
-    )
-    started = timezone.now() - timedelta(minutes=30)
-    borrower.pods.update(started_at=started)
-    checkpoint_report(
-        job_pk=borrower.pk,
-        step=CKPT_STEP,
-        path="/c",
-        size_bytes=1,
-        at=started + timedelta(minutes=10),
-    )
-    submit(personas, pods=1, gpu=4, name="owner")
-    scheduler_tick(now=timezone.now() + timedelta(seconds=1))
-    borrower.refresh_from_db()
+    borrower = reclaimed(personas, aimaster=False)["borrower"]
     assert borrower.status == JobStatus.FAILED and borrower.reason_code == "JobPreempted"
     assert not borrower.restarts.exists()
     # 16 GPUs for the 20 minutes since the checkpoint, as the preemption's message says
