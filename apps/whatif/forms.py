@@ -4,7 +4,7 @@ import tomllib
 
 from django import forms
 from django.utils import timezone
-from django.utils.translation import gettext
+from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
 from apps.simulator import ClusterError, PolicyError, check_policies, parse_policies
@@ -109,9 +109,12 @@ class WhatIfForm(forms.Form):
             elif not quota_jobs(days=days, now=timezone.now()).exists():
                 self.add_error(
                     "days",
-                    gettext(
+                    ngettext(
+                        "no quota job was submitted in the last %(days)d day: nothing to "
+                        "replay (choose more days, or a trace file)",
                         "no quota job was submitted in the last %(days)d days: nothing to "
-                        "replay (choose more days, or a trace file)"
+                        "replay (choose more days, or a trace file)",
+                        days,
                     )
                     % {"days": days},
                 )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.db import models
+from django.utils.translation import ngettext
 
 
 class WhatIfRun(models.Model):
@@ -26,7 +27,7 @@ class WhatIfRun(models.Model):
     message = models.TextField(blank=True, help_text="what failed, when it failed")
     source = models.CharField(max_length=16, choices=Source.choices)
     days = models.PositiveSmallIntegerField(null=True, blank=True)
-    trace_name = models.CharField(max_length=255, blank=True)
+    trace_name = models.CharField(max_length=255, blank=True)  # the uploaded file's name
     mode = models.CharField(max_length=16, default="replay")
     policies = models.CharField(max_length=512, blank=True)
     cluster_file = models.TextField(help_text="the changed cluster file (TOML)")
@@ -38,6 +39,18 @@ class WhatIfRun(models.Model):
 
     def __str__(self) -> str:
         return self.title or f"What-if run {self.pk}"
+
+    @property
+    def replayed(self) -> str:
+        """What the run replays, in the reader's language: the uploaded trace's name, or the
+        cluster's own quota jobs of its last days."""
+        if self.source == self.Source.JOBS and self.days:
+            return ngettext(
+                "the quota jobs of the last %(days)d day",
+                "the quota jobs of the last %(days)d days",
+                self.days,
+            ) % {"days": self.days}
+        return self.trace_name
 
     @property
     def finished(self) -> bool:

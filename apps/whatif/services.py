@@ -62,7 +62,7 @@ def whatif_create(
         title=title,
         source=source,
         days=days,
-        trace_name=trace.name if trace else f"the quota jobs of the last {days} days",
+        trace_name=trace.name if trace else "",
         mode=mode,
         policies=policies,
         cluster_file=cluster_file,
@@ -154,7 +154,7 @@ def whatif_run(*, run_pk: int) -> None:
                 results=results,
                 traces=traces,
                 settings=sim,
-                sources={"trace": run.trace_name, "nodes": None, "cluster": side},
+                sources={"trace": run.replayed, "nodes": None, "cluster": side},
                 nodes=len(cluster.nodes),
                 gpus=cluster.gpus,
             )

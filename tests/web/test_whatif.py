@@ -142,6 +142,27 @@ def test_it_replays_the_clusters_own_jobs_on_both_configurations(
     assert fragment.status_code == 286  # finished: htmx stops polling
 
 
+@pytest.mark.parametrize(
+    ("days", "language", "says"),
+    [
+        ("1", "en", "the quota jobs of the last 1 day ·"),
+        ("7", "en", "the quota jobs of the last 7 days ·"),
+        ("7", "zh-hans", "最近 7 天的配额任务 ·"),
+    ],
+)
+def test_a_run_of_the_clusters_own_jobs_says_how_many_days_in_the_readers_language(
+    admin_client, history, days, language, says, django_capture_on_commit_callbacks
+):
+    _post(admin_client, django_capture_on_commit_callbacks, days=days)
+    run = WhatIfRun.objects.get()
+    headers = {"Accept-Language": language}
+    for url in (reverse("whatif:detail", args=[run.pk]), reverse("whatif:index")):
+        page = admin_client.get(url, headers=headers).content.decode()
+        assert says.removesuffix(" ·") in page, url
+    page = admin_client.get(reverse("whatif:detail", args=[run.pk]), headers=headers)
+    assert says in page.content.decode()
+
+
 def test_it_replays_an_uploaded_trace(admin_client, personas, django_capture_on_commit_callbacks):
     trace = SimpleUploadedFile("sample_pods.csv", (SAMPLE / "sample_pods.csv").read_bytes())
     _post(admin_client, django_capture_on_commit_callbacks, source="upload", trace=trace)
