@@ -4,19 +4,20 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.db import models
-from django.utils.translation import ngettext
+from django.utils.translation import gettext_lazy as _
+from django.utils.translation import ngettext, pgettext_lazy
 
 
 class WhatIfRun(models.Model):
     class Status(models.TextChoices):
-        QUEUED = "queued", "Queued"
-        RUNNING = "running", "Running"
-        DONE = "done", "Done"
-        FAILED = "failed", "Failed"
+        QUEUED = "queued", pgettext_lazy("status", "Queued")
+        RUNNING = "running", pgettext_lazy("status", "Running")
+        DONE = "done", pgettext_lazy("status", "Done")
+        FAILED = "failed", pgettext_lazy("status", "Failed")
 
     class Source(models.TextChoices):
-        JOBS = "jobs", "The cluster's own jobs"
-        UPLOAD = "upload", "A trace file"
+        JOBS = "jobs", _("The cluster's own jobs")
+        UPLOAD = "upload", _("A trace file")
 
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT)
     created_at = models.DateTimeField(auto_now_add=True)

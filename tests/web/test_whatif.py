@@ -163,6 +163,17 @@ def test_a_run_of_the_clusters_own_jobs_says_how_many_days_in_the_readers_langua
     assert says in page.content.decode()
 
 
+def test_the_runs_and_the_form_read_in_chinese(
+    admin_client, history, django_capture_on_commit_callbacks
+):
+    _post(admin_client, django_capture_on_commit_callbacks)
+    page = admin_client.get(reverse("whatif:index"), headers={"Accept-Language": "zh-hans"})
+    runs = page.content.decode()
+    runs = runs[runs.index('id="whatif-runs"') :]
+    assert "<td>已完成</td>" in runs and "Done" not in runs
+    assert "集群自己的任务" in page.content.decode() and "Trace 文件" in page.content.decode()
+
+
 def test_it_replays_an_uploaded_trace(admin_client, personas, django_capture_on_commit_callbacks):
     trace = SimpleUploadedFile("sample_pods.csv", (SAMPLE / "sample_pods.csv").read_bytes())
     _post(admin_client, django_capture_on_commit_callbacks, source="upload", trace=trace)
