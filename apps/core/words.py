@@ -25,8 +25,16 @@ from string import Formatter
 
 NESTED = re.compile(r"(reason|message|needs)$")  # placeholders that hold a message of their own
 # What some placeholders can hold, so that "{field}: {message}" does not take "a: b; c: d"
-# for one field: a parameter's name (JobSpecs[0].PodCount), a code (OOMKilled, 137).
-VALUES = {"field": r"[\w.\[\]-]+", "code": r"-?[\w.]+", "type": r"\S+"}
+# for one field: a parameter's name (JobSpecs[0].PodCount), a code (OOMKilled, 137), a node's
+# name (no space: "{node} ×{count} (In Quota)" must not take "Scheduled on a ×1 (In Quota);
+# b" for one node), a count.
+VALUES = {
+    "field": r"[\w.\[\]-]+",
+    "code": r"-?[\w.]+",
+    "type": r"\S+",
+    "node": r"\S+",
+    "count": r"[\d,]+",
+}
 _FIELD = re.compile(r"\{(\w+)\}")
 
 
@@ -60,6 +68,9 @@ MAX_READINGS = 64  # ways to split one text by one template: enough for any mess
 # shown as written: a job named "a (b (c (…" must not make every page that names it slow.
 MAX_STEPS = 20_000
 MAX_DEPTH = 12  # messages inside messages: a few levels in anything the platform writes
+
+
+_Reading = tuple[str, bool, int]  # translated, all of it known, messages read
 
 
 class _Exhausted(Exception):
@@ -151,9 +162,11 @@ class Phrasebook:
     """One language's translations of the messages: plain ones by their exact text, templates
     by matching. Build it once per catalogue; `translate` is cheap.
 
-    Where a text matches several templates (or one template in two ways), the most specific
-    reading wins if it knows every inner message; else the first that knows them all and at
-    least one; else the one that knows the most (a pod's own words stay as written)."""
+    Where a text matches several templates (or one template in two ways), a reading that
+    knows every inner message wins over one that does not; among those, the one that reads
+    the most messages in all (so "a; b" reads as two known messages, not as one template
+    whose plain value swallowed "a; " — a job's or a node's name); among equals, the most
+    specific. A pod's own words stay as written."""
 
     def __init__(self, catalogue: Iterable[tuple[str, str]]) -> None:
         self._exact: dict[str, str] = {}
@@ -171,7 +184,7 @@ class Phrasebook:
                 self._exact[msgid] = msgstr
         patterns.sort(key=lambda p: -p.literal)
         self._patterns = patterns
-        self._seen: dict[str, tuple[str, bool]] = {}  # the same few reasons on every page
+        self._seen: dict[str, _Reading] = {}  # the same few reasons on every page
 
     def translate(self, text: str) -> str:
         """`text` in this language where the catalogue knows its message, else unchanged."""
@@ -180,42 +193,41 @@ class Phrasebook:
         try:
             return self._read(text, _Steps(MAX_STEPS))[0]
         except _Exhausted:
-            self._remember(text, (text, False))
+            self._remember(text, (text, False, 0))
             return text
 
-    def _read(self, text: str, steps: _Steps, depth: int = 0) -> tuple[str, bool]:
-        """`text` translated, and whether all of it was known."""
+    def _read(self, text: str, steps: _Steps, depth: int = 0) -> _Reading:
+        """`text` translated, whether all of it was known, and how many messages it read."""
         found = self._exact.get(text)
         if found is not None:
-            return found, True
+            return found, True, 1
         read = self._seen.get(text)
         if read is None:
             if depth > MAX_DEPTH:
-                return text, False
+                return text, False, 0
             read = self._match(text, steps, depth)
             self._remember(text, read)
         return read
 
-    def _remember(self, text: str, read: tuple[str, bool]) -> None:
+    def _remember(self, text: str, read: _Reading) -> None:
         if len(self._seen) >= 10_000:
             self._seen.clear()
         self._seen[text] = read
 
-    def _match(self, text: str, steps: _Steps, depth: int) -> tuple[str, bool]:
-        best, best_known = None, -1
+    def _match(self, text: str, steps: _Steps, depth: int) -> _Reading:
+        best: _Reading | None = None
         for pattern in self._patterns:
             for found in pattern.readings(text, steps):
-                known, unknown, values = 0, 0, {}
+                known, unknown, messages, values = 0, 0, 0 if pattern.generic else 1, {}
                 for name, value in found.items():
                     if NESTED.search(name):
-                        value, whole = self._read(value, steps, depth + 1)
+                        value, whole, inner = self._read(value, steps, depth + 1)
                         known, unknown = known + whole, unknown + (not whole)
+                        messages += inner
                     values[name] = value
                 if pattern.generic and not known:
                     continue
-                reading = pattern.translated.format(**values)
-                if not unknown and (known or best is None):
-                    return reading, True  # the first reading, or one that knew inner messages
-                if known > best_known:
-                    best, best_known = reading, known
-        return (best, False) if best is not None else (text, False)
+                reading = (pattern.translated.format(**values), not unknown, messages)
+                if best is None or reading[1:] > best[1:]:
+                    best = reading
+        return best if best is not None else (text, False, 0)

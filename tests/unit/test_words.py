@@ -90,6 +90,11 @@ def test_the_most_specific_template_wins():
 
 
 VALUE = st.from_regex(r"[a-z][a-z0-9]{0,8}[0-9]", fullmatch=True)  # no catalogue word
+COUNT = st.from_regex(r"[1-9][0-9]{0,3}", fullmatch=True)  # what a {count} holds
+
+
+def _value(data, name: str) -> str:
+    return data.draw(COUNT if name == "count" else VALUE)
 
 
 @settings(max_examples=300, deadline=None)
@@ -98,7 +103,7 @@ def test_every_template_of_the_catalogue_comes_back_in_chinese_with_its_values(d
     """Filled with any values, each template of the catalogue is recognised as itself (no
     other template takes its text) and shown with the Chinese template and the same values."""
     msgid, msgstr = data.draw(st.sampled_from(TEMPLATES))
-    values = {name: data.draw(VALUE) for name in set(fields(msgid))}
+    values = {name: _value(data, name) for name in set(fields(msgid))}
     english, chinese = _filled(msgid, msgstr, values)
     assert ZH.translate(english) == chinese, msgid
 
@@ -131,7 +136,10 @@ def test_the_cores_waiting_reasons_read_in_chinese():
 def test_no_template_of_the_catalogue_is_taken_for_another():
     assert len(TEMPLATES) > 90
     for msgid, msgstr in TEMPLATES:
-        values = {name: f"v{i}x9" for i, name in enumerate(sorted(set(fields(msgid))))}
+        values = {
+            name: str(i + 2) if name == "count" else f"v{i}x9"
+            for i, name in enumerate(sorted(set(fields(msgid))))
+        }
         english, chinese = _filled(msgid, msgstr, values)
         assert ZH.translate(english) == chinese, msgid
 
@@ -183,3 +191,43 @@ def test_a_hostile_text_is_read_within_bounds_or_shown_as_written(monkeypatch):
     monkeypatch.setattr(words, "MAX_STEPS", 20_000)
     assert book.translate(nested) == nested  # and remembered so, not read again
     assert Phrasebook(ENTRIES).translate(nested).startswith("Pod j-worker-0（Worker 0）")
+
+
+def test_a_jobs_placement_reads_in_chinese_node_by_node():
+    """Found in the console: "Scheduled on a ×1 (In Quota); b ×1 (In Quota); c ×1 (Not in
+    Quota)" read "Scheduled on …; c ×1（配额外）": the node-count template took everything
+    before its last part for one node's name."""
+    parts = [
+        say("{node} ×{count} (In Quota)", node="ecs-a100-0", count=1),
+        say("{node} ×{count} (In Quota)", node="ecs-a100-1", count=2),
+        say("{node} ×{count} (Not in Quota)", node="ecs-a100-2", count=1),
+        say("{node} ×{count} (Not in Quota)", node="ecs-a100-3", count=1),
+    ]
+    for n in range(1, 5):
+        text = say("Scheduled on {message}", message=joined(parts[:n]))
+        chinese = ZH.translate(text)
+        assert chinese.startswith("已调度到 ecs-a100-0 ×1（配额内）"), chinese
+        assert "In Quota" not in chinese and chinese.count("×") == n, chinese
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.data())
+def test_messages_joined_read_back_part_by_part(data):
+    """Any few messages of the catalogue, joined ("a; b; c"), read as each one's Chinese."""
+    count = data.draw(st.integers(2, 4))
+    english, chinese = [], []
+    for _ in range(count):
+        msgid, msgstr = data.draw(st.sampled_from(TEMPLATES))
+        values = {name: _value(data, name) for name in set(fields(msgid))}
+        e, c = _filled(msgid, msgstr, values)
+        english.append(e)
+        chinese.append(c)
+    assert ZH.translate(joined(english)) == _joined_zh(chinese), english
+
+
+def _joined_zh(parts: list[str]) -> str:
+    joiner = dict(ENTRIES)["{message}; {more_message}"]
+    text = parts[-1]
+    for part in reversed(parts[:-1]):
+        text = joiner.format(message=part, more_message=text)
+    return text
