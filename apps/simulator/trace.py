@@ -107,7 +107,7 @@ def check_jobs_header(head: bytes, label: str) -> None:
     in either format: what `read_jobs` would refuse at once, told before the file is kept."""
     first = head.split(b"\n", 1)[0].removesuffix(b"\r")
     try:
-        text = first.decode("utf-8")
+        text = first.decode("utf-8-sig")  # as `_Rows` reads it
     except UnicodeDecodeError as e:
         raise _unreadable(label, e) from None
     try:
@@ -258,7 +258,8 @@ class _Rows:
 
     def __init__(self, path: str | Path, label: str | Path) -> None:
         try:
-            self.file = open(path, newline="", encoding="utf-8")  # noqa: SIM115
+            # utf-8-sig: a byte order mark (a CSV saved by a spreadsheet) is not a column's
+            self.file = open(path, newline="", encoding="utf-8-sig")  # noqa: SIM115
         except OSError as e:
             raise TraceError(f"{label}: {e.strerror}") from e
         self.label = label

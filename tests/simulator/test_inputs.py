@@ -22,6 +22,7 @@ from apps.simulator import (
     read_nodes,
 )
 from apps.simulator.cluster import assign_quota
+from apps.simulator.trace import check_jobs_header
 from tests.simulator.helpers import job, nodes
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -107,6 +108,14 @@ def test_it_names_the_row_of_a_bad_openb_pod(tmp_path, row, message):
     path = write(tmp_path, "pods.csv", header + row)
     with pytest.raises(TraceError, match=re.escape(f"{path}:2: {message}")):
         read_jobs(path)
+
+
+def test_it_reads_a_trace_a_spreadsheet_saved_with_a_byte_order_mark(tmp_path):
+    path = tmp_path / "excel.csv"
+    path.write_bytes(b"\xef\xbb\xbfname,submit_time,pods,gpu\r\ntrain,10,2,1\r\n")
+    (job,) = read_jobs(path)
+    assert (job.name, job.submit, job.pods) == ("train", 10, 2)
+    check_jobs_header(path.read_bytes(), "excel.csv")  # the upload form reads it alike
 
 
 def test_it_refuses_a_file_that_is_no_trace(tmp_path):
