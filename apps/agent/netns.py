@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import ipaddress
+import json
 import os
 import re
 import shutil
@@ -274,6 +275,47 @@ def connect(name: str, *, address: str, peers: Iterable[str], egress: bool = Fal
         f'add element inet {TABLE} pod_in {{ "{ifname}" : jump {in_chain} }}',
     ]
     _nft("\n".join(rules) + "\n")
+
+
+def sweep_rules() -> list[str]:
+    """Drop what links no longer on this host left in the table: their entries in the
+    verdict maps, and the job chains no entry jumps to any more (a namespace deleted by an
+    agent that was killed before it unlinked it, or by an earlier version of the agent).
+    Entries of links the host still has, any installation's, stay. The names dropped."""
+    nft = shutil.which("nft")
+    if nft is None:
+        return []
+    done = subprocess.run(
+        [nft, "-j", "list", "table", "inet", TABLE], capture_output=True, timeout=15
+    )
+    if done.returncode != 0:
+        return []  # no table yet: nothing to sweep
+    items = json.loads(done.stdout).get("nftables", [])
+    targets: dict[str, set[str]] = {}  # chain -> interfaces whose entries jump to it
+    chains: list[str] = []
+    for item in items:
+        if "chain" in item and _JOB_CHAIN.match(item["chain"]["name"]):
+            chains.append(item["chain"]["name"])
+        for ifname, verdict in item.get("map", {}).get("elem", []) or []:
+            target = verdict.get("jump", {}).get("target") if isinstance(verdict, dict) else None
+            if isinstance(ifname, str) and target:
+                targets.setdefault(target, set()).add(ifname)
+    dropped: list[str] = []
+    for ifname in sorted({i for found in targets.values() for i in found}):
+        if not _has_link(ifname):
+            _forget_elements(ifname)
+            dropped.append(ifname)
+    for chain in chains:
+        if not (targets.get(chain, set()) - set(dropped)):
+            try:
+                _nft(f"delete chain inet {TABLE} {chain}\n")
+                dropped.append(chain)
+            except NetnsError:
+                pass  # taken up meanwhile by a link made since
+    return dropped
+
+
+_JOB_CHAIN = re.compile(r"^job(_[0-9a-f]{12}_|\d+_)(in|out)$")  # this version's, and older
 
 
 def _has_link(ifname: str) -> bool:

@@ -349,8 +349,8 @@ def release_host() -> None:
 
 def sweep_leftovers() -> None:
     """At the agent's start, after re-adopting: cgroups of this agent's pods that no shim
-    runs any more, and the network namespaces of this installation's jobs on this host that
-    no process uses."""
+    runs any more, the network namespaces of this installation's jobs on this host that no
+    process uses, and (with POD_CIDR) the link rules of namespaces gone (`netns.sweep_rules`)."""
     host = runner.cgroup_host()
     if host is not None:
         root = state_root()
@@ -375,6 +375,12 @@ def sweep_leftovers() -> None:
             with _lock:
                 if name not in _netns_users:
                     _netns_delete_unused(name)
+        if settings.POD_CIDR:
+            try:
+                with _lock:
+                    netns.sweep_rules()
+            except Exception:
+                logger.exception("could not sweep leftover pod link rules")
 
 
 def own_namespaces(host: str) -> list[str]:

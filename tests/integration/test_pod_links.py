@@ -181,3 +181,42 @@ def test_a_namespace_an_earlier_agent_linked_is_left_as_it_is(host):
     done = on_the_host(scratch, UPGRADED.format(root=str(ROOT), job=job))
     assert done.returncode == 0, done.stderr  # not "File exists" for its eth0
     assert " pwj5@" in done.stdout and netns.host_ifname(job) not in done.stdout
+
+
+# Run on a scratch host: two linked namespaces; the first deleted without being unlinked (its
+# agent killed in between), and an earlier version's leftovers (`pwj5`, `job5_in/_out`);
+# then the sweep an agent's start runs.
+SWEPT = """
+import json, subprocess, sys
+sys.path.insert(0, {root!r})
+from apps.agent import netns
+
+netns.host_prepare()
+for name, address in (({first!r}, "10.240.0.5"), ({second!r}, "10.240.0.6")):
+    netns.ensure(name)
+    netns.connect(name, address=address, peers=[])
+netns.delete({first!r})
+netns._nft(
+    "add chain inet paiweb job5_out\\nadd chain inet paiweb job5_in\\n"
+    'add element inet paiweb pod_out {{ "pwj5" : jump job5_out }}\\n'
+    'add element inet paiweb pod_in {{ "pwj5" : jump job5_in }}\\n'
+)
+dropped = netns.sweep_rules()
+rules = subprocess.run(["nft", "list", "ruleset"], capture_output=True, text=True).stdout
+print(json.dumps({{"dropped": dropped, "rules": rules, "again": netns.sweep_rules()}}))
+"""
+
+
+def test_an_agents_start_sweeps_the_rules_of_links_gone_and_keeps_the_rest(host):
+    scratch, first, second = host
+    done = on_the_host(scratch, SWEPT.format(root=str(ROOT), first=first, second=second))
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    gone, kept = netns.host_ifname(first), netns.host_ifname(second)
+    rules = report["rules"]
+    assert gone not in rules and "pwj5" not in rules and "job5_" not in rules, rules
+    assert not any(f"chain {c} " in rules for c in netns._chains(first)), rules
+    assert rules.count(kept) == 2, rules  # the live link: both map entries
+    assert all(f"chain {c} " in rules for c in netns._chains(second)), rules
+    assert set(report["dropped"]) == {gone, "pwj5", "job5_in", "job5_out", *netns._chains(first)}
+    assert report["again"] == []  # nothing left to sweep
