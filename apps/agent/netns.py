@@ -59,11 +59,20 @@ def path(name: str) -> Path:
     return RUN_DIR / name
 
 
+_TOOLS = {"ip": "iproute2 (ip)", "nft": "nftables (nft)"}
+
+
+def _run(tool: str, *args: str, script: str = "") -> subprocess.CompletedProcess[bytes]:
+    """Run `ip` or `nft` (`script` on its standard input), whatever it returns; NetnsError
+    when it is not installed."""
+    path = shutil.which(tool)
+    if path is None:
+        raise NetnsError(f"{_TOOLS[tool]} is not installed")
+    return subprocess.run([path, *args], input=script.encode(), capture_output=True, timeout=15)
+
+
 def _ip(*args: str) -> None:
-    ip = shutil.which("ip")
-    if ip is None:
-        raise NetnsError("iproute2 (ip) is not installed")
-    done = subprocess.run([ip, *args], capture_output=True, timeout=15, stdin=subprocess.DEVNULL)
+    done = _run("ip", *args)
     if done.returncode != 0:
         raise NetnsError(
             f"ip {' '.join(args)}: "
@@ -182,10 +191,7 @@ def _link_key(name: str) -> str:
 
 
 def _nft(script: str) -> None:
-    nft = shutil.which("nft")
-    if nft is None:
-        raise NetnsError("nftables (nft) is not installed")
-    done = subprocess.run([nft, "-f", "-"], input=script.encode(), capture_output=True, timeout=15)
+    done = _run("nft", "-f", "-", script=script)
     if done.returncode != 0:
         raise NetnsError(f"nft: {done.stderr.decode(errors='replace').strip()}")
 
@@ -282,12 +288,10 @@ def sweep_rules() -> list[str]:
     verdict maps, and the job chains no entry jumps to any more (a namespace deleted by an
     agent that was killed before it unlinked it, or by an earlier version of the agent).
     Entries of links the host still has, any installation's, stay. The names dropped."""
-    nft = shutil.which("nft")
-    if nft is None:
-        return []
-    done = subprocess.run(
-        [nft, "-j", "list", "table", "inet", TABLE], capture_output=True, timeout=15
-    )
+    try:
+        done = _run("nft", "-j", "list", "table", "inet", TABLE)
+    except NetnsError:
+        return []  # no nftables: no table to sweep
     if done.returncode != 0:
         return []  # no table yet: nothing to sweep
     items = json.loads(done.stdout).get("nftables", [])
@@ -330,16 +334,7 @@ def _has_link(ifname: str) -> bool:
 
 def _linked_inside(name: str) -> bool:
     """Whether the namespace has its end of a link (eth0)."""
-    ip = shutil.which("ip")
-    if ip is None:
-        raise NetnsError("iproute2 (ip) is not installed")
-    done = subprocess.run(
-        [ip, "-n", name, "link", "show", "dev", "eth0"],
-        capture_output=True,
-        timeout=15,
-        stdin=subprocess.DEVNULL,
-    )
-    return done.returncode == 0
+    return _run("ip", "-n", name, "link", "show", "dev", "eth0").returncode == 0
 
 
 def _forget_elements(ifname: str) -> None:
