@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import unicodedata
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 
@@ -402,9 +403,22 @@ def tags_problems(tags: object) -> list[str]:
                     most=MAX_TAG_VALUE,
                 )
             )
-        if any(ord(c) < 32 or ord(c) == 127 for c in key + value):
+        if has_control_characters(key + value):
             problems.append(say("tag {key}: no control characters", key=f"{key!r}"))
     return problems
+
+
+# The invisible marks that reorder the text around them: embeddings, overrides, isolates and
+# the direction marks. In a name others read (a job's, in a preemption's message on another
+# team's page), they would make the words after it read backwards.
+_DIRECTION_MARKS = frozenset(
+    "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
+)
+
+
+def has_control_characters(text: str) -> bool:
+    """Control characters (C0, DEL, C1) or text-direction marks: a name must read as typed."""
+    return any(unicodedata.category(c) == "Cc" or c in _DIRECTION_MARKS for c in text)
 
 
 def _check_basics(spec: JobSpec, errors: _Errors) -> None:
@@ -412,6 +426,8 @@ def _check_basics(spec: JobSpec, errors: _Errors) -> None:
         errors.add("display_name", say("is required"))
     elif len(spec.display_name) > MAX_DISPLAY_NAME:
         errors.add("display_name", say("must be at most {most} characters", most=MAX_DISPLAY_NAME))
+    elif has_control_characters(spec.display_name):
+        errors.add("display_name", say("must not contain control or text-direction characters"))
     if spec.job_type not in JobType.values:
         errors.add("job_type", say("must be one of {choices}", choices=", ".join(JobType.values)))
     if spec.accessibility not in Accessibility.values:

@@ -393,6 +393,14 @@ def _envs(count: int, size: int) -> dict[str, str]:
         ({"Envs": {"A-B": "x"}}, "Envs: 'A-B' is not a valid variable name"),
         ({"DisplayName": "n" * 257}, "DisplayName: must be at most 256 characters"),
         (
+            {"DisplayName": "train\u202egnp.exe"},
+            "DisplayName: must not contain control or text-direction characters",
+        ),
+        (
+            {"DisplayName": "bell\u0007"},
+            "DisplayName: must not contain control or text-direction characters",
+        ),
+        (
             {"DataSources": [{"Uri": "oss://b/" + "u" * 1024, "MountPath": "/mnt/data/a"}]},
             "DataSources[0].Uri: must be at most 1024 characters",
         ),
@@ -416,6 +424,8 @@ def _envs(count: int, size: int) -> dict[str, str]:
         "env-name-newline",
         "env-name-dash",
         "display-name",
+        "display-name-direction-override",
+        "display-name-control",
         "data-uri",
         "code-branch",
         "data-source-count",

@@ -56,6 +56,7 @@ def listed_by_tags(dlc, ws_a, tags: dict) -> set[str]:
         ({"k": "v" * 129}, "at most 128"),
         ({f"k{i}": "v" for i in range(21)}, "at most 20 tags"),
         ({"k": "line\nbreak"}, "control characters"),
+        ({"k": "right\u202eto left"}, "control characters"),
     ],
 )
 def test_bad_tags_are_refused_naming_the_field(create_job, ws_a, tags, says):

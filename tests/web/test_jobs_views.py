@@ -350,6 +350,16 @@ def test_it_rejects_a_price_limit_outside_the_range(alice_client):
     assert Job.objects.count() == 0
 
 
+def test_a_name_that_would_read_backwards_is_refused_beside_its_field(alice_client):
+    response = alice_client.post(
+        reverse("jobs:create"), spot_form(display_name="train\u202egnp.exe")
+    )
+    assert response.status_code == 200
+    message = "must not contain control or text-direction characters"
+    assert field_error(response, "id_display_name") == message
+    assert Job.objects.count() == 0
+
+
 def test_it_lists_parse_errors_and_rule_errors_together(alice_client):
     data = spot_form(
         display_name="", priority="high", envs="NOT A PAIR", **{"roles-0-pod_count": "0"}
