@@ -347,10 +347,16 @@ def _forget_elements(ifname: str) -> None:
 
 
 def disconnect(name: str) -> None:
-    """Forget the namespace's link and rules here (the link goes with the namespace too)."""
+    """Forget the namespace's link and rules here (the link goes with the namespace too,
+    a few milliseconds after it: the kernel tears a deleted namespace down in the
+    background, so the link may vanish between the check and its deletion)."""
     ifname = host_ifname(name)
     if _has_link(ifname):
-        _ip("link", "delete", ifname)
+        try:
+            _ip("link", "delete", ifname)
+        except NetnsError:
+            if _has_link(ifname):
+                raise
     _forget_elements(ifname)
     for chain in _chains(name):
         try:

@@ -306,9 +306,9 @@ def _netns_delete_unused(name: str) -> None:
     use it), and its link's rules with it. The caller holds _lock."""
     try:
         if not netns.in_use(name):
-            netns.delete(name)
-            if settings.POD_CIDR:
+            if settings.POD_CIDR:  # first: the link then goes at once, not in the background
                 netns.disconnect(name)
+            netns.delete(name)
     except Exception:
         logger.exception("could not delete network namespace %s", name)
 

@@ -187,7 +187,7 @@ def test_a_namespace_an_earlier_agent_linked_is_left_as_it_is(host):
 # agent killed in between), and an earlier version's leftovers (`pwj5`, `job5_in/_out`);
 # then the sweep an agent's start runs.
 SWEPT = """
-import json, subprocess, sys
+import json, subprocess, sys, time
 sys.path.insert(0, {root!r})
 from apps.agent import netns
 
@@ -196,6 +196,11 @@ for name, address in (({first!r}, "10.240.0.5"), ({second!r}, "10.240.0.6")):
     netns.ensure(name)
     netns.connect(name, address=address, peers=[])
 netns.delete({first!r})
+# the kernel takes the link down a few milliseconds later; an agent's next start is later
+for _ in range(500):
+    if not netns._has_link(netns.host_ifname({first!r})):
+        break
+    time.sleep(0.01)
 netns._nft(
     "add chain inet paiweb job5_out\\nadd chain inet paiweb job5_in\\n"
     'add element inet paiweb pod_out {{ "pwj5" : jump job5_out }}\\n'
@@ -221,3 +226,41 @@ def test_an_agents_start_sweeps_the_rules_of_links_gone_and_keeps_the_rest(host)
     assert all(f"chain {c} " in rules for c in netns._chains(second)), rules
     assert set(report["dropped"]) == {gone, "pwj5", "job5_in", "job5_out", *netns._chains(first)}
     assert report["again"] == []  # nothing left to sweep
+
+
+# Run on a scratch host: namespaces linked, then deleted and at once unlinked (what an agent
+# did when it released a job's namespace), a few milliseconds apart or none.
+RELEASED = """
+import json, subprocess, sys, time
+sys.path.insert(0, {root!r})
+from apps.agent import netns
+
+netns.host_prepare()
+errors = []
+for i in range(30):
+    name = netns.name_for("dlc{tag}%04d" % i)
+    netns.ensure(name)
+    netns.connect(name, address="10.240.0.5", peers=[])
+    time.sleep((0, 0.005, 0.015)[i % 3])
+    try:
+        netns.delete(name)
+        netns.disconnect(name)
+    except Exception as exc:
+        errors.append(str(exc))
+rules = subprocess.run(
+    ["nft", "list", "table", "inet", netns.TABLE], capture_output=True, text=True
+)
+print(json.dumps({{"errors": errors, "rules": rules.stdout}}))
+"""
+
+
+def test_unlinking_a_namespace_just_deleted_neither_fails_nor_leaves_its_rules(host):
+    # the kernel takes a deleted namespace's link down in the background: it may still be
+    # there when the unlink looks, and gone when it deletes it ("Cannot find device")
+    scratch, _, _ = host
+    tag = uuid.uuid4().hex[:6]
+    done = on_the_host(scratch, RELEASED.format(root=str(ROOT), tag=tag))
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["errors"] == []
+    assert "jump" not in report["rules"] and "chain job_" not in report["rules"], report["rules"]
