@@ -681,7 +681,12 @@ def _job_requeue(
         now=now,
     )
     job_requeue_or_fail(
-        job=job, now=now, cause=cause, message=message, lost_gpu_seconds=lost, platform=platform
+        job=job,
+        now=now,
+        cause=cause,
+        message=message,
+        lost_gpu_seconds=lost,
+        kind="platform" if platform else "failure",
     )
     _tick_soon()
 

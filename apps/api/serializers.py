@@ -41,6 +41,7 @@ from apps.jobs.models import (
 )
 from apps.jobs.specs import JobSpec, spec_from_json, spot_price_range_per_minute
 from apps.jobs.waiting import IN_QUOTA, NOT_IN_QUOTA, quota_level, sub_status, waiting_text
+from apps.scheduler.lifecycle import PLATFORM_REASONS
 from apps.workspaces.models import Workspace
 
 # Job.idle_mode ↔ DLC's Settings.OversoldType
@@ -330,6 +331,12 @@ def restart_record(
         else say(
             "a platform interruption: no AIMaster restart spent; lost {lost} GPU-hours of work "
             "since the last checkpoint",
+            lost=lost,
+        )
+        if restart.cause in PLATFORM_REASONS
+        else say(
+            "its resources were taken back: no AIMaster restart spent; lost {lost} GPU-hours "
+            "of work since the last checkpoint",
             lost=lost,
         )
     )

@@ -25,6 +25,7 @@ from apps.jobs.models import (
     StatusTransition,
 )
 from apps.jobs.selectors import job_restarts
+from apps.scheduler.lifecycle import PLATFORM_REASONS
 
 
 @dataclass(frozen=True)
@@ -106,6 +107,15 @@ CHECKPOINTS_SHOWN = 50
 CHECKPOINTS_OPEN = 3
 
 
+def _restarts(job: Job) -> list[JobRestart]:
+    """The job's interruptions (`job_restarts`), each also saying whether the platform
+    caused it (`platform`): an uncounted one is either that or a preemption or reclaim."""
+    restarts = job_restarts(job=job)
+    for restart in restarts:
+        restart.platform = restart.cause in PLATFORM_REASONS
+    return restarts
+
+
 def job_live(*, job: Job) -> JobLive:
     """Pods (current and history, with role and node), status history, the latest events,
     checkpoints and restarts, and the job's usage or cost."""
@@ -122,7 +132,7 @@ def job_live(*, job: Job) -> JobLive:
         events=events,
         checkpoints=list(job.checkpoints.filter(removed_at__isnull=True)[: CHECKPOINTS_SHOWN + 1]),
         removed_checkpoints=job.checkpoints.filter(removed_at__isnull=False).count(),
-        restarts=list(job_restarts(job=job)),
+        restarts=_restarts(job),
         usage=job_usage(job=job),
         resumed=next((e for e in events if e.kind in RESUME_EVENT_KINDS), None),
         ended_lost_gpu_seconds=job.ended_lost_gpu_seconds,

@@ -456,9 +456,10 @@ class Checkpoint(models.Model):
 
 class JobRestart(models.Model):
     """An interruption that started a new attempt of the job, with its cause and cost: a
-    restart AIMaster made (a pod failed, a preemption, a spot reclaim) or a platform
-    interruption (a node lost or drained, an agent restarted), which spends none of
-    AIMaster's budget (`counted` False)."""
+    restart AIMaster made after a failure of the job's own (a pod failed or hung), which
+    spends one of its restarts (`counted`), or one that spends none: a preemption or a spot
+    reclaim (AIMaster requeues those whatever its budget) or a platform interruption (a node
+    lost or drained, an agent restarted)."""
 
     job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="restarts")
     # The job's n-th interruption, which started attempt n: counted or not, so each attempt
@@ -470,7 +471,9 @@ class JobRestart(models.Model):
     message = models.TextField(blank=True)
     lost_gpu_seconds = models.FloatField(default=0)
     counted = models.BooleanField(
-        default=True, help_text="spent one of AIMaster's restarts (False: the platform's)"
+        default=True,
+        help_text="spent one of AIMaster's restarts (False: a preemption, a reclaim or the "
+        "platform's)",
     )
 
     class Meta:

@@ -155,10 +155,10 @@ class Budget:
 
 
 def aimaster_declines(budget: Budget) -> str | None:
-    """Why AIMaster will not restart the job after an interruption of its own making (a pod
-    failed, a preemption, a reclaim), or None while restarts remain. The one budget check."""
+    """Why AIMaster will not restart the job after a failure of its own (a pod failed or
+    hung), or None while restarts remain. The one budget check."""
     if not budget.aimaster:
-        return say("no automatic fault tolerance")
+        return _no_aimaster()
     if budget.restart_times >= budget.max_restarts:
         return say(
             "restarts exhausted ({used}/{most})",
@@ -166,6 +166,20 @@ def aimaster_declines(budget: Budget) -> str | None:
             most=budget.max_restarts,
         )
     return None
+
+
+def _no_aimaster() -> str:
+    return say("no automatic fault tolerance")
+
+
+def reclaim_note(budget: Budget) -> str:
+    """What a preemption's or a spot reclaim's messages add: AIMaster requeues the job
+    whatever its budget, and spends none of it."""
+    return say(
+        "its resources were taken back: AIMaster's budget {used}/{most} is not used",
+        used=budget.restart_times,
+        most=budget.max_restarts,
+    )
 
 
 def platform_note(budget: Budget) -> str:
@@ -183,11 +197,13 @@ def platform_note(budget: Budget) -> str:
 @dataclass(frozen=True, slots=True)
 class Requeue:
     """Place the whole job again: back to the spot market (Bidding) when `rebid`, else to
-    its queue. `counted`: it spends one restart and waits out the requeue backoff; a
-    platform interruption does neither."""
+    its queue. `counted`: it spends one restart (a failure of the job's own). `backoff`: it
+    waits out the requeue backoff (all but a platform interruption: the job did nothing to
+    thrash)."""
 
     rebid: bool
     counted: bool
+    backoff: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,16 +221,30 @@ class Fail:
     reason: str
 
 
-def after_interruption(*, budget: Budget, platform: bool, spot: bool) -> Requeue | Fail:
-    """A job lost its pods (a preemption, a reclaim, a failed pod whose node is gone, or —
-    `platform` — a node lost or drained, an agent restarted). A platform interruption is
-    always requeued and never counted; the rest while AIMaster has restarts left. A spot
-    job goes back to bidding."""
-    if platform:
-        return Requeue(rebid=spot, counted=False)
+# Why a job lost its pods: a quota's owner or the spot market took them back (`reclaim`), the
+# platform took them (`platform`: PLATFORM_REASONS), or a failure of its own (`failure`: a pod
+# failed or hung, and a node of the job is gone, so it is placed again rather than in place).
+Interruption = Literal["reclaim", "platform", "failure"]
+
+
+def after_interruption(*, budget: Budget, kind: Interruption, spot: bool) -> Requeue | Fail:
+    """The job lost its pods (`kind`, above); a spot job goes back to bidding.
+
+    - platform: always requeued, at once, and never counted;
+    - reclaim: never terminal for a job with AIMaster — it waits again, after the backoff,
+      whatever its budget, which it does not spend (the job did nothing wrong); without
+      AIMaster it ends the job;
+    - failure: requeued, spending a restart, while AIMaster has restarts left.
+    """
+    if kind == "platform":
+        return Requeue(rebid=spot, counted=False, backoff=False)
+    if kind == "reclaim":
+        if not budget.aimaster:
+            return Fail(_no_aimaster())
+        return Requeue(rebid=spot, counted=False, backoff=True)
     if (why := aimaster_declines(budget)) is not None:
         return Fail(why)
-    return Requeue(rebid=spot, counted=True)
+    return Requeue(rebid=spot, counted=True, backoff=True)
 
 
 def restart_policy_declines(policy: str, exit_code: int | None) -> str | None:
@@ -246,7 +276,7 @@ def after_pod_failure(
     restarts the failed pod in place, Sync the whole job; when a node is gone the whole job
     is placed again."""
     if platform:
-        return after_interruption(budget=budget, platform=True, spot=spot)
+        return after_interruption(budget=budget, kind="platform", spot=spot)
     why = aimaster_declines(budget) or restart_policy_declines(restart_policy, exit_code)
     if why is not None:
         return Fail(why)
@@ -254,4 +284,4 @@ def after_pod_failure(
         return RestartInPlace(pods_only=True)
     if nodes_ready:
         return RestartInPlace(pods_only=False)
-    return after_interruption(budget=budget, platform=False, spot=spot)
+    return after_interruption(budget=budget, kind="failure", spot=spot)

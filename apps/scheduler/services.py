@@ -414,15 +414,15 @@ def _apply_preemptions(preemptions: tuple[engine.Preemption, ...], *, now: datet
 @dataclass(frozen=True)
 class Interruption:
     """A job that lost its pods: the cause (its ReasonCode), in words, and the GPU-seconds
-    computed since its last checkpoint. `platform`: the platform took the pods (a node lost
-    or drained, an agent restarted or stopped), neither the job nor its quota or market, so
-    the job is requeued whatever AIMaster says and spends none of its budget."""
+    computed since its last checkpoint. `kind` (`lifecycle.Interruption`): a quota's owner or
+    the spot market took the pods back (`reclaim`), the platform did (`platform`: a node lost
+    or drained, an agent restarted or stopped), or a failure of the job's own (`failure`)."""
 
     job: Job
     cause: str
     message: str
     lost_gpu_seconds: float
-    platform: bool = False
+    kind: lifecycle.Interruption = "reclaim"
 
 
 def pods_lost_gpu_seconds(*, job: Job, pods: Iterable[Pod], now: datetime) -> float:
@@ -457,11 +457,11 @@ def job_requeue_or_fail(
     message: str,
     lost_gpu_seconds: float,
     requeue_status: str | None = None,
-    platform: bool = False,
+    kind: lifecycle.Interruption = "reclaim",
 ) -> None:
     """AIMaster for one job (see `jobs_requeue_or_fail`)."""
     jobs_requeue_or_fail(
-        interruptions=[Interruption(job, cause, message, lost_gpu_seconds, platform)],
+        interruptions=[Interruption(job, cause, message, lost_gpu_seconds, kind)],
         now=now,
         requeue_status=requeue_status,
     )
@@ -474,11 +474,12 @@ def jobs_requeue_or_fail(
     requeue_status: str | None = None,
 ) -> None:
     """AIMaster, as `lifecycle.after_interruption` decides: requeue each job (keeping its
-    queue position, after a backoff) while restarts remain; otherwise, or without fault
-    tolerance, it ends Failed with its cause as ReasonCode and the work it lost kept on the
-    job (`ended_lost_gpu_seconds`). A platform interruption is
-    always requeued, at once (no backoff: the job did nothing to thrash), without spending
-    a restart; it is still recorded as a JobRestart, not counted, with the work it lost.
+    queue position, after a backoff) — a preemption or a reclaim whatever its budget and
+    without spending it, a failure of its own while restarts remain, spending one; otherwise,
+    or without fault tolerance, it ends Failed with its cause as ReasonCode and the work it
+    lost kept on the job (`ended_lost_gpu_seconds`). A platform interruption is always
+    requeued, at once (no backoff: the job did nothing to thrash), without spending a
+    restart. Each requeue is a JobRestart (counted or not) with the work it lost.
     A spot job goes back to Bidding, the rest to Queuing (`requeue_status`, when given,
     says where instead). Each requeue starts a new attempt. A fixed number of queries
     however many jobs; the caller locks them."""
@@ -487,7 +488,7 @@ def jobs_requeue_or_fail(
     for i in interruptions:
         decision = lifecycle.after_interruption(
             budget=aimaster_budget(i.job),
-            platform=i.platform,
+            kind=i.kind,
             spot=i.job.resource_source == ResourceSource.SPOT,
         )
         if isinstance(decision, lifecycle.Fail):
@@ -505,7 +506,7 @@ def jobs_requeue_or_fail(
         job.attempt += 1
         if decision.counted:
             job.restart_times += 1
-        job.not_before = backoff if decision.counted else None
+        job.not_before = backoff if decision.backoff else None
         restarts.append(
             JobRestart(
                 job=job,
@@ -519,7 +520,11 @@ def jobs_requeue_or_fail(
         )
         lost = f"{i.lost_gpu_seconds / 3600:.2f}"
         if not decision.counted:
-            note = lifecycle.platform_note(aimaster_budget(job))
+            note = (
+                lifecycle.reclaim_note(aimaster_budget(job))
+                if decision.backoff
+                else lifecycle.platform_note(aimaster_budget(job))
+            )
             messages[job.pk] = say("Requeued: {message} ({reason})", message=i.message, reason=note)
             told = (
                 say(

@@ -310,8 +310,9 @@ def test_it_sends_a_reclaimed_job_with_aimaster_back_to_bidding_and_runs_it_agai
     reload(job)
     assert job.status == JobStatus.BIDDING
     assert job.reason_code == "SpotPriceExceeded"
-    assert (job.restart_times, job.attempt) == (1, 1)
-    assert job.restarts.get().cause == "SpotPriceExceeded"
+    assert (job.restart_times, job.attempt) == (0, 1)  # a reclaim spends no restart
+    restart = job.restarts.get()
+    assert restart.cause == "SpotPriceExceeded" and not restart.counted
     step(at(2))
     reload(job)
     assert job.status == JobStatus.BIDDING
@@ -358,14 +359,16 @@ def test_it_loses_only_the_resumed_attempts_work_on_a_second_reclaim(personas, r
     assert lost == [pytest.approx(2 * 30), pytest.approx(2 * 120)]  # not 2 × 270
 
 
-def test_it_fails_a_reclaimed_job_once_aimaster_restarts_are_spent(personas, replay):
-    replay([(NOW, G7, "0.30"), (at(1), G7, "0.70")])
+def test_a_reclaimed_job_with_aimaster_bids_again_whatever_its_restarts(personas, replay):
+    # a reclaim is never terminal for a job with fault tolerance, even with no restart left
+    replay([(NOW, G7, "0.30"), (at(1), G7, "0.70"), (at(2), G7, "0.30"), (at(3), G7, "0.70")])
     job = submit(personas, discount="0.8", aimaster=True, max_restarts=0)
-    step(at(0))
-    step(at(1))
+    for minute in range(4):
+        step(at(minute))
     reload(job)
-    assert job.status == JobStatus.FAILED and job.reason_code == "SpotPriceExceeded"
-    assert "restarts exhausted" in job.reason_message
+    assert job.status == JobStatus.BIDDING and job.reason_code == "SpotPriceExceeded"
+    assert (job.restart_times, job.attempt) == (0, 2)
+    assert "AIMaster's budget 0/0 is not used" in job.reason_message
 
 
 def test_it_lets_a_re_bid_wait_out_the_aimaster_backoff(personas, replay, settings):
@@ -558,8 +561,11 @@ def test_it_requeues_and_fails_jobs_reclaimed_in_the_same_tick(personas, replay)
     step(at(0))
     assert step(at(1)).reclaimed == 2
     reload(kept, lost)
-    assert (kept.status, kept.restart_times, kept.attempt) == (JobStatus.BIDDING, 1, 1)
-    assert kept.reason_message.startswith("Requeued by AIMaster (1/3): Spot instances reclaimed")
+    assert (kept.status, kept.restart_times, kept.attempt) == (JobStatus.BIDDING, 0, 1)
+    assert kept.reason_message.startswith("Requeued: Spot instances reclaimed")
+    assert kept.reason_message.endswith(
+        "(its resources were taken back: AIMaster's budget 0/3 is not used)"
+    )
     assert (lost.status, lost.reason_code, lost.finished_at) == (
         JobStatus.FAILED,
         "SpotPriceExceeded",

@@ -317,39 +317,52 @@ def test_a_spot_job_its_agent_stopped_goes_back_to_bidding_at_once(personas, rep
 
 def test_one_batch_sends_each_job_where_aimaster_decides(personas, replay, sent, settings):
     """`jobs_requeue_or_fail` asks `lifecycle` per job: a spot job goes back to bidding, a
-    quota job to its queue, a job without AIMaster fails; only the platform's is free."""
+    quota job to its queue, a job without AIMaster fails; only a failure of the job's own
+    spends a restart, and only the platform's skips the backoff."""
     settings.SCHEDULER_REQUEUE_BACKOFF_SECONDS = 600
     replay([(market.NOW, market.G7, "0.30")])
     spot = market.submit(personas, discount="0.9", name="spot")  # no AIMaster
     market.step(market.at(0))
     quota = submit(personas, pods=1, aimaster=True, name="quota")
     plain = submit(personas, pods=1, name="plain")
-    run_all(quota)
-    run_all(plain)
+    failing = submit(personas, pods=1, aimaster=True, name="failing")
+    for job in (quota, plain, failing):
+        run_all(job)
     now = timezone.now()
     with transaction.atomic():
         jobs = {
             j.display_name: j
-            for j in Job.objects.select_for_update().filter(pk__in=[spot.pk, quota.pk, plain.pk])
+            for j in Job.objects.select_for_update().filter(
+                pk__in=[spot.pk, quota.pk, plain.pk, failing.pk]
+            )
         }
         jobs_requeue_or_fail(
             interruptions=[
-                Interruption(jobs["spot"], "NodeLost", "Node gone", 0.0, platform=True),
+                Interruption(jobs["spot"], "NodeLost", "Node gone", 0.0, kind="platform"),
                 Interruption(jobs["quota"], "JobPreempted", "Preempted by q", 0.0),
                 Interruption(jobs["plain"], "JobPreempted", "Preempted by q", 0.0),
+                Interruption(jobs["failing"], "PodFailed", "Pod exited", 0.0, kind="failure"),
             ],
             now=now,
         )
-    for job in (spot, quota, plain):
+    for job in (spot, quota, plain, failing):
         job.refresh_from_db()
     assert (spot.status, spot.restart_times, spot.not_before) == (JobStatus.BIDDING, 0, None)
     assert "back to the spot market" in spot.events.get(kind="Requeued").message
     assert (quota.status, quota.restart_times, quota.not_before) == (
         JobStatus.QUEUING,
-        1,
+        0,
         now + timedelta(seconds=600),
     )
     assert "back to the queue" in quota.events.get(kind="Requeued").message
+    assert not quota.restarts.get().counted
+    assert (failing.status, failing.restart_times, failing.not_before) == (
+        JobStatus.QUEUING,
+        1,
+        now + timedelta(seconds=600),
+    )
+    assert failing.events.get(kind="Requeued").message.startswith("AIMaster restart 1/3")
+    assert failing.restarts.get().counted
     assert (plain.status, plain.reason_code, plain.reason_message) == (
         JobStatus.FAILED,
         "JobPreempted",

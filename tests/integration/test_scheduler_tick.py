@@ -35,6 +35,7 @@ def submit(
     aimaster=False,
     name="job",
     priority=1,
+    max_restarts=3,
 ) -> Job:
     spec = JobSpec(
         display_name=name,
@@ -42,6 +43,7 @@ def submit(
         quota=quota,
         idle_mode=idle,
         enable_aimaster=aimaster,
+        max_restarts=max_restarts,
         priority=priority,
         roles=[RoleSpec(pod_count=pods, cpu=4000, memory=16384, gpu=gpu)],
     )
@@ -100,7 +102,7 @@ def test_it_reclaims_from_a_borrower_and_requeues_it_with_aimaster(personas):
     owner.refresh_from_db()
     # The submit's tick preempted the borrower; the next tick places the owner.
     assert borrower.status == JobStatus.QUEUING
-    assert borrower.restart_times == 1 and borrower.attempt == 1
+    assert borrower.restart_times == 0 and borrower.attempt == 1  # a preemption spends none
     preempted = list(borrower.pods.filter(status=PodStatus.PREEMPTED))
     assert len(preempted) == 4
     assert "owner" in preempted[0].message and "team-a" in preempted[0].message
@@ -130,6 +132,35 @@ def test_it_fails_a_preempted_job_without_aimaster(personas):
     borrower.refresh_from_db()
     assert borrower.status == JobStatus.FAILED
     assert borrower.reason_code == "JobPreempted"
+
+
+def test_a_borrower_with_aimaster_preempted_again_and_again_waits_again_each_time(personas):
+    # "Preempted" is never terminal for a job with fault tolerance, even with no restart left
+    borrower = submit(
+        personas,
+        ws="ws_b",
+        user="charlie",
+        quota="team-b",
+        pods=4,
+        gpu=4,
+        idle="only_idle",
+        aimaster=True,
+        max_restarts=0,
+        name="borrower",
+    )
+    later = timezone.now()
+    for n in (1, 2):
+        assert borrower.status == JobStatus.RUNNING, n
+        owner = submit(personas, pods=1, gpu=4, name=f"owner-{n}")
+        borrower.refresh_from_db()
+        assert borrower.status == JobStatus.QUEUING and borrower.reason_code == "JobPreempted"
+        assert (borrower.restart_times, borrower.attempt) == (0, n)
+        assert "AIMaster's budget 0/0 is not used" in borrower.reason_message
+        job_stop(job=owner, by=None)
+        later += timedelta(seconds=1)
+        scheduler_tick(now=later)
+        borrower.refresh_from_db()
+    assert [r.counted for r in borrower.restarts.all()] == [False, False]
 
 
 def test_it_changes_nothing_on_a_repeated_tick(personas):

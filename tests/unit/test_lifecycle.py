@@ -241,10 +241,13 @@ def test_it_restarts_only_the_failed_pod_under_async():
 
 def test_it_places_the_whole_job_again_when_a_node_is_gone():
     assert pod_failed(ON, async_mode=True, pod_node_ready=False, nodes_ready=False) == Requeue(
-        rebid=False, counted=True
+        rebid=False, counted=True, backoff=True
     )
-    assert pod_failed(ON, nodes_ready=False) == Requeue(rebid=False, counted=True)
-    assert pod_failed(ON, nodes_ready=False, spot=True) == Requeue(rebid=True, counted=True)
+    assert pod_failed(ON, nodes_ready=False) == Requeue(rebid=False, counted=True, backoff=True)
+    assert pod_failed(ON, nodes_ready=False, spot=True) == Requeue(
+        rebid=True, counted=True, backoff=True
+    )
+    assert pod_failed(SPENT, nodes_ready=False) == Fail("restarts exhausted (3/3)")
 
 
 def test_it_fails_a_failed_pod_whose_budget_is_spent():
@@ -277,46 +280,59 @@ def test_it_restarts_under_on_failure_and_always():
     assert pod_failed(ON, policy="Always") == RestartInPlace(pods_only=False)
 
 
-def test_it_requeues_a_preempted_job_with_aimaster():
-    assert after_interruption(budget=ON, platform=False, spot=False) == Requeue(
-        rebid=False, counted=True
+def test_it_requeues_a_preempted_job_with_aimaster_without_spending_a_restart():
+    assert after_interruption(budget=ON, kind="reclaim", spot=False) == Requeue(
+        rebid=False, counted=False, backoff=True
     )
 
 
 def test_it_fails_a_preempted_job_without_aimaster():
-    assert after_interruption(budget=OFF, platform=False, spot=False) == Fail(
+    assert after_interruption(budget=OFF, kind="reclaim", spot=False) == Fail(
         "no automatic fault tolerance"
     )
 
 
 def test_it_sends_a_reclaimed_spot_job_back_to_bidding():
-    assert after_interruption(budget=ON, platform=False, spot=True) == Requeue(
-        rebid=True, counted=True
+    assert after_interruption(budget=ON, kind="reclaim", spot=True) == Requeue(
+        rebid=True, counted=False, backoff=True
     )
-    assert after_interruption(budget=OFF, platform=False, spot=True) == Fail(
+    assert after_interruption(budget=OFF, kind="reclaim", spot=True) == Fail(
         "no automatic fault tolerance"
     )
 
 
-def test_it_fails_an_interrupted_job_whose_budget_is_spent():
-    assert after_interruption(budget=SPENT, platform=False, spot=False) == Fail(
+def test_a_preemption_is_never_terminal_for_a_job_with_aimaster_whatever_its_budget():
+    # design: "Preempted" is never terminal for a job that has fault tolerance: it waits again
+    assert after_interruption(budget=SPENT, kind="reclaim", spot=False) == Requeue(
+        rebid=False, counted=False, backoff=True
+    )
+    assert after_interruption(budget=Budget(True, 0, 0), kind="reclaim", spot=True) == Requeue(
+        rebid=True, counted=False, backoff=True
+    )
+
+
+def test_it_fails_a_job_whose_own_failure_finds_the_budget_spent():
+    assert after_interruption(budget=SPENT, kind="failure", spot=False) == Fail(
         "restarts exhausted (3/3)"
     )
-    assert after_interruption(budget=Budget(True, 0, 0), platform=False, spot=True) == Fail(
+    assert after_interruption(budget=Budget(True, 0, 0), kind="failure", spot=True) == Fail(
         "restarts exhausted (0/0)"
+    )
+    assert after_interruption(budget=ON, kind="failure", spot=True) == Requeue(
+        rebid=True, counted=True, backoff=True
     )
 
 
 def test_it_requeues_a_platform_interruption_uncounted_whatever_aimaster_says():
     for budget in (ON, OFF, SPENT):
-        assert after_interruption(budget=budget, platform=True, spot=False) == Requeue(
-            rebid=False, counted=False
+        assert after_interruption(budget=budget, kind="platform", spot=False) == Requeue(
+            rebid=False, counted=False, backoff=False
         )
-        assert after_interruption(budget=budget, platform=True, spot=True) == Requeue(
-            rebid=True, counted=False
+        assert after_interruption(budget=budget, kind="platform", spot=True) == Requeue(
+            rebid=True, counted=False, backoff=False
         )
         assert pod_failed(budget, platform=True, policy="Never") == Requeue(
-            rebid=False, counted=False
+            rebid=False, counted=False, backoff=False
         )
 
 
@@ -383,8 +399,8 @@ def test_a_platform_interruption_never_spends_the_budget_nor_fails_the_job(
     pod_ready,
     ready,
 ):
-    uncounted = Requeue(rebid=spot, counted=False)
-    assert after_interruption(budget=budget, platform=True, spot=spot) == uncounted
+    uncounted = Requeue(rebid=spot, counted=False, backoff=False)
+    assert after_interruption(budget=budget, kind="platform", spot=spot) == uncounted
     assert (
         after_pod_failure(
             budget=budget,
@@ -410,7 +426,9 @@ def lives(draw) -> tuple[int, list[tuple[str, bool]]]:
 
 def _decide(kind: str, budget: Budget, platform: bool):
     if kind in ("preempted", "reclaimed"):
-        return after_interruption(budget=budget, platform=platform, spot=kind == "reclaimed")
+        return after_interruption(
+            budget=budget, kind="platform" if platform else "reclaim", spot=kind == "reclaimed"
+        )
     return after_pod_failure(
         budget=budget,
         platform=platform,
@@ -424,15 +442,19 @@ def _decide(kind: str, budget: Budget, platform: bool):
 
 
 @given(life=lives())
-def test_a_budget_of_n_survives_exactly_n_counted_interruptions(life):
-    """Whatever the mix of kinds, and platform interruptions anywhere in between: the job
-    survives its first n counted interruptions and fails at the (n+1)-th, and only then."""
+def test_a_budget_of_n_survives_exactly_n_failures_and_any_number_of_preemptions(life):
+    """Whatever the mix of kinds, with platform interruptions, preemptions and reclaims
+    anywhere in between (none of them counted, none of them terminal): the job survives its
+    first n failures of its own and fails at the (n+1)-th, and only then."""
     n, interruptions = life
     budget, counted = Budget(aimaster=True, max_restarts=n, restart_times=0), 0
     for kind, platform in interruptions:
         decision = _decide(kind, budget, platform)
         if platform:
-            assert decision == Requeue(rebid=kind == "reclaimed", counted=False)
+            assert decision == Requeue(rebid=kind == "reclaimed", counted=False, backoff=False)
+            continue
+        if kind in ("preempted", "reclaimed"):
+            assert decision == Requeue(rebid=kind == "reclaimed", counted=False, backoff=True)
             continue
         counted += 1
         if counted == n + 1:
@@ -444,15 +466,27 @@ def test_a_budget_of_n_survives_exactly_n_counted_interruptions(life):
     assert counted <= n
 
 
-@given(budget=budgets, platform=st.booleans(), spot=st.booleans())
-def test_an_interruption_fails_a_job_exactly_when_aimaster_declines(budget, platform, spot):
-    decision = after_interruption(budget=budget, platform=platform, spot=spot)
-    declined = lifecycle.aimaster_declines(budget)
-    assert isinstance(decision, Fail) == (not platform and declined is not None)
+kinds = st.sampled_from(get_args(lifecycle.Interruption))
+
+
+@given(budget=budgets, kind=kinds, spot=st.booleans())
+def test_an_interruption_fails_a_job_exactly_when_aimaster_declines(budget, kind, spot):
+    """A platform interruption never fails a job; a preemption or reclaim only without
+    AIMaster; a failure of its own whenever AIMaster declines it (off, or spent). Only a
+    failure spends a restart; only a platform interruption skips the backoff."""
+    decision = after_interruption(budget=budget, kind=kind, spot=spot)
+    declined = {
+        "platform": None,
+        "reclaim": None if budget.aimaster else "no automatic fault tolerance",
+        "failure": lifecycle.aimaster_declines(budget),
+    }[kind]
+    assert isinstance(decision, Fail) == (declined is not None)
     if isinstance(decision, Fail):
         assert decision.reason == declined
     else:
-        assert decision.rebid == spot and decision.counted == (not platform)
+        assert decision.rebid == spot
+        assert decision.counted == (kind == "failure")
+        assert decision.backoff == (kind != "platform")
 
 
 @given(

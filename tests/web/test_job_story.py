@@ -154,8 +154,8 @@ def test_it_shows_the_preempted_pods_with_the_preemptor_and_quota(charlie_client
     assert "4 from earlier attempts" in history
     attempt = text_of(section(response, "attempt-0"))
     assert re.search(
-        r"Attempt 0 · 4 pods · replaced [\d-]+ [\d:]+ by restart 1/3 "
-        r"\( JobPreempted \), 5\.33 GPU-hours lost",
+        r"Attempt 0 · 4 pods · replaced [\d-]+ [\d:]+ after its resources were taken back, "
+        r"not counted, \( JobPreempted \), 5\.33 GPU-hours lost",
         attempt,
     ), attempt
     # The shared end is said once above the pods, not on each row.
@@ -165,13 +165,15 @@ def test_it_shows_the_preempted_pods_with_the_preemptor_and_quota(charlie_client
 def test_it_shows_the_restart_with_its_cause_and_lost_work(charlie_client, story):
     response = detail(charlie_client, story["borrower"])
     restarts = section(response, "restarts")
-    assert "1/3" in restarts and "JobPreempted" in restarts
+    assert ">not counted</span>" in restarts and "JobPreempted" in restarts
+    assert "A preemption or a reclaim: it used none of AIMaster's restarts" in restarts
+    assert "platform interruption" not in html.unescape(restarts).lower()
     # 16 GPUs for the 20 minutes since the checkpoint: 5.33 GPU-hours.
     lost = story["borrower"].restarts.get().lost_gpu_seconds
     assert lost == pytest.approx(16 * 20 * 60, rel=0.01)
     assert f"{lost / 3600:.2f} GPU-hours" in restarts
     page = text(response)
-    assert "AIMaster restarts 1/3" in page
+    assert "AIMaster restarts 0/3" in page  # a preemption spends none
     assert f"Work lost {lost / 3600:.2f} GPU-hours over 1 interruption" in page
     assert f"Latest checkpoint step {CKPT_STEP}" in page
 
@@ -202,7 +204,10 @@ def test_a_job_no_interruption_ended_has_lost_nothing(charlie_client, personas):
 def test_it_shows_the_requeued_and_preempted_events(charlie_client, story):
     events = section(detail(charlie_client, story["borrower"]), "events")
     assert 'class="event-requeued"' in events and 'class="event-preempted"' in events
-    assert "AIMaster restart 1/3: back to the queue; lost 5.33 GPU-hours" in html.unescape(events)
+    assert (
+        "(its resources were taken back: AIMaster's budget 0/3 is not used); back to the queue; "
+        "lost 5.33 GPU-hours"
+    ) in html.unescape(events)
 
 
 def test_it_says_why_the_borrower_waits_and_where_it_stands(charlie_client, story):
@@ -211,7 +216,8 @@ def test_it_says_why_the_borrower_waits_and_where_it_stands(charlie_client, stor
     pending = html.unescape(section(detail(charlie_client, borrower), "pending"))
     assert borrower.pending_reason in pending
     assert f"position {borrower.queue_position} of {borrower.queue_size}" in pending
-    assert "Requeued by AIMaster after" in pending and "JobPreempted" in pending
+    assert "Requeued by AIMaster after its resources were taken back" in pending
+    assert "JobPreempted" in pending
     assert f"resumes from the checkpoint at step {CKPT_STEP}" in pending
 
 
