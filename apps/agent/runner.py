@@ -22,8 +22,10 @@ whatever of this the host can give, and says so.
 Signals. bwrap's monitor leads the pod's process group, and a SIGTERM to it would kill bwrap
 at once (and, by --die-with-parent, SIGKILL the pod with no grace). So stop() signals every
 *descendant* of bwrap instead — the pod's own processes receive the SIGTERM and may clean
-up — and escalates to SIGKILL on bwrap's group and the pod's cgroup. The shim does this, so
-a stop requested just before the agent went away still escalates on time.
+up — and escalates to SIGKILL on bwrap's group and the pod's cgroup. The pod's shell is
+signalled last, once what it ran has exited (unless it traps SIGTERM): its exit ends the
+sandbox. The shim does this, so a stop requested just before the agent went away still
+escalates on time.
 """
 
 from __future__ import annotations

@@ -99,28 +99,49 @@ class LogWriter:
             self.times.close()
 
 
-def _children_map() -> dict[int, list[int]]:
-    children: dict[int, list[int]] = {}
+def _processes() -> dict[int, tuple[int, int, int]]:
+    """Every live process: pid -> (parent, process group, start time in clock ticks)."""
+    found: dict[int, tuple[int, int, int]] = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
             with open(f"/proc/{entry}/stat", "rb") as stat:
-                ppid = int(stat.read().rsplit(b")", 1)[1].split()[1])
+                fields = stat.read().rsplit(b")", 1)[1].split()
+            found[int(entry)] = (int(fields[1]), int(fields[2]), int(fields[19]))
         except (OSError, IndexError, ValueError):
             continue
-        children.setdefault(ppid, []).append(int(entry))
+    return found
+
+
+def _children_map(processes: dict[int, tuple[int, int, int]]) -> dict[int, list[int]]:
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _, _) in processes.items():
+        children.setdefault(ppid, []).append(pid)
     return children
 
 
-def descendants(pid: int) -> list[int]:
+def descendants(pid: int, processes: dict[int, tuple[int, int, int]] | None = None) -> list[int]:
     """Every live process below `pid`, parents before children (Linux /proc)."""
-    children, found, stack = _children_map(), [], [pid]
+    children = _children_map(_processes() if processes is None else processes)
+    found, stack = [], [pid]
     while stack:
         for child in children.get(stack.pop(), ()):
             found.append(child)
             stack.append(child)
     return found
+
+
+def catches(pid: int, signum: int) -> bool:
+    """Whether the process has a handler of its own for the signal (/proc: SigCgt)."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as status:
+            for line in status:
+                if line.startswith(b"SigCgt:"):
+                    return bool(int(line.split()[1], 16) >> (signum - 1) & 1)
+    except (OSError, ValueError, IndexError):
+        pass
+    return False
 
 
 def exit_code(returncode: int) -> int:
@@ -152,6 +173,8 @@ class Pod:
         self.log = LogWriter(Path(spec["log_path"]), int(spec["log_max_bytes"]))
         self.kill_at: float | None = None
         self.stop_requested_at: float | None = None
+        self.command_told = False  # the command process got its SIGTERM (`_terminate`)
+        self.awaited: set[tuple[int, int]] = set()  # (pid, start) it ran at the stop
         self.log.note(f"starting pod {spec['name']} ({spec.get('description', '')})")
         try:
             self.popen = subprocess.Popen(
@@ -205,6 +228,44 @@ class Pod:
 
     # -- signals --
 
+    def _command(self, processes: dict[int, tuple[int, int, int]]) -> int | None:
+        """The pod's command process: the shim's child, or in bwrap's sandbox the first
+        child of bwrap's init (the oldest: orphans of the pod become the init's children
+        too)."""
+        if not self.sandboxed:
+            return self.pid if self.pid in processes else None
+        children = _children_map(processes)
+        inits = children.get(self.pid, [])
+        first = [c for init in inits for c in children.get(init, [])]
+        return min(first, key=lambda pid: processes[pid][2]) if first else None
+
+    def _terminate(self) -> None:
+        """SIGTERM to every process of the pod but its command, which gets it at once only
+        if it handles SIGTERM or runs nothing. The command is the pod's shell (bash running
+        the user's script): without a trap it would die at once and take the whole sandbox
+        with it, so a `python train.py` saving a checkpoint on SIGTERM would be killed
+        mid-save. The shell gets its SIGTERM once what it ran at the stop has exited
+        (`tick`)."""
+        processes = _processes()
+        command = self._command(processes)
+        targets = set(descendants(self.pid, processes))
+        if not self.sandboxed:  # the shell's group: what left the tree is still the pod's
+            targets.update(pid for pid, (_, group, _) in processes.items() if group == self.pid)
+            targets.discard(os.getpid())
+        if command is not None:
+            targets.discard(command)
+            below = descendants(command, processes)
+            if not self.command_told and (not below or catches(command, signal.SIGTERM)):
+                targets.add(command)
+                self.command_told = True
+            elif not self.command_told:
+                self.awaited = {(pid, processes[pid][2]) for pid in below}
+        for pid in targets:
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except (ProcessLookupError, PermissionError):
+                pass
+
     def _signal_tree(self, signum: int) -> None:
         """bwrap's monitor leads the pod's group: a SIGTERM to it would kill bwrap at once
         and, by --die-with-parent, SIGKILL the pod with no grace. So the pod's own
@@ -239,11 +300,21 @@ class Pod:
         if self.stop_requested_at is None:
             self.stop_requested_at = now
             self.log.note(f"stopping: SIGTERM, then SIGKILL after {grace:g}s")
-        self._signal_tree(signal.SIGTERM)
+        self._terminate()
         deadline = now + max(grace, 0.0)
         self.kill_at = deadline if self.kill_at is None else min(self.kill_at, deadline)
 
     def tick(self) -> None:
+        if self.stop_requested_at is not None and not self.command_told:
+            processes = _processes()
+            command = self._command(processes)
+            alive = {(pid, start) for pid, (_, _, start) in processes.items()}
+            if command is not None and not self.awaited & alive:
+                self.command_told = True  # what it ran at the stop has exited
+                try:
+                    os.kill(command, signal.SIGTERM)
+                except (ProcessLookupError, PermissionError):
+                    pass
         if (
             self.kill_at is not None
             and time.monotonic() >= self.kill_at

@@ -247,6 +247,63 @@ def test_it_stops_with_sigterm_and_escalates_to_sigkill(personas, agent_backend)
     assert "got TERM" in log and "SIGKILL" in log
 
 
+# A training script run by the pod's shell (no trap of its own) that saves on SIGTERM, as
+# examples/train.py does: the save takes 2 s.
+SAVES_ON_SIGTERM = """python3 - <<'PAIWEB_EOF'
+import signal, sys, time
+def save(*_):
+    print("got SIGTERM, saving", flush=True)
+    time.sleep(2)
+    print("saved, bye", flush=True)
+    sys.exit(0)
+signal.signal(signal.SIGTERM, save)
+print("training", flush=True)
+while True:
+    time.sleep(0.1)
+PAIWEB_EOF
+echo "the script goes on"
+sleep 600
+"""
+
+
+def test_a_process_the_shell_runs_gets_its_grace_period_to_save(personas, agent_backend):
+    # The shell's own death at the SIGTERM used to take the sandbox down with it, killing
+    # the save at once: "saved, bye" never came and the checkpoint was lost.
+    job = submit(personas, command=SAVES_ON_SIGTERM, grace=30)
+    job_in(job, JobStatus.RUNNING, agent=agent_backend)
+    pod = job.pods.get()
+    wait_for(lambda: "training" in pod_log(pod), what="the pod to print", agent=agent_backend)
+    stopped_at = time.monotonic()
+    job_stop(job=job, by=personas["alice"])
+    process = wait_for(
+        lambda: PodProcess.objects.filter(pod=pod, state=PodProcess.State.EXITED).first(),
+        what="the process to end",
+        agent=agent_backend,
+    )
+    took = time.monotonic() - stopped_at
+    log = pod_log(pod)
+    assert "got SIGTERM, saving" in log and "saved, bye" in log, log
+    # then the shell is told too: it stops there, well before the 30 s grace period ends
+    assert 2 <= took < 20, (took, log)
+    assert "grace period over" not in log and process.exit_code != 137, log
+
+
+def test_a_shell_that_runs_nothing_stops_at_once(personas, agent_backend):
+    job = submit(personas, command="echo ready; while :; do :; done", grace=30, gpu=0)
+    job_in(job, JobStatus.RUNNING, agent=agent_backend)
+    pod = job.pods.get()
+    wait_for(lambda: "ready" in pod_log(pod), what="the pod to print", agent=agent_backend)
+    stopped_at = time.monotonic()
+    job_stop(job=job, by=personas["alice"])
+    wait_for(
+        lambda: PodProcess.objects.filter(pod=pod, state=PodProcess.State.EXITED).first(),
+        what="the process to end",
+        agent=agent_backend,
+    )
+    assert time.monotonic() - stopped_at < 10
+    assert "grace period over" not in pod_log(pod)
+
+
 def test_it_gives_each_pod_its_env_gpus_and_a_sandbox(personas, agent_backend):
     other_job = agent_backend.pod_work_root / "dlc-other-job"
     other_job.mkdir(parents=True, exist_ok=True)
