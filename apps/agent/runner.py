@@ -438,8 +438,11 @@ def _data_fd(data: bytes) -> int:
 def _open_fds(spec: PodSpec) -> dict[str, int]:
     """The descriptors the pod's chain reads at start: the command (a script of any size)
     and, in the sandbox, what bwrap reads (the seccomp filter, the identity files). The
-    caller closes them once it has started."""
-    command = _data_fd(spec.command.encode("utf-8", errors="surrogateescape"))
+    caller closes them once it has started. The command's Windows line ends (CRLF, as a
+    browser sends a text box's lines, or a script saved on Windows) are read as LF: bash
+    would take each CR for part of a word ("cd: $'/tmp\\r': No such file or directory")."""
+    script = spec.command.replace("\r\n", "\n")
+    command = _data_fd(script.encode("utf-8", errors="surrogateescape"))
     if not spec.sandboxed:
         return {"command": command}
     fds: dict[str, int] = {COMMAND_PATH: command}

@@ -288,6 +288,16 @@ def test_a_process_the_shell_runs_gets_its_grace_period_to_save(personas, agent_
     assert "grace period over" not in log and process.exit_code != 137, log
 
 
+def test_a_command_typed_in_a_browser_runs_line_by_line(personas, agent_backend):
+    # a text box's lines arrive as CRLF: each CR used to stick to the last word of its line
+    command = 'A=hello\r\necho "[$A]"\r\ncd /tmp\r\npwd\r\necho done'
+    job = submit(personas, command=command, gpu=0)
+    job_in(job, JobStatus.SUCCEEDED, JobStatus.FAILED, agent=agent_backend)
+    log = pod_log(job.pods.get())
+    assert "[hello]\n/tmp\ndone\n" in log and "\r" not in log, log
+    assert job.status == JobStatus.SUCCEEDED
+
+
 def test_a_shell_that_runs_nothing_stops_at_once(personas, agent_backend):
     job = submit(personas, command="echo ready; while :; do :; done", grace=30, gpu=0)
     job_in(job, JobStatus.RUNNING, agent=agent_backend)
