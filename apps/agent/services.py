@@ -44,7 +44,7 @@ from apps.jobs.models import (
     ResourceSource,
     gpu_indexes,
 )
-from apps.jobs.services import SCHEDULER_TICK_TASK, job_event, job_transition
+from apps.jobs.services import SCHEDULER_TICK_TASK, job_event, job_stop_finish, job_transition
 from apps.jobs.signals import paid_pods_created
 from apps.scheduler import lifecycle
 from apps.scheduler.services import aimaster_budget, job_requeue_or_fail, pods_lost_gpu_seconds
@@ -393,7 +393,9 @@ def pod_report_exit(
     if pod.status not in LIVE_POD_STATUSES:
         if pod.exit_code is None and exit_code is not None:
             Pod.objects.filter(pk=pod.pk).update(exit_code=exit_code)
-        if job.status == JobStatus.QUEUING:  # its next attempt may be waiting for this exit
+        if job.status == JobStatus.STOPPING:  # the last of them: Stopped
+            job_stop_finish(job=job, now=now)
+        elif job.status == JobStatus.QUEUING:  # its next attempt may be waiting for this exit
             _tick_soon()
         else:  # or an in-place restart's new pods
             _restart_launch(job=job, now=now)
@@ -605,6 +607,21 @@ def _restart_launch(*, job: Job, now: datetime) -> bool:
         starting = say("Starting attempt {attempt}", attempt=job.attempt)
         Job.objects.filter(pk=job.pk).update(reason_message=starting)
     return bool(started)
+
+
+def jobs_stopping_sweep(*, now: datetime) -> int:
+    """Stopping jobs whose pods are gone without a reported exit (their node was lost, or
+    a report went missing) are Stopped (`job_stop_finish`). Idempotent; how many."""
+    jobs = (
+        Job.objects.filter(status=JobStatus.STOPPING)
+        .exclude(pk__in=pods_winding_down().values("job_id"))
+        .values_list("pk", flat=True)
+    )
+    stopped = 0
+    for pk in list(jobs):
+        with transaction.atomic():
+            stopped += job_stop_finish(job=_lock_job(pk), now=now)
+    return stopped
 
 
 def restarts_launch_sweep(*, now: datetime) -> int:

@@ -80,6 +80,7 @@ def nodes_watchdog_task() -> None:
             services.nodes_mark_lost(now=now)
             services.jobs_timeout_sweep(now=now)
             services.restarts_launch_sweep(now=now)
+            services.jobs_stopping_sweep(now=now)
 
 
 # --- inside the agent process --------------------------------------------------------------

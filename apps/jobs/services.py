@@ -14,9 +14,9 @@ from django.utils import timezone
 from apps.core.db import db_datetime, id_chunks, rows_insert, rows_update
 from apps.core.errors import ApplicationError
 from apps.core.tasks import task_soon
-from apps.core.words import say
+from apps.core.words import say, say_n
 from apps.jobs import transitions
-from apps.jobs.execution import pods_stopping
+from apps.jobs.execution import pods_stopping, pods_winding_down
 from apps.jobs.models import (
     FINISHED_STATUSES,
     LIVE_POD_STATUSES,
@@ -399,7 +399,9 @@ def _tick_soon() -> None:
 
 @transaction.atomic
 def job_stop(*, job: Job, by, now: datetime | None = None) -> Job:
-    """Stop a job. Pending jobs stop at once; running pods are stopped and their room freed."""
+    """Stop a job. Pending jobs stop at once. Running pods are marked Stopped and their
+    processes told to stop (SIGTERM, the grace period, SIGKILL); while any has not exited
+    the job is Stopping, and Stopped once they all have (`job_stop_finish`)."""
     now = now or timezone.now()
     job = Job.objects.select_for_update().get(pk=job.pk)
     if job.status in FINISHED_STATUSES:
@@ -420,16 +422,43 @@ def job_stop(*, job: Job, by, now: datetime | None = None) -> Job:
         status=PodStatus.STOPPED, reason="JobStopped", message=stopped, finished_at=now
     )
     pods_stopping(job=job, pods=live, now=now, reason=stopped)
+    exiting = pods_winding_down().filter(pk__in=[p.pk for p in live]).count()
     job_transition(
         job=job,
-        status=JobStatus.STOPPED,
+        status=JobStatus.STOPPING if exiting else JobStatus.STOPPED,
         now=now,
         reason_code="JobStoppedByUser",
         reason_message=stopped,
     )
-    job_event(job=job, kind="Stopped", message=stopped, now=now)
+    if exiting:
+        told = say_n(
+            exiting,
+            "{message}: waiting for {count} pod to exit (SIGTERM, then SIGKILL after {grace}s)",
+            "{message}: waiting for {count} pods to exit (SIGTERM, then SIGKILL after {grace}s)",
+            message=stopped,
+            grace=job.termination_grace_seconds,
+        )
+        job_event(job=job, kind="Stopping", message=told, now=now)
+    else:
+        job_event(job=job, kind="Stopped", message=stopped, now=now)
     _tick_soon()
     return job
+
+
+def job_stop_finish(*, job: Job, now: datetime) -> bool:
+    """A Stopping job (locked by the caller) whose pods have all exited is Stopped, with
+    the reason its stop gave. Whether it moved."""
+    if job.status != JobStatus.STOPPING or pods_winding_down().filter(job=job).exists():
+        return False
+    job_transition(
+        job=job,
+        status=JobStatus.STOPPED,
+        now=now,
+        reason_code=job.reason_code,
+        reason_message=job.reason_message,
+    )
+    job_event(job=job, kind="Stopped", message=job.reason_message, now=now)
+    return True
 
 
 PRIORITY_EDITABLE = frozenset({JobStatus.CREATING, JobStatus.QUEUING, JobStatus.ENV_PREPARING})

@@ -275,12 +275,16 @@ def test_a_process_the_shell_runs_gets_its_grace_period_to_save(personas, agent_
     wait_for(lambda: "training" in pod_log(pod), what="the pod to print", agent=agent_backend)
     stopped_at = time.monotonic()
     job_stop(job=job, by=personas["alice"])
+    job.refresh_from_db()
+    assert job.status == JobStatus.STOPPING  # while it saves
     process = wait_for(
         lambda: PodProcess.objects.filter(pod=pod, state=PodProcess.State.EXITED).first(),
         what="the process to end",
         agent=agent_backend,
     )
     took = time.monotonic() - stopped_at
+    job.refresh_from_db()
+    assert job.status == JobStatus.STOPPED
     log = pod_log(pod)
     assert "got SIGTERM, saving" in log and "saved, bye" in log, log
     # then the shell is told too: it stops there, well before the 30 s grace period ends

@@ -13,7 +13,7 @@ from apps.agent import services, tasks
 from apps.agent.models import PodProcess
 from apps.cluster.models import Node
 from apps.jobs.models import Job, JobRole, JobStatus, Pod, PodStatus
-from apps.jobs.services import job_submit
+from apps.jobs.services import job_stop, job_submit
 from apps.jobs.specs import JobSpec, RoleSpec
 from apps.scheduler.services import scheduler_tick
 
@@ -292,6 +292,52 @@ def test_a_restart_waiting_on_a_lost_nodes_pod_starts_from_the_sweep(personas, s
     assert services.restarts_launch_sweep(now=timezone.now()) == 1
     assert PodProcess.objects.filter(pod__job=job, pod__attempt=1).count() == 2
     assert services.restarts_launch_sweep(now=timezone.now()) == 0  # once
+
+
+def test_a_stopped_job_is_stopping_until_its_last_pod_has_exited(personas, sent):
+    job = submit(personas, pods=2)
+    first, second = run_all(job)
+    job_stop(job=job, by=personas["alice"])
+    job.refresh_from_db()
+    assert (job.status, job.reason_code) == (JobStatus.STOPPING, "JobStoppedByUser")
+    assert [k for k, *_ in sent if k == "pod_stop_task"] == ["pod_stop_task"] * 2
+    stopping = job.events.get(kind="Stopping").message
+    assert stopping == (
+        "Stopped by alice: waiting for 2 pods to exit (SIGTERM, then SIGKILL after 30s)"
+    )
+    assert job_stop(job=job, by=personas["alice"]).status == JobStatus.STOPPING  # again: as is
+    services.pod_report_exit(pod_id=first.pod_id, exit_code=0, now=timezone.now())
+    job.refresh_from_db()
+    assert job.status == JobStatus.STOPPING
+    services.pod_report_exit(pod_id=second.pod_id, exit_code=143, now=timezone.now())
+    job.refresh_from_db()
+    assert (job.status, job.reason_message) == (JobStatus.STOPPED, "Stopped by alice")
+    assert [t.status for t in job.status_history.all()][-2:] == ["Stopping", "Stopped"]
+    assert list(
+        job.events.filter(kind__in=["Stopping", "Stopped"]).values_list("kind", flat=True)
+    ) == [
+        "Stopping",
+        "Stopped",
+    ]
+
+
+def test_a_job_that_never_started_a_process_stops_at_once(personas, sent):
+    job = submit(personas, pods=1)  # its start is still queued: cancelled
+    job_stop(job=job, by=personas["alice"])
+    job.refresh_from_db()
+    assert job.status == JobStatus.STOPPED
+
+
+def test_a_stopping_job_whose_node_is_lost_is_stopped_by_the_sweep(personas, sent):
+    job = submit(personas, pods=1)
+    [pod] = run_all(job)
+    job_stop(job=job, by=personas["alice"])
+    assert services.jobs_stopping_sweep(now=timezone.now()) == 0  # its pod may still save
+    Node.objects.filter(pk=pod.node_id).update(status=Node.Status.LOST)  # no exit will come
+    assert services.jobs_stopping_sweep(now=timezone.now()) == 1
+    job.refresh_from_db()
+    assert job.status == JobStatus.STOPPED
+    assert services.jobs_stopping_sweep(now=timezone.now()) == 0  # once
 
 
 def test_it_counts_the_lost_work_of_a_resumed_attempt_from_its_own_start(personas, sent):
