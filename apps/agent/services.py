@@ -31,7 +31,7 @@ from apps.core.models import Heartbeat
 from apps.core.services import heartbeat_record
 from apps.core.tasks import task_soon
 from apps.core.words import say
-from apps.jobs.execution import PodsStop, pods_winding_down
+from apps.jobs.execution import PodsStop, pods_winding_down, silent_before
 from apps.jobs.models import (
     LIVE_POD_STATUSES,
     Checkpoint,
@@ -1018,20 +1018,23 @@ def nodes_mark_lost(*, now: datetime) -> list[str]:
     window = timedelta(seconds=settings.NODE_LOST_AFTER)
     if previous is None or now - previous > window:
         return []
-    cutoff = now - window
+    cutoff = silent_before(now)
+    # Every silent node is marked before any pod fails: each requeue asks for a tick, which
+    # must not place the job on a node of the same outage (the scheduler also skips nodes
+    # silent since before `cutoff`), to be lost and requeued a second time.
     lost = []
     for node in Node.objects.filter(last_heartbeat__lt=cutoff).exclude(status=Node.Status.LOST):
         if node.status == Node.Status.CORDONED:  # an admin's state: it stays, pods are lost
             if _jobs_on(node):
-                lost.append(node.name)
-                node_fail_pods(node=node, now=now)
+                lost.append(node)
         elif Node.objects.filter(
             pk=node.pk, last_heartbeat__lt=cutoff, status=Node.Status.READY
         ).update(status=Node.Status.LOST):
-            lost.append(node.name)
-            node_fail_pods(node=node, now=now)
+            lost.append(node)
+    for node in lost:
+        node_fail_pods(node=node, now=now)
     public_pods_lost(cutoff=cutoff, now=now)
-    return lost
+    return [node.name for node in lost]
 
 
 def public_pods_lost(*, cutoff: datetime, now: datetime) -> list[str]:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Protocol
 
 from django.conf import settings
@@ -60,6 +60,13 @@ def executor() -> Executor:
     if _executor is None:
         raise RuntimeError("EXECUTION_BACKEND is agent, but the agent app is not installed")
     return _executor
+
+
+def silent_before(now: datetime) -> datetime:
+    """A node whose last heartbeat is older than this is silent: the watchdog marks it Lost
+    (`apps.agent.services.nodes_mark_lost`), and the scheduler places nothing on it even
+    before it has."""
+    return now - timedelta(seconds=settings.NODE_LOST_AFTER)
 
 
 def pods_placed(*, jobs: Sequence[Job], now: datetime) -> None:

@@ -29,6 +29,7 @@ from apps.jobs.execution import (
     pods_placed,
     pods_stopping_bulk,
     pods_winding_down,
+    silent_before,
 )
 from apps.jobs.models import (
     ACTIVE_STATUSES,
@@ -69,18 +70,18 @@ def _ts(moment: datetime | None) -> float | None:
     return moment.timestamp() if moment is not None else None
 
 
-def scheduler_snapshot() -> engine.Snapshot:
+def scheduler_snapshot(*, now: datetime | None = None) -> engine.Snapshot:
     """Read the dedicated pools, the quota tree, running quota jobs and the queue."""
-    return _load().snapshot
+    return _load(now=now).snapshot
 
 
-def _load() -> _Loaded:
+def _load(*, now: datetime | None) -> _Loaded:
     pending, shown = _pending_jobs()
     if not pending:  # nobody to place or reclaim for: the rest need not be read
         return _Loaded(
             snapshot=engine.Snapshot(nodes=(), quotas=(), running=(), pending=()), shown={}
         )
-    nodes, quotas = scheduler_cluster()
+    nodes, quotas = scheduler_cluster(now=now)
     running = _running_jobs(live=True) + _running_jobs(live=False)
     return _Loaded(
         snapshot=engine.Snapshot(
@@ -90,19 +91,27 @@ def _load() -> _Loaded:
     )
 
 
-def scheduler_cluster() -> tuple[tuple[engine.Node, ...], tuple[engine.Quota, ...]]:
+def scheduler_cluster(
+    *, now: datetime | None = None
+) -> tuple[tuple[engine.Node, ...], tuple[engine.Quota, ...]]:
     """The dedicated pools' nodes and the quota tree, as the engine takes them (the tick's
-    snapshot and the What-if page's current configuration)."""
+    snapshot and the What-if page's current configuration). With `now` and node agents, a
+    Ready node whose agent has been silent too long (`silent_before`) takes no new pods:
+    the watchdog is about to mark it Lost, and pods placed there would be lost with it."""
+    silent = None
+    if now is not None and settings.EXECUTION_BACKEND == "agent":
+        silent = silent_before(now)
     nodes = tuple(
         engine.Node(
             id=pk,
             pool_id=pool_id,
             capacity=engine.Resources(cpu, memory, gpu),
-            schedulable=status == Node.Status.READY,
+            schedulable=status == Node.Status.READY
+            and not (silent and beat is not None and beat < silent),
         )
-        for pk, pool_id, cpu, memory, gpu, status in Node.objects.filter(pool__kind=DEDICATED)
+        for pk, pool_id, cpu, memory, gpu, status, beat in Node.objects.filter(pool__kind=DEDICATED)
         .order_by("id")
-        .values_list("id", "pool_id", "cpu", "memory", "gpu", "status")
+        .values_list("id", "pool_id", "cpu", "memory", "gpu", "status", "last_heartbeat")
     )
     quotas = tuple(
         engine.Quota(
@@ -267,7 +276,7 @@ def scheduler_config(*, now: datetime) -> engine.Config:
 @transaction.atomic
 def scheduler_tick(*, now: datetime) -> TickReport:
     """Plan and apply one scheduling pass. Call under the scheduler lock."""
-    loaded = _load()
+    loaded = _load(now=now)
     if not loaded.snapshot.pending:
         return TickReport(admitted=0, preempted=0, waiting=0)  # nobody to place or reclaim for
     plan = engine.plan(loaded.snapshot, now=now.timestamp(), config=scheduler_config(now=now))

@@ -136,6 +136,36 @@ def test_a_pod_that_started_after_the_last_heartbeat_ends_when_it_started(person
     assert pod.finished_at == pod.started_at
 
 
+def test_one_outage_of_several_nodes_requeues_a_job_once(personas, sent):
+    """The agent serving two nodes stops: the job lost with the first is not placed on the
+    second, silent as well though the watchdog has not marked it yet, to be lost again."""
+    job = submit(personas, pods=1, gpu=4)
+    run_all(job)
+    now = timezone.now()
+    Node.objects.filter(name__in=["gpu-node-0", "gpu-node-1"]).update(
+        last_heartbeat=now - timedelta(seconds=60)
+    )
+    Node.objects.filter(name__in=["gpu-node-2", "gpu-node-3"]).update(last_heartbeat=now)
+    assert job.pods.get().node.name == "gpu-node-0"
+    services.nodes_mark_lost(now=now - timedelta(seconds=1))  # starts watching
+    assert services.nodes_mark_lost(now=now) == ["gpu-node-0", "gpu-node-1"]
+    job.refresh_from_db()
+    assert (job.status, job.attempt, job.restarts.count()) == (JobStatus.ENV_PREPARING, 1, 1)
+    assert job.pods.get(attempt=1).node.name in {"gpu-node-2", "gpu-node-3"}
+    assert job.status_history.filter(status=JobStatus.QUEUING).count() == 2  # admitted, requeued
+
+
+def test_it_places_nothing_on_a_node_silent_too_long_before_it_is_marked_lost(personas, sent):
+    stale = timezone.now() - timedelta(seconds=31)
+    Node.objects.filter(name="gpu-node-0").update(last_heartbeat=stale)
+    job = submit(personas, pods=1, gpu=4)
+    assert job.status == JobStatus.ENV_PREPARING
+    assert job.pods.get().node.name == "gpu-node-1"
+    Node.objects.filter(name="gpu-node-0").update(last_heartbeat=timezone.now())  # it reports
+    second = submit(personas, pods=1, gpu=4, name="second")
+    assert second.pods.get().node.name == "gpu-node-0"
+
+
 def test_it_bills_a_lost_nodes_pod_only_up_to_the_last_heartbeat(personas, replay):
     """Public and spot pods run on the public pool, without a node, today; wherever a
     metered pod runs, its bill ends at Pod.finished_at, which a lost node sets to its last
