@@ -1130,15 +1130,16 @@ def _pods_lost(
 ) -> None:
     """Fail the job's live `pods`, lost with their node or agent, as of `seen` (its last
     heartbeat: the last time anything knew their processes were alive), so their bills (cut
-    at Pod.finished_at) and lost work stop there; never before a pod started. A process
-    that still runs is told to stop, and the job (locked by the caller) is requeued."""
+    at Pod.finished_at) and lost work stop there; never before a pod started, nor before
+    one that never started was created. A process that still runs is told to stop, and the
+    job (locked by the caller) is requeued."""
     seen = min(seen or now, now)
     for pod in pods:
         Pod.objects.filter(pk=pod.pk, status__in=LIVE_POD_STATUSES).update(
             status=PodStatus.FAILED,
             reason="NodeLost",
             message=message[:2000],
-            finished_at=max(seen, pod.started_at or seen),
+            finished_at=max(seen, pod.started_at or pod.created_at),
         )
     pods_terminate(job=job, pods=pods, now=now, reason=message)
     job_event(job=job, kind="NodeLost", message=message, now=now)

@@ -136,6 +136,16 @@ def test_a_pod_that_started_after_the_last_heartbeat_ends_when_it_started(person
     assert pod.finished_at == pod.started_at
 
 
+def test_a_pod_lost_before_it_started_never_ends_before_it_was_created(personas, sent):
+    job = submit(personas, pods=1)  # placed, its process not started yet
+    pod = job.pods.get()
+    now = timezone.now()
+    lose(pod.node, silent_since=now - timedelta(seconds=60), now=now + timedelta(seconds=1))
+    pod.refresh_from_db()
+    assert (pod.status, pod.started_at) == (PodStatus.FAILED, None)
+    assert pod.finished_at == pod.created_at
+
+
 def test_one_outage_of_several_nodes_requeues_a_job_once(personas, sent):
     """The agent serving two nodes stops: the job lost with the first is not placed on the
     second, silent as well though the watchdog has not marked it yet, to be lost again."""
