@@ -1,4 +1,6 @@
-"""Billing: charge every started minute of every pod of a public or spot job, exactly once.
+"""Billing: charge every started minute of every pod of a public or spot job, exactly once;
+and a minute in which a pod replaced another in its slot of the job (a lost or reclaimed
+pod, then its next attempt) once for the slot, to the pod that ran in it first.
 
 Each pod of a pay-as-you-go or spot job has a PodMeter (opened with the pod by the market;
 any running such pod without one is adopted). `billing_accrue` bills each open meter's
@@ -80,6 +82,9 @@ class _Meter:
     workspace_id: int
     source: str
     type_id: int | None
+    role_id: int
+    index: int
+    attempt: int
 
 
 class _Line(NamedTuple):
@@ -151,9 +156,13 @@ def billing_accrue(*, now: datetime) -> AccrueReport:
             "pod__job__workspace_id",
             "pod__job__resource_source",
             "type_id",  # the type the pod ran on: its role's, or an ElasticSpotSpecs type
+            "pod__role_id",
+            "pod__index",
+            "pod__attempt",
         )
     ]
-    plans = {m.pod_id: _minutes(m, now) for m in meters}
+    earlier = _earlier_ends(meters, now)
+    plans = {m.pod_id: _minutes(m, now, earlier_end=earlier.get(m.pod_id)) for m in meters}
     prices = _price_book(meters, plans, now)
     lines, moved, closed = [], defaultdict(list), []
     for meter in meters:
@@ -174,6 +183,32 @@ def billing_accrue(*, now: datetime) -> AccrueReport:
     return AccrueReport(pods=len(meters), lines=len(lines), amount=amount, closed=len(closed))
 
 
+def _earlier_ends(meters: list[_Meter], now: datetime) -> dict[int, float]:
+    """For each metered pod that took over its slot (its job, role and index) from pods of
+    earlier attempts that ran, when the latest of them ended (one still running counts
+    until `now`): the minutes they ran in are theirs (`pricing.bill_minutes`). One query,
+    over the jobs with such a pod only."""
+    later = [m for m in meters if m.attempt > 0]
+    if not later:
+        return {}
+    ends: dict[tuple[int, int, int], list[tuple[int, float]]] = defaultdict(list)
+    for job, role, index, attempt, status, started, finished in (
+        Pod.objects.filter(job_id__in={m.job_id for m in later}, started_at__isnull=False)
+        .annotate(started=Epoch("started_at"), finished=Epoch("finished_at"))
+        .values_list("job_id", "role_id", "index", "attempt", "status", "started", "finished")
+    ):
+        if finished is None and status in LIVE_POD_STATUSES:
+            finished = now.timestamp()
+        if finished is not None and finished > started:  # it ran: those minutes are its own
+            ends[job, role, index].append((attempt, finished))
+    found = {}
+    for m in later:
+        earlier = [end for a, end in ends.get((m.job_id, m.role_id, m.index), []) if a < m.attempt]
+        if earlier:
+            found[m.pod_id] = max(earlier)
+    return found
+
+
 def _adopt_running_pods() -> None:
     """Meter running pods of public and spot jobs that nobody opened a meter for."""
     orphans = (
@@ -188,7 +223,7 @@ def _adopt_running_pods() -> None:
     pod_meters_open(pod_ids=list(orphans))
 
 
-def _minutes(meter: _Meter, now: datetime) -> tuple[list[int], bool]:
+def _minutes(meter: _Meter, now: datetime, *, earlier_end: float | None) -> tuple[list[int], bool]:
     """The minutes to bill now, and whether the meter is done after them."""
     ended = meter.status not in LIVE_POD_STATUSES
     if meter.started_at is None:
@@ -198,7 +233,9 @@ def _minutes(meter: _Meter, now: datetime) -> tuple[list[int], bool]:
         return [], True
     end = meter.finished_at if meter.finished_at is not None else now.timestamp()
     already = None if meter.billed_until is None else meter.billed_until * 60
-    minutes = pricing.bill_minutes(meter.started_at, end, already_billed_until=already)
+    minutes = pricing.bill_minutes(
+        meter.started_at, end, already_billed_until=already, earlier_end=earlier_end
+    )
     if len(minutes) > MAX_MINUTES_PER_RUN:  # catching up after an outage: a day per run
         return minutes[:MAX_MINUTES_PER_RUN], False
     return minutes, meter.finished_at is not None

@@ -1014,13 +1014,26 @@ def _parse_timestamp(text: str) -> float:
 # --- billing -----------------------------------------------------------------------------
 
 
-def bill_minutes(start: float, end: float, *, already_billed_until: float | None) -> list[int]:
+def bill_minutes(
+    start: float,
+    end: float,
+    *,
+    already_billed_until: float | None,
+    earlier_end: float | None = None,
+) -> list[int]:
     """Epoch minute numbers to bill for a pod that ran on [start, end): every minute it ran
     in, once. Minutes starting before `already_billed_until` were billed by an earlier run
-    (which billed the minute it stopped in), so they are skipped."""
+    (which billed the minute it stopped in), so they are skipped.
+
+    A job's slot (a role's pod index) is one instance to its user, whatever pods fill it one
+    after the other (a lost or reclaimed pod, then its next attempt): each minute is billed
+    once, to the first of them that ran in it. `earlier_end` is when the slot's earlier pods
+    (those that ran, ending after they started, before this one started) ended, the latest
+    of them: the minute it falls in is theirs, even when this pod replaced them within it."""
     first = int(start // 60)
-    if already_billed_until is not None:
-        first = max(first, -int(-already_billed_until // 60))
+    for billed in (already_billed_until, earlier_end):
+        if billed is not None:
+            first = max(first, -int(-billed // 60))
     stop = -int(-end // 60)  # ceil: the minute `end` falls in was started
     return list(range(first, stop)) if end > start else []
 

@@ -12,7 +12,7 @@ again), waits for every job to settle and checks the invariants:
   the moments its agent was down: a pod that ends then is reported on re-adoption, with
   its real end time);
 - every pod-minute of public and spot pods billed exactly once: the billed minutes are the
-  ones its process ran (`pricing.bill_minutes`);
+  ones its process ran, less a minute its slot's earlier pod ran in (`pricing.bill_minutes`);
 - no job failed by the platform: a Failed job is one whose own command failed, or a
   reclaimed or preempted one without AIMaster (by design), never NodeLost, AgentRestarted…;
 - no orphan process: no shim and no process of a pod's uid once every job has ended.
@@ -261,12 +261,22 @@ def final_check(kinds: dict[str, str]) -> dict:
         started_at__isnull=False,
         finished_at__isnull=False,
     )
-    for pk, pod_id, started, finished in metered.values_list(
-        "pk", "pod_id", "started_at", "finished_at"
+    ends: dict[tuple[int, int, int], list[tuple[int, float]]] = {}  # slot: (attempt, end)
+    for job, role, index, attempt, started, finished in Pod.objects.filter(
+        job__job_id__in=list(kinds), started_at__isnull=False, finished_at__isnull=False
+    ).values_list("job_id", "role_id", "index", "attempt", "started_at", "finished_at"):
+        if finished > started:  # it ran, so the minutes it ran in are its own
+            ends.setdefault((job, role, index), []).append((attempt, finished.timestamp()))
+    for pk, pod_id, job, role, index, attempt, started, finished in metered.values_list(
+        "pk", "pod_id", "job_id", "role_id", "index", "attempt", "started_at", "finished_at"
     ):
+        earlier = [end for a, end in ends.get((job, role, index), []) if a < attempt]
         ran = set(
             pricing.bill_minutes(
-                started.timestamp(), finished.timestamp(), already_billed_until=None
+                started.timestamp(),
+                finished.timestamp(),
+                already_billed_until=None,
+                earlier_end=max(earlier, default=None),
             )
         )
         if billed.get(pk, set()) != ran:

@@ -157,6 +157,37 @@ def test_it_bills_a_reclaimed_spot_pod_until_the_reclaim(personas, replay):
     ]
 
 
+def test_it_bills_a_slots_minute_once_when_its_pod_is_replaced_within_it(
+    personas, replay, settings
+):
+    """Reclaimed at 12:02:10 and started again at 12:02:40: the job's worker 0 ran in minute
+    2 as two pods, one after the other, and is one instance to its user: minute 2 is billed
+    once, to the pod that ran in it first, however the billing runs fall."""
+    settings.SCHEDULER_REQUEUE_BACKOFF_SECONDS = 0
+    replay([(NOW, G7, "0.30"), (at(2, 10), G7, "0.70"), (at(2, 40), G7, "0.30")])
+    job = submit(personas, discount="0.8", aimaster=True)
+    step(at(0))
+    billing_accrue(now=at(2, 5))
+    step(at(2, 10))
+    step(at(2, 40))
+    billing_accrue(now=at(2, 50))
+    billing_accrue(now=at(5, 10))
+    first, second = job.pods.order_by("attempt")
+    assert (first.finished_at, second.started_at) == (at(2, 10), at(2, 40))
+    billed = {pod.attempt: sorted(m for m, _, _ in lines_of(pod)) for pod in (first, second)}
+    assert billed == {0: [0, 1, 2], 1: [3, 4, 5]}
+
+
+def lines_of(pod: Pod) -> list[tuple[int, D, D]]:
+    base = int(NOW.timestamp()) // 60
+    return [
+        (m - base, p, a)
+        for m, p, a in BillLine.objects.filter(pod=pod).values_list(
+            "minute", "price_per_hour", "amount"
+        )
+    ]
+
+
 def test_it_writes_nothing_when_a_run_fails_halfway(personas, monkeypatch):
     job = submit(personas, discount="0.9", pods=2)
     step(at(0))

@@ -532,6 +532,47 @@ def test_it_bills_each_started_minute_once_across_runs(start, first_run, second_
 
 
 @FAST
+@given(
+    st.lists(
+        st.tuples(st.floats(0, 150, allow_nan=False), st.floats(0, 150, allow_nan=False)),
+        min_size=1,
+        max_size=6,
+    ),
+    st.floats(0, 1, allow_nan=False),
+)
+def test_it_bills_each_minute_of_a_slot_once_whoever_ran_in_it(spans, cut):
+    """Pods that fill one slot of a job one after the other (a pod lost or reclaimed, then
+    its next attempt, often within the same minute), each after a random gap and for a
+    random time, each billed in two runs: every minute one of them ran in is billed once,
+    to the first that ran in it."""
+    runs, moment = [], 6_000.0
+    for gap, length in spans:
+        runs.append((moment + gap, moment + gap + length))
+        moment += gap + length
+    billed: list[list[int]] = []
+    for i, (start, end) in enumerate(runs):
+        earlier_end = max((e for s, e in runs[:i] if s < e), default=None)  # those that ran
+        middle = start + (end - start) * cut  # a billing run while it ran
+        first = bill_minutes(start, middle, already_billed_until=None, earlier_end=earlier_end)
+        already = (first[-1] + 1) * 60 if first else None  # the meter's billed_until
+        rest = bill_minutes(start, end, already_billed_until=already, earlier_end=earlier_end)
+        billed.append(first + rest)
+    ran = [
+        {
+            m
+            for m in range(int(s // 60), int(e // 60) + 1)
+            if s < e and s < (m + 1) * 60 and m * 60 < e
+        }
+        for s, e in runs
+    ]
+    every = [m for minutes in billed for m in minutes]
+    assert len(every) == len(set(every))  # no minute twice
+    assert set(every) == set().union(*ran)  # and none left out
+    for i, minutes in enumerate(billed):  # each to the first pod that ran in it
+        assert set(minutes) == ran[i] - set().union(*ran[:i])
+
+
+@FAST
 @given(histories(), st.integers(10_000, 20_000), st.integers(0, 600))
 def test_it_bills_the_sum_of_per_minute_prices(history, start, seconds):
     # The market prices a type before it starts any pod on it: a price is in force from the
