@@ -163,3 +163,27 @@ print("{{}}")
     finally:
         code = again.stop()
     assert code == 0, "\n".join(again.lines[-40:])
+
+
+def test_an_agent_in_a_crash_loop_is_back_well_before_its_nodes_are_lost(monkeypatch, settings):
+    """Each time it dies at once: the waits grow 1, 2, 4 s, then stay at a sixth of
+    NODE_LOST_AFTER, never reaching it (the other children still wait up to 30 s)."""
+    from apps.ops.management.commands import demo as command
+
+    settings.NODE_LOST_AFTER = 30
+    clock = [1000.0]
+    monkeypatch.setattr(command.time, "monotonic", lambda: clock[0])
+    supervisor = command.Supervisor(env=dict(os.environ), write=lambda line: None, colour=False)
+    waits = {}
+    for name in ("agent", "beat"):
+        child = supervisor.start(name, ["true"])
+        for _ in range(7):
+            child.process.wait()
+            supervisor.watch()  # it exited: restart it after a while
+            assert child.restart_at is not None
+            waits.setdefault(name, []).append(child.restart_at - clock[0])
+            clock[0] = child.restart_at
+            supervisor.watch()  # the while is over: started again
+            child = supervisor.children[-1]
+        supervisor.stop_all(last=None, timeout=1)
+    assert waits == {"agent": [1, 2, 4, 5, 5, 5, 5], "beat": [1, 2, 4, 8, 16, 30, 30]}

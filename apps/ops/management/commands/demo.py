@@ -8,11 +8,12 @@ grace period, then SIGKILL. Running pods are not the demo's children but their s
 apps/agent/shim.py): they keep running, and the next demo's agent re-adopts them. If a child
 dies while starting up, the demo says which and stops the rest, exiting 1; once the
 console is up, a child that dies is started again alone,
-after a backoff (1 s, doubling to 30 s; reset once it has run a minute), and the demo says
-so. Its banner says that it runs with demo secrets (the per-installation
-generated key, the published passwords and AccessKeys of the demo cluster file), with DEBUG
-on (settings.py turns it on for `manage.py demo` unless DEBUG is set; the children are told
-DEBUG=true), and Flower's login (FLOWER_BASIC_AUTH, else the demo admin's).
+after a backoff (1 s, doubling to 30 s, for the agent to a sixth of NODE_LOST_AFTER; reset
+once it has run a minute), and the demo says so. Its banner says that it runs with demo
+secrets (the per-installation generated key, the published passwords and AccessKeys of the
+demo cluster file), with DEBUG on (settings.py turns it on for `manage.py demo` unless
+DEBUG is set; the children are told DEBUG=true), and Flower's login (FLOWER_BASIC_AUTH,
+else the demo admin's).
 
 Each child runs in its own session so that a Ctrl-C in the terminal reaches only this
 supervisor, which then stops the children in order (a worker's warm shutdown still needs
@@ -67,7 +68,19 @@ class Child:
     argv: tuple[str, ...] = ()
     started_at: float = 0.0
     restarts: int = 0  # in a row, each soon after the last: the backoff grows with them
+    backoff_max: float = RESTART_BACKOFF_MAX  # the longest wait before it starts again
     restart_at: float | None = None  # it exited; start it again then
+
+
+def restart_backoff_max(name: str) -> float:
+    """The longest wait before a child that keeps exiting is started again. The agent's is a
+    sixth of NODE_LOST_AFTER (5 s of the default 30): with its start-up and the heartbeat
+    interval before it died, an agent in a crash loop still reports well within
+    NODE_LOST_AFTER, so its nodes are not declared Lost and the pods it re-adopts keep
+    running (on a Lost node it would stop them: docs/execution.md)."""
+    if name == "agent":
+        return max(1.0, min(RESTART_BACKOFF_MAX, settings.NODE_LOST_AFTER / 6))
+    return RESTART_BACKOFF_MAX
 
 
 def _die_with_parent() -> None:
@@ -191,6 +204,7 @@ class Supervisor:
             stop_timeout=stop_timeout,
             argv=tuple(argv),
             started_at=time.monotonic(),
+            backoff_max=restart_backoff_max(name),
         )
         self.children.append(child)
         self.selector.register(process.stdout, selectors.EVENT_READ, child)
@@ -198,8 +212,8 @@ class Supervisor:
         return child
 
     def watch(self) -> None:
-        """A child that exits is started again after a backoff (1 s, doubling to
-        RESTART_BACKOFF_MAX; back to 1 s once it has run RESTART_STABLE seconds) while the
+        """A child that exits is started again after a backoff (1 s, doubling to its
+        `backoff_max`; back to 1 s once it has run RESTART_STABLE seconds) while the
         others keep running: a crashed beat, worker or agent never stops the demo."""
         now = time.monotonic()
         for i, child in enumerate(self.children):
@@ -207,7 +221,7 @@ class Supervisor:
                 self._drain(child)
                 if now - child.started_at >= RESTART_STABLE:
                     child.restarts = 0
-                delay = min(RESTART_BACKOFF_MAX, 2.0**child.restarts)
+                delay = min(child.backoff_max, 2.0**child.restarts)
                 child.restarts += 1
                 child.restart_at = now + delay
                 self.tell(
