@@ -106,6 +106,7 @@ _ROLE = {
     "cpu": "ResourceConfig.CPU",
     "memory": "ResourceConfig.Memory",
     "gpu": "ResourceConfig.GPU",
+    "resource_config": "ResourceConfig",
     "image": "Image",
     "restart_policy": "RestartPolicy",
     "spot_discount_limit": "SpotSpec.SpotDiscountLimit",

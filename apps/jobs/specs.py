@@ -652,6 +652,15 @@ def _check_role(
                 ),
             )
             ok = False
+        elif role.cpu is not None or role.memory is not None or role.gpu is not None:
+            errors.add(
+                f"{path}.resource_config",
+                say(
+                    "give an instance type or CPU, memory and GPU, not both: a pod of an "
+                    "instance type gets the whole instance"
+                ),
+            )
+            ok = False
     else:
         if spec.resource_source != ResourceSource.QUOTA:
             errors.add(f"{path}.instance_type", say("public and spot jobs need an instance type"))

@@ -516,3 +516,19 @@ def test_a_content_type_that_does_not_parse_is_no_server_error(path):
     assert status < 500, body
     if path.startswith("/api/"):  # unsigned: the API still answers in its own terms
         assert status == 400 and json.loads(body)["Code"], body
+
+
+def test_it_refuses_an_instance_type_with_a_resource_config(raw, ws_a):
+    """A pod of an instance type gets the whole instance: CPU and memory beside it would be
+    dropped without a word."""
+    body = quota_job_body(ws_a)
+    body["JobSpecs"][0].update(
+        EcsSpec="ecs.g7.xlarge", ResourceConfig={"CPU": "1", "Memory": "1Gi"}
+    )
+    response = raw.send("POST", "/api/v1/jobs", body=json.dumps(body).encode())
+    assert response.status_code == 400
+    assert response.json()["Code"] == "InvalidParameter"
+    assert response.json()["Message"].startswith(
+        "JobSpecs[0].ResourceConfig: give an instance type or CPU, memory and GPU, not both"
+    )
+    assert Job.objects.count() == 0
