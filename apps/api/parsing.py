@@ -481,7 +481,11 @@ def _cpu(p: Problems, config: dict, path: str) -> int | None:
     if unit not in ("", "m"):
         p.add(path, say('give cores ("4") or millicores ("500m")'))
         return None
-    millicores = int(amount if unit == "m" else amount * 1000)
+    exact = amount if unit == "m" else amount * 1000
+    if exact != exact.to_integral_value():
+        p.add(path, say("must be a whole number of millicores (1m is 0.001 of a core)"))
+        return None
+    millicores = int(exact)
     if millicores > MAX_CPU_MILLICORES:
         p.add(
             path,
@@ -503,7 +507,11 @@ def _memory(p: Problems, config: dict, path: str) -> int | None:
     if unit not in _MEMORY_UNITS_MIB:
         p.add(path, say('give a size such as "16Gi" or "512Mi"'))
         return None
-    mib = int(amount * Decimal(str(_MEMORY_UNITS_MIB[unit])))
+    exact = amount * Decimal(str(_MEMORY_UNITS_MIB[unit]))
+    if 0 < exact < 1:
+        p.add(path, say("must be at least 1 MiB: memory is counted in whole MiB"))
+        return None
+    mib = int(exact)  # a part of a MiB (16G is 15,258.8 MiB) is rounded down
     if mib > MAX_MEMORY_MIB:
         p.add(path, say("is too large"))
         return None

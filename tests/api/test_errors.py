@@ -532,3 +532,27 @@ def test_it_refuses_an_instance_type_with_a_resource_config(raw, ws_a):
         "JobSpecs[0].ResourceConfig: give an instance type or CPU, memory and GPU, not both"
     )
     assert Job.objects.count() == 0
+
+
+CPU_STEP = "must be a whole number of millicores (1m is 0.001 of a core)"
+MEMORY_STEP = "must be at least 1 MiB: memory is counted in whole MiB"
+
+
+@pytest.mark.parametrize(
+    ("config", "text"),
+    [
+        ({"CPU": "1.5m"}, f"JobSpecs[0].ResourceConfig.CPU: {CPU_STEP}"),
+        ({"CPU": "0.0005"}, f"JobSpecs[0].ResourceConfig.CPU: {CPU_STEP}"),
+        ({"Memory": "100Ki"}, f"JobSpecs[0].ResourceConfig.Memory: {MEMORY_STEP}"),
+        ({"Memory": "0.5Mi"}, f"JobSpecs[0].ResourceConfig.Memory: {MEMORY_STEP}"),
+    ],
+)
+def test_it_refuses_resources_finer_than_it_counts(raw, ws_a, config, text):
+    """CPU is kept in millicores and memory in MiB: "1.5m" was kept as 1m, "100Ki" as 0."""
+    body = quota_job_body(ws_a)
+    body["JobSpecs"][0]["ResourceConfig"].update(config)
+    response = raw.send("POST", "/api/v1/jobs", body=json.dumps(body).encode())
+    assert response.status_code == 400
+    assert response.json()["Code"] == "InvalidParameter"
+    assert response.json()["Message"] == text
+    assert Job.objects.count() == 0
