@@ -477,7 +477,6 @@ def _oversold_filters(value: str, sources: list[str] | None) -> JobFilters:
 
 def update_job(call: Call, job_id: str) -> dict[str, Any]:
     job = _job(call, job_id)
-    job_ensure_can_manage(user=call.user, job=job, action="change the priority of")
     body = _json_body(call)
     for name in ("UserCommand", "JobSpecs"):
         if body.get(name) is not None:
@@ -488,14 +487,28 @@ def update_job(call: Call, job_id: str) -> dict[str, Any]:
                 ),
             )
     problems = parsing.Problems()
+    problems.track(body, "")
     priority = problems.integer(body, "Priority", "Priority")
     description = problems.text(
         body, "Description", "Description", default=None, max_length=parsing.MAX_DESCRIPTION
     )
     accessibility = problems.text(body, "Accessibility", "Accessibility", default=None)
+    for path in problems.unread():
+        problems.add(
+            path,
+            say("not supported here: UpdateJob changes Priority, Description and Accessibility"),
+        )
     problems.raise_if_any()
     if priority is None and description is None and accessibility is None:
-        raise missing_parameter("Priority")
+        raise ApplicationError(
+            "MissingParameter",
+            say("Nothing to change: UpdateJob changes Priority, Description and Accessibility."),
+            field="Priority",
+        )
+    only_priority = description is None and accessibility is None
+    job_ensure_can_manage(
+        user=call.user, job=job, action="change the priority of" if only_priority else "change"
+    )
     with transaction.atomic():
         if priority is not None:
             job_priority_update(job=job, priority=priority, by=call.user, now=call.now)

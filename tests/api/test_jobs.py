@@ -4,6 +4,7 @@ ListJobs, UpdateJob, StopJob, DeleteJob, GetJobEvents, GetPodEvents, GetPodLogs.
 from __future__ import annotations
 
 import inspect
+import json
 import re
 from datetime import timedelta
 
@@ -286,6 +287,46 @@ def test_update_job_changes_nothing_but_priority(raw, create_job, ws_a):
     assert response.json()["Code"] == "InvalidParameter"
     assert "UserCommand" in response.json()["Message"]
     assert Job.objects.get(job_id=job_id).user_command == "python train.py"
+
+
+@pytest.mark.parametrize(
+    ("body", "code", "text"),
+    [
+        (
+            {},
+            "MissingParameter",
+            "Nothing to change: UpdateJob changes Priority, Description and Accessibility.",
+        ),
+        (
+            {"Foo": 1},
+            "InvalidParameter",
+            "Foo: not supported here: UpdateJob changes Priority, Description and Accessibility",
+        ),
+    ],
+)
+def test_update_job_names_what_it_does_not_take(raw, create_job, ws_a, body, code, text):
+    job_id = create_job(quota_job_body(ws_a))
+    response = raw.send("PUT", f"/api/v1/jobs/{job_id}", body=json.dumps(body).encode())
+    assert (response.status_code, response.json()["Code"]) == (400, code)
+    assert response.json()["Message"] == text
+
+
+@pytest.mark.parametrize(
+    ("request_", "text"),
+    [
+        (UpdateJobRequest(description="mine now"), "You cannot change job"),
+        (UpdateJobRequest(priority=3), "You cannot change the priority of job"),
+    ],
+)
+def test_update_job_refuses_a_member_in_the_words_of_the_change(
+    dlc_for, create_job, ws_a, request_, text
+):
+    job_id = create_job(quota_job_body(ws_a))
+    with pytest.raises(Exception) as caught:
+        dlc_for("bob").update_job(job_id, request_)
+    assert sdk_error(caught) == ("Forbidden.NotJobManager", 403)
+    assert f"{text} {job_id}:" in str(caught.value)
+    assert Job.objects.get(job_id=job_id).description == ""
 
 
 def test_it_returns_the_tail_of_a_pods_log(dlc, create_job, ws_a, settings, tmp_path):
