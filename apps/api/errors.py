@@ -118,12 +118,13 @@ _FALLBACK = {
     "spot_discount_limit": "SpotDiscountLimit",
     "spot_price_limit": "SpotPriceLimit",
 }
-_INDEXED = re.compile(r"^(roles|data_sources)\[(\d+)\]\.(\w+)$")
+_INDEXED = re.compile(r"^(roles|data_sources)\[(\d+)\](?:\.(\w+))?$")
 _FALLBACKS = re.compile(r"^roles\[(\d+)\]\.elastic_spot_specs(?:\[(\d+)\](?:\.(\w+))?)?$")
 
 
 def dlc_field(path: str) -> str:
-    """`roles[0].spot_price_limit` → `JobSpecs[0].SpotSpec.SpotPriceLimit`,
+    """`roles[0].spot_price_limit` → `JobSpecs[0].SpotSpec.SpotPriceLimit`, `roles[0]` →
+    `JobSpecs[0]`,
     `roles[0].elastic_spot_specs[1].instance_type` →
     `JobSpecs[0].ElasticSpotSpecs[1].InstanceType`; unknown paths come back unchanged."""
     if fallback := _FALLBACKS.match(path):
@@ -135,9 +136,11 @@ def dlc_field(path: str) -> str:
     match = _INDEXED.match(path)
     if match:
         group, index, name = match.groups()
-        if group == "roles":
-            return f"JobSpecs[{index}].{_ROLE.get(name, name)}"
-        return f"DataSources[{index}].{_DATA_SOURCE.get(name, name)}"
+        field = f"JobSpecs[{index}]" if group == "roles" else f"DataSources[{index}]"
+        if name is None:  # the role or data source as a whole
+            return field
+        names = _ROLE if group == "roles" else _DATA_SOURCE
+        return f"{field}.{names.get(name, name)}"
     return _TOP_LEVEL.get(path, path)
 
 

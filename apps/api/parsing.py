@@ -18,6 +18,7 @@ from apps.api.errors import invalid_parameter, missing_parameter
 from apps.api.serializers import IDLE_MODE
 from apps.cluster.selectors import resource_type_of
 from apps.core.errors import ApplicationError
+from apps.core.limits import MAX_PODS_PER_ROLE
 from apps.core.words import say
 from apps.jobs.models import ExecutionMode, IdleMode, ResourceSource
 from apps.jobs.specs import (
@@ -116,7 +117,14 @@ class Problems:
         return value
 
     def integer(
-        self, data: dict, key: str, path: str, default: int | None = None, *, maximum: int = MAX_INT
+        self,
+        data: dict,
+        key: str,
+        path: str,
+        default: int | None = None,
+        *,
+        minimum: int | None = None,
+        maximum: int = MAX_INT,
     ) -> int | None:
         value = self.get(data, key)
         if value is None:
@@ -125,6 +133,11 @@ class Problems:
             value = int(value)
         if isinstance(value, bool) or not isinstance(value, int):
             self.add(path, say("must be an integer"))
+            return default
+        if minimum is not None and not minimum <= value <= maximum:
+            self.add(
+                path, say("must be from {minimum} to {maximum}", minimum=minimum, maximum=maximum)
+            )
             return default
         if abs(value) > maximum:
             self.add(path, say("must be at most {maximum}", maximum=maximum))
@@ -183,7 +196,7 @@ def json_body(raw: bytes) -> dict[str, Any]:
     if not raw.strip():
         return {}
     try:
-        data = json.loads(raw)
+        data = json.loads(raw, parse_int=_integer)
     except RecursionError:
         raise _too_deep() from None
     except (ValueError, UnicodeDecodeError):
@@ -194,6 +207,21 @@ def json_body(raw: bytes) -> dict[str, Any]:
         raise ApplicationError("InvalidParameter", say("The request body must be a JSON object."))
     _check_tree(data)
     return data
+
+
+class _TooLong:
+    """An integer with more digits than Python reads (sys.get_int_max_str_digits): kept
+    as a marker so that `_check_tree` can name the field that holds it."""
+
+    def __init__(self, digits: int) -> None:
+        self.digits = digits
+
+
+def _integer(text: str) -> int | _TooLong:
+    try:
+        return int(text)
+    except ValueError:
+        return _TooLong(len(text.lstrip("-")))
 
 
 def _too_deep() -> ApplicationError:
@@ -216,6 +244,11 @@ def _check_tree(data: dict) -> None:
                     say("must be valid Unicode text (it holds a lone surrogate such as \\ud800)"),
                 )
             continue
+        if isinstance(value, _TooLong):
+            raise invalid_parameter(
+                path or "body",
+                say("is a number of {digits} digits, too long to read", digits=value.digits),
+            )
         if not isinstance(value, dict | list):
             continue
         if depth > MAX_DEPTH:
@@ -412,7 +445,9 @@ def _role(p: Problems, item: dict, path: str) -> tuple[RoleSpec, bool]:
     gpus = _gpu(p, config, f"{path}.ResourceConfig.GPU")
     role = RoleSpec(
         role_type=p.text(item, "Type", f"{path}.Type", default="Worker"),
-        pod_count=p.integer(item, "PodCount", f"{path}.PodCount", default=1, maximum=10**6),
+        pod_count=p.integer(
+            item, "PodCount", f"{path}.PodCount", default=1, minimum=1, maximum=MAX_PODS_PER_ROLE
+        ),
         instance_type=p.text(item, "EcsSpec", f"{path}.EcsSpec").strip(),
         cpu=_cpu(p, config, f"{path}.ResourceConfig.CPU"),
         memory=_memory(p, config, f"{path}.ResourceConfig.Memory"),

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -870,9 +871,9 @@ def _template_content(problems: parsing.Problems, body: dict) -> JobSpec | None:
     raw = {k: v for k, v in raw.items() if k != "WorkspaceId"}  # the template's workspace
     try:
         return parsing.job_spec_from_create_job(raw)
-    except ApplicationError as error:
+    except ApplicationError as error:  # its message names the field: "Foo: not supported"
         raise ApplicationError(
-            error.code, say("Content: {message}", message=str(error)), field="Content"
+            error.code, say("Content: {message}", message=error.message), field="Content"
         ) from None
 
 
@@ -893,6 +894,23 @@ def _constraints(problems: parsing.Problems, body: dict) -> dict[str, str] | Non
     return {str(k): str(v) for k, v in raw.items()}
 
 
+@contextmanager
+def _template_name_as_dlc() -> Iterator[None]:
+    """The template services call the name `name` (the console's field); the API names it
+    TemplateName, with the services' code and status."""
+    try:
+        yield
+    except ApplicationError as error:
+        if error.field != "name":
+            raise
+        raise ApplicationError(
+            error.code,
+            say("{field}: {message}", field="TemplateName", message=error.message),
+            field="TemplateName",
+            status=error.status,
+        ) from None
+
+
 def create_job_template(call: Call) -> dict[str, Any]:
     body = _json_body(call)
     problems = parsing.Problems()
@@ -909,15 +927,16 @@ def create_job_template(call: Call) -> dict[str, Any]:
     spec = _template_content(problems, body)
     problems.raise_if_any()
     assert spec is not None
-    template = template_create(
-        workspace=workspace,
-        user=call.user,
-        name=name,
-        spec=spec,
-        description=description,
-        constraints=constraints,
-        metadata=metadata,
-    )
+    with _template_name_as_dlc():
+        template = template_create(
+            workspace=workspace,
+            user=call.user,
+            name=name,
+            spec=spec,
+            description=description,
+            constraints=constraints,
+            metadata=metadata,
+        )
     return {**serializers.template_item(template), "Version": 1}
 
 
@@ -989,16 +1008,17 @@ def update_job_template(call: Call, template_id: str) -> dict[str, Any]:
     problems.raise_if_any()
     if constraints is not None and spec is None:
         raise invalid_parameter("Constraints", say("can only be given with Content"))
-    created = template_update(
-        template=template,
-        by=call.user,
-        spec=spec,
-        constraints=constraints,
-        set_as_default=set_as_default,
-        name=name,
-        description=description,
-        metadata=metadata,
-    )
+    with _template_name_as_dlc():
+        created = template_update(
+            template=template,
+            by=call.user,
+            spec=spec,
+            constraints=constraints,
+            set_as_default=set_as_default,
+            name=name,
+            description=description,
+            metadata=metadata,
+        )
     template.refresh_from_db()
     return {
         "TemplateId": str(template.pk),

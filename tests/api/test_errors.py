@@ -556,3 +556,32 @@ def test_it_refuses_resources_finer_than_it_counts(raw, ws_a, config, text):
     assert response.json()["Code"] == "InvalidParameter"
     assert response.json()["Message"] == text
     assert Job.objects.count() == 0
+
+
+@pytest.mark.parametrize(
+    ("change", "text"),
+    [
+        (
+            {"ResourceConfig": {"CPU": "8", "Memory": "32Gi", "GPU": "9"}},
+            "JobSpecs[0]: one pod needs 8 cores, 32 GiB, 9 GPU, more than any node of pool "
+            "ecs-dedicated holds (the largest: 96 cores, 768 GiB, 4 GPU)",
+        ),
+        ({"PodCount": 2**70}, "JobSpecs[0].PodCount: must be from 1 to 1000"),
+        ({"PodCount": 1001}, "JobSpecs[0].PodCount: must be from 1 to 1000"),
+        ({"PodCount": -5}, "JobSpecs[0].PodCount: must be from 1 to 1000"),
+    ],
+)
+def test_a_role_error_reads_in_dlc_names_and_real_limits(raw, ws_a, change, text):
+    body = quota_job_body(ws_a)
+    body["JobSpecs"][0].update(change)
+    response = raw.send("POST", "/api/v1/jobs", body=json.dumps(body).encode())
+    assert (response.status_code, response.json()["Message"]) == (400, text)
+
+
+def test_an_integer_too_long_to_read_is_named_not_called_bad_json(raw, ws_a):
+    body = json.dumps(quota_job_body(ws_a)).replace('"PodCount": 2', '"PodCount": ' + "9" * 5000)
+    response = raw.send("POST", "/api/v1/jobs", body=body.encode())
+    assert (response.status_code, response.json()["Code"]) == (400, "InvalidParameter")
+    assert response.json()["Message"] == (
+        "JobSpecs[0].PodCount: is a number of 5000 digits, too long to read"
+    )

@@ -180,3 +180,34 @@ def test_templates_follow_workspaces_and_roles(dlc, dlc_for, ws_a, personas):
     assert sdk_error(caught)[1] == 403
     dlc.delete_job_template(template_id, m.DeleteJobTemplateRequest())
     assert not JobTemplate.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("fields", "status", "text"),
+    [
+        (
+            {"Content": {"Foo": 1}},
+            400,
+            "Content: Foo: not supported here (docs/api.md lists what CreateJob takes)",
+        ),
+        ({"TemplateName": " "}, 400, "TemplateName: give the template a name"),
+        (
+            {"TemplateName": "x" * 129},
+            400,
+            "TemplateName: a template name has at most 128 characters",
+        ),
+    ],
+)
+def test_a_template_error_names_its_field_once(raw, ws_a, fields, status, text):
+    body = {"TemplateName": "resnet", "WorkspaceId": ws_a, "Content": content(ws_a), **fields}
+    response = raw.send("POST", "/api/v1/jobtemplates", body=json.dumps(body).encode())
+    assert (response.status_code, response.json()["Message"]) == (status, text)
+    assert not JobTemplate.objects.exists()
+
+
+def test_a_taken_template_name_is_named_too(raw, dlc, ws_a):
+    create(dlc, ws_a, "resnet")
+    body = json.dumps({"TemplateName": "resnet"}).encode()
+    response = raw.send("PUT", f"/api/v1/jobtemplates/{create(dlc, ws_a, 'vit')}", body=body)
+    assert (response.status_code, response.json()["Code"]) == (409, "TemplateExists")
+    assert response.json()["Message"].startswith("TemplateName: this workspace already has")
