@@ -144,12 +144,14 @@ def dlc_field(path: str) -> str:
     return _TOP_LEVEL.get(path, path)
 
 
-def from_validation(error: ValidationFailed) -> ApplicationError:
-    """One InvalidParameter naming every problem with the DLC parameter names."""
+def from_validation(error: ValidationFailed, *, within: str = "") -> ApplicationError:
+    """One InvalidParameter naming every problem with the DLC parameter names, each under
+    `within` if given (`Content` → `Content.JobSpecs[0].PodCount`)."""
+    prefix = f"{within}." if within else ""
     problems = [
-        say("{field}: {message}", field=dlc_field(path), message=message)
+        say("{field}: {message}", field=prefix + dlc_field(path), message=message)
         for path, messages in error.errors.items()
         for message in messages
     ]
-    first = dlc_field(error.field) if error.field else None
+    first = prefix + dlc_field(error.field) if error.field else None
     return ApplicationError("InvalidParameter", joined(problems), field=first)

@@ -62,7 +62,8 @@ _MEMORY_UNITS_MIB = {
 class Problems:
     """Collects InvalidParameter messages keyed by DLC parameter path."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, within: str = "") -> None:
+        self.within = within  # the body read is this field's value: `Content`
         self.items: list[tuple[str, str]] = []
         self._read: dict[int, set[str]] = {}
         self._tracked: list[tuple[str, dict]] = []
@@ -92,8 +93,9 @@ class Problems:
 
     def raise_if_any(self) -> None:
         if self.items:
-            path = self.items[0][0]
-            text = "; ".join(f"{p}: {m}" for p, m in self.items)
+            prefix = f"{self.within}." if self.within else ""
+            path = prefix + self.items[0][0]
+            text = "; ".join(f"{prefix}{p}: {m}" for p, m in self.items)
             raise ApplicationError("InvalidParameter", text, field=path)
 
     # Typed readers: each returns `default` when the key is absent (or null) and records a
@@ -298,10 +300,11 @@ def is_key(value: str) -> bool:
 is_workspace_id = is_key
 
 
-def job_spec_from_create_job(body: dict) -> JobSpec:
-    """The CreateJob body as a JobSpec. Raises InvalidParameter for shapes and types; the
-    form's rules are left to job_spec_resolve."""
-    p = Problems()
+def job_spec_from_create_job(body: dict, *, within: str = "") -> JobSpec:
+    """The CreateJob body as a JobSpec. Raises InvalidParameter for shapes and types,
+    naming each field under `within` if given (a template's `Content`); the form's rules
+    are left to job_spec_resolve."""
+    p = Problems(within=within)
     p.track(body, "")
     p.text(body, "WorkspaceId", "WorkspaceId")  # read by the view (`workspace_id_of`)
     specs = p.array(body, "JobSpecs", "JobSpecs")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ from apps.agent.selectors import job_metrics, pod_addresses
 from apps.api import parsing, serializers
 from apps.api.auth import authenticate
 from apps.api.errors import (
+    dlc_field,
     error_response,
     from_validation,
     invalid_parameter,
@@ -854,7 +856,32 @@ def _constraint_field(path: str) -> str:
     return path.removeprefix("$.")
 
 
-def _template_content(problems: parsing.Problems, body: dict) -> JobSpec | None:
+@dataclass(frozen=True)
+class _Content:
+    """A template's Content as a spec, and the CreateJob fields it gives."""
+
+    spec: JobSpec
+    body: dict[str, Any]
+
+    def gives(self, path: str) -> bool:
+        """Whether the Content sets the DLC field of spec path `path` (not to null or
+        empty: the SDK sends unset arrays as [])."""
+        value: Any = self.body
+        for name, index in _DLC_STEP.findall(dlc_field(path)):
+            if not isinstance(value, dict):
+                return False
+            value = value.get(name)
+            if index:
+                if not isinstance(value, list) or len(value) <= int(index):
+                    return False
+                value = value[int(index)]
+        return value not in (None, "", [], {})
+
+
+_DLC_STEP = re.compile(r"(\w+)(?:\[(\d+)\])?")
+
+
+def _template_content(problems: parsing.Problems, body: dict) -> _Content | None:
     """Content: a CreateJob body (an object, or its JSON text) read as CreateJob reads it."""
     raw = body.get("Content")
     if raw is None:
@@ -869,12 +896,7 @@ def _template_content(problems: parsing.Problems, body: dict) -> JobSpec | None:
         problems.add("Content", "must be a JSON object: a CreateJob body")
         return None
     raw = {k: v for k, v in raw.items() if k != "WorkspaceId"}  # the template's workspace
-    try:
-        return parsing.job_spec_from_create_job(raw)
-    except ApplicationError as error:  # its message names the field: "Foo: not supported"
-        raise ApplicationError(
-            error.code, say("Content: {message}", message=error.message), field="Content"
-        ) from None
+    return _Content(spec=parsing.job_spec_from_create_job(raw, within="Content"), body=raw)
 
 
 def _constraints(problems: parsing.Problems, body: dict) -> dict[str, str] | None:
@@ -895,11 +917,13 @@ def _constraints(problems: parsing.Problems, body: dict) -> dict[str, str] | Non
 
 
 @contextmanager
-def _template_name_as_dlc() -> Iterator[None]:
-    """The template services call the name `name` (the console's field); the API names it
-    TemplateName, with the services' code and status."""
+def _template_errors_as_dlc() -> Iterator[None]:
+    """The template services name the template's name `name` (the console's field) and
+    its spec's fields by spec path; the API names them TemplateName and Content.<field>."""
     try:
         yield
+    except ValidationFailed as error:
+        raise from_validation(error, within="Content") from None
     except ApplicationError as error:
         if error.field != "name":
             raise
@@ -924,18 +948,19 @@ def create_job_template(call: Call) -> dict[str, Any]:
     workspace = _workspace(call, parsing.workspace_id_of(body))
     if body.get("Content") is None:
         raise missing_parameter("Content")
-    spec = _template_content(problems, body)
+    content = _template_content(problems, body)
     problems.raise_if_any()
-    assert spec is not None
-    with _template_name_as_dlc():
+    assert content is not None
+    with _template_errors_as_dlc():
         template = template_create(
             workspace=workspace,
             user=call.user,
             name=name,
-            spec=spec,
+            spec=content.spec,
             description=description,
             constraints=constraints,
             metadata=metadata,
+            given=content.gives,
         )
     return {**serializers.template_item(template), "Version": 1}
 
@@ -1004,15 +1029,16 @@ def update_job_template(call: Call, template_id: str) -> dict[str, Any]:
         if field in body:
             problems.add(field, "is not used here: Content makes a new version")
     problems.raise_if_any()
-    spec = _template_content(problems, body)
+    content = _template_content(problems, body)
     problems.raise_if_any()
-    if constraints is not None and spec is None:
+    if constraints is not None and content is None:
         raise invalid_parameter("Constraints", say("can only be given with Content"))
-    with _template_name_as_dlc():
+    with _template_errors_as_dlc():
         created = template_update(
             template=template,
             by=call.user,
-            spec=spec,
+            spec=content.spec if content else None,
+            given=content.gives if content else lambda path: True,
             constraints=constraints,
             set_as_default=set_as_default,
             name=name,

@@ -3,7 +3,7 @@ status (its table is `apps.jobs.transitions`)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -36,7 +36,7 @@ from apps.jobs.models import (
     StatusTransition,
 )
 from apps.jobs.selectors import template_can_manage
-from apps.jobs.specs import JobSpec, job_spec_resolve, spec_to_json
+from apps.jobs.specs import JobSpec, job_spec_resolve, spec_to_json, template_spec_check
 
 CHUNK = 2000  # ids per IN (...) list
 SHARED_REASON_MIN = 100  # jobs sharing a status and reason that are written by one UPDATE
@@ -619,9 +619,12 @@ def template_create(
     description: str = "",
     constraints: Mapping[str, str] | None = None,
     metadata: Mapping | None = None,
+    given: Callable[[str], bool] = lambda path: True,
 ) -> JobTemplate:
-    """A new template of the workspace, its version 1 holding `spec`."""
+    """A new template of the workspace, its version 1 holding `spec`, whose values (the
+    fields `given` says it gives: all unless told) pass the create-job rules."""
     name = _template_name(name)
+    template_spec_check(spec, workspace=workspace, given=given)
     with transaction.atomic():
         if JobTemplate.objects.filter(workspace=workspace, name=name).exists():
             raise ApplicationError(
@@ -662,11 +665,14 @@ def template_update(
     name: str | None = None,
     description: str | None = None,
     metadata: Mapping | None = None,
+    given: Callable[[str], bool] = lambda path: True,
 ) -> JobTemplateVersion | None:
     """Change a template (its saver, a workspace admin, a platform admin): a new `spec`
-    makes a new version (the default one with `set_as_default`), returned; the name,
-    description and metadata change in place."""
+    (checked as `template_create` checks it) makes a new version (the default one with
+    `set_as_default`), returned; the name, description and metadata change in place."""
     _ensure_can_manage(template, by, "change")
+    if spec is not None:
+        template_spec_check(spec, workspace=template.workspace, given=given)
     created = None
     with transaction.atomic():
         template = JobTemplate.objects.select_for_update().get(pk=template.pk)

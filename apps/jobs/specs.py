@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import unicodedata
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 
@@ -290,6 +291,20 @@ def job_spec_resolve(spec: JobSpec, *, workspace) -> ResolvedJob:
     if errors:
         raise ValidationFailed(dict(errors))
     return ResolvedJob(spec=spec, quota=quota, roles=roles)
+
+
+def template_spec_check(spec: JobSpec, *, workspace, given: Callable[[str], bool]) -> None:
+    """A job template's spec: what it gives must pass `job_spec_resolve`'s rules, so a job
+    submitted from it is not refused for the template's own values. A template may leave
+    fields out (the job submitted from it gives them): a problem with a field `given` says
+    the template did not give (by its spec path) is not the template's. Raises
+    ValidationFailed."""
+    try:
+        job_spec_resolve(spec, workspace=workspace)
+    except ValidationFailed as failed:
+        errors = {path: messages for path, messages in failed.errors.items() if given(path)}
+        if errors:
+            raise ValidationFailed(errors) from None
 
 
 def _check_fits(spec: JobSpec, quota: Quota, roles: list[ResolvedRole], errors: _Errors) -> None:

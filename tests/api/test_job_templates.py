@@ -134,7 +134,7 @@ def test_bad_templates_are_refused_naming_the_field(dlc, ws_a, create_job):
             template_name="x", workspace_id=ws_a, content=json.dumps({"JobSpecs": "many"})
         )
     )
-    assert status == 400 and "Content: " in text and "JobSpecs" in text
+    assert status == 400 and "Content.JobSpecs: must be an array" in text
     _, status, text = refused(
         m.CreateJobTemplateRequest(
             template_name="x",
@@ -188,7 +188,7 @@ def test_templates_follow_workspaces_and_roles(dlc, dlc_for, ws_a, personas):
         (
             {"Content": {"Foo": 1}},
             400,
-            "Content: Foo: not supported here (docs/api.md lists what CreateJob takes)",
+            "Content.Foo: not supported here (docs/api.md lists what CreateJob takes)",
         ),
         ({"TemplateName": " "}, 400, "TemplateName: give the template a name"),
         (
@@ -211,3 +211,43 @@ def test_a_taken_template_name_is_named_too(raw, dlc, ws_a):
     response = raw.send("PUT", f"/api/v1/jobtemplates/{create(dlc, ws_a, 'vit')}", body=body)
     assert (response.status_code, response.json()["Code"]) == (409, "TemplateExists")
     assert response.json()["Message"].startswith("TemplateName: this workspace already has")
+
+
+@pytest.mark.parametrize(
+    ("given", "text"),
+    [
+        (
+            {"JobType": "Nope"},
+            "Content.JobType: must be one of PyTorchJob, TFJob, MPIJob, XGBoostJob, RayJob",
+        ),
+        ({"JobSpecs": [{"PodCount": -5}]}, "Content.JobSpecs[0].PodCount: must be from 1 to 1000"),
+        ({"Priority": 99}, "Content.Priority: must be a whole number from 1 to 9"),
+        (
+            {"JobSpecs": [{"EcsSpec": "ecs.nope"}]},
+            "Content.JobSpecs[0].EcsSpec: unknown instance type 'ecs.nope'",
+        ),
+        ({"ResourceId": "team-b"}, "Content.ResourceId: no quota 'team-b' serves this workspace"),
+    ],
+)
+def test_a_template_refuses_values_create_job_would_refuse(raw, ws_a, given, text):
+    body = {"TemplateName": "t", "WorkspaceId": ws_a, "Content": given}
+    response = raw.send("POST", "/api/v1/jobtemplates", body=json.dumps(body).encode())
+    assert (response.status_code, response.json()["Code"]) == (400, "InvalidParameter")
+    assert response.json()["Message"] == text
+    assert not JobTemplate.objects.exists()
+
+
+def test_a_template_may_leave_out_what_the_job_gives(raw, ws_a, create_job):
+    """No name, command or resource source: the job created from it gives them."""
+    partial = {"JobType": "TFJob", "Priority": 5, "JobSpecs": [{"Type": "PS", "PodCount": 2}]}
+    body = {"TemplateName": "t", "WorkspaceId": ws_a, "Content": partial}
+    response = raw.send("POST", "/api/v1/jobtemplates", body=json.dumps(body).encode())
+    assert response.status_code == 200, response.json()
+    template_id = response.json()["TemplateId"]
+    bad = json.dumps({"Content": {"Priority": 0}}).encode()
+    response = raw.send("PUT", f"/api/v1/jobtemplates/{template_id}", body=bad)
+    assert response.json()["Message"] == "Content.Priority: must be a whole number from 1 to 9"
+    job = quota_job_body(ws_a)
+    job["JobSpecs"][0]["Type"] = "PS"
+    job_id = create_job({"TemplateId": template_id, **job, "JobType": ""})
+    assert Job.objects.get(job_id=job_id).job_type == "TFJob"
