@@ -288,6 +288,8 @@ def job_spec_resolve(spec: JobSpec, *, workspace) -> ResolvedJob:
     roles = _check_roles(spec, errors)
     if quota is not None and not errors:
         _check_fits(spec, quota, roles, errors)
+    if spec.resource_source != ResourceSource.QUOTA and not errors:
+        _check_public_fits(roles, errors)
     if errors:
         raise ValidationFailed(dict(errors))
     return ResolvedJob(spec=spec, quota=quota, roles=roles)
@@ -360,6 +362,46 @@ def _check_fits(spec: JobSpec, quota: Quota, roles: list[ResolvedRole], errors: 
                 **values,
             )
         errors.add("quota", problem)
+
+
+def _check_public_fits(roles: list[ResolvedRole], errors: _Errors) -> None:
+    """A pay-as-you-go or spot job that could never start is refused, as a quota job is:
+    all its pods start together, each on an instance of the public pool, so a role needing
+    more instances than its instance type's public capacity (for a spot role, than that of
+    every type it may run on), or roles of one type needing more together, would wait for
+    ever."""
+    alone: dict[str, int] = {}  # pods of the roles that have one type only, per type
+    for i, role in enumerate(roles):
+        choices = [t for t in (role.instance_type, *role.fallback_types) if t is not None]
+        if not choices:
+            continue
+        largest = max(choices, key=lambda t: t.public_capacity)
+        if role.spec.pod_count > largest.public_capacity:
+            errors.add(
+                f"roles[{i}].pod_count",
+                say(
+                    "{pods} pods need {pods} instances of {name}, more than its public "
+                    "capacity ({capacity}): the job could never start",
+                    pods=role.spec.pod_count,
+                    name=largest.name,
+                    capacity=largest.public_capacity,
+                ),
+            )
+        elif len(choices) == 1:
+            alone[largest.name] = alone.get(largest.name, 0) + role.spec.pod_count
+    for role in roles:
+        itype = role.instance_type
+        if itype is not None and alone.get(itype.name, 0) > itype.public_capacity:
+            errors.add(
+                "roles",
+                say(
+                    "the roles on {name} need {pods} instances together, more than its public "
+                    "capacity ({capacity}): the job could never start",
+                    name=itype.name,
+                    pods=alone.pop(itype.name),
+                    capacity=itype.public_capacity,
+                ),
+            )
 
 
 def _amounts(cpu: int, memory: int, milli_gpu: int) -> str:

@@ -585,3 +585,34 @@ def test_an_integer_too_long_to_read_is_named_not_called_bad_json(raw, ws_a):
     assert response.json()["Message"] == (
         "JobSpecs[0].PodCount: is a number of 5000 digits, too long to read"
     )
+
+
+@pytest.mark.parametrize(
+    ("make_body", "text"),
+    [
+        (
+            lambda ws: spot_job_body(
+                ws, JobSpecs=_role(PodCount=21, SpotSpec={"SpotDiscountLimit": 0.5})
+            ),
+            "JobSpecs[0].PodCount: 21 pods need 21 instances of ecs.g7.xlarge, more than its "
+            "public capacity (20): the job could never start",
+        ),
+        (
+            lambda ws: spot_job_body(ws, JobSpecs=_role(PodCount=1000)),
+            "JobSpecs[0].PodCount: 1000 pods need 1000 instances of ecs.g7.xlarge, more than "
+            "its public capacity (20): the job could never start",
+        ),
+        (
+            lambda ws: spot_job_body(
+                ws, JobSpecs=[*_role(PodCount=12), *_role(Type="Master", PodCount=9)]
+            ),
+            "JobSpecs: the roles on ecs.g7.xlarge need 21 instances together, more than its "
+            "public capacity (20): the job could never start",
+        ),
+    ],
+    ids=["spot", "pay-as-you-go", "two-roles"],
+)
+def test_it_refuses_a_public_job_that_could_never_start(raw, ws_a, make_body, text):
+    response = raw.send("POST", "/api/v1/jobs", body=json.dumps(make_body(ws_a)).encode())
+    assert (response.status_code, response.json()["Message"]) == (400, text)
+    assert Job.objects.count() == 0

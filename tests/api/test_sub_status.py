@@ -72,8 +72,13 @@ def test_a_bidding_job_names_what_it_waits_for(dlc, create_job, ws_a, settings, 
     now = timezone.now()
     replay_writer(settings, tmp_path)([(now - timedelta(minutes=5), "ecs.g7.xlarge", "0.50")])
     low = create_job(spot_job_body(ws_a, DisplayName="low"))  # ¥0.32/h
+    payg = spot_job_body(ws_a, DisplayName="payg")
+    del payg["JobSpecs"][0]["SpotSpec"]
+    payg["JobSpecs"][0]["PodCount"] = 5  # of 20 public instances
+    create_job(payg)
+    market_step(now=now - timedelta(minutes=2), rng=random.Random(1))
     many = spot_job_body(ws_a, {"SpotStrategy": "SpotWithPriceLimit", "SpotDiscountLimit": 0.9})
-    many["JobSpecs"][0]["PodCount"] = 21  # of 20 public instances
+    many["JobSpecs"][0]["PodCount"] = 16  # of the 15 left
     short = create_job({**many, "DisplayName": "short"})
     market_step(now=now - timedelta(minutes=1), rng=random.Random(1))
     assert sub_statuses(dlc, ws_a, low) == ("BidBelowMarketPrice", "BidBelowMarketPrice")

@@ -138,11 +138,13 @@ def test_it_keeps_a_bid_below_the_market_price_bidding_and_says_why(personas, re
 
 def test_it_keeps_a_job_bidding_while_stock_cannot_cover_all_its_pods(personas, replay):
     replay([(NOW, G7, "0.30")])
-    job = submit(personas, discount="0.9", pods=21)
+    submit(personas, source="public", pods=5, name="payg")
     step(at(0))
+    job = submit(personas, discount="0.9", pods=16)
+    step(at(1))
     reload(job)
     assert job.status == JobStatus.BIDDING
-    assert reason(job) == "stock: needs 21 instances of ecs.g7.xlarge, 20 free"
+    assert reason(job) == "stock: needs 16 instances of ecs.g7.xlarge, 15 free"
 
 
 def test_it_starts_a_job_when_its_bid_covers_the_price_and_stock_covers_every_pod(personas, replay):

@@ -714,7 +714,8 @@ def test_it_shows_why_a_spot_job_bids_from_the_last_market_step(
     now = timezone.now()
     replay_writer(settings, tmp_path)([(now - timedelta(minutes=5), "ecs.g7.xlarge", "0.50")])
     low = submit(personas, discount="0.4", name="low-bid", now=now - timedelta(minutes=2))
-    submit(personas, discount="0.9", pods=25, name="big-gang", now=now - timedelta(minutes=2))
+    submit(personas, source="public", pods=5, name="payg", now=now - timedelta(minutes=3))
+    submit(personas, discount="0.9", pods=16, name="big-gang", now=now - timedelta(minutes=2))
     fresh_detail = alice_client.get(reverse("jobs:detail", args=[low.job_id])).content.decode()
     assert "waiting for the next market step" in fresh_detail  # the type is not priced yet
     market_step(now=now - timedelta(minutes=1), rng=random.Random(1))
@@ -722,7 +723,7 @@ def test_it_shows_why_a_spot_job_bids_from_the_last_market_step(
     assert "bid ¥0.32/h &lt; market ¥0.50/h for ecs.g7.xlarge" in detail
     listing = html_lib.unescape(alice_client.get(reverse("jobs:list")).content.decode())
     assert "bid ¥0.32/h < market ¥0.50/h for ecs.g7.xlarge" in listing
-    assert "stock: needs 25 instances of ecs.g7.xlarge, 20 free" in listing
+    assert "stock: needs 16 instances of ecs.g7.xlarge, 15 free" in listing
 
 
 @pytest.mark.parametrize(
