@@ -807,8 +807,11 @@ def get_workspace(call: Call, workspace_id: str) -> dict[str, Any]:
 
 
 def list_quotas(call: Call) -> dict[str, Any]:
-    """The quotas that serve the caller's workspaces."""
-    quotas = quota_list(user=call.user, name=call.query.get("Name", ""))
+    """The quotas that serve the caller's workspaces (WorkspaceId: that one of them)."""
+    workspace = None
+    if workspace_id := call.query.get("WorkspaceId"):
+        workspace = _workspace(call, workspace_id)
+    quotas = quota_list(user=call.user, name=call.query.get("Name", ""), workspace=workspace)
     items = [
         serializers.quota_item(q.quota, workspace_ids=[w.workspace_id for w in q.workspaces])
         for q in quotas

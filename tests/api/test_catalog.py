@@ -143,3 +143,12 @@ def test_list_quotas_shows_the_quotas_of_the_callers_workspaces(aiworkspace):
     assert [
         q.name for q in aiworkspace.list_quotas(ListQuotasRequest(name="team-a")).body.quotas
     ] == ["team-a"]
+
+
+def test_list_quotas_takes_a_workspace_of_the_callers_only(raw, personas, ws_a):
+    """(The SDK's ListQuotasRequest has no WorkspaceId: sent by hand.)"""
+    listed = raw.send("GET", "/api/v1/quotas", query={"WorkspaceId": ws_a}).json()
+    assert [q["Name"] for q in listed["Quotas"]] == ["lingjun-a", "team-a"]
+    for other in (personas["ws_b"].workspace_id, "abc", "99999"):
+        response = raw.send("GET", "/api/v1/quotas", query={"WorkspaceId": other})
+        assert (response.status_code, response.json()["Code"]) == (404, "EntityNotExist.Workspace")
