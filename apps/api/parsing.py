@@ -767,6 +767,20 @@ def query_time(query, name: str) -> datetime | None:
     return moment
 
 
+def query_time_range(query) -> tuple[datetime | None, datetime | None]:
+    """StartTime and EndTime (`query_time`), each None when absent; refused when StartTime
+    is after EndTime."""
+    start, end = query_time(query, "StartTime"), query_time(query, "EndTime")
+    time_order(start, end)
+    return start, end
+
+
+def time_order(start: datetime | None, end: datetime | None) -> None:
+    """Every call's one rule for a time range: StartTime may not be after EndTime."""
+    if start is not None and end is not None and start > end:
+        raise invalid_parameter("StartTime", say("must not be after EndTime"))
+
+
 def query_choice(query, name: str, choices: dict[str, Any]) -> Any:
     raw = query.get(name)
     if raw is None or raw == "":

@@ -404,7 +404,7 @@ def _job_filters(call: Call) -> JobFilters:
         raise invalid_parameter(
             unsupported[0], say("not supported here (docs/api.md lists what ListJobs takes)")
         )
-    start, end = parsing.query_time(query, "StartTime"), parsing.query_time(query, "EndTime")
+    start, end = parsing.query_time_range(query)
     if start is None and end is None and "job_ids" not in filters:
         start = call.now - DEFAULT_LIST_WINDOW  # named jobs are found however old
     if start is not None:
@@ -539,8 +539,8 @@ def stop_job(call: Call, job_id: str) -> dict[str, Any]:
 
 
 def _events(call: Call, job: Job, pod: Pod | None = None) -> list[str]:
-    start = parsing.query_time(call.query, "StartTime") or call.now - DEFAULT_LIST_WINDOW
-    end = parsing.query_time(call.query, "EndTime") or call.now
+    start, end = parsing.query_time_range(call.query)
+    start, end = start or call.now - DEFAULT_LIST_WINDOW, end or call.now
     limit = parsing.query_int(call.query, "MaxEventsNum", default=MAX_EVENTS, maximum=MAX_EVENTS)
     events = job_events(job=job, since=start, until=end, pod=pod)
     return [serializers.event_line(e) for e in events[:limit]]
@@ -594,12 +594,7 @@ def get_pod_logs(call: Call, job_id: str, pod_id: str) -> dict[str, Any]:
     pod = _pod(call, job, pod_id)
     pod.job = job
     lines = parsing.query_int(call.query, "MaxLines", default=2000, maximum=100_000)
-    start, end = (
-        parsing.query_time(call.query, "StartTime"),
-        parsing.query_time(call.query, "EndTime"),
-    )
-    if start and end and start > end:
-        raise invalid_parameter("StartTime", say("must not be after EndTime"))
+    start, end = parsing.query_time_range(call.query)
     found = log_window(
         pod_log_path(pod),
         since=(start or call.now - DEFAULT_LIST_WINDOW).timestamp(),
@@ -627,10 +622,10 @@ def get_job_metrics(call: Call, job_id: str) -> dict[str, Any]:
     if not call.query.get("MetricType"):
         raise missing_parameter("MetricType")
     metric = parsing.query_choice(call.query, "MetricType", {m.name: m for m in METRIC_TYPES})
-    end = parsing.query_time(call.query, "EndTime") or call.now
-    start = parsing.query_time(call.query, "StartTime") or end - DEFAULT_METRICS_WINDOW
-    if start > end:
-        raise invalid_parameter("StartTime", say("must not be after EndTime"))
+    start, end = parsing.query_time_range(call.query)
+    end = end or call.now
+    start = start or end - DEFAULT_METRICS_WINDOW
+    parsing.time_order(start, end)  # a StartTime after now, without EndTime
     raw_step = call.query.get("TimeStep") or DEFAULT_TIME_STEP
     try:
         step = parse_time_step(raw_step)
@@ -720,10 +715,10 @@ def spot_prices(call: Call) -> dict[str, Any]:
         )
     if not itype.spot_enabled or itype.public_capacity == 0:
         raise invalid_parameter("InstanceType", say("{name} is not sold as spot", name=name))
-    end = parsing.query_time(call.query, "EndTime") or call.now
-    start = parsing.query_time(call.query, "StartTime") or end - timedelta(days=1)
-    if start > end:
-        raise invalid_parameter("StartTime", say("must not be after EndTime"))
+    start, end = parsing.query_time_range(call.query)
+    end = end or call.now
+    start = start or end - timedelta(days=1)
+    parsing.time_order(start, end)  # a StartTime after now, without EndTime
     low, high = spot_price_range_per_minute(itype)
     points = price_history(itype, start=start, end=end)
     state = market_states(types=[itype]).get(itype.pk)

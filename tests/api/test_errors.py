@@ -616,3 +616,20 @@ def test_it_refuses_a_public_job_that_could_never_start(raw, ws_a, make_body, te
     response = raw.send("POST", "/api/v1/jobs", body=json.dumps(make_body(ws_a)).encode())
     assert (response.status_code, response.json()["Message"]) == (400, text)
     assert Job.objects.count() == 0
+
+
+def test_every_call_with_a_time_range_refuses_it_reversed(raw, ws_a, create_job):
+    job_id = create_job(quota_job_body(ws_a))
+    pod_id = Job.objects.get(job_id=job_id).pods.first().pod_id
+    reversed_range = {"StartTime": "2026-11-29T10:00:00Z", "EndTime": "2026-11-29T09:00:00Z"}
+    for path, query in [
+        ("/api/v1/jobs", {}),
+        (f"/api/v1/jobs/{job_id}/events", {}),
+        (f"/api/v1/jobs/{job_id}/pods/{pod_id}/events", {}),
+        (f"/api/v1/jobs/{job_id}/pods/{pod_id}/logs", {}),
+        (f"/api/v1/jobs/{job_id}/metrics", {"MetricType": "CpuCoreUsage"}),
+        ("/api/v1/spot/prices", {"InstanceType": "ecs.g7.xlarge"}),
+    ]:
+        response = raw.send("GET", path, query={**query, **reversed_range})
+        assert response.status_code == 400, path
+        assert response.json()["Message"] == "StartTime: must not be after EndTime", path
