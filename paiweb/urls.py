@@ -20,6 +20,10 @@ class FaviconView(RedirectView):
         return static("img/favicon.svg")
 
 
+# A request Django refuses before any view (a Host header not in ALLOWED_HOSTS): the API's
+# paths answer in the API's error shape.
+handler400 = "apps.api.views.bad_request"
+
 urlpatterns = [
     path("", RedirectView.as_view(pattern_name="jobs:list", permanent=False)),
     path(

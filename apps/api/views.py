@@ -19,11 +19,12 @@ from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
-from django.core.exceptions import RequestDataTooBig, TooManyFieldsSent
+from django.core.exceptions import DisallowedHost, RequestDataTooBig, TooManyFieldsSent
 from django.db import transaction
 from django.db.models import Q, QuerySet
-from django.http import Http404, HttpRequest, JsonResponse
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.utils import timezone
+from django.views import defaults
 from django.views.decorators.csrf import csrf_exempt
 
 from apps.agent.logs import log_window, pod_log_path
@@ -186,6 +187,21 @@ def _unknown_action() -> ApplicationError:
 @csrf_exempt
 def unknown_action(request: HttpRequest, path: str = "") -> JsonResponse:
     return error_response(_unknown_action(), request_id=new_request_id())
+
+
+def bad_request(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    """Django's 400 for a request it will not serve (a Host header not in ALLOWED_HOSTS, …):
+    on the API's paths an error body the SDK reads, elsewhere Django's own page."""
+    if not request.path.startswith("/api/"):
+        return defaults.bad_request(request, exception)
+    if isinstance(exception, DisallowedHost):
+        host = request.META.get("HTTP_HOST", "")[:64]
+        error = invalid_parameter(
+            "Host", say("{host} is not a name this server answers to", host=f"{host!r}")
+        )
+    else:
+        error = ApplicationError("InvalidParameter", say("The request is not valid."))
+    return error_response(error, request_id=new_request_id())
 
 
 def _refuse_nul(request: HttpRequest, kwargs: dict[str, str]) -> None:

@@ -633,3 +633,18 @@ def test_every_call_with_a_time_range_refuses_it_reversed(raw, ws_a, create_job)
         response = raw.send("GET", path, query={**query, **reversed_range})
         assert response.status_code == 400, path
         assert response.json()["Message"] == "StartTime: must not be after EndTime", path
+
+
+def test_a_host_the_server_does_not_answer_to_is_refused_in_the_apis_words(raw):
+    headers = raw.headers("GET", "/api/v1/jobs")
+    response = raw.send("GET", "/api/v1/jobs", headers={**headers, "host": "evil.example"})
+    assert response.status_code == 400
+    assert response.headers["Content-Type"] == "application/json"
+    body = response.json()
+    assert (body["Code"], body["Message"]) == (
+        "InvalidParameter",
+        "Host: 'evil.example' is not a name this server answers to",
+    )
+    assert set(body) == {"RequestId", "Code", "Message"}
+    page = raw.send("GET", "/login/", headers={"host": "evil.example"})
+    assert page.status_code == 400 and "text/html" in page.headers["Content-Type"]
