@@ -70,7 +70,8 @@ MAX_STEPS = 20_000
 MAX_DEPTH = 12  # messages inside messages: a few levels in anything the platform writes
 
 
-_Reading = tuple[str, bool, int]  # translated, all of it known, messages read
+# translated, all of it known, messages read, and minus the characters left as plain values
+_Reading = tuple[str, bool, int, int]
 
 
 class _Exhausted(Exception):
@@ -165,8 +166,10 @@ class Phrasebook:
     Where a text matches several templates (or one template in two ways), a reading that
     knows every inner message wins over one that does not; among those, the one that reads
     the most messages in all (so "a; b" reads as two known messages, not as one template
-    whose plain value swallowed "a; " — a job's or a node's name); among equals, the most
-    specific. A pod's own words stay as written."""
+    whose plain value swallowed "a; " — a job's or a node's name); then the one that leaves
+    the least of the text to plain values (so "x: a0; a0 ×1 (In Quota)" reads as "x: a0"
+    and a node's placement, not as "x: {example}" holding "a0; a0 ×1" and a reason "In
+    Quota"); among equals, the most specific. A pod's own words stay as written."""
 
     def __init__(self, catalogue: Iterable[tuple[str, str]]) -> None:
         self._exact: dict[str, str] = {}
@@ -193,18 +196,18 @@ class Phrasebook:
         try:
             return self._read(text, _Steps(MAX_STEPS))[0]
         except _Exhausted:
-            self._remember(text, (text, False, 0))
+            self._remember(text, (text, False, 0, -len(text)))
             return text
 
     def _read(self, text: str, steps: _Steps, depth: int = 0) -> _Reading:
         """`text` translated, whether all of it was known, and how many messages it read."""
         found = self._exact.get(text)
         if found is not None:
-            return found, True, 1
+            return found, True, 1, 0
         read = self._seen.get(text)
         if read is None:
             if depth > MAX_DEPTH:
-                return text, False, 0
+                return text, False, 0, -len(text)
             read = self._match(text, steps, depth)
             self._remember(text, read)
         return read
@@ -219,15 +222,20 @@ class Phrasebook:
         for pattern in self._patterns:
             for found in pattern.readings(text, steps):
                 known, unknown, messages, values = 0, 0, 0 if pattern.generic else 1, {}
+                explained = 0
                 for name, value in found.items():
                     if NESTED.search(name):
-                        value, whole, inner = self._read(value, steps, depth + 1)
+                        value, whole, inner, left = self._read(value, steps, depth + 1)
                         known, unknown = known + whole, unknown + (not whole)
                         messages += inner
+                        explained += left
+                    else:
+                        explained -= len(value)
                     values[name] = value
                 if pattern.generic and not known:
                     continue
-                reading = (pattern.translated.format(**values), not unknown, messages)
+                translated = pattern.translated.format(**values)
+                reading = (translated, not unknown, messages, explained)
                 if best is None or reading[1:] > best[1:]:
                     best = reading
-        return best if best is not None else (text, False, 0)
+        return best if best is not None else (text, False, 0, -len(text))

@@ -210,6 +210,18 @@ def test_a_jobs_placement_reads_in_chinese_node_by_node():
         assert "In Quota" not in chinese and chinese.count("×") == n, chinese
 
 
+def test_a_free_value_does_not_swallow_the_next_message():
+    """Found by the property below: "{example}" holds anything, so "x: a0; a0 ×1 (In
+    Quota)" also read as one message whose example was "a0; a0 ×1", followed by a reason
+    "In Quota" — as many messages as the true reading, the parts left in English. The
+    reading that leaves the least of the text to plain values wins."""
+    parts = [
+        say("must be a JSON object of key → value: {example}", example="a0"),
+        say("{node} ×{count} (In Quota)", node="a0", count=1),
+    ]
+    assert ZH.translate(joined(parts)) == "必须是“键 → 值”的 JSON 对象：a0；a0 ×1（配额内）"
+
+
 @settings(max_examples=200, deadline=None)
 @given(data=st.data())
 def test_messages_joined_read_back_part_by_part(data):
