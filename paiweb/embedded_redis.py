@@ -24,18 +24,21 @@ def is_answering(socket_path: Path) -> bool:
 
 
 def server_argv(socket_path: Path) -> list[str]:
-    """redis-server on `socket_path` only (no TCP port, nothing kept on disk), in the
-    foreground: what `start` runs, and what `manage.py demo` supervises."""
+    """redis-server on `socket_path` only (no TCP port), in the foreground: what `start`
+    runs, and what `manage.py demo` supervises. It keeps an append-only file beside the
+    socket (written every second): a Redis killed and started again still knows the API's
+    used signature nonces (else a captured request could be replayed) and the throttles'
+    counts."""
     return [
         redis_server_binary(),
         *("--port", "0", "--unixsocket", str(socket_path), "--unixsocketperm", "700"),
-        *("--save", "", "--appendonly", "no", "--dir", str(socket_path.parent)),
-        *("--loglevel", "warning"),
+        *("--save", "", "--appendonly", "yes", "--appendfsync", "everysec"),
+        *("--dir", str(socket_path.parent), "--loglevel", "warning"),
     ]
 
 
 def start(socket_path: Path, *, timeout: float = 10.0) -> subprocess.Popen:
-    """Start redis-server on `socket_path` (no TCP port, nothing kept on disk)."""
+    """Start redis-server on `socket_path` (no TCP port; `server_argv`)."""
     socket_path.parent.mkdir(parents=True, exist_ok=True)
     socket_path.unlink(missing_ok=True)
     process = subprocess.Popen(server_argv(socket_path), stdout=subprocess.DEVNULL)
