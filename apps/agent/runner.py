@@ -613,8 +613,11 @@ class PodProcess:
         current = _stop_grace(self.state_dir)
         if current is None or grace < current:
             tmp = self.state_dir / f".stop.{os.getpid()}"
-            tmp.write_text(f"{max(grace, 0.0):g}")
-            os.replace(tmp, self.state_dir / shim.STOP)
+            try:
+                tmp.write_text(f"{max(grace, 0.0):g}")
+                os.replace(tmp, self.state_dir / shim.STOP)
+            except FileNotFoundError:  # the pod ended and its state was swept meanwhile
+                return
         if self.stop_requested_at is None:
             self.stop_requested_at = time.monotonic()
         self._wake()

@@ -381,6 +381,21 @@ def test_an_adopted_pod_is_stopped_with_its_grace_and_escalation(root):
     assert "got TERM" in log.read_text() and not runner.descendants(pid)
 
 
+def test_a_stop_for_a_pod_whose_state_was_swept_meanwhile_is_nothing_to_do(root):
+    # a stop request racing the pod's end: its state directory gone between the two
+    state, log, pid = _start_elsewhere(root, "sleep 60")
+    process = runner.PodProcess.adopt(state)
+    moved = state.with_name("swept")
+    state.rename(moved)
+    try:
+        process.request_stop(1.0)  # used to raise FileNotFoundError in the agent's log
+        assert not state.exists()
+    finally:
+        moved.rename(state)  # where its shim looks: stop it for good
+        process.request_stop(0)
+        assert process.wait(timeout=15) in (137, 143)
+
+
 def test_a_pod_whose_shim_is_killed_dies_with_it_and_is_reported_vanished(root):
     import signal
 
