@@ -9,10 +9,10 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 
 from django.conf import settings
-from django.db.models import QuerySet
+from django.db.models import QuerySet, Sum
 
 from apps.cluster.models import Node, ResourcePool
-from apps.jobs.models import Job, ResourceSource
+from apps.jobs.models import Job, JobRestart, JobStatus, ResourceSource, StatusTransition
 from apps.scheduler.services import scheduler_cluster
 from apps.simulator import DEFAULTS, Cluster, TraceJob
 from apps.whatif.models import WhatIfRun
@@ -30,15 +30,22 @@ def quota_jobs(*, days: int, now: datetime) -> QuerySet[Job]:
 
 def jobs_trace(*, days: int, now: datetime) -> list[TraceJob]:
     """The quota jobs submitted in the last `days` days as a trace, oldest first: each at its
-    submission time (seconds from the first), with the work it did (start to finish; None
-    while it still runs), its recorded wait (submission to first start) and its quota, idle
-    mode and priority. A job of several roles counts as its pods alike, each shaped like its
-    role asking the most GPUs. Jobs stopped before they ever started did no work: left out."""
-    jobs = (
-        quota_jobs(days=days, now=now)
-        .select_related("quota")
-        .prefetch_related("roles")
-        .order_by("submitted_at", "id")
+    submission time (seconds from the first), with the work it did (`_work`; None while it
+    still runs), its recorded wait (submission to first start) and its quota, idle mode and
+    priority. A job of several roles counts as its pods alike, each shaped like its role
+    asking the most GPUs. Jobs stopped before they ever started did no work: left out."""
+    chosen = quota_jobs(days=days, now=now)
+    jobs = chosen.select_related("quota").prefetch_related("roles").order_by("submitted_at", "id")
+    running: dict[int, list[tuple[datetime, datetime | None]]] = {}
+    for job_id, start, end in StatusTransition.objects.filter(
+        job__in=chosen, status=JobStatus.RUNNING
+    ).values_list("job_id", "started_at", "ended_at"):
+        running.setdefault(job_id, []).append((start, end))
+    redone = dict(
+        JobRestart.objects.filter(job__in=chosen)
+        .values("job_id")
+        .annotate(lost=Sum("lost_gpu_seconds"))
+        .values_list("job_id", "lost")
     )
     trace: list[TraceJob] = []
     first: datetime | None = None
@@ -50,9 +57,8 @@ def jobs_trace(*, days: int, now: datetime) -> list[TraceJob]:
             continue  # ended without running
         first = first or job.submitted_at
         shape = max(roles, key=lambda r: (r.gpus, r.cpu, r.memory))
-        duration = None
-        if job.started_at is not None and job.finished_at is not None:
-            duration = max((job.finished_at - job.started_at).total_seconds(), 1.0)
+        gpus = sum(r.pod_count * (r.gpu or r.gpu_milli / 1000) for r in roles)
+        duration = _work(job, running.get(job.pk, []), redone.get(job.pk) or 0.0, gpus)
         waited = None
         if job.started_at is not None:
             waited = max((job.started_at - job.submitted_at).total_seconds(), 0.0)
@@ -74,6 +80,26 @@ def jobs_trace(*, days: int, now: datetime) -> list[TraceJob]:
             )
         )
     return trace
+
+
+def _work(
+    job: Job, running: list[tuple[datetime, datetime | None]], lost_gpu_seconds: float, gpus: float
+) -> float | None:
+    """The seconds of work a job needed, for a replay: the time it spent Running over all its
+    attempts (not the time from its first start to its end, which counts its waits in the
+    queue after a preemption), less the work its interruptions threw away and it did again
+    (their lost GPU-seconds over its GPUs). None while it still runs. A job with no Running
+    spans recorded: start to finish."""
+    if job.finished_at is None:
+        return None
+    if running:
+        ran = sum(((end or job.finished_at) - start).total_seconds() for start, end in running)
+        if gpus:
+            ran -= lost_gpu_seconds / gpus
+        return max(ran, 1.0)
+    if job.started_at is None:
+        return None
+    return max((job.finished_at - job.started_at).total_seconds(), 1.0)
 
 
 def current_cluster() -> Cluster:

@@ -14,7 +14,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from apps.cluster.models import Node
-from apps.jobs.models import Job, JobRole, JobStatus
+from apps.jobs.models import Job, JobRestart, JobRole, JobStatus, StatusTransition
 from apps.scheduler.services import scheduler_cluster
 from apps.simulator.cluster import cluster_from_toml
 from apps.whatif.models import WhatIfRun
@@ -309,6 +309,32 @@ def test_the_clusters_own_jobs_make_a_trace(history, personas):
     assert (first.gpu, first.gpu_milli, first.pods, first.quota) == (4, 4000, 1, "team-a")
     assert next(t for t in trace if t.name == running.job_id).duration is None
     assert jobs_trace(days=7, now=now + timedelta(days=8)) == []
+
+
+def test_a_preempted_jobs_work_is_its_running_time_less_what_it_did_again(personas):
+    # ran 10 min, preempted (2 min of 4 GPUs lost), queued 20 min, ran 15 min: 23 min of
+    # work, not the 45 min from its first start to its end
+    start = timezone.now() - timedelta(hours=2)
+    job = make_job(personas, status=JobStatus.SUCCEEDED, name="resumed", created=start, pods=1)
+    JobRole.objects.filter(job=job).update(gpu=4, pod_count=1)
+    minutes = [start + timedelta(minutes=m) for m in (0, 10, 30, 45)]
+    Job.objects.filter(pk=job.pk).update(
+        submitted_at=start, started_at=minutes[0], finished_at=minutes[3]
+    )
+    StatusTransition.objects.filter(job=job).delete()
+    for status, begin, end in (
+        ("Running", minutes[0], minutes[1]),
+        ("Queuing", minutes[1], minutes[2]),
+        ("Running", minutes[2], minutes[3]),
+        ("Succeeded", minutes[3], None),
+    ):
+        StatusTransition.objects.create(job=job, status=status, started_at=begin, ended_at=end)
+    JobRestart.objects.create(
+        job=job, number=1, at=minutes[1], cause="JobPreempted", lost_gpu_seconds=4 * 120
+    )
+    [traced] = jobs_trace(days=1, now=timezone.now())
+    assert traced.duration == 23 * 60
+    assert traced.recorded_delay == 0.0
 
 
 def test_the_current_configuration_is_the_schedulers(personas):
