@@ -451,8 +451,8 @@ def _job_after_pod_exit(*, job: Job, pod: Pod, now: datetime) -> None:
         exit_code=pod.exit_code,
         spot=job.resource_source == ResourceSource.SPOT,
         async_mode=job.execution_mode == ExecutionMode.ASYNC,
-        pod_node_ready=_nodes_ready([pod]),
-        nodes_ready=_nodes_ready(current),
+        pod_node_ready=_nodes_ready([pod], now),
+        nodes_ready=_nodes_ready(current, now),
     )
     if isinstance(decision, lifecycle.Fail):
         _job_end(
@@ -506,8 +506,19 @@ def _exit_text(pod: Pod, *, detail: bool) -> str:
     )
 
 
-def _nodes_ready(pods: Iterable[Pod]) -> bool:
-    return all(p.node is None or p.node.status == Node.Status.READY for p in pods)
+def _nodes_ready(pods: Iterable[Pod], now: datetime) -> bool:
+    """Whether every node of these pods can take a pod again: Ready, and heard from within
+    NODE_LOST_AFTER (a silent one is about to be marked Lost: a restart in place there
+    would be lost with it, spending a restart for nothing)."""
+    silent = silent_before(now)
+    return all(
+        p.node is None
+        or (
+            p.node.status == Node.Status.READY
+            and (p.node.last_heartbeat is None or p.node.last_heartbeat >= silent)
+        )
+        for p in pods
+    )
 
 
 def _count_restart(*, job: Job, now: datetime, cause: str, message: str, lost: float) -> None:
@@ -895,7 +906,7 @@ def job_hang(*, job_pk: int, now: datetime) -> bool:
     decision = lifecycle.after_hang(
         budget=aimaster_budget(job),
         spot=job.resource_source == ResourceSource.SPOT,
-        nodes_ready=_nodes_ready(current),
+        nodes_ready=_nodes_ready(current, now),
     )
     if isinstance(decision, lifecycle.Fail):
         _job_end(

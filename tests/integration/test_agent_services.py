@@ -370,6 +370,19 @@ def test_it_requeues_instead_when_a_node_of_the_job_is_gone(personas, sent):
     assert new.node_id != pod.node_id  # … and the (eager) tick placed it elsewhere
 
 
+def test_it_requeues_instead_when_a_node_of_the_job_has_gone_silent(personas, sent, settings):
+    # Ready still, but not heard from for longer than NODE_LOST_AFTER: about to be Lost
+    job = submit(personas, pods=1, aimaster=True)
+    [pod] = run_all(job)
+    now = timezone.now()
+    silent = now - timedelta(seconds=settings.NODE_LOST_AFTER + 5)
+    Node.objects.filter(pk=pod.node_id).update(last_heartbeat=silent)
+    services.pod_report_exit(pod_id=pod.pod_id, exit_code=1, now=now)
+    job.refresh_from_db()
+    assert job.events.filter(kind="Requeued").exists()  # not restarted in place there
+    assert job.pods.get(attempt=1).node_id != pod.node_id
+
+
 def test_it_records_each_checkpoint_once(personas, sent):
     job = submit(personas)
     at = timezone.now()
