@@ -214,9 +214,11 @@ def monotonic_total(
 
 
 def metric_text(unit: str, value: float) -> str:
-    """A figure in `unit` as the console writes it: 1.25 (cores), 207 MiB, 1.2 MiB/s, 45%."""
+    """A figure in `unit` as the console writes it: 1.25 (cores), 207 MiB, 1.2 MiB/s, 45%.
+    Small figures keep two significant digits (0.0025 cores, 0.5%), so that the ticks of a
+    chart of an idle pod do not all read 0.00."""
     if unit == "percent":
-        return f"{value:.0f}%"
+        return f"{value:.2g}%" if 0 < abs(value) < 10 else f"{value:.0f}%"
     if unit in ("bytes", "bytes/s"):
         size = float(value)
         for prefix in ("B", "KiB", "MiB", "GiB", "TiB"):
@@ -225,7 +227,7 @@ def metric_text(unit: str, value: float) -> str:
             size /= 1024
         text = f"{size:.0f} {prefix}" if prefix == "B" or size >= 100 else f"{size:.1f} {prefix}"
         return text + ("/s" if unit == "bytes/s" else "")
-    return f"{value:.2f}"
+    return f"{value:.2g}" if 0 < abs(value) < 0.01 else f"{value:.2f}"
 
 
 # --- reading back: TimeStep and the average per step -----------------------------------------

@@ -39,6 +39,10 @@ LINE_STYLES = {  # css name → (colour, dash)
     "series-3": ("#9333ea", ""),
     "series-4": ("#dc2626", ""),
     "series-5": ("#0891b2", ""),
+    "series-6": ("#ca8a04", ""),
+    "series-7": ("#db2777", ""),
+    "series-8": ("#65a30d", ""),
+    "series-9": ("#4b5563", ""),
 }
 SERIES_KINDS = tuple(k for k in LINE_STYLES if k.startswith("series-"))
 Samples = list[tuple[float, float]]  # [(epoch seconds, value)], sorted, sampled (not steps)
@@ -148,10 +152,12 @@ def chart_build(
     y_ticks = [
         (scale.y(low + (high - low) * i / 4), y_text(low + (high - low) * i / 4)) for i in range(5)
     ]
+    # ticks a minute apart or closer need their seconds, or they read 06:06, 06:06, 06:07
+    form = "%m-%d %H:%M" if (end - start) / 4 >= 60 else "%H:%M:%S"
     x_ticks = [
         (
             scale.x(start + (end - start) * i / 4),
-            datetime.fromtimestamp(start + (end - start) * i / 4, zone).strftime("%m-%d %H:%M"),
+            datetime.fromtimestamp(start + (end - start) * i / 4, zone).strftime(form),
         )
         for i in range(5)
     ]
@@ -255,9 +261,14 @@ def metric_chart(
     lines = []
     for i, (label, points) in enumerate(clipped):
         path, before = [], None
-        for t, v in points:
+        for j, (t, v) in enumerate(points):
             joined = before is not None and t - before <= gap
-            path.append(f"{'L' if joined else 'M'}{scale.x(t):.1f},{scale.y(_dec(v)):.1f}")
+            x, y = scale.x(t), scale.y(_dec(v))
+            alone = not joined and (j + 1 == len(points) or points[j + 1][0] - t > gap)
+            if alone:  # a sample with no neighbour: a short dash, not an invisible move
+                path.append(f"M{x - 2:.1f},{y:.1f} h4")
+            else:
+                path.append(f"{'L' if joined else 'M'}{x:.1f},{y:.1f}")
             before = t
         kind = SERIES_KINDS[i % len(SERIES_KINDS)]
         last = _dec(points[-1][1]) if points else None

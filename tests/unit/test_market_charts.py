@@ -133,3 +133,15 @@ def test_an_amount_chart_starts_at_zero_with_round_ticks():
     assert [Decimal(text) for _, text in chart.y_ticks] == [0, Decimal("1.5"), 3, Decimal("4.5"), 6]
     assert chart.data["y"] == [0.0, 6.0]
     assert all(line.off == "" for line in chart.lines)  # the min is on the chart
+
+
+def test_ticks_of_a_few_minutes_have_their_seconds():
+    since = datetime(2026, 3, 2, 6, 5, 30, tzinfo=UTC)
+    chart = chart_build(
+        [("Price", "price", [(since.timestamp(), Decimal("0.3"))])],
+        since=since,
+        until=since + timedelta(minutes=3),
+    )
+    labels = [text for _, text in chart.x_ticks]
+    assert len(set(labels)) == 5, labels  # not 06:05, 06:06, 06:06, 06:07, 06:08
+    assert labels[0] == "06:05:30"

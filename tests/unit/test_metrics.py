@@ -261,6 +261,11 @@ def test_metric_types_are_pais_names_in_any_case():
         ("bytes", 512, "512 B"),
         ("bytes/s", 2048, "2.0 KiB/s"),
         ("percent", 45.4, "45%"),
+        ("percent", 0.5, "0.5%"),  # an idle GPU's ticks: not 0%, 0%, 1%
+        ("percent", 0, "0%"),
+        ("cores", 0.0025, "0.0025"),  # an idle pod's ticks: not 0.00 five times
+        ("cores", 0.001, "0.001"),
+        ("cores", 0, "0.00"),
     ],
 )
 def test_it_writes_a_figure_in_its_unit(unit, value, text):
@@ -312,3 +317,24 @@ def test_a_chart_of_bytes_ticks_round_binary_amounts_that_differ(unit, values, t
         binary=True,
     )
     assert [text for _, text in chart.y_ticks] == ticks
+
+
+def test_a_lone_sample_is_drawn_and_an_idle_pods_ticks_differ():
+    from datetime import UTC, datetime
+
+    from apps.core.charts import SERIES_KINDS, metric_chart
+
+    since = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
+    t0 = since.timestamp()
+    chart = metric_chart(
+        [("pod-a", [(t0 + 15, 0.002)]), ("pod-b", [(t0 + 15, 0.001), (t0 + 300, 0.003)])],
+        since=since,
+        until=datetime(2026, 3, 2, 12, 10, tzinfo=UTC),
+        gap=45,
+        y_text=lambda v: metrics.metric_text("cores", v),
+    )
+    # a move alone draws nothing: each lone sample is a short dash
+    assert all(" h4" in line.points for line in chart.lines), chart.lines
+    ticks = [text for _, text in chart.y_ticks]
+    assert len(set(ticks)) == 5, ticks
+    assert len(SERIES_KINDS) >= 8  # eight pods, eight colours
