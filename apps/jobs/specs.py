@@ -54,6 +54,10 @@ JOB_ROLE_TYPES: dict[str, tuple[str, ...]] = {
     JobType.XGBOOST: ("Worker", "Master"),
     JobType.RAY: ("Head", "Worker"),
 }
+# Roles of which a job has one pod, as the training operators take them (Kubeflow's
+# PyTorchJob and XGBoostJob: one Master; TFJob: one Chief, at most one Evaluator; MPIJob:
+# one Launcher; KubeRay: one Head).
+SINGLE_POD_ROLES = frozenset({"Master", "Chief", "Evaluator", "Launcher", "Head"})
 
 
 @dataclass
@@ -673,6 +677,16 @@ def _check_role(
         errors.add(
             f"{path}.pod_count",
             say("must be from 1 to {most}", most=MAX_PODS_PER_ROLE),
+        )
+        ok = False
+    elif role.role_type in SINGLE_POD_ROLES and role.pod_count != 1:
+        errors.add(
+            f"{path}.pod_count",
+            say(
+                "a job has one {role_type} pod, not {pods}",
+                role_type=role.role_type,
+                pods=role.pod_count,
+            ),
         )
         ok = False
     if role.restart_policy not in JobRole.RestartPolicy.values:

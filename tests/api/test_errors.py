@@ -122,6 +122,16 @@ def _role(**fields):
             lambda ws: quota_job_body(ws, DataSources=[{"Uri": "oss://b/", "MountPath": "/etc"}]),
             ["DataSources[0].MountPath"],
         ),
+        (
+            lambda ws: spot_job_body(
+                ws,
+                JobSpecs=[
+                    *_role(SpotSpec={"SpotDiscountLimit": 0.4}),
+                    *_role(Type="Master", PodCount=3, SpotSpec={"SpotDiscountLimit": 0.4}),
+                ],
+            ),
+            ["JobSpecs[1].PodCount: a job has one Master pod, not 3"],
+        ),
     ],
     ids=[
         "both-limits",
@@ -146,6 +156,7 @@ def _role(**fields):
         "role-of-another-job-type",
         "gpu-share-on-an-instance",
         "mount-path",
+        "three-masters",
     ],
 )
 def test_it_refuses_a_bad_create_job_naming_the_dlc_parameter(create_job, ws_a, make_body, names):
@@ -604,7 +615,7 @@ def test_an_integer_too_long_to_read_is_named_not_called_bad_json(raw, ws_a):
         ),
         (
             lambda ws: spot_job_body(
-                ws, JobSpecs=[*_role(PodCount=12), *_role(Type="Master", PodCount=9)]
+                ws, JobType="TFJob", JobSpecs=[*_role(PodCount=12), *_role(Type="PS", PodCount=9)]
             ),
             "JobSpecs: the roles on ecs.g7.xlarge need 21 instances together, more than its "
             "public capacity (20): the job could never start",

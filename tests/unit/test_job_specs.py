@@ -76,3 +76,40 @@ def test_it_leaves_the_roles_of_an_unknown_job_type_to_the_job_type_error():
     assert errors["job_type"] == [f"must be one of {', '.join(JobType.values)}"]
     assert errors["roles[0].role_type"] == [f"must be one of {', '.join(JobRole.RoleType.values)}"]
     assert "roles[1].role_type" not in errors
+
+
+def pod_count_errors(job_type: str, *roles: tuple[str, int]) -> dict[str, list[str]]:
+    """The pod-count errors of a job of `job_type` with these (role, pods)."""
+    spec = JobSpec(
+        display_name="roles",
+        job_type=job_type,
+        user_command="true",
+        resource_source="public",
+        roles=[RoleSpec(role_type=role_type, pod_count=pods) for role_type, pods in roles],
+    )
+    with pytest.raises(ValidationFailed) as failed:  # a public job needs an instance type
+        job_spec_resolve(spec, workspace=None)
+    errors = failed.value.errors
+    return {path: messages for path, messages in errors.items() if path.endswith(".pod_count")}
+
+
+@pytest.mark.parametrize(
+    ("job_type", "role_type"),
+    [
+        ("PyTorchJob", "Master"),
+        ("XGBoostJob", "Master"),
+        ("TFJob", "Chief"),
+        ("TFJob", "Evaluator"),
+        ("MPIJob", "Launcher"),
+        ("RayJob", "Head"),
+    ],
+)
+def test_it_refuses_more_than_one_pod_of_a_single_pod_role(job_type, role_type):
+    errors = pod_count_errors(job_type, ("Worker", 4), (role_type, 3))
+    assert errors == {"roles[1].pod_count": [f"a job has one {role_type} pod, not 3"]}
+    assert pod_count_errors(job_type, ("Worker", 4), (role_type, 1)) == {}
+
+
+@pytest.mark.parametrize("role_type", ["Worker", "PS"])
+def test_it_takes_many_pods_of_the_other_roles(role_type):
+    assert pod_count_errors("TFJob", (role_type, 8)) == {}

@@ -222,7 +222,6 @@ def test_it_submits_a_quota_job_with_a_resource_config_and_two_roles(alice_clien
     data = quota_form(
         **{
             "roles-1-enabled": "on",
-            "roles-1-pod_count": "2",
             "roles-1-cpu_cores": "0.5",
             "roles-1-memory_gib": "1.5",
             "envs": "A=1\nB = two words",
@@ -239,7 +238,7 @@ def test_it_submits_a_quota_job_with_a_resource_config_and_two_roles(alice_clien
     assert job.status_history.filter(status=JobStatus.QUEUING).exists()
     worker, master = job.roles.all()
     assert (worker.cpu, worker.memory, worker.gpu) == (8000, 32768, 1)
-    assert (master.role_type, master.pod_count) == ("Master", 2)
+    assert (master.role_type, master.pod_count) == ("Master", 1)
     assert (master.cpu, master.memory) == (500, 1536)
     assert job.envs == {"A": "1", "B": " two words"}
     assert job.data_sources == [{"uri": "oss://b/d", "mount_path": "/mnt/data/imagenet"}]
