@@ -32,7 +32,6 @@ from apps.jobs.specs import (
 
 SPOT_STRATEGIES = ("SpotWithPriceLimit",)
 MAX_INT = 2**31 - 1  # what the database's integer columns hold
-MAX_MINUTES = 10 * 366 * 24 * 60
 MAX_CPU_MILLICORES = 10_000 * 1000
 MAX_MEMORY_MIB = 2**31 - 1
 MAX_GPUS = 1024
@@ -372,7 +371,7 @@ def job_spec_from_create_job(body: dict, *, within: str = "") -> JobSpec:
         code_source=_code_source(p, body),
         priority=p.integer(body, "Priority", "Priority", default=1),
         max_running_time_minutes=p.integer(
-            body, "JobMaxRunningTimeMinutes", "JobMaxRunningTimeMinutes", maximum=MAX_MINUTES
+            body, "JobMaxRunningTimeMinutes", "JobMaxRunningTimeMinutes"
         ),
         success_policy=p.text(body, "SuccessPolicy", "SuccessPolicy", default="AllWorkers"),
         resource_type=_resource_type(quota, roles),

@@ -39,6 +39,7 @@ from apps.jobs.models import (
 from apps.jobs.selectors import JOB_SORT_DEFAULT, JOB_SORTS, PriceInfo
 from apps.jobs.specs import (
     JOB_ROLE_TYPES,
+    MAX_RUNNING_TIME_MINUTES,
     SPOT_DISCOUNTS,
     JobSpec,
     RoleSpec,
@@ -146,7 +147,7 @@ class JobForm(forms.Form):
     max_running_time_minutes = forms.IntegerField(
         label=_("Max running time (minutes)"),
         required=False,
-        widget=forms.NumberInput(attrs={"min": 1}),
+        widget=forms.NumberInput(attrs={"min": 1, "max": MAX_RUNNING_TIME_MINUTES}),
         help_text=_("Empty: no limit."),
     )
     success_policy = forms.ChoiceField(

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 
+from apps.cluster.clusterfile import IMAGE_URI
 from apps.cluster.models import InstanceType, Quota, ResourceType
 from apps.cluster.selectors import market_params
 from apps.core import pricing
@@ -40,6 +41,7 @@ MAX_ENV_VALUE_BYTES = 32 * 1024
 MAX_ENVS_TOTAL_BYTES = 256 * 1024  # "NAME=value" strings together
 MAX_DISPLAY_NAME = 256  # Job.display_name's max_length
 MAX_DATA_SOURCES = 32  # each is a bind mount in every pod of the job
+MAX_RUNNING_TIME_MINUTES = 10 * 366 * 24 * 60  # ten years: far beyond any run, within a column
 # A resource config's pod: far above any node, far below what the database columns hold.
 MAX_POD_CPU = 10_000 * 1000  # millicores
 MAX_POD_MEMORY = 64 * 1024 * 1024  # MiB (64 TiB)
@@ -498,6 +500,12 @@ def _check_basics(spec: JobSpec, errors: _Errors) -> None:
         )
     for problem in tags_problems(spec.tags):
         errors.add("tags", problem)
+    # The API gives the job's image as its first role's: said there, not twice.
+    if spec.image and spec.image not in (role.image for role in spec.roles):
+        _check_image(spec.image, "image", errors)
+    for i, role in enumerate(spec.roles):
+        if role.image:
+            _check_image(role.image, f"roles[{i}].image", errors)
     if not spec.user_command.strip():
         errors.add("user_command", say("is required"))
     elif _utf8_size(spec.user_command) > MAX_USER_COMMAND_BYTES:
@@ -510,8 +518,16 @@ def _check_basics(spec: JobSpec, errors: _Errors) -> None:
         )
     if not isinstance(spec.priority, int) or not 1 <= spec.priority <= 9:
         errors.add("priority", say("must be a whole number from 1 to 9"))
-    if spec.max_running_time_minutes is not None and spec.max_running_time_minutes < 1:
-        errors.add("max_running_time_minutes", say("must be at least 1 minute"))
+    if spec.max_running_time_minutes is not None and not (
+        1 <= spec.max_running_time_minutes <= MAX_RUNNING_TIME_MINUTES
+    ):
+        errors.add(
+            "max_running_time_minutes",
+            say(
+                "must be from 1 to {most} minutes (ten years)",
+                most=f"{MAX_RUNNING_TIME_MINUTES:,}",
+            ),
+        )
     if spec.success_policy not in SuccessPolicy.values:
         errors.add(
             "success_policy",
@@ -548,6 +564,18 @@ def _check_basics(spec: JobSpec, errors: _Errors) -> None:
                     most=MAX_HANG_SECONDS,
                 ),
             )
+
+
+def _check_image(image: str, path: str, errors: _Errors) -> None:
+    """An image reference, as the cluster file's images are (`IMAGE_URI`)."""
+    if not IMAGE_URI.fullmatch(image):
+        errors.add(
+            path,
+            say(
+                "must be an image reference (registry/name:tag): printable ASCII without "
+                "spaces, at most 512 characters"
+            ),
+        )
 
 
 def _utf8_size(text: str) -> int:

@@ -124,6 +124,26 @@ def _role(**fields):
         ),
         (
             lambda ws: spot_job_body(
+                ws, JobSpecs=_role(Image="bad image", SpotSpec={"SpotDiscountLimit": 0.4})
+            ),
+            ["JobSpecs[0].Image: must be an image reference"],
+        ),
+        (
+            lambda ws: spot_job_body(
+                ws,
+                JobSpecs=[
+                    *_role(SpotSpec={"SpotDiscountLimit": 0.4}),
+                    *_role(Type="Master", Image="a b", SpotSpec={"SpotDiscountLimit": 0.4}),
+                ],
+            ),
+            ["JobSpecs[1].Image: must be an image reference"],
+        ),
+        (
+            lambda ws: quota_job_body(ws, JobMaxRunningTimeMinutes=5_270_401),
+            ["JobMaxRunningTimeMinutes: must be from 1 to 5,270,400 minutes (ten years)"],
+        ),
+        (
+            lambda ws: spot_job_body(
                 ws,
                 JobSpecs=[
                     *_role(SpotSpec={"SpotDiscountLimit": 0.4}),
@@ -156,6 +176,9 @@ def _role(**fields):
         "role-of-another-job-type",
         "gpu-share-on-an-instance",
         "mount-path",
+        "image-with-a-space",
+        "second-role-image",
+        "running-time",
         "three-masters",
     ],
 )

@@ -359,6 +359,43 @@ def test_a_name_that_would_read_backwards_is_refused_beside_its_field(alice_clie
     assert Job.objects.count() == 0
 
 
+IMAGE_REFERENCE = (
+    "must be an image reference (registry/name:tag): printable ASCII without spaces, at most "
+    "512 characters"
+)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("image", "bad image name", IMAGE_REFERENCE),
+        ("image", "<img src=x onerror=alert(1)>", IMAGE_REFERENCE),
+        ("roles-0-image", "pytorch:2.3 --privileged", IMAGE_REFERENCE),
+        (
+            "max_running_time_minutes",
+            "999999999999999999",
+            "must be from 1 to 5,270,400 minutes (ten years)",
+        ),
+        ("max_running_time_minutes", "0", "must be from 1 to 5,270,400 minutes (ten years)"),
+    ],
+)
+def test_it_refuses_what_no_job_could_run_with_beside_its_field(
+    alice_client, field, value, message
+):
+    response = alice_client.post(reverse("jobs:create"), spot_form(**{field: value}))
+    assert response.status_code == 200
+    assert field_error(response, f"id_{field}") == message
+    assert Job.objects.count() == 0
+
+
+def test_it_takes_the_longest_running_time_and_an_image_with_a_registry(alice_client):
+    data = spot_form(
+        max_running_time_minutes="5270400", image="registry.local:5000/team/pytorch:2.3"
+    )
+    assert alice_client.post(reverse("jobs:create"), data).status_code == 302
+    assert Job.objects.get().max_running_time_minutes == 5_270_400
+
+
 def test_it_lists_parse_errors_and_rule_errors_together(alice_client):
     data = spot_form(
         display_name="", priority="high", envs="NOT A PAIR", **{"roles-0-pod_count": "0"}
