@@ -118,6 +118,7 @@ class JobForm(forms.Form):
     envs = forms.CharField(
         label=_("Environment variables"),
         required=False,
+        strip=False,  # a line's number counts the blank lines above it
         widget=forms.Textarea(
             attrs={"rows": 3, "spellcheck": "false", "placeholder": "NCCL_DEBUG=INFO"}
         ),
@@ -126,6 +127,7 @@ class JobForm(forms.Form):
     data_sources = forms.CharField(
         label=_("Data sources"),
         required=False,
+        strip=False,  # a line's number counts the blank lines above it
         widget=forms.Textarea(
             attrs={
                 "rows": 2,
@@ -165,6 +167,7 @@ class JobForm(forms.Form):
     tags = forms.CharField(
         label=_("Tags"),
         required=False,
+        strip=False,  # a line's number counts the blank lines above it
         widget=forms.Textarea(
             attrs={"rows": 2, "spellcheck": "false", "placeholder": "team=vision"}
         ),
@@ -231,6 +234,8 @@ class JobForm(forms.Form):
         **kwargs,
     ):
         super().__init__(*args, **kwargs)
+        self.data_sources_read: list[dict] = []
+        self.data_source_lines: list[int] = []  # the line of each of data_sources_read
         if images:
             self.fields["image"].widget.attrs["list"] = IMAGE_LIST_ID
             self.fields["image"].help_text = gettext(
@@ -262,7 +267,11 @@ class JobForm(forms.Form):
         return _key_values(self.cleaned_data["tags"], "key=value")
 
     def clean_data_sources(self) -> list[dict]:
-        sources, problems = [], []
+        """The lines that read as a data source, each line's number kept (the spec's rules
+        then name it), even when other lines do not: the page says every bad line at once."""
+        sources, problems = self.data_sources_read, []
+        sources.clear()
+        self.data_source_lines.clear()
         for n, line in enumerate(self.cleaned_data["data_sources"].splitlines(), start=1):
             parts = line.split()
             if not parts:
@@ -277,6 +286,7 @@ class JobForm(forms.Form):
             if not mount.startswith("/"):
                 mount = "/mnt/data/" + mount  # a bare name mounts under /mnt/data/
             sources.append({"uri": uri, "mount_path": mount})
+            self.data_source_lines.append(n)
         if problems:
             raise forms.ValidationError(problems)
         return sources
@@ -607,7 +617,7 @@ class JobCreateForm:
             image=c.get("image", ""),
             user_command=c.get("user_command", ""),
             envs=c.get("envs") or {},
-            data_sources=c.get("data_sources") or [],
+            data_sources=list(self.job.data_sources_read),
             code_source=code_source,
             priority=_or(c.get("priority"), 1),
             max_running_time_minutes=c.get("max_running_time_minutes"),
@@ -649,11 +659,15 @@ class JobCreateForm:
                 self.role_errors += messages
             elif JOB_FIELD_NAMES.get(name, name) in self.job.fields:
                 if index is not None:  # data_sources[2].uri → "line 3: uri is required"
+                    lines = self.job.data_source_lines if name == "data_sources" else []
+                    number = lines[int(index)] if int(index) < len(lines) else int(index) + 1
                     line = gettext("line %(line)s: %(field)s %(message)s")
                     messages = [
-                        line % {"line": int(index) + 1, "field": field, "message": m}
-                        for m in messages
+                        line % {"line": number, "field": field, "message": m} for m in messages
                     ]
+                    # one line's problem beside the other lines' (a parse error is another line's)
+                    self.job.add_error(name, messages)
+                    continue
                 _add_errors(self.job, JOB_FIELD_NAMES.get(name, name), messages)
             else:
                 self.other_errors += [f"{path}: {m}" for m in messages]

@@ -8,6 +8,7 @@ are the spec's own (`roles[0].spot_discount_limit`); each interface maps them to
 from __future__ import annotations
 
 import dataclasses
+import posixpath
 import re
 import unicodedata
 from collections.abc import Callable
@@ -542,12 +543,19 @@ def _check_basics(spec: JobSpec, errors: _Errors) -> None:
                 most=MAX_DATA_SOURCES,
             ),
         )
+    mounted: set[str] = set()
     for i, source in enumerate(spec.data_sources[:MAX_DATA_SOURCES]):
         mount = str(source.get("mount_path", ""))
         if not source.get("uri"):
             errors.add(f"data_sources[{i}].uri", say("is required"))
         if not mount.startswith("/mnt/data/") or ".." in mount.split("/"):
             errors.add(f"data_sources[{i}].mount_path", say("must be a path under /mnt/data/"))
+        elif posixpath.normpath(mount) in mounted:
+            errors.add(
+                f"data_sources[{i}].mount_path",
+                say("is the mount path of a data source before it: each needs its own"),
+            )
+        mounted.add(posixpath.normpath(mount))
     if spec.max_restarts is None or not 0 <= spec.max_restarts <= 100:
         errors.add("max_restarts", say("must be from 0 to 100"))
     if spec.execution_mode not in ExecutionMode.values:

@@ -123,6 +123,16 @@ def _role(**fields):
             ["DataSources[0].MountPath"],
         ),
         (
+            lambda ws: quota_job_body(
+                ws,
+                DataSources=[
+                    {"Uri": "oss://b/a", "MountPath": "/mnt/data/x"},
+                    {"Uri": "oss://b/b", "MountPath": "/mnt/data/x/"},
+                ],
+            ),
+            ["DataSources[1].MountPath: is the mount path of a data source before it"],
+        ),
+        (
             lambda ws: spot_job_body(
                 ws, JobSpecs=_role(Image="bad image", SpotSpec={"SpotDiscountLimit": 0.4})
             ),
@@ -176,6 +186,7 @@ def _role(**fields):
         "role-of-another-job-type",
         "gpu-share-on-an-instance",
         "mount-path",
+        "same-mount-path",
         "image-with-a-space",
         "second-role-image",
         "running-time",

@@ -396,6 +396,35 @@ def test_it_takes_the_longest_running_time_and_an_image_with_a_registry(alice_cl
     assert Job.objects.get().max_running_time_minutes == 5_270_400
 
 
+UNDER_DATA = "mount_path must be a path under /mnt/data/"
+MOUNTED = "mount_path is the mount path of a data source before it: each needs its own"
+
+
+@pytest.mark.parametrize(
+    ("lines", "says"),
+    [
+        (
+            "oss://b /etc/passwd\noss://c ../../x\njustone",
+            [
+                "line 3: write the URI and the mount path, separated by a space",
+                f"line 1: {UNDER_DATA}",
+                f"line 2: {UNDER_DATA}",
+            ],
+        ),
+        ("oss://b /etc\noss://c /tmp", [f"line 1: {UNDER_DATA}", f"line 2: {UNDER_DATA}"]),
+        ("\n\noss://b /etc", [f"line 3: {UNDER_DATA}"]),
+        ("oss://a /mnt/data/x\noss://b x/\noss://c y", [f"line 2: {MOUNTED}"]),
+    ],
+    ids=["format-and-paths", "two-paths", "after-blank-lines", "same-mount-path"],
+)
+def test_it_says_every_bad_data_source_line(alice_client, lines, says):
+    response = alice_client.post(reverse("jobs:create"), spot_form(data_sources=lines))
+    assert response.status_code == 200
+    shown = field_error(response, "id_data_sources")
+    assert re.split(r"\s{2,}", shown) == says
+    assert Job.objects.count() == 0
+
+
 def test_it_lists_parse_errors_and_rule_errors_together(alice_client):
     data = spot_form(
         display_name="", priority="high", envs="NOT A PAIR", **{"roles-0-pod_count": "0"}
