@@ -576,9 +576,15 @@ class JobCreateForm:
         """Every field error, in the page's order, for the summary above the form: each
         links to its input."""
         links = []
+        first_role = self.roles[0]["role_type"].id_for_label
+        links += [ErrorLink(first_role, gettext("Roles"), message) for message in self.role_errors]
         parts: list[tuple[str, forms.Form]] = [("", self.job)]
         parts += [(str(r.index + 1), r) for r in self.enabled_roles]
         for role, part in parts:
+            if role:  # about the role as a whole ("one pod needs …"): beside its first input
+                label = gettext("Role %(counter)s") % {"counter": role}
+                target = part["role_type"].id_for_label
+                links += [ErrorLink(target, label, message) for message in part.non_field_errors()]
             for name, form_field in part.fields.items():
                 for message in part.errors.get(name, ()):
                     label = str(form_field.label or name.replace("_", " ").capitalize())

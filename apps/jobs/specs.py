@@ -413,12 +413,14 @@ def _check_public_fits(roles: list[ResolvedRole], errors: _Errors) -> None:
 
 def _amounts(cpu: int, memory: int, milli_gpu: int) -> str:
     """ "8 cores, 32 GiB, 1 GPU" (a message: placeholders holding it end in `needs`)."""
-    return say(
-        "{cores} cores, {memory} GiB, {gpus} GPU",
-        cores=f"{cpu / 1000:g}",
-        memory=f"{memory / 1024:g}",
-        gpus=f"{milli_gpu / 1000:g}",
-    )
+    values = {
+        "cores": f"{cpu / 1000:g}",
+        "memory": f"{memory / 1024:g}",
+        "gpus": f"{milli_gpu / 1000:g}",
+    }
+    if cpu == 1000:
+        return say("{cores} core, {memory} GiB, {gpus} GPU", **values)
+    return say("{cores} cores, {memory} GiB, {gpus} GPU", **values)
 
 
 # at least twice as long as an agent may lag in telling a pod's output

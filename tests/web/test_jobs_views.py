@@ -807,6 +807,27 @@ def test_it_refuses_a_resource_config_no_node_could_ever_hold(alice_client, fiel
     assert not Job.objects.exists()
 
 
+def error_summary(response) -> list[str]:
+    """The lines of the summary above the form, as read."""
+    content = response.content.decode()
+    match = re.search(r'<ul class="error-summary" id="error-summary">(.*?)</ul>', content, re.S)
+    assert match, "no error summary"
+    items = re.findall(r"<li>(.*?)</li>", match[1], re.S)
+    return [html_lib.unescape(re.sub(r"<[^>]+>", "", item)).strip() for item in items]
+
+
+def test_it_lists_an_error_about_a_whole_role_in_the_summary(alice_client):
+    data = quota_form(
+        **{"roles-0-cpu_cores": "1", "roles-0-memory_gib": "4", "roles-0-gpus": "1000"}
+    )
+    response = alice_client.post(reverse("jobs:create"), data)
+    assert response.status_code == 200
+    [line] = error_summary(response)
+    assert line.startswith("Role 1: one pod needs 1 core, 4 GiB, 1000 GPU, more than any node")
+    assert 'href="#id_roles-0-role_type"' in response.content.decode()
+    assert not Job.objects.exists()
+
+
 def test_it_refuses_a_quota_job_that_could_never_start(alice_client):
     """team-a guarantees 8 GPU: 3 pods of 4 could never start without idle resources (in a
     StrictFIFO queue they would block every job behind them), and no node holds a pod of
