@@ -69,3 +69,49 @@ def test_the_lists_scroll_inside_their_table_on_a_phone(
         width = page.evaluate("document.documentElement.scrollWidth")
         assert width <= PHONE["width"], (url, width)
     assert page.external_requests == []
+
+
+def test_a_long_word_breaks_instead_of_pushing_columns_out_of_view(
+    browser_page, live_server, personas, password
+):
+    """A 256-character name, a 400-character image, a long tag, template name and key
+    description: each breaks within its place; every table's last column stays in view on a
+    desktop, and no page grows wider than a phone."""
+    from apps.jobs.models import JobTag
+    from apps.jobs.services import template_save
+    from apps.jobs.specs import JobSpec, RoleSpec
+    from tests.factories import make_access_key
+
+    page = browser_page
+    job = make_job(personas, name="n" * 256)
+    job.image = "registry.local/" + "i" * 400 + ":1"
+    job.save(update_fields=["image"])
+    JobTag.objects.create(job=job, key="longtag", value="t" * 120)
+    spec = JobSpec(
+        display_name="t",
+        user_command="true",
+        quota="team-a",
+        roles=[RoleSpec(cpu=1000, memory=1024)],
+    )
+    template_save(workspace=job.workspace, user=personas["alice"], name="T" * 128, spec=spec)
+    key, _ = make_access_key(personas["alice"])
+    key.description = "d" * 200
+    key.save(update_fields=["description"])
+    login(page, live_server, "alice", password)
+    pages = {
+        reverse("jobs:list"): "#job-table tbody tr td:last-child .btn",
+        reverse("jobs:detail", args=[job.job_id]): "#stop-job",
+        reverse("jobs:templates"): "tbody tr td:last-child .btn",
+        reverse("workspaces:access-keys"): "tbody tr td:last-child .btn",
+    }
+    for size in ({"width": 1280, "height": 900}, PHONE):
+        page.set_viewport_size(size)
+        for url, last in pages.items():
+            page.goto(f"{live_server.url}{url}")
+            width = page.evaluate("document.documentElement.scrollWidth")
+            assert width <= size["width"], (url, size, width)
+            if size == PHONE and url != reverse("jobs:detail", args=[job.job_id]):
+                continue  # a phone scrolls a list inside its table
+            box = page.locator(last).first.bounding_box()
+            assert box is not None and box["x"] + box["width"] <= size["width"], (url, size, box)
+    assert page.external_requests == []
