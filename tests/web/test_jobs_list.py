@@ -145,7 +145,7 @@ def test_it_shows_a_preempted_borrower_on_the_next_poll(client, personas, settin
     borrower = submit("ws_b", "charlie", "team-b", pods=4, idle="only_idle", name="borrower")
     client.force_login(personas["charlie"])
     page = listing(client)
-    assert cell(page, borrower, "job-status") == "Running NotInQuota"  # and its SubStatus
+    assert cell(page, borrower, "job-status") == "Running Not in Quota"  # and its SubStatus
     assert cell(page, borrower, "job-pods") == "0 / 4"  # In Quota / Not in Quota
     assert poll(client, page["ETag"]).status_code == 204
 

@@ -176,3 +176,40 @@ def test_the_create_form_refuses_in_chinese_with_the_specs_words(alice_client):
     page = html.unescape(response.content.decode())
     assert "单个 Pod 需要 8 核、32 GiB、5 GPU，超过了资源池 ecs-dedicated 中任何节点的容量" in page
     assert "more than any node" not in page
+
+
+@pytest.mark.parametrize("path", ["login", "workspaces:preferences", "jobs:list"])
+def test_each_language_is_named_in_its_own_language_in_either(alice_client, client, path):
+    """The switcher names English "English" and Chinese "简体中文" whatever the page's language:
+    the sign-in page said "英语" where the header said "English"."""
+    reader = client if path == "login" else alice_client
+    page = reader.get(reverse(path), headers={"accept_language": "zh-CN"}).content.decode()
+    options = re.findall(r'<option value="(en|zh-hans)" lang="[\w-]+"[^>]*>([^<]*)</option>', page)
+    assert set(options) == {("en", "English"), ("zh-hans", "简体中文")}
+
+
+def test_a_quota_jobs_page_in_chinese_names_its_quota_once_and_its_pods_place(client, personas):
+    from apps.jobs.models import Pod
+
+    job = submit_small_job(personas, "zh-quota")
+    job.status = "Running"
+    job.save(update_fields=["status"])
+    Pod.objects.filter(job=job).delete()
+    for index, in_quota in enumerate((True, False)):
+        Pod.objects.create(
+            job=job,
+            role=job.roles.first(),
+            index=index,
+            pod_id=f"{job.job_id}-{index}",
+            status="Running",
+            in_quota=in_quota,
+        )
+    client.force_login(personas["alice"])
+    url = reverse("jobs:detail", args=[job.job_id])
+    page = client.get(url, headers={"accept_language": "zh-CN"}).content.decode()
+    assert "资源配额 · 资源配额" not in page
+    assert re.search(r"资源配额 <strong>team-a</strong>", page)
+    assert '<span title="Mixed">配额内与配额外</span>' in page
+    english = client.get(url).content.decode()
+    assert "Resource quota <strong>team-a</strong>" in english and "· quota" not in english
+    assert '<span title="Mixed">In Quota and Not in Quota</span>' in english

@@ -6,7 +6,7 @@ from decimal import ROUND_HALF_UP, Decimal
 
 from django import template
 from django.utils.html import format_html
-from django.utils.translation import gettext, pgettext_lazy
+from django.utils.translation import gettext, gettext_lazy, pgettext_lazy
 
 from apps.core.i18n import localized
 from apps.jobs.models import PENDING_STATUSES, gpu_text
@@ -49,6 +49,25 @@ STATUS_LABELS = {
     "Pending": pgettext_lazy("status", "Pending"),
     "Preempted": pgettext_lazy("status", "Preempted"),
 }
+
+
+# A running quota job's SubStatus (`apps.jobs.waiting.quota_level`) in the reader's words; the
+# other SubStatus values are waiting and restart codes, shown as they are.
+QUOTA_LEVEL_LABELS = {
+    "InQuota": gettext_lazy("In Quota"),
+    "NotInQuota": gettext_lazy("Not in Quota"),
+    "Mixed": gettext_lazy("In Quota and Not in Quota"),
+}
+
+
+@register.filter
+def sub_status_label(code: str) -> str:
+    """`{{ sub|sub_status_label }}`: a SubStatus as the page says it, its code in a title
+    when the two differ."""
+    label = QUOTA_LEVEL_LABELS.get(str(code))
+    if label is None or str(label) == str(code):
+        return format_html("{}", code)
+    return format_html('<span title="{}">{}</span>', code, label)
 
 
 @register.filter
