@@ -213,3 +213,32 @@ def test_a_quota_jobs_page_in_chinese_names_its_quota_once_and_its_pods_place(cl
     english = client.get(url).content.decode()
     assert "Resource quota <strong>team-a</strong>" in english and "· quota" not in english
     assert '<span title="Mixed">In Quota and Not in Quota</span>' in english
+
+
+def test_a_preempted_attempt_reads_in_chinese(client, personas):
+    """The line under a preempted attempt's pods said "Preempted: 被作业 … 抢占"."""
+    from apps.jobs.models import Pod
+
+    job = submit_small_job(personas, "zh-preempted")
+    message = (
+        "preempted by job owner (dlc0000000000000a) of quota team-b, which reclaims its "
+        "guaranteed resources"
+    )
+    Pod.objects.filter(job=job).delete()
+    job.attempt = 1  # the preempted pods are an earlier attempt's
+    job.save(update_fields=["attempt"])
+    Pod.objects.create(
+        job=job,
+        role=job.roles.first(),
+        index=0,
+        attempt=0,
+        pod_id=f"{job.job_id}-0",
+        status="Preempted",
+        reason="Preempted",
+        message=message,
+    )
+    client.force_login(personas["alice"])
+    url = reverse("jobs:detail", args=[job.job_id])
+    page = client.get(url, headers={"accept_language": "zh-CN"}).content.decode()
+    assert '<span class="mono" title="Preempted">被抢占</span>: ' in page
+    assert ">Preempted</span>:" not in page
