@@ -15,8 +15,11 @@ from apps.cluster.models import ResourceType
 
 
 def gpu_text(gpu: int, gpu_milli: int = 0) -> str:
-    """GPUs as people write them: "2", or a share of one GPU, "0.5"."""
-    return f"{Decimal(gpu_milli) / 1000:f}".rstrip("0") if gpu_milli else str(gpu)
+    """GPUs as people write them: "2", a share of one GPU, "0.5", or a job's in all, "2.5"."""
+    milli = gpu * 1000 + gpu_milli
+    if milli % 1000 == 0:
+        return str(milli // 1000)
+    return format((Decimal(milli) / 1000).normalize(), "f")
 
 
 def gpu_indexes(ids: str) -> tuple[int, ...]:

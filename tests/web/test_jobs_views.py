@@ -860,6 +860,8 @@ def test_it_creates_a_quota_job_on_a_share_of_a_gpu(alice_client):
     assert (role.gpu, role.gpu_milli, role.gpu_text) == (0, 500, "0.5")
     detail = alice_client.get(response["Location"]).content.decode()
     assert "0.5 GPU (a share of one GPU)" in detail
+    listing = alice_client.get(reverse("jobs:list")).content.decode()
+    assert '<td class="num job-gpus">0.5</td>' in listing  # as the job page writes it
 
 
 @pytest.mark.parametrize(

@@ -149,6 +149,13 @@ def spec_role_gpus(role: dict) -> str:
 
 
 @register.filter
+def gpus_total(value) -> str:
+    """A job's GPUs in all (`job_list_page`'s `gpus_total`) as `gpu_text` writes GPUs: "0.5",
+    "2.5", "2"."""
+    return gpu_text(0, round(float(value or 0) * 1000))
+
+
+@register.filter
 def cores(millicores) -> str:
     if millicores is None:
         return "—"
