@@ -729,7 +729,8 @@ def describe(spec: PodSpec) -> str:
     memory = (f"{spec.memory_mib} MiB" if spec.memory_mib else "no limit") + (
         " (cgroup)" if spec.cgroup else " (address space)" if spec.memory_mib else ""
     )
-    head = "isolated" if spec.strict else spec.isolation.detail
+    # "strict", the word of the pod's events and the health page
+    head = spec.isolation.mode if spec.strict else spec.isolation.detail
     return f"sandbox: {head}; uid {spec.uid or os.geteuid()}; memory {memory}"
 
 

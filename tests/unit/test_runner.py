@@ -471,3 +471,24 @@ def test_it_finds_checkpoint_files_no_record_or_manifest_line_names(root):
     ]
     assert found[0]["time"] == (directory / "ckpt-000000000020.pkl").stat().st_mtime
     assert runner.ManifestReader(root / "none").unannounced() == []
+
+
+def test_a_pods_log_calls_a_complete_sandbox_strict_as_the_health_page_does(tmp_path):
+    isolation = runner.Isolation(
+        requested="strict",
+        missing=(),
+        bwrap="/usr/bin/bwrap",
+        root=True,
+        netns=True,
+        cgroups=2,
+        seccomp=True,
+    )
+    pod = runner.PodSpec(
+        name="pod-0",
+        command="true",
+        work_dir=tmp_path,
+        log_path=tmp_path / "log",
+        isolation=isolation,
+        uid=POD_UID,
+    )
+    assert runner.describe(pod).startswith("sandbox: strict; uid")
