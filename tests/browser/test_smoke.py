@@ -73,3 +73,17 @@ def test_a_browser_in_shanghai_sees_its_own_time_zone(
         expect(page.locator("#time-zone-label")).to_contain_text("Europe/Berlin (UTC+01:00)")
     finally:
         context.close()
+
+
+def test_the_health_pages_cards_hold_their_text(browser_page, live_server, admin_user):
+    """The Placement card's "(SCHEDULER_PLACEMENT=best_fit)." ran past its card."""
+    page = browser_page
+    page.set_viewport_size({"width": 1280, "height": 900})
+    login(page, live_server, admin_user.username, "password")
+    page.goto(f"{live_server.url}{reverse('ops:health')}")
+    cards = page.locator(".health-card")
+    assert cards.count() > 1
+    overflowing = cards.evaluate_all(
+        "cards => cards.filter(c => c.scrollWidth > c.clientWidth).map(c => c.id)"
+    )
+    assert overflowing == []
