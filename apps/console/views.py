@@ -15,6 +15,7 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
+from django.db.models import prefetch_related_objects
 from django.http import HttpRequest, HttpResponse, QueryDict
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -116,6 +117,7 @@ def job_list(request: HtmxHttpRequest) -> HttpResponse:
     )
     page = Paginator(jobs, settings.JOBS_PAGE_SIZE).get_page(request.GET.get("page"))
     page.object_list = list(page.object_list)
+    prefetch_related_objects(page.object_list, "tags")
     waiting_show(jobs=page.object_list)
     manageable = selectors.jobs_can_manage(user=request.user, jobs=page.object_list)
     query = _list_query(form, sort=sort, page=page.number)

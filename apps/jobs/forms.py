@@ -699,7 +699,7 @@ def _scaled(value: Decimal | None, factor: int) -> int | None:
 class JobFilterForm(forms.Form):
     """The job list's filters, read from the query string."""
 
-    q = forms.CharField(label=_("Name or id"), required=False)
+    q = forms.CharField(label=_("Name, job id or tag"), required=False)
     status = forms.ChoiceField(
         label=_("Status"), required=False, choices=[("", _("Any status"))] + JobStatus.choices
     )

@@ -149,7 +149,13 @@ def _filter_jobs(jobs: QuerySet[Job], filters: JobFilters) -> QuerySet[Job]:
     if idle_mode := filters.get("idle_mode"):
         jobs = jobs.filter(idle_mode=idle_mode)
     if q := (filters.get("q") or "").strip():
-        jobs = jobs.filter(Q(display_name__icontains=q) | Q(job_id__iexact=q))
+        # the console's search: a name's part, a job id's start, or a tag ("team" or
+        # "team=vision": key and value exactly, as the Tags filter takes them)
+        key, has_value, value = q.partition("=")
+        tagged = JobTag.objects.filter(job=OuterRef("pk"), key=key.strip())
+        if has_value:
+            tagged = tagged.filter(value=value.strip())
+        jobs = jobs.filter(Q(display_name__icontains=q) | Q(job_id__istartswith=q) | Exists(tagged))
     if (statuses := filters.get("statuses")) is not None:
         jobs = jobs.filter(status__in=list(statuses))
     if (sources := filters.get("resource_sources")) is not None:

@@ -567,6 +567,29 @@ def test_it_finds_a_job_by_its_id(alice_client, personas):
     assert "needle-job" in content and "hay-job" not in content
 
 
+def test_it_finds_jobs_by_a_tag_or_the_start_of_their_id(alice_client, personas):
+    """The Tags help says tags are there to find a job again: `?q=team=vision` found none."""
+    from apps.jobs.models import JobTag
+
+    vision = make_job(personas, name="vision-run")
+    speech = make_job(personas, name="speech-run")
+    JobTag.objects.create(job=vision, key="team", value="vision")
+    JobTag.objects.create(job=speech, key="team", value="speech")
+
+    def found(q: str) -> set[str]:
+        content = alice_client.get(reverse("jobs:list"), {"q": q}).content.decode()
+        return {name for name in ("vision-run", "speech-run") if f">{name}</a>" in content}
+
+    assert found("team=vision") == {"vision-run"}
+    assert found("team") == {"vision-run", "speech-run"}  # a key: any value
+    assert found("team=vis") == set()  # key and value exactly, as ListJobs' Tags filter
+    assert found(vision.job_id[:9]) == {"vision-run"}
+    page = alice_client.get(reverse("jobs:list")).content.decode()
+    assert 'href="/jobs/?q=team%3Dvision"' in page  # a tag's chip finds its jobs
+    detail = alice_client.get(reverse("jobs:detail", args=[vision.job_id])).content.decode()
+    assert 'href="/jobs/?q=team%3Dvision"' in detail
+
+
 def test_it_answers_htmx_filters_with_the_table_only(alice_client, personas):
     make_job(personas, name="done", status=JobStatus.SUCCEEDED)
     response = alice_client.get(
