@@ -70,3 +70,21 @@ def test_it_lists_only_checkpoints_whose_files_are_left(alice_client, personas):
     response = alice_client.get(reverse("jobs:detail", args=[job.job_id]))
     assert "No checkpoint files left." in text(response)
     assert "6 older checkpoints not listed" in text(response)
+
+
+def test_the_overview_says_easyckpt_off_truthfully_when_the_job_saved_checkpoints(
+    alice_client, personas
+):
+    """The helper is on every pod's path: a job with EasyCkpt off whose code saved checkpoints
+    read "EasyCkpt Off" above the list of them."""
+    job = make_job(personas)
+    assert not job.enable_easyckpt
+    url = reverse("jobs:detail", args=[job.job_id])
+    assert "EasyCkpt Off " in text(alice_client.get(url))
+    _checkpoints(job, 2)
+    response = alice_client.get(url)
+    assert "EasyCkpt Off — the job's code saves checkpoints itself" in text(response)
+    assert "step-200.pt" in section(response, "checkpoints")
+    job.enable_easyckpt = True
+    job.save(update_fields=["enable_easyckpt"])
+    assert "EasyCkpt On " in text(alice_client.get(url))
