@@ -36,8 +36,13 @@ def sub_statuses(dlc, ws_a: str, job_id: str) -> tuple[str | None, str | None]:
 
 
 def on_page(client, job_id: str) -> str:
+    """The job page's SubStatus code: its text, or the title of a label in the reader's
+    words (In Quota, Not in Quota)."""
     page = html.unescape(client.get(reverse("jobs:detail", args=[job_id])).content.decode())
     start = page.index('id="sub-status">') + len('id="sub-status">')
+    if page.startswith('<span title="', start):
+        start += len('<span title="')
+        return page[start : page.index('"', start)]
     return page[start : page.index("<", start)]
 
 
