@@ -468,6 +468,16 @@ PRIORITY_EDITABLE = frozenset({JobStatus.CREATING, JobStatus.QUEUING, JobStatus.
 def job_delete(*, job: Job) -> None:
     """Delete a finished job with its roles, pods and history. Live jobs must stop first."""
     job = Job.objects.select_for_update().get(pk=job.pk)
+    if job.status == JobStatus.STOPPING:
+        raise ApplicationError(
+            "JobNotFinished",
+            say(
+                "job {job_id} is Stopping: it can be deleted once its pods have exited and it "
+                "is Stopped",
+                job_id=job.job_id,
+            ),
+            status=409,
+        )
     if not job.is_finished:
         raise ApplicationError(
             "JobNotFinished",

@@ -44,6 +44,16 @@ def test_a_finished_job_can_be_deleted_from_its_page(alice_client, personas):
     assert not Job.objects.filter(pk=job.pk).exists()
 
 
+def test_a_stopping_job_is_not_deleted_and_says_it_will_be_stopped(alice_client, personas):
+    job = submit(personas)
+    Job.objects.filter(pk=job.pk).update(status=JobStatus.STOPPING)
+    response = alice_client.post(reverse("jobs:delete", args=[job.job_id]), follow=True)
+    assert "can be deleted once its pods have exited and it is Stopped" in html.unescape(
+        response.content.decode()
+    )
+    assert Job.objects.filter(pk=job.pk).exists()
+
+
 def test_a_live_job_is_not_deleted(alice_client, personas):
     job = submit(personas)
     assert 'id="delete-job"' not in page(alice_client, job)
