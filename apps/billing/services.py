@@ -27,6 +27,7 @@ from decimal import Decimal
 from typing import NamedTuple
 
 from django.db import connection, transaction
+from django.db.models import QuerySet
 
 from apps.billing.models import BillLine, PayType, PodMeter
 from apps.cluster.models import InstanceType
@@ -183,29 +184,45 @@ def billing_accrue(*, now: datetime) -> AccrueReport:
     return AccrueReport(pods=len(meters), lines=len(lines), amount=amount, closed=len(closed))
 
 
-def _earlier_ends(meters: list[_Meter], now: datetime) -> dict[int, float]:
-    """For each metered pod that took over its slot (its job, role and index) from pods of
-    earlier attempts that ran, when the latest of them ended (one still running counts
-    until `now`): the minutes they ran in are theirs (`pricing.bill_minutes`). One query,
-    over the jobs with such a pod only."""
-    later = [m for m in meters if m.attempt > 0]
-    if not later:
-        return {}
-    ends: dict[tuple[int, int, int], list[tuple[int, float]]] = defaultdict(list)
+Slot = tuple[int, int, int]  # a job's pk, a role's pk, a pod index: one instance to its user
+SlotRuns = dict[Slot, list[tuple[int, float]]]  # per slot: (attempt, when its pod ended)
+
+
+def slot_runs(pods: QuerySet[Pod], *, now: datetime) -> SlotRuns:
+    """Of these pods, those that ran (ending after they started; one still running counts
+    until `now`), per slot: (attempt, when it ended). What `earlier_end` reads. One query."""
+    runs: SlotRuns = defaultdict(list)
     for job, role, index, attempt, status, started, finished in (
-        Pod.objects.filter(job_id__in={m.job_id for m in later}, started_at__isnull=False)
+        pods.filter(started_at__isnull=False)
         .annotate(started=Epoch("started_at"), finished=Epoch("finished_at"))
         .values_list("job_id", "role_id", "index", "attempt", "status", "started", "finished")
     ):
         if finished is None and status in LIVE_POD_STATUSES:
             finished = now.timestamp()
         if finished is not None and finished > started:  # it ran: those minutes are its own
-            ends[job, role, index].append((attempt, finished))
+            runs[job, role, index].append((attempt, finished))
+    return runs
+
+
+def earlier_end(runs: SlotRuns, slot: Slot, attempt: int) -> float | None:
+    """When the latest of the slot's pods of attempts before `attempt` that ran ended: the
+    minute it falls in is theirs (`pricing.bill_minutes`'s `earlier_end`); None if none."""
+    return max((end for a, end in runs.get(slot, ()) if a < attempt), default=None)
+
+
+def _earlier_ends(meters: list[_Meter], now: datetime) -> dict[int, float]:
+    """For each metered pod that took over its slot from pods of earlier attempts that ran,
+    when the latest of them ended (`earlier_end`). One query, over the jobs with such a pod
+    only."""
+    later = [m for m in meters if m.attempt > 0]
+    if not later:
+        return {}
+    runs = slot_runs(Pod.objects.filter(job_id__in={m.job_id for m in later}), now=now)
     found = {}
     for m in later:
-        earlier = [end for a, end in ends.get((m.job_id, m.role_id, m.index), []) if a < m.attempt]
-        if earlier:
-            found[m.pod_id] = max(earlier)
+        end = earlier_end(runs, (m.job_id, m.role_id, m.index), m.attempt)
+        if end is not None:
+            found[m.pod_id] = end
     return found
 
 

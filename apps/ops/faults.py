@@ -228,7 +228,10 @@ def settled(kinds: dict[str, str]) -> dict:
 def final_check(kinds: dict[str, str]) -> dict:
     """In the demo, once everything settled: the invariants on the jobs, the bills and the
     processes (see the module docstring)."""
+    from django.utils import timezone
+
     from apps.billing.models import BillLine
+    from apps.billing.services import earlier_end, slot_runs
     from apps.core import pricing
     from apps.jobs.models import Job, Pod
 
@@ -261,22 +264,16 @@ def final_check(kinds: dict[str, str]) -> dict:
         started_at__isnull=False,
         finished_at__isnull=False,
     )
-    ends: dict[tuple[int, int, int], list[tuple[int, float]]] = {}  # slot: (attempt, end)
-    for job, role, index, attempt, started, finished in Pod.objects.filter(
-        job__job_id__in=list(kinds), started_at__isnull=False, finished_at__isnull=False
-    ).values_list("job_id", "role_id", "index", "attempt", "started_at", "finished_at"):
-        if finished > started:  # it ran, so the minutes it ran in are its own
-            ends.setdefault((job, role, index), []).append((attempt, finished.timestamp()))
+    runs = slot_runs(Pod.objects.filter(job__job_id__in=list(kinds)), now=timezone.now())
     for pk, pod_id, job, role, index, attempt, started, finished in metered.values_list(
         "pk", "pod_id", "job_id", "role_id", "index", "attempt", "started_at", "finished_at"
     ):
-        earlier = [end for a, end in ends.get((job, role, index), []) if a < attempt]
         ran = set(
             pricing.bill_minutes(
                 started.timestamp(),
                 finished.timestamp(),
                 already_billed_until=None,
-                earlier_end=max(earlier, default=None),
+                earlier_end=earlier_end(runs, (job, role, index), attempt),
             )
         )
         if billed.get(pk, set()) != ran:
