@@ -443,7 +443,11 @@ def _role(p: Problems, item: dict, path: str) -> tuple[RoleSpec, bool]:
                 choices=" or ".join(SPOT_STRATEGIES),
             ),
         )
-    is_spot = bool(spot_spec) or p.boolean(item, "UseSpotInstance", f"{path}.UseSpotInstance")
+    # A SpotSpec given asks for spot, even an empty one (the SDK's `SpotSpec()`): its limit
+    # is then asked for, never a pay-as-you-go job billed at the full price instead.
+    is_spot = item.get("SpotSpec") is not None or p.boolean(
+        item, "UseSpotInstance", f"{path}.UseSpotInstance"
+    )
     gpus = _gpu(p, config, f"{path}.ResourceConfig.GPU")
     role = RoleSpec(
         role_type=p.text(item, "Type", f"{path}.Type", default="Worker"),

@@ -693,3 +693,12 @@ def test_a_host_the_server_does_not_answer_to_is_refused_in_the_apis_words(raw):
     assert set(body) == {"RequestId", "Code", "Message"}
     page = raw.send("GET", "/login/", headers={"host": "evil.example"})
     assert page.status_code == 400 and "text/html" in page.headers["Content-Type"]
+
+
+def test_an_empty_spot_spec_asks_for_a_bid_rather_than_making_a_pay_as_you_go_job(raw, ws_a):
+    body = spot_job_body(ws_a)
+    body["JobSpecs"][0]["SpotSpec"] = {}
+    response = raw.send("POST", "/api/v1/jobs", body=json.dumps(body).encode())
+    assert (response.status_code, response.json()["Code"]) == (400, "InvalidParameter")
+    assert response.json()["Message"].startswith("JobSpecs[0].SpotSpec"), response.json()
+    assert not Job.objects.exists()
