@@ -103,6 +103,24 @@ def test_every_message_of_the_catalogue_is_translated_with_its_placeholders():
         ), entry.msgid
 
 
+def test_messages_that_differ_only_in_their_placeholders_read_alike():
+    """The market's three per-minute prices once read "¥0.0013/min", "¥0.0013/分钟" and
+    "¥0.0133/min" side by side: one text, three translations."""
+    readings: dict[str, set[str]] = {}
+    for entry in polib.pofile(str(CATALOGUE)).translated_entries():
+        if not entry.msgid_plural:
+            shape = PLACEHOLDER.sub("{}", entry.msgid)
+            readings.setdefault(shape, set()).add(PLACEHOLDER.sub("{}", entry.msgstr))
+    assert {shape: texts for shape, texts in readings.items() if len(texts) > 1} == {}
+
+
+def test_the_market_in_chinese_gives_every_price_per_minute_in_its_words(client, personas):
+    client.force_login(personas["alice"])
+    page = client.get(reverse("market:index"), headers={"accept_language": "zh-CN"})
+    text = page.content.decode()
+    assert "/分钟" in text and "/min" not in text
+
+
 def test_makemessages_finds_no_text_the_catalogue_lacks():
     # the extraction `make messages` runs, on the working tree; the catalogue is put back
     kept, stat = CATALOGUE.read_bytes(), CATALOGUE.stat()
