@@ -6,8 +6,10 @@ from __future__ import annotations
 import csv
 import io
 import random
+import re
 from datetime import timedelta
 from decimal import Decimal as D
+from pathlib import Path
 
 import pytest
 from django.urls import reverse
@@ -188,3 +190,11 @@ def test_its_job_cost_partial_shows_cost_for_spot_and_usage_for_quota_jobs(bille
     )
     html = render_to_string("billing/_job_cost.html", {"usage": job_usage(job=quota)})
     assert "PrePaid" in html and "GPU-hours" in html and "Cost so far" not in html
+
+
+def test_the_tag_column_names_its_key_as_written(alice_client, billed):
+    """Headers are set in capitals; the tag key is code and keeps its case."""
+    html = alice_client.get(reverse("billing:index")).content.decode()
+    assert "<th>Tag <code>acs:pai:dlc:payType</code></th>" in html
+    css = (Path(__file__).resolve().parents[2] / "static" / "css" / "paiweb.css").read_text()
+    assert re.search(r"\.table th code \{[^}]*text-transform: none", css)
