@@ -48,6 +48,7 @@ from pathlib import Path
 
 from apps.agent import cgroups, netns, seccomp, shim
 from apps.agent.shim import descendants, exit_code  # noqa: F401 (re-exported)
+from apps.core.words import say
 
 _BASE_DIR = Path(__file__).resolve().parents[2]
 
@@ -117,9 +118,11 @@ class Isolation:
     @property
     def detail(self) -> str:
         if self.complete:
-            return (
-                f"isolated: bubblewrap ({self.bwrap}), own uid, no capabilities, seccomp, "
-                f"a network namespace per job, cgroup v{self.cgroups} limits"
+            return say(
+                "isolated: bubblewrap ({path}), own uid, no capabilities, seccomp, "
+                "a network namespace per job, cgroup v{count} limits",
+                path=self.bwrap,
+                count=self.cgroups,
             )
         return "INSECURE: " + "; ".join(self.missing)
 

@@ -30,7 +30,7 @@ from apps.core.db import id_chunks
 from apps.core.models import Heartbeat
 from apps.core.services import heartbeat_record
 from apps.core.tasks import task_soon
-from apps.core.words import say
+from apps.core.words import say, say_n
 from apps.jobs.execution import PodsStop, pods_winding_down, silent_before
 from apps.jobs.models import (
     LIVE_POD_STATUSES,
@@ -1005,12 +1005,25 @@ def agent_heartbeat(
                 "last_seen": now,
             },
         )
-    what = f"{len(served)} node(s)" + (" + public" if public else "")
-    heartbeat_record(
-        name=_agent_beat(worker),
-        now=now,
-        detail=f"{hostname} ({address}): {what}; sandbox {sandbox}"[:200],
-    )
+    if public:
+        what = say_n(
+            len(served),
+            "{host} ({address}): {count} node and the public pool; sandbox {code}",
+            "{host} ({address}): {count} nodes and the public pool; sandbox {code}",
+            host=hostname,
+            address=address,
+            code=sandbox,
+        )
+    else:
+        what = say_n(
+            len(served),
+            "{host} ({address}): {count} node; sandbox {code}",
+            "{host} ({address}): {count} nodes; sandbox {code}",
+            host=hostname,
+            address=address,
+            code=sandbox,
+        )
+    heartbeat_record(name=_agent_beat(worker), now=now, detail=what[:200])
     return len(served)
 
 

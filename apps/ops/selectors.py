@@ -21,6 +21,11 @@ class ClusterCounts:
         return sum(self.nodes_by_status.values())
 
     @property
+    def nodes_named(self) -> list[tuple[str, str, int]]:
+        """(status, its name in the reader's language, nodes) per node status."""
+        return [(s, str(Node.Status(s).label), n) for s, n in self.nodes_by_status.items()]
+
+    @property
     def jobs_total(self) -> int:
         return sum(self.jobs_by_status.values())
 

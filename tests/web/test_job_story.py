@@ -508,14 +508,14 @@ def test_it_lists_node_agents_and_their_heartbeats(admin_client, cluster, quiet_
     heartbeat_record(
         name="agent:agent@host-1",
         now=now - timedelta(seconds=3),
-        detail="host-1 (10.0.0.5): 2 node(s); sandbox strict",
+        detail="host-1 (10.0.0.5): 2 nodes; sandbox strict",
     )
     heartbeat_record(name="beat", now=now)
     response = admin_client.get(reverse("ops:health"))
     agents = section(response, "agents")
     page = text_of(agents)
     assert "Node agents (1 agent, 2 nodes)" in page
-    assert "agent@host-1 host-1 (10.0.0.5): 2 node(s); sandbox strict" in page
+    assert "agent@host-1 host-1 (10.0.0.5): 2 nodes; sandbox strict" in page
     assert "gpu-node-0" in agents and "gpu-node-1" in agents and "10.0.0.5" in agents
     assert '<span class="health-state is-ok">3 s ago</span>' in agents
     assert '<span class="health-state is-bad">103 s ago</span>' in agents  # silent: Lost soon

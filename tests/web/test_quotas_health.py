@@ -9,6 +9,8 @@ from django.db import OperationalError
 from django.urls import reverse
 from django.utils import timezone
 
+from apps.agent.runner import Isolation
+from apps.agent.services import agent_heartbeat
 from apps.cluster.models import Node
 from apps.core.selectors import Health
 from apps.core.services import heartbeat_record
@@ -366,3 +368,38 @@ def test_it_answers_503_when_the_database_does_not(client, db, monkeypatch):
         "status": "error",
         "checks": {"database": "unreachable (OperationalError)"},
     }
+
+
+def test_the_health_page_in_chinese_names_states_sandbox_and_agents_in_its_words(
+    admin_client, busy, fake_health, monkeypatch
+):
+    """Node and job states, the sandbox's description and an agent's line were English."""
+    fake_health(_snapshot())
+    whole = Isolation(
+        requested="strict",
+        missing=(),
+        bwrap="/usr/bin/bwrap",
+        root=True,
+        netns=True,
+        cgroups=1,
+        seccomp=True,
+    )
+    monkeypatch.setattr("apps.ops.views.isolation_status", lambda requested: whole)
+    Node.objects.filter(name="gpu-node-3").update(status=Node.Status.LOST)
+    agent_heartbeat(
+        worker="agent@host-1",
+        hostname="host-1",
+        address="10.0.0.5",
+        nodes=["gpu-node-0", "gpu-node-1"],
+        public=True,
+        sandbox="strict",
+        now=timezone.now(),
+    )
+    body = admin_client.get(reverse("ops:health"), headers={"accept_language": "zh-CN"})
+    body = body.content.decode()
+    assert '<span title="Ready">就绪</span><span class="count">4</span>' in body
+    assert '<span title="Lost">失联</span><span class="count health-state is-bad">1</span>' in body
+    assert '<span>排队中</span><span class="count">1</span>' in body
+    assert "已隔离：bubblewrap（/usr/bin/bwrap），独立 uid" in body and "isolated" not in body
+    assert "host-1（10.0.0.5）：2 个节点及公共资源池；沙箱 strict" in body
+    assert "node(s)" not in body and "Ready<" not in body and "Queuing<" not in body
