@@ -143,7 +143,9 @@ def _allocation(result: Result) -> tuple[float, float, float]:
 
 def _over_run(result: Result, values: Sequence[float]) -> float:
     """A series' figure for the whole run. Fill: its value at the end. Replay: its
-    time-weighted mean over the span of arrivals (first to last submission)."""
+    time-weighted mean over the span of arrivals (first to last submission), or, when
+    every job arrived at once, from then to the run's last event (a What if on a few of
+    the cluster's jobs: the end alone, all jobs gone, would read 0%)."""
     s = result.series
     if not s.x:
         return 0.0
@@ -151,6 +153,8 @@ def _over_run(result: Result, values: Sequence[float]) -> float:
         return values[-1]
     start = min(j.submit for j in result.jobs)
     end = max(j.submit for j in result.jobs)
+    if end <= start:
+        end = s.x[-1]
     if end <= start:
         return values[-1]
     area = 0.0

@@ -127,3 +127,13 @@ def test_fgd_keeps_room_for_the_whole_trace_or_for_the_last_hours_arrivals(hours
     half, third = outcome(result, "half"), outcome(result, "third")
     assert half.first_start == 0 and third.first_start == 7_200
     assert (half.nodes == third.nodes) is same_gpu
+
+
+def test_jobs_that_all_arrive_at_once_are_measured_until_the_run_ends():
+    """One instant of arrivals has no span: the run's figure is its mean from then to the
+    last event (it read 0, the cluster as the last job left it)."""
+    trace = [job("a", 0, duration=100), job("b", 0, duration=300)]
+    summary = policy_summary(run(trace, one_quota(4)))
+    # 2 of 4 GPUs for 100 s, 1 of 4 for 200 s, over 300 s
+    assert summary["gpu_allocation_ratio"] == pytest.approx((0.5 * 100 + 0.25 * 200) / 300)
+    assert summary["unallocated_gpus"] == pytest.approx(4 - 4 * (100 / 300), abs=0.01)
