@@ -11,7 +11,8 @@ runs as root and builds, for each pod, this chain of processes, each exec'ing th
 
     cgroup-join (memory, pids, cpu limits)  →  nsenter --net (the job's network namespace)
       →  bwrap (mounts, pid/ipc/uts/cgroup namespaces, seccomp)  →  prlimit (file size, core)
-      →  setpriv (the job's own uid/gid, no groups, no capabilities, no_new_privs)  →  bash
+      →  setpriv (the job's own uid/gid, no groups, no capabilities, no_new_privs)
+      →  python (the pod's environment: `_env_argv`)  →  bash
 
 bwrap shows the pod only what is bound in: the system (/usr, /etc minus its secrets, /opt,
 /sys) read-only, the Python environments, a fresh /dev and /proc, size-capped /tmp and
@@ -55,6 +56,7 @@ _BASE_DIR = Path(__file__).resolve().parents[2]
 SANDBOX_MODES = ("strict", "insecure")
 DATA_MOUNT = Path("/mnt/data")
 COMMAND_PATH = "/run/paiweb/command"  # the user's command, as a script, in the sandbox
+ENV_PATH = "/run/paiweb/env"  # the pod's environment, in the sandbox (see `_env_argv`)
 DEFAULT_LOG_MAX_BYTES = 10 * 1024 * 1024
 MIB = 1024 * 1024
 SIGXFSZ_EXIT = 128 + signal.SIGXFSZ  # a write past RLIMIT_FSIZE
@@ -355,6 +357,17 @@ def _parent_dirs(paths) -> list[str]:
     return argv
 
 
+def _interpreter_dirs() -> list[Path]:
+    """The agent's Python (its environment and the installation it comes from), which sets
+    the pod's environment (`_env_argv`), where the system directories do not hold it."""
+    found = []
+    for prefix in (Path(sys.prefix), Path(sys.base_prefix)):
+        text = str(prefix)
+        if prefix.is_dir() and not any(text == s or text.startswith(s + "/") for s in SYSTEM_DIRS):
+            found.append(prefix)
+    return found
+
+
 def bwrap_argv(spec: PodSpec, *, fds: Mapping[str, int]) -> list[str]:
     """The bubblewrap command line. `fds` holds the open descriptors it reads: "seccomp" (the
     filter) and each identity file's path (its content)."""
@@ -406,8 +419,9 @@ def bwrap_argv(spec: PodSpec, *, fds: Mapping[str, int]) -> list[str]:
         argv.append("--unshare-user-try")
     if "seccomp" in fds:
         argv += ["--seccomp", str(fds["seccomp"])]
-    argv += _parent_dirs([*spec.readable, spec.work_dir, *spec.writable])
-    for path in spec.readable:
+    readable = list(dict.fromkeys([*spec.readable, *_interpreter_dirs()]))
+    argv += _parent_dirs([*readable, spec.work_dir, *spec.writable])
+    for path in readable:
         argv += ["--ro-bind", str(path), str(path)]
     for path in dict.fromkeys([spec.work_dir, *spec.writable]):
         argv += ["--bind", str(path), str(path)]
@@ -416,11 +430,47 @@ def bwrap_argv(spec: PodSpec, *, fds: Mapping[str, int]) -> list[str]:
     return [*argv, "--chdir", str(spec.work_dir), "--"]
 
 
+# Run by the agent's python as the pod's own user, the last step before its shell: reads the
+# pod's environment ("NAME=value" strings, each ended by a NUL) and execs the shell with it.
+# Python ignores SIGPIPE and SIGXFSZ, and an ignored signal stays ignored across exec: both
+# are given back their default (a write past RLIMIT_FSIZE kills the writer, exit 153).
+_ENV_EXEC = (
+    "import os, signal, sys\n"
+    "for signum in (signal.SIGPIPE, signal.SIGXFSZ):\n"
+    "    signal.signal(signum, signal.SIG_DFL)\n"
+    "with open(sys.argv[1], 'rb') as f:\n"
+    "    data = f.read()\n"
+    "env = dict(item.split(b'=', 1) for item in data.split(b'\\0') if b'=' in item)\n"
+    "os.execve(sys.argv[2], sys.argv[2:], env)\n"
+)
+
+
+def _env_argv(path: str) -> list[str]:
+    """Set the pod's environment only once it is the pod's own user. The processes before
+    (cgroup-join, nsenter, bwrap, prlimit, setpriv) run as root, most of them in the host's
+    mount tree, with the shim's fixed environment: a job's LD_PRELOAD naming a library its
+    earlier pod wrote, LD_DEBUG_OUTPUT naming a host file or GLIBC_TUNABLES would otherwise
+    be obeyed by the dynamic loader of each, as root. Not `env -i NAME=value …`: bwrap's
+    command line, which any user of the host can read while the pod runs, would show the
+    job's variables."""
+    return [sys.executable, "-I", "-S", "-c", _ENV_EXEC, path]
+
+
+def _env_data(env: Mapping[str, str]) -> bytes:
+    return b"".join(
+        f"{name}={value}".encode("utf-8", errors="surrogateescape") + b"\0"
+        for name, value in env.items()
+        if "\0" not in name + value and "=" not in name
+    )
+
+
 def command_argv(spec: PodSpec, *, fds: Mapping[str, int]) -> list[str]:
     """The pod's whole process chain. `fds` are the descriptors `_open_fds` opened: the
-    command's among them (bound at COMMAND_PATH in the sandbox, else read from /dev/fd)."""
+    command's and the environment's among them (bound at COMMAND_PATH and ENV_PATH in the
+    sandbox, else read from /dev/fd)."""
     script = COMMAND_PATH if spec.sandboxed else f"/dev/fd/{fds['command']}"
-    inner = [*_limits_argv(spec), *_drop_argv(spec), *shell_argv(script)]
+    env = ENV_PATH if spec.sandboxed else f"/dev/fd/{fds['env']}"
+    inner = [*_limits_argv(spec), *_drop_argv(spec), *_env_argv(env), *shell_argv(script)]
     if not spec.sandboxed:
         setpriv = shutil.which("setpriv")  # die with the shim, as bwrap's --die-with-parent does
         inner = [setpriv, "--pdeathsig", "KILL", "--", *inner] if setpriv else inner
@@ -446,9 +496,10 @@ def _open_fds(spec: PodSpec) -> dict[str, int]:
     would take each CR for part of a word ("cd: $'/tmp\\r': No such file or directory")."""
     script = spec.command.replace("\r\n", "\n")
     command = _data_fd(script.encode("utf-8", errors="surrogateescape"))
+    env = _data_fd(_env_data(spec.env))
     if not spec.sandboxed:
-        return {"command": command}
-    fds: dict[str, int] = {COMMAND_PATH: command}
+        return {"command": command, "env": env}
+    fds: dict[str, int] = {COMMAND_PATH: command, ENV_PATH: env}
     program = seccomp.pod_filter()
     if program is not None:
         fds["seccomp"] = seccomp.filter_fd(program)
@@ -549,7 +600,6 @@ class PodProcess:
                     "name": spec.name,
                     "argv": command_argv(spec, fds=fds),
                     "cwd": str(spec.work_dir),
-                    "env": dict(spec.env),
                     "log_path": str(spec.log_path),
                     "log_max_bytes": spec.log_max_bytes,
                     "sandboxed": spec.sandboxed,

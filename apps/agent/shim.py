@@ -13,7 +13,7 @@ real exit code and time there.
 
 STATE_DIR is the agent's (mode 0700, outside anything a pod can see):
 
-    spec.json     the agent, before the start: argv, cwd, env, log file and cap, cgroup, fds
+    spec.json     the agent, before the start: argv, cwd, log file and cap, cgroup, fds
     started.json  the shim, once the pod's process runs: {"shim", "pid", "at"}
     stop          the agent, to stop the pod: the grace period in seconds (SIGUSR1 wakes us)
     exit.json     the shim, when the pod ended: {"code", "at"} (or {"error"} if it never ran)
@@ -39,6 +39,9 @@ from pathlib import Path
 TICK = 0.2  # seconds between checks of the stop file and the kill deadline
 TIMES_SUFFIX = ".times"  # beside the log: when its bytes were written (LogWriter)
 SPEC, STARTED, STOP, EXIT = "spec.json", "started.json", "stop", "exit.json"
+# The environment of the pod's chain up to its own user (runner._env_argv sets the pod's):
+# nothing of the job's reaches a process that runs as root.
+CHAIN_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
 
 
 def _stamp() -> str:
@@ -180,7 +183,7 @@ class Pod:
             self.popen = subprocess.Popen(
                 spec["argv"],
                 cwd=spec["cwd"],
-                env=dict(spec["env"]),
+                env=dict(CHAIN_ENV),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,

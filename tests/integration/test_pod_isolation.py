@@ -231,6 +231,32 @@ def test_a_pod_sees_no_secret_of_the_platform_nor_another_job(personas, agent_ba
     job_stop(job=victim, by=personas["bob"])
 
 
+def test_a_jobs_environment_reaches_its_command_and_no_process_that_runs_as_root(
+    personas, agent_backend, tmp_path
+):
+    """The chain that builds the sandbox runs as root, in the host's mount tree: had it the
+    job's variables, its dynamic loader would write LD_DEBUG_OUTPUT to a host path (as it
+    would load LD_PRELOAD, a library an earlier pod of the job wrote, as root)."""
+    trace = tmp_path / "loader"
+    envs = {
+        "LD_DEBUG": "libs",
+        "LD_DEBUG_OUTPUT": str(trace),
+        "LD_PRELOAD": "/nonexistent/evil.so",
+        "ODD": "a b=c\n  'd' $HOME",
+    }
+    command = (
+        'printf "[%s]\\n" "$ODD" "$LD_DEBUG_OUTPUT" "$LD_PRELOAD"; '
+        'yes | head -c 2 >/dev/null; echo "sigpipe=${PIPESTATUS[0]}"'
+    )
+    job = submit(personas, command=command, user="charlie", ws="ws_b", quota="team-b", envs=envs)
+    job_in(job, JobStatus.SUCCEEDED, agent=agent_backend)
+    log = pod_log(job.pods.get())
+    assert "[a b=c\n  'd' $HOME]\n" in log, log
+    assert f"[{trace}]\n[/nonexistent/evil.so]\n" in log, log
+    assert "sigpipe=141\n" in log, log  # signals as a shell's: SIGPIPE is not ignored
+    assert not list(tmp_path.glob("loader*")), "a process of the chain obeyed LD_DEBUG_OUTPUT"
+
+
 def test_a_pod_reaches_no_service_of_the_platform_and_the_platform_keeps_working(
     personas, agent_backend, listener
 ):
