@@ -38,6 +38,7 @@ import os
 import re
 import shutil
 import signal
+import site
 import stat
 import subprocess
 import sys
@@ -234,6 +235,9 @@ class PodSpec:
     isolation: Isolation | None = None  # None: run bare (tests of the runner's plumbing)
     writable: tuple[Path, ...] = ()
     readable: tuple[Path, ...] = ()
+    # paiweb's own (its source tree, var/, the work root, the agent's state): covered where a
+    # system directory the sandbox shows holds them (paiweb installed under /opt, say)
+    hidden: tuple[Path, ...] = ()
     data_dir: Path | None = None
     uid: int = 0  # the pod's own uid and gid on the host (strict: never 0)
     netns: str = ""  # the named network namespace of the pod's job on this host
@@ -311,6 +315,42 @@ def _system_binds() -> list[str]:
     return argv
 
 
+def _inside(path: str, parents: Iterable[str]) -> bool:
+    return any(path == p or path.startswith(p.rstrip("/") + "/") for p in parents)
+
+
+def _covered(spec: PodSpec) -> list[str]:
+    """Each of `spec.hidden` that a bound system directory shows, outermost first. The
+    system binds show /opt or /usr/local whole, and an installation there would show a pod
+    its database file, the installation secret and every other job's directory. One inside
+    a site-packages directory (paiweb installed as a package) is left: the pod's Python
+    needs the packages beside it."""
+    packages = [*site.getsitepackages(), site.getusersitepackages()]
+    covered: list[str] = []
+    for path in sorted(dict.fromkeys(os.path.abspath(p) for p in spec.hidden), key=len):
+        if (
+            _inside(path, SYSTEM_DIRS)
+            and path not in SYSTEM_DIRS
+            and not _inside(path, covered)
+            and not _inside(path, packages)
+            and os.path.lexists(path)
+        ):
+            covered.append(path)
+    return covered
+
+
+def _hidden_binds(covered: list[str]) -> list[str]:
+    """A directory covered with an empty tmpfs, a file with /dev/null. Readable and writable
+    paths inside are bound again above it (with the directories down to them)."""
+    argv: list[str] = []
+    for path in covered:
+        if os.path.isdir(path) and not os.path.islink(path):
+            argv += ["--tmpfs", path]
+        else:
+            argv += ["--ro-bind", "/dev/null", path]
+    return argv
+
+
 def _identity_files(spec: PodSpec) -> dict[str, bytes]:
     """/etc/passwd and /etc/group with the pod's uid as user "pod" (tools that look up their
     own name — whoami, pip, getpass — work), no other account's details changed."""
@@ -340,16 +380,17 @@ def _gpu_binds(spec: PodSpec) -> list[str]:
     return argv
 
 
-def _parent_dirs(paths) -> list[str]:
+def _parent_dirs(paths, covered: Iterable[str] = ()) -> list[str]:
     """Traversable (0755) directories above each bound path. bwrap would otherwise copy a
     parent's mode from the host, and /root or a private temporary directory (0700) would
-    lock the pod's uid out of its own Python or work dir."""
+    lock the pod's uid out of its own Python or work dir. Those the system binds show are
+    there already, but not inside a covered path (an empty tmpfs)."""
     system = (*SYSTEM_DIRS, "/dev", "/proc")
     parents: set[str] = set()
     for path in paths:
         for parent in Path(path).parents:
             text = str(parent)
-            if text != "/" and not any(text == s or text.startswith(s + "/") for s in system):
+            if text != "/" and (not _inside(text, system) or _inside(text, covered)):
                 parents.add(text)
     argv: list[str] = []
     for parent in sorted(parents, key=lambda p: (p.count("/"), p)):
@@ -372,7 +413,8 @@ def bwrap_argv(spec: PodSpec, *, fds: Mapping[str, int]) -> list[str]:
     """The bubblewrap command line. `fds` holds the open descriptors it reads: "seccomp" (the
     filter) and each identity file's path (its content)."""
     assert spec.isolation is not None and spec.isolation.bwrap is not None
-    argv = [spec.isolation.bwrap, *_system_binds()]
+    covered = _covered(spec)
+    argv = [spec.isolation.bwrap, *_system_binds(), *_hidden_binds(covered)]
     for path, fd in fds.items():
         if path.startswith("/"):
             argv += ["--perms", "0644", "--ro-bind-data", str(fd), path]
@@ -420,7 +462,7 @@ def bwrap_argv(spec: PodSpec, *, fds: Mapping[str, int]) -> list[str]:
     if "seccomp" in fds:
         argv += ["--seccomp", str(fds["seccomp"])]
     readable = list(dict.fromkeys([*spec.readable, *_interpreter_dirs()]))
-    argv += _parent_dirs([*readable, spec.work_dir, *spec.writable])
+    argv += _parent_dirs([*readable, spec.work_dir, *spec.writable], covered)
     for path in readable:
         argv += ["--ro-bind", str(path), str(path)]
     for path in dict.fromkeys([spec.work_dir, *spec.writable]):

@@ -183,6 +183,22 @@ def _readable() -> tuple[Path, ...]:
     return tuple(p for p in dict.fromkeys(paths) if p.exists())
 
 
+def _hidden() -> tuple[Path, ...]:
+    """paiweb's own files, which no pod may see even where a system directory holds them
+    (runner.PodSpec.hidden): the source tree, var/, the work root, the agents' state, and
+    the SQLite database file wherever it is."""
+    paths = [
+        Path(settings.BASE_DIR),
+        Path(settings.VAR_DIR),
+        Path(settings.POD_WORK_ROOT),
+        Path(settings.AGENT_STATE_DIR),
+    ]
+    database = settings.DATABASES["default"]
+    if database["ENGINE"].endswith("sqlite3") and str(database["NAME"]).startswith("/"):
+        paths.append(Path(database["NAME"]))
+    return tuple(paths)
+
+
 def pod_uid(isolation: runner.Isolation, job_pk: int) -> int:
     """The job's own uid and gid on this host (the same on every host, so files and
     processes of two jobs never share an owner); 0 when the agent cannot switch users."""
@@ -230,6 +246,7 @@ def pod_spec(
         isolation=isolation,
         writable=(paths.work_dir, paths.checkpoint_dir),
         readable=_readable(),
+        hidden=_hidden(),
         data_dir=paths.data_dir,
         uid=uid,
         netns=netns_name,
