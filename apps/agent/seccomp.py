@@ -27,7 +27,10 @@ Layout of the program:
 6. `personality` is allowed only for 0 (PER_LINUX) and 0xffffffff (the query glibc and
    Python's `platform` module make); other personas can turn off ASLR or make data
    executable (READ_IMPLIES_EXEC), so they are refused.
-7. Everything else is allowed.
+7. `socket` is refused for AF_VSOCK (arg0): virtual machine sockets belong to no network
+   namespace, so a pod would reach the hypervisor's services (and other VMs') past the
+   job's namespace, which has only a loopback. Docker's profile refuses it too.
+8. Everything else is allowed.
 """
 
 from __future__ import annotations
@@ -97,7 +100,7 @@ BLOCKED: tuple[str, ...] = (
 X86_ONLY: frozenset[str] = frozenset({"iopl", "ioperm", "uselib"})
 
 # Handled with argument checks or another errno, so not in BLOCKED.
-_SPECIAL = ("clone", "clone3", "personality")
+_SPECIAL = ("clone", "clone3", "personality", "socket")
 
 # From /usr/include/x86_64-linux-gnu/asm/unistd_64.h (checked on the build host).
 _X86_64: dict[str, int] = {
@@ -152,6 +155,7 @@ _X86_64: dict[str, int] = {
     "clone": 56,
     "clone3": 435,
     "personality": 135,
+    "socket": 41,
 }
 
 # From /usr/include/asm-generic/unistd.h, the table aarch64 uses.
@@ -204,6 +208,7 @@ _AARCH64: dict[str, int] = {
     "clone": 220,
     "clone3": 435,
     "personality": 92,
+    "socket": 198,
 }
 
 # arch name -> (AUDIT_ARCH_* token, syscall table, whether x32 calls must be refused)
@@ -239,6 +244,7 @@ CLONE_NS_FLAGS = (
     | 0x40000000  # CLONE_NEWNET
 )
 PERSONALITY_ALLOWED = (0x00000000, 0xFFFFFFFF)  # PER_LINUX, and the query
+AF_VSOCK = 40
 
 BPF_MAXINSNS = 4096
 
@@ -310,6 +316,13 @@ def instructions(arch: str | None = None) -> list[Insn] | None:
         _jeq(table["clone"], 0, 4),
         _ld(_OFF_ARG0_LO),
         _jset(CLONE_NS_FLAGS, 0, 1),
+        _ret(eperm),
+        _ret(SECCOMP_RET_ALLOW),
+    ]
+    prog += [
+        _jeq(table["socket"], 0, 4),
+        _ld(_OFF_ARG0_LO),
+        _jeq(AF_VSOCK, 0, 1),
         _ret(eperm),
         _ret(SECCOMP_RET_ALLOW),
     ]

@@ -302,6 +302,25 @@ def test_a_pod_reaches_no_service_of_the_platform_and_the_platform_keeps_working
     job_stop(job=victim, by=personas["bob"])
 
 
+def test_a_pod_has_no_virtual_machine_socket_past_its_network_namespace(personas, agent_backend):
+    """AF_VSOCK belongs to no network namespace: on a virtual machine it reaches the
+    hypervisor's services, whatever the job's namespace holds. The socket is never made
+    (nothing is connected to: the other side is the host's)."""
+    script = """
+        import socket
+        for family in (socket.AF_VSOCK, socket.AF_INET, socket.AF_UNIX):
+            try:
+                socket.socket(family, socket.SOCK_STREAM).close(); print(family.name, "made")
+            except OSError as exc:
+                print(family.name, "refused", exc.strerror)
+    """
+    job = submit(personas, command=python(script), user="charlie", ws="ws_b", quota="team-b")
+    job_in(job, JobStatus.SUCCEEDED, agent=agent_backend)
+    log = pod_log(job.pods.get())
+    assert "AF_VSOCK refused Operation not permitted" in log, log
+    assert "AF_INET made" in log and "AF_UNIX made" in log, log
+
+
 def test_the_pods_of_one_job_talk_and_another_jobs_pod_cannot_reach_them(personas, agent_backend):
     script = PAIR
     pair = submit(personas, command=python(script), pods=2, name="pair")

@@ -305,6 +305,8 @@ def test_the_program_decides_as_documented(arch):
         (0x0008, EPERM),
     ):
         assert run_bpf(prog, table["personality"], audit, (persona,)) == verdict, hex(persona)
+    for family, verdict in ((2, ALLOW), (10, ALLOW), (1, ALLOW), (16, ALLOW), (40, EPERM)):
+        assert run_bpf(prog, table["socket"], audit, (family,)) == verdict, family
     special = set(table.values())
     for nr in range(0, 460):  # every other call, e.g. read, write, openat, execve
         if nr not in special:
@@ -321,7 +323,7 @@ def test_each_table_has_every_blocked_name(arch):
     table = seccomp.syscall_table(arch)
     missing = set(seccomp.BLOCKED) - set(table)
     assert missing == (set() if arch == "x86_64" else set(seccomp.X86_ONLY))
-    assert {"clone", "clone3", "personality"} <= set(table)
+    assert {"clone", "clone3", "personality", "socket"} <= set(table)
     assert len(set(table.values())) == len(table), "two names share a number"
 
 
