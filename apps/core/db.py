@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import hashlib
 import threading
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
@@ -45,6 +46,26 @@ def sqlite_functions(sender, connection, **kwargs) -> None:
     """`connection_created` receiver: the SQL functions paiweb's SQLite queries use."""
     if connection.vendor == "sqlite":
         connection.connection.create_function("paiweb_epoch", 1, _sqlite_epoch, deterministic=True)
+
+
+def transaction_lock(name: str) -> bool:
+    """Take the database lock `name` for the rest of the current transaction, without
+    waiting: False when another transaction holds it (and is doing the same work).
+
+    The fence behind a singleton tick's Redis lock (`singleton_lock`), which expires: a tick
+    frozen past its timeout (SIGSTOP, a stalled VM) while another worker runs the next one
+    would otherwise write a plan made from what it read before the other committed, onto
+    room the other just gave away. On PostgreSQL an advisory transaction lock, released at
+    commit or rollback; call it first in the transaction, before anything is read. On
+    SQLite always True: paiweb's SQLite transactions are IMMEDIATE (settings), so each holds
+    the database's write lock from its first statement and two never overlap."""
+    assert connection.in_atomic_block, "a transaction lock lives as long as its transaction"
+    if connection.vendor != "postgresql":
+        return True
+    key = int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big", signed=True)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_try_advisory_xact_lock(%s)", [key])
+        return bool(cursor.fetchone()[0])
 
 
 ID_CHUNK = 2000  # ids per IN (...) list

@@ -48,7 +48,7 @@ from django.db.models import (
 
 from apps.cluster.models import InstanceType, MarketParameters, ResourceType
 from apps.core import pricing
-from apps.core.db import Epoch, db_datetime, id_chunks, rows_insert
+from apps.core.db import Epoch, db_datetime, id_chunks, rows_insert, transaction_lock
 from apps.core.errors import ValidationFailed
 from apps.core.perf import gc_paused
 from apps.core.words import say
@@ -525,7 +525,10 @@ def market_plan(*, snapshot: MarketSnapshot) -> pricing.MarketPlan:
 @transaction.atomic
 def market_step(*, now: datetime, rng: random.Random) -> StepReport:
     """One market tick. Call under the "market-step" lock; a tick at or before the last
-    one changes nothing."""
+    one, or while another is in its transaction (`transaction_lock`: the Redis lock
+    expired under a frozen holder), changes nothing."""
+    if not transaction_lock("market-step"):
+        return StepReport(skipped=True)
     last = MarketState.objects.aggregate(last=Max("stepped_at"))["last"]
     if last is not None and now <= last:
         return StepReport(skipped=True)

@@ -20,7 +20,7 @@ from django.db import transaction
 from django.db.models import F
 
 from apps.cluster.models import Node, Quota, ResourcePool
-from apps.core.db import id_chunks, rows_update
+from apps.core.db import id_chunks, rows_update, transaction_lock
 from apps.core.perf import gc_paused
 from apps.core.words import joined, say
 from apps.jobs.execution import (
@@ -275,7 +275,11 @@ def scheduler_config(*, now: datetime) -> engine.Config:
 @gc_paused()
 @transaction.atomic
 def scheduler_tick(*, now: datetime) -> TickReport:
-    """Plan and apply one scheduling pass. Call under the scheduler lock."""
+    """Plan and apply one scheduling pass. Call under the scheduler lock. A pass while
+    another is in its transaction does nothing (`transaction_lock`): the Redis lock expired
+    under a frozen holder, whose plan would otherwise meet this one's on the same room."""
+    if not transaction_lock("scheduler-tick"):
+        return TickReport(admitted=0, preempted=0, waiting=0)
     loaded = _load(now=now)
     if not loaded.snapshot.pending:
         return TickReport(admitted=0, preempted=0, waiting=0)  # nobody to place or reclaim for
