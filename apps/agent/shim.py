@@ -56,7 +56,11 @@ class LogWriter:
     exactly what the pod wrote: a line "OFFSET EPOCH" (byte offset in the log, seconds
     since the epoch, to the millisecond) whenever a write starts in a new second, so at
     most one line per second of output. A byte was written at the time of the last line
-    whose offset is not past it (apps/agent/logs.py reads them)."""
+    whose offset is not past it (apps/agent/logs.py reads them).
+
+    A write the disk refuses (it is full, over a quota, failing) loses that output, never
+    the pod: the shim goes on draining the pipe, and once a write succeeds again the log
+    says how many bytes were lost and why."""
 
     def __init__(self, path: Path, max_bytes: int) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -66,25 +70,51 @@ class LogWriter:
         self.max_bytes = max_bytes
         self.written = self.file.tell()
         self.dropped = 0
+        self.lost = 0  # bytes the disk refused since the last write it took
+        self.lost_why = ""
         self.lock = threading.Lock()
 
     def _mark(self) -> None:
         now = time.time()
         if int(now) != self.second:
             self.second = int(now)
-            self.times.write(f"{self.file.tell()} {now:.3f}\n".encode())
+            try:
+                self.times.write(f"{self.file.tell()} {now:.3f}\n".encode())
+            except OSError:
+                pass  # the times are a help to the reader; the output matters more
+
+    def _append(self, data: bytes) -> int:
+        """Write `data` to the log; returns the bytes the disk took (the rest is lost)."""
+        if self.lost:  # the disk takes writes again: say first what it refused
+            notice = (
+                f"\n[paiweb] {_stamp()} {self.lost} bytes of output were lost: "
+                f"the log's disk refused them ({self.lost_why})\n"
+            ).encode()
+            try:
+                self.file.write(notice)
+            except OSError:
+                self.lost += len(data)
+                return 0
+            self.lost = 0
+        try:
+            taken = self.file.write(data) or 0
+        except OSError as exc:
+            taken, self.lost_why = 0, exc.strerror or str(exc)
+        if taken < len(data):
+            self.lost += len(data) - taken
+            self.lost_why = self.lost_why or "a short write"
+        return taken
 
     def write(self, data: bytes) -> None:
         with self.lock:
             room = max(self.max_bytes - self.written, 0)
             if room:
                 self._mark()
-                self.file.write(data[:room])
-                self.written += min(room, len(data))
+                self.written += self._append(data[:room])
             if len(data) > room:
                 if not self.dropped:
                     self._mark()
-                    self.file.write(
+                    self._append(
                         f"\n[log truncated: output beyond POD_LOG_MAX_BYTES={self.max_bytes} "
                         f"bytes is discarded]\n".encode()
                     )
@@ -94,12 +124,15 @@ class LogWriter:
         """A line from paiweb itself; always written, even past the cap."""
         with self.lock:
             self._mark()
-            self.file.write(f"[paiweb] {_stamp()} {message}\n".encode())
+            self._append(f"[paiweb] {_stamp()} {message}\n".encode())
 
     def close(self) -> None:
         with self.lock:
-            self.file.close()
-            self.times.close()
+            for f in (self.file, self.times):
+                try:
+                    f.close()
+                except OSError:
+                    pass
 
 
 def _processes() -> dict[int, tuple[int, int, int]]:

@@ -492,3 +492,54 @@ def test_a_pods_log_calls_a_complete_sandbox_strict_as_the_health_page_does(tmp_
         uid=POD_UID,
     )
     assert runner.describe(pod).startswith("sandbox: strict; uid")
+
+
+@pytest.fixture
+def full_log_disk(root):
+    """The pod's log directory on a disk of its own (a 64 KiB tmpfs; mounting needs root, as
+    the sandboxed tests do), filled to the last byte by something else on the host."""
+    import subprocess
+
+    logs = root / "pods" / "job-a" / "logs"
+    logs.mkdir(parents=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(logs)], check=True)
+    try:
+        filler = os.open(logs / "filler", os.O_WRONLY | os.O_CREAT)
+        try:
+            while os.write(filler, b"\0" * 4096):
+                pass
+        except OSError:
+            pass  # full
+        finally:
+            os.close(filler)
+        yield logs
+    finally:
+        subprocess.run(["umount", "-l", str(logs)], check=False)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_pod_runs_on_while_its_logs_disk_is_full_and_the_log_says_what_was_lost(
+    root, mode, full_log_disk
+):
+    """A full disk under the logs costs the pod's output, not the pod: before, the shim died
+    of ENOSPC at its first note (the pod never started: StartError) or at the first output
+    that did not fit (the pod was killed with it: AgentRestarted, its work lost)."""
+    go = root / "pods" / "job-a" / "pod-0" / "go"
+    command = (
+        "for i in 1 2 3; do head -c 20000 /dev/zero | tr '\\0' x; echo; done; "
+        f"while [ ! -e {go} ]; do sleep 0.1; done; echo after the disk had room again"
+    )
+    process = runner.start(spec(root, command, mode=mode), root / "state")
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and process.poll() is None:
+        if (root / "pods" / "job-a" / "pod-0").exists():  # the loop runs: it printed
+            time.sleep(1)
+            break
+        time.sleep(0.1)
+    (full_log_disk / "filler").unlink()  # room again
+    go.touch()
+    assert process.wait(timeout=30) == 0 and not process.result().vanished
+    log = (full_log_disk / "pod-0.log").read_text()
+    assert "after the disk had room again" in log
+    assert "bytes of output were lost: the log's disk refused them (No space left" in log
+    assert "exited with code 0" in log
