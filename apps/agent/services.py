@@ -29,7 +29,7 @@ from apps.cluster.models import Node
 from apps.core.db import id_chunks
 from apps.core.models import Heartbeat
 from apps.core.services import heartbeat_record
-from apps.core.tasks import task_soon
+from apps.core.tasks import hint_on_commit, task_soon
 from apps.core.words import say, say_n
 from apps.jobs.execution import PodsStop, pods_winding_down, silent_before
 from apps.jobs.models import (
@@ -118,7 +118,7 @@ def pods_launch(*, job: Job, now: datetime) -> list[Pod]:
         for pod_id, queue in starts:
             pod_start_task.apply_async(args=(pod_id,), queue=queue)
 
-    transaction.on_commit(enqueue)
+    hint_on_commit(enqueue, what="pod_start_task")  # else the agent's reconcile starts them
     return pending
 
 
@@ -241,7 +241,7 @@ def pods_terminate_bulk(*, stops: Sequence[PodsStop], now: datetime) -> None:
         for pod_id, queue, seconds in stopping:
             pod_stop_task.apply_async(args=(pod_id, seconds), queue=queue)
 
-    transaction.on_commit(enqueue)
+    hint_on_commit(enqueue, what="pod_stop_task")  # else the agent's watch loop stops them
 
 
 def _pods_end(

@@ -13,6 +13,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from apps.core.tasks import hint_on_commit
 from apps.simulator import (
     Cluster,
     ClusterError,
@@ -84,7 +85,7 @@ def whatif_queue(*, run: WhatIfRun) -> None:
     WhatIfRun.objects.filter(pk=run.pk).update(
         status=WhatIfRun.Status.QUEUED, progress=0.0, message="", updated_at=timezone.now()
     )
-    transaction.on_commit(lambda: whatif_run_task.delay(run.pk))
+    hint_on_commit(lambda: whatif_run_task.delay(run.pk), what="whatif_run_task")  # or the sweep
 
 
 def whatif_sweep(*, now: datetime) -> int:
