@@ -31,6 +31,7 @@ escalates on time.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import math
@@ -713,6 +714,11 @@ class PodProcess:
                 os.replace(tmp, self.state_dir / shim.STOP)
             except FileNotFoundError:  # the pod ended and its state was swept meanwhile
                 return
+            except OSError:  # the state's disk is full: the shim's own stop, SIGTERM, with
+                tmp.unlink(missing_ok=True)  # the grace of its spec (the job's)
+                if self.shim_pid and self.alive():
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.kill(self.shim_pid, signal.SIGTERM)
         if self.stop_requested_at is None:
             self.stop_requested_at = time.monotonic()
         self._wake()

@@ -421,9 +421,12 @@ def serve(state: Path) -> int:
     except OSError as exc:
         write_json(state / EXIT, {"code": None, "at": time.time(), "error": str(exc)})
         return 1
-    write_json(state / STARTED, {"shim": os.getpid(), "pid": pod.pid, "at": time.time()})
+    started = {"shim": os.getpid(), "pid": pod.pid, "at": time.time()}
+    told = _try_write(state / STARTED, started)
     seen_grace: float | None = None
     while pod.popen.poll() is None:
+        if not told:  # the state's disk was full: again, while the agent waits for it
+            told = _try_write(state / STARTED, started)
         grace = _stop_grace(state)
         if stop_signal["term"] and grace is None:
             grace = float(spec.get("grace", 30))
@@ -434,8 +437,21 @@ def serve(state: Path) -> int:
         pod.drain(TICK)
     ended = time.time()
     code = pod.finish()
-    write_json(state / EXIT, {"code": code, "at": ended})
+    # The exit is the pod's outcome: never lost to a full disk. The agent sees this shim
+    # alive and waits; once written, the pod ends with its real code and time.
+    while not _try_write(state / EXIT, {"code": code, "at": ended}):
+        time.sleep(1)
     return 0
+
+
+def _try_write(path: Path, data: dict) -> bool:
+    """`write_json`, or False when the disk refuses it (full, over a quota)."""
+    try:
+        write_json(path, data)
+    except OSError:
+        path.with_name(f".{path.name}.{os.getpid()}").unlink(missing_ok=True)
+        return False
+    return True
 
 
 if __name__ == "__main__":

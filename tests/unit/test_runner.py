@@ -6,9 +6,11 @@ as root (as CI does): they fail, not skip, on a host that cannot isolate pods.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -494,27 +496,35 @@ def test_a_pods_log_calls_a_complete_sandbox_strict_as_the_health_page_does(tmp_
     assert runner.describe(pod).startswith("sandbox: strict; uid")
 
 
+def _fill(directory: Path) -> None:
+    filler = os.open(directory / "filler", os.O_WRONLY | os.O_CREAT)
+    try:
+        while os.write(filler, b"\0" * 4096):
+            pass
+    except OSError:
+        pass  # full
+    finally:
+        os.close(filler)
+
+
+@contextlib.contextmanager
+def small_disk(directory: Path):
+    """`directory` on a disk of its own, a 64 KiB tmpfs (mounting needs root, as the
+    sandboxed tests do); `_fill` fills it as something else on the host would."""
+    directory.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(directory)], check=True)
+    try:
+        yield directory
+    finally:
+        subprocess.run(["umount", "-l", str(directory)], check=False)
+
+
 @pytest.fixture
 def full_log_disk(root):
-    """The pod's log directory on a disk of its own (a 64 KiB tmpfs; mounting needs root, as
-    the sandboxed tests do), filled to the last byte by something else on the host."""
-    import subprocess
-
-    logs = root / "pods" / "job-a" / "logs"
-    logs.mkdir(parents=True)
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(logs)], check=True)
-    try:
-        filler = os.open(logs / "filler", os.O_WRONLY | os.O_CREAT)
-        try:
-            while os.write(filler, b"\0" * 4096):
-                pass
-        except OSError:
-            pass  # full
-        finally:
-            os.close(filler)
+    """The pod's log directory on a small disk, filled to the last byte."""
+    with small_disk(root / "pods" / "job-a" / "logs") as logs:
+        _fill(logs)
         yield logs
-    finally:
-        subprocess.run(["umount", "-l", str(logs)], check=False)
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -543,3 +553,25 @@ def test_a_pod_runs_on_while_its_logs_disk_is_full_and_the_log_says_what_was_los
     assert "after the disk had room again" in log
     assert "bytes of output were lost: the log's disk refused them (No space left" in log
     assert "exited with code 0" in log
+
+
+def test_a_pods_exit_and_a_stop_are_not_lost_while_the_agents_state_disk_is_full(root):
+    """The shim's state (its exit record, the agent's stop) on a disk that is full: before,
+    the agent's stop raised ENOSPC (the pod ran on although stopped) and the shim died
+    writing the exit (the pod was reported vanished, AgentRestarted, and run again)."""
+    with small_disk(root / "state") as state:
+        go = root / "pods" / "job-a" / "pod-0" / "go"
+        ends = runner.start(
+            spec(root, f"until [ -e {go} ]; do sleep 0.1; done; exit 7"), state / "a"
+        )
+        stopped = runner.start(spec(root, "sleep 60", name="pod-1"), state / "b")
+        _fill(state)
+
+        go.touch()  # the first ends on its own, the second is stopped
+        stopped.request_stop(30)  # no stop file fits: the shim's SIGTERM, the same grace
+        time.sleep(2)
+        assert ends.result() is None and stopped.result() is None  # their exits wait
+        (state / "filler").unlink()
+
+        assert ends.wait(timeout=15) == 7 and not ends.result().vanished
+        assert stopped.wait(timeout=15) == 143 and not stopped.result().vanished
