@@ -23,6 +23,7 @@ A report that fails (the database is down) is kept and tried again the next seco
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import logging
 import os
@@ -430,14 +431,14 @@ def pod_start(*, pod_id: str) -> bool:
         )
         if launch is None:
             return False
-        _launch(launch)
-        return True
+        return _launch(launch)
     finally:
         with _lock:
             _starting.pop(pod_id, None)
 
 
-def _launch(launch: services.PodLaunch) -> None:
+def _launch(launch: services.PodLaunch) -> bool:
+    """Start the claimed pod; False when it did not start (reported, or back in its queue)."""
     isolation = runner.isolation_status(settings.SANDBOX)
     if not isolation.can_run:
         _report_now(
@@ -445,7 +446,7 @@ def _launch(launch: services.PodLaunch) -> None:
             reason="SandboxUnavailable",
             message=say("This host cannot isolate pods: {detail}", detail=isolation.detail),
         )
-        return
+        return False
     netns_name, cgroup = "", None
     state_dir = state_root() / launch.pod_id
     try:
@@ -458,10 +459,14 @@ def _launch(launch: services.PodLaunch) -> None:
         logger.exception("could not start pod %s", launch.pod_id)
         _release(cgroup, netns_name)
         shutil.rmtree(state_dir, ignore_errors=True)
+        if host_short_of(exc):
+            _start_later(launch, exc)
+            return False
         _report_now(
             launch.pod_id, reason="StartError", message=say("Could not start: {error}", error=exc)
         )
-        return
+        return False
+    _start_delays.pop(launch.pod_id, None)
     entry = _entry(launch, process, cgroup=cgroup, netns_name=netns_name, sandbox=isolation.mode)
     if cgroup is not None:  # a new group counts from zero: the first sample has a CPU figure
         entry.metrics_reading = metrics.Reading(
@@ -482,6 +487,51 @@ def _launch(launch: services.PodLaunch) -> None:
             message=say(
                 "This pod is not isolated from the host: {detail} (SANDBOX=insecure)",
                 detail=isolation.detail,
+            ),
+        )
+    return True
+
+
+# What a host, not the job, runs short of when a start fails on it: disk (full, over a
+# quota, failing, read-only), memory, descriptors, processes. The job did nothing wrong.
+HOST_SHORTAGES = frozenset(
+    {
+        errno.ENOSPC,
+        errno.EDQUOT,
+        errno.EIO,
+        errno.EROFS,
+        errno.ENOMEM,
+        errno.EMFILE,
+        errno.ENFILE,
+        errno.EAGAIN,
+    }
+)
+_start_delays: dict[str, str] = {}  # pod id → why its start waits (said once per reason)
+
+
+def host_short_of(exc: BaseException) -> bool:
+    """Whether a start failed because the host lacks something for a while (a full disk),
+    rather than for anything of the job's."""
+    return isinstance(exc, OSError) and exc.errno in HOST_SHORTAGES
+
+
+def _start_later(launch: services.PodLaunch, exc: BaseException) -> None:
+    """The host is short of something (`host_short_of`): the pod goes back to its queue,
+    and the reconcile tries again every AGENT_RECONCILE_SECONDS; its job waits in
+    EnvPreparing instead of failing for the host's fault. Its events say why, once."""
+    why = str(getattr(exc, "strerror", "") or exc)
+    if not services.pod_unclaim(pod_id=launch.pod_id, agent=agent_name()):
+        return
+    if _start_delays.get(launch.pod_id) != why:
+        _start_delays[launch.pod_id] = why
+        services.pod_event(
+            pod_pk=launch.pod_pk,
+            kind="PodStartDelayed",
+            now=timezone.now(),
+            message=say(
+                "Could not start on this host ({error}); trying again every {seconds} s",
+                error=why,
+                seconds=f"{settings.AGENT_RECONCILE_SECONDS:g}",
             ),
         )
 

@@ -497,3 +497,50 @@ def test_the_quotas_page_counts_a_share_as_its_part_of_a_gpu(personas, sent):
     rows = {r.quota.name: r for r in quota_usage_rows()["ECS"]}
     assert (rows["team-a"].gpu.used_text, rows["team-a"].gpu.min_text) == ("2.25", "8")
     assert rows["root-ecs"].gpu.used_text == "2.25"
+
+
+def test_a_pod_the_host_cannot_start_for_want_of_disk_waits_and_its_job_does_not_fail(
+    personas, sent, monkeypatch, settings
+):
+    """A start that fails because the host is short of something (a full disk under the
+    pods' directories or the agent's state) is the host's fault: the pod goes back to its
+    queue for the next reconcile, its job waits in EnvPreparing, and its events say why,
+    once. (Before, it failed the job: StartError.) The job's own problems still fail it."""
+    import errno
+
+    from apps.agent import runner, supervisor
+    from apps.jobs.models import JobEvent
+
+    settings.SANDBOX = "insecure"
+    monkeypatch.setattr(supervisor, "_netns_acquire", lambda launch: "")
+    monkeypatch.setattr(supervisor, "_cgroup_create", lambda launch: None)
+    monkeypatch.setattr(supervisor, "state_root", lambda: settings.BASE_DIR / "var" / "no-state")
+    full = OSError(errno.ENOSPC, "No space left on device")
+
+    def no_room(*args, **kwargs):
+        raise full
+
+    monkeypatch.setattr(supervisor, "pod_spec", no_room)
+    job = submit(personas)
+    pod = job.pods.get()
+
+    for _ in range(2):  # two reconciles while the disk stays full
+        started = supervisor.pod_start(pod_id=pod.pod_id)
+        job.refresh_from_db()
+        assert (job.status, job.reason_code) == (JobStatus.ENV_PREPARING, "JobDequeued")
+        assert PodProcess.objects.get(pod=pod).state == PodProcess.State.QUEUED
+        assert started is False
+    assert Pod.objects.get(pk=pod.pk).status == PodStatus.PENDING
+    delayed = JobEvent.objects.filter(job=job, kind="PodStartDelayed")
+    assert [e.message for e in delayed] == [
+        "Could not start on this host (No space left on device); trying again every "
+        f"{settings.AGENT_RECONCILE_SECONDS:g} s"
+    ]
+
+    def the_jobs_own(*args, **kwargs):
+        raise runner.ShimError("the job's own planted link")
+
+    monkeypatch.setattr(supervisor, "pod_spec", the_jobs_own)
+    assert supervisor.pod_start(pod_id=pod.pod_id) is False
+    job.refresh_from_db()
+    assert job.status == JobStatus.FAILED and "planted link" in job.reason_message
