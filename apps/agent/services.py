@@ -1047,9 +1047,18 @@ def nodes_mark_lost(*, now: datetime) -> list[str]:
     # must not place the job on a node of the same outage (the scheduler also skips nodes
     # silent since before `cutoff`), to be lost and requeued a second time.
     lost = []
-    for node in Node.objects.filter(last_heartbeat__lt=cutoff).exclude(status=Node.Status.LOST):
-        if node.status == Node.Status.CORDONED:  # an admin's state: it stays, pods are lost
-            if _jobs_on(node):
+    # A Lost node with live pods is one whose sweep was killed between marking it and
+    # failing its pods: this sweep finishes it (no pod is placed on a Lost node).
+    unfinished = Pod.objects.filter(
+        status__in=LIVE_POD_STATUSES, node__status=Node.Status.LOST
+    ).values("node_id")
+    for node in (
+        Node.objects.filter(last_heartbeat__lt=cutoff)
+        .filter(~Q(status=Node.Status.LOST) | Q(pk__in=unfinished))
+        .order_by("id")
+    ):
+        if node.status in (Node.Status.CORDONED, Node.Status.LOST):  # Cordoned: an admin's
+            if _jobs_on(node):  # state, it stays; its pods are lost all the same
                 lost.append(node)
         elif Node.objects.filter(
             pk=node.pk, last_heartbeat__lt=cutoff, status=Node.Status.READY

@@ -544,3 +544,34 @@ def test_a_pod_the_host_cannot_start_for_want_of_disk_waits_and_its_job_does_not
     assert supervisor.pod_start(pod_id=pod.pod_id) is False
     job.refresh_from_db()
     assert job.status == JobStatus.FAILED and "planted link" in job.reason_message
+
+
+def test_a_watchdog_killed_between_marking_a_node_lost_and_failing_its_pods_is_finished_by_the_next(
+    personas, sent, settings, monkeypatch
+):
+    """The sweep marks the node Lost, then fails its pods job by job. A worker killed in
+    between left the node Lost with its pods Running, and no later sweep looked at a node
+    already Lost: the job ran on a dead node for ever."""
+    settings.NODE_LOST_AFTER = 30
+    job = submit(personas, pods=1)
+    [pod] = run_all(job)
+    now = timezone.now()
+    Node.objects.filter(pk=pod.node_id).update(last_heartbeat=now - timedelta(seconds=300))
+    services.nodes_mark_lost(now=now)  # the watchdog's first sweep only starts watching
+
+    def killed(**kwargs):
+        raise SystemExit("the worker is killed")
+
+    fail_pods = services.node_fail_pods
+    monkeypatch.setattr(services, "node_fail_pods", killed)
+    with pytest.raises(SystemExit):
+        services.nodes_mark_lost(now=now + timedelta(seconds=5))
+    assert Node.objects.get(pk=pod.node_id).status == Node.Status.LOST
+    monkeypatch.setattr(services, "node_fail_pods", fail_pods)
+
+    assert services.nodes_mark_lost(now=now + timedelta(seconds=10)) == [pod.node.name]
+    pod.refresh_from_db()
+    job.refresh_from_db()
+    assert (pod.status, pod.reason) == (PodStatus.FAILED, "NodeLost")
+    assert job.attempt == 1 and job.restarts.get().cause == "NodeLost"
+    assert services.nodes_mark_lost(now=now + timedelta(seconds=15)) == []  # done: once
