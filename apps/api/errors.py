@@ -49,15 +49,6 @@ def missing_parameter(name: str) -> ApplicationError:
     return ApplicationError("MissingParameter", say("{field} is required.", field=name), field=name)
 
 
-def not_found(entity: str, ident: str) -> ApplicationError:
-    """404 for what does not exist and for what belongs to a workspace the caller cannot see."""
-    return ApplicationError(
-        f"EntityNotExist.{entity}",
-        say("The {entity} {ident} does not exist.", entity=entity.lower(), ident=repr(ident[:64])),
-        status=404,
-    )
-
-
 def throttling(code: str, reason: str, *, retry_at: datetime, retry_after: int) -> Throttled:
     """429 `Throttling` (the caller's address) or `Throttling.User` (the AccessKeyId)."""
     return Throttled(

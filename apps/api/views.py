@@ -39,12 +39,11 @@ from apps.api.errors import (
     invalid_parameter,
     missing_parameter,
     new_request_id,
-    not_found,
 )
 from apps.billing.selectors import job_bill_lines, job_usage
 from apps.cluster.models import InstanceType
 from apps.cluster.selectors import instance_type_list, market_params, quota_list
-from apps.core.errors import ApplicationError, ValidationFailed
+from apps.core.errors import ApplicationError, ValidationFailed, not_found
 from apps.core.pricing import hour_to_per_minute
 from apps.core.words import say
 from apps.jobs.models import (

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from apps.core.words import say
+
 
 class ApplicationError(Exception):
     """A refused request or an illegal transition, with a DLC-style code.
@@ -32,3 +34,13 @@ class ValidationFailed(ApplicationError):
 
     def __str__(self) -> str:
         return "; ".join(f"{f}: {m}" for f, ms in self.errors.items() for m in ms)
+
+
+def not_found(entity: str, ident: str) -> ApplicationError:
+    """404 `EntityNotExist.<entity>`: for what does not exist, what belongs to a workspace the
+    caller cannot see, and what another request deleted while this one was at work."""
+    return ApplicationError(
+        f"EntityNotExist.{entity}",
+        say("The {entity} {ident} does not exist.", entity=entity.lower(), ident=repr(ident[:64])),
+        status=404,
+    )

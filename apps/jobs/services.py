@@ -12,7 +12,7 @@ from django.db.models import Max, ProtectedError
 from django.utils import timezone
 
 from apps.core.db import db_datetime, id_chunks, rows_insert, rows_update
-from apps.core.errors import ApplicationError
+from apps.core.errors import ApplicationError, not_found
 from apps.core.tasks import task_soon
 from apps.core.words import say, say_n
 from apps.jobs import transitions
@@ -397,13 +397,22 @@ def _tick_soon() -> None:
     task_soon(SCHEDULER_TICK_TASK)
 
 
+def _locked(job: Job) -> Job:
+    """The job's row, locked for the change at hand; a job another request deleted since the
+    caller read it is not found (404), as if it had been gone from the start."""
+    locked = Job.objects.select_for_update().filter(pk=job.pk).first()
+    if locked is None:
+        raise not_found("Job", job.job_id)
+    return locked
+
+
 @transaction.atomic
 def job_stop(*, job: Job, by, now: datetime | None = None) -> Job:
     """Stop a job. Pending jobs stop at once. Running pods are marked Stopped and their
     processes told to stop (SIGTERM, the grace period, SIGKILL); while any has not exited
     the job is Stopping, and Stopped once they all have (`job_stop_finish`)."""
     now = now or timezone.now()
-    job = Job.objects.select_for_update().get(pk=job.pk)
+    job = _locked(job)
     if job.status in FINISHED_STATUSES:
         raise ApplicationError(
             "JobAlreadyFinished",
@@ -467,7 +476,7 @@ PRIORITY_EDITABLE = frozenset({JobStatus.CREATING, JobStatus.QUEUING, JobStatus.
 @transaction.atomic
 def job_delete(*, job: Job) -> None:
     """Delete a finished job with its roles, pods and history. Live jobs must stop first."""
-    job = Job.objects.select_for_update().get(pk=job.pk)
+    job = _locked(job)
     if job.status == JobStatus.STOPPING:
         raise ApplicationError(
             "JobNotFinished",
@@ -503,7 +512,7 @@ def job_delete(*, job: Job) -> None:
 def job_priority_update(*, job: Job, priority: int, by, now: datetime | None = None) -> Job:
     """Change the priority of a quota job that has not started running."""
     now = now or timezone.now()
-    job = Job.objects.select_for_update().get(pk=job.pk)
+    job = _locked(job)
     if not 1 <= priority <= 9:
         raise ApplicationError(
             "InvalidParameter", say("Priority: must be from 1 to 9"), field="Priority"
@@ -550,7 +559,7 @@ def job_accessibility_update(
             say("Accessibility must be one of {choices}", choices=", ".join(Accessibility.values)),
         )
     now = now or timezone.now()
-    job = Job.objects.select_for_update().get(pk=job.pk)
+    job = _locked(job)
     if job.accessibility != accessibility:
         job.accessibility = accessibility
         job.save(update_fields=["accessibility"])
@@ -570,7 +579,7 @@ def job_accessibility_update(
 def job_description_update(*, job: Job, description: str, by, now: datetime | None = None) -> Job:
     """Change a job's description, in any status."""
     now = now or timezone.now()
-    job = Job.objects.select_for_update().get(pk=job.pk)
+    job = _locked(job)
     if job.description != description:
         job.description = description
         job.save(update_fields=["description"])
@@ -583,6 +592,14 @@ def job_description_update(*, job: Job, description: str, by, now: datetime | No
 
 MAX_TEMPLATE_NAME = 128  # JobTemplate.name's max_length
 CONSTRAINT_KINDS = ("locked", "overridable", "required")
+
+
+def _locked_template(template: JobTemplate) -> JobTemplate:
+    """The template's row, locked; one another request deleted meanwhile is not found."""
+    locked = JobTemplate.objects.select_for_update().filter(pk=template.pk).first()
+    if locked is None:
+        raise not_found("JobTemplate", str(template.pk))
+    return locked
 
 
 def _template_name(name: str) -> str:
@@ -685,7 +702,7 @@ def template_update(
         template_spec_check(spec, workspace=template.workspace, given=given)
     created = None
     with transaction.atomic():
-        template = JobTemplate.objects.select_for_update().get(pk=template.pk)
+        template = _locked_template(template)
         if name is not None and _template_name(name) != template.name:
             if JobTemplate.objects.filter(
                 workspace_id=template.workspace_id, name=name.strip()
@@ -736,8 +753,10 @@ def template_save(
     return existing
 
 
+@transaction.atomic
 def template_default_set(*, template: JobTemplate, version: int, by) -> None:
     _ensure_can_manage(template, by, "change")
+    template = _locked_template(template)
     if not template.versions.filter(version=version).exists():
         raise ApplicationError(
             "InvalidParameter",

@@ -1,0 +1,84 @@
+"""Calls that race: a job or template deleted by another request between a call's read of
+it and the change it makes is a 404 EntityNotExist.Job / .JobTemplate (as if it had been
+gone from the start), never a 500."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from alibabacloud_pai_dlc20201203 import models as m  # template calls: newer SDKs only
+from alibabacloud_pai_dlc20201203.models import UpdateJobRequest
+
+from apps.api import views
+from apps.jobs import services
+from apps.jobs.models import Job, JobStatus, JobTemplate
+from tests.api.conftest import quota_job_body, sdk_error
+
+
+@pytest.fixture
+def deleted_on_the_way(monkeypatch):
+    """The job is deleted (by a concurrent DeleteJob) right after the call has read it and
+    checked the caller may manage it."""
+    check = views.job_ensure_can_manage
+
+    def check_then_lose(*, user, job, action):
+        check(user=user, job=job, action=action)
+        Job.objects.filter(pk=job.pk).delete()
+
+    monkeypatch.setattr(views, "job_ensure_can_manage", check_then_lose)
+
+
+@pytest.mark.parametrize(
+    ("status", "call"),
+    [
+        (JobStatus.STOPPED, lambda dlc, job: dlc.delete_job(job)),
+        (JobStatus.CREATING, lambda dlc, job: dlc.stop_job(job)),
+        (JobStatus.CREATING, lambda dlc, job: dlc.update_job(job, UpdateJobRequest(priority=3))),
+    ],
+    ids=["delete", "stop", "update"],
+)
+def test_a_job_deleted_under_a_call_is_not_found(
+    dlc, create_job, ws_a, deleted_on_the_way, status, call
+):
+    job_id = create_job(quota_job_body(ws_a))
+    Job.objects.filter(job_id=job_id).update(status=status)
+    with pytest.raises(Exception) as caught:
+        call(dlc, job_id)
+    assert sdk_error(caught) == ("EntityNotExist.Job", 404)
+
+
+@pytest.fixture
+def template_deleted_on_the_way(monkeypatch):
+    """The template is deleted (by a concurrent DeleteJobTemplate) right after the call has
+    checked the caller may change it."""
+    check = services._ensure_can_manage
+
+    def check_then_lose(template, by, action):
+        check(template, by, action)
+        JobTemplate.objects.filter(pk=template.pk).delete()
+
+    monkeypatch.setattr(services, "_ensure_can_manage", check_then_lose)
+
+
+@pytest.mark.newer_sdk
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda dlc, tid: dlc.update_job_template(tid, m.UpdateJobTemplateRequest(description="x")),
+        lambda dlc, tid: dlc.set_job_template_default_version(
+            tid, m.SetJobTemplateDefaultVersionRequest(version=1)
+        ),
+    ],
+    ids=["update", "default-version"],
+)
+def test_a_template_deleted_under_a_call_is_not_found(dlc, ws_a, template_deleted_on_the_way, call):
+    body = quota_job_body(ws_a)
+    body.pop("WorkspaceId")
+    request = m.CreateJobTemplateRequest(
+        template_name="resnet", workspace_id=ws_a, content=json.dumps(body)
+    )
+    template_id = dlc.create_job_template(request).body.template_id
+    with pytest.raises(Exception) as caught:
+        call(dlc, template_id)
+    assert sdk_error(caught) == ("EntityNotExist.JobTemplate", 404)
