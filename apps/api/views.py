@@ -21,7 +21,7 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import DisallowedHost, RequestDataTooBig, TooManyFieldsSent
 from django.db import transaction
-from django.db.models import Q, QuerySet
+from django.db.models import F, OrderBy, Q, QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.utils import timezone
 from django.views import defaults
@@ -238,12 +238,22 @@ def _page(call: Call, items: QuerySet, *, default_size: int = DEFAULT_PAGE_SIZE)
 
 def _order(
     call: Call, fields: dict[str, str], *, default: str, ascending: bool = False
-) -> list[str]:
-    """SortBy (one of `fields`, else `default`) and Order (asc|desc; desc unless told)."""
+) -> list[OrderBy]:
+    """SortBy (one of `fields`, else `default`) and Order (asc|desc; desc unless told).
+    What has no value of the field (a job not finished, for GmtFinishTime) comes last in
+    either order, on every database (PostgreSQL puts NULL first in a descending order,
+    SQLite in an ascending one)."""
     field = parsing.query_choice(call.query, "SortBy", fields) or fields[default]
-    order = parsing.query_choice(call.query, "Order", {"asc": "", "desc": "-"})
-    sign = ("" if ascending else "-") if order is None else order
-    return [f"{sign}{field}", f"{sign}pk"]
+    order = parsing.query_choice(call.query, "Order", {"asc": True, "desc": False})
+    up = ascending if order is None else order
+    last = True if field in NULLABLE_SORT_FIELDS else None  # leaves an index's order usable
+    return [
+        F(name).asc(nulls_last=last) if up else F(name).desc(nulls_last=last)
+        for name in (field, "pk")
+    ]
+
+
+NULLABLE_SORT_FIELDS = frozenset({"finished_at"})
 
 
 # --- jobs --------------------------------------------------------------------------------

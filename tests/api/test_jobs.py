@@ -453,3 +453,20 @@ def test_it_runs_quota_jobs_on_a_share_of_one_gpu(dlc, create_job, ws_a):
     assert all(p.node_id for p in pods), [(p.status, p.node_id) for p in pods]  # both placed …
     assert pods[0].node_id == pods[1].node_id and pods[0].gpu_ids == pods[1].gpu_ids != ""
     assert len(pods[0].gpu_ids.split(",")) == 1  # … sharing one GPU
+
+
+def test_jobs_sorted_by_finish_time_list_unfinished_ones_last_in_either_order(
+    dlc, create_job, ws_a
+):
+    ids = [create_job(quota_job_body(ws_a, DisplayName=f"job-{n}")) for n in range(3)]
+    now = timezone.now()
+    for job_id, finished in zip(ids, [now - timedelta(hours=1), now, None], strict=True):
+        status = JobStatus.CREATING if finished is None else JobStatus.SUCCEEDED
+        Job.objects.filter(job_id=job_id).update(status=status, finished_at=finished)
+
+    def listed(order: str) -> list[str]:
+        request = ListJobsRequest(sort_by="GmtFinishTime", order=order)
+        return [j.job_id for j in dlc.list_jobs(request).body.jobs]
+
+    assert listed("asc") == [ids[0], ids[1], ids[2]]
+    assert listed("desc") == [ids[1], ids[0], ids[2]]
