@@ -398,11 +398,11 @@ def _job_filters(call: Call) -> JobFilters:
     if job_type := query.get("JobType"):
         filters["job_type"] = job_type
     if username := query.get("Username"):
-        filters["username"] = username
+        filters["username_contains"] = username
     if parsing.query_bool(query, "ShowOwn"):
         filters["submitter"] = call.user
-    if job_ids := _listed(query, "JobIds"):
-        filters["job_ids"] = job_ids
+    if (job_ids := _listed(query, "JobIds")) and "job_id" not in filters:
+        filters["job_ids"] = job_ids  # JobId, when given, wins (as the SDK documents)
     if accessibility := query.get("Accessibility", "").strip():
         if accessibility not in Accessibility.values:
             raise invalid_parameter(

@@ -82,9 +82,9 @@ class JobFilters(TypedDict, total=False):
     borrowing: bool  # the current attempt has (True) or has no (False) pod outside its quota
     quota_contains: str  # part of the quota's name, any case
     display_name_contains: str
-    job_id: str
+    job_id: str  # the job id, any case
     job_type: str
-    username: str  # the submitter's username
+    username_contains: str  # part of the submitter's username, any case
     submitter: AbstractBaseUser  # the submitter
     created_from: datetime  # created at or after
     created_until: datetime  # created at or before
@@ -170,11 +170,11 @@ def _filter_jobs(jobs: QuerySet[Job], filters: JobFilters) -> QuerySet[Job]:
     if display_name := filters.get("display_name_contains"):
         jobs = jobs.filter(display_name__icontains=display_name)
     if job_id := filters.get("job_id"):
-        jobs = jobs.filter(job_id=job_id)
+        jobs = jobs.filter(job_id__iexact=job_id)
     if job_type := filters.get("job_type"):
         jobs = jobs.filter(job_type=job_type)
-    if username := filters.get("username"):
-        jobs = jobs.filter(user__username=username)
+    if username := filters.get("username_contains"):
+        jobs = jobs.filter(user__username__icontains=username)
     if (submitter := filters.get("submitter")) is not None:
         jobs = jobs.filter(user=submitter)
     if (start := filters.get("created_from")) is not None:

@@ -470,3 +470,23 @@ def test_jobs_sorted_by_finish_time_list_unfinished_ones_last_in_either_order(
 
     assert listed("asc") == [ids[0], ids[1], ids[2]]
     assert listed("desc") == [ids[1], ids[0], ids[2]]
+
+
+def test_list_jobs_reads_username_job_id_and_job_ids_as_the_sdk_documents_them(
+    raw, create_job, dlc_for, ws_a
+):
+    """Username: "Supports fuzzy match"; JobId: "Case-insensitive"; "If both JobIds and
+    JobId are specified, JobId takes precedence" (the SDK's ListJobsRequest)."""
+    alices = create_job(quota_job_body(ws_a))
+    bobs = create_job(spot_job_body(ws_a), client=dlc_for("bob"))
+
+    def ids(**query) -> list[str]:
+        response = raw.send("GET", "/api/v1/jobs", query=query)
+        assert response.status_code == 200, response.text
+        return [j["JobId"] for j in response.json()["Jobs"]]
+
+    assert ids(Username="LIC") == [alices]
+    assert ids(Username="bo") == [bobs]
+    assert ids(JobId=alices.upper()) == [alices]
+    assert ids(JobId=alices, JobIds=bobs) == [alices]
+    assert ids(JobIds=f"{bobs},{alices}") == [bobs, alices]
