@@ -62,13 +62,13 @@ class WorkspaceQuota:
 
 def quota_list(*, user, name: str = "", workspace=None) -> list[WorkspaceQuota]:
     """The quotas serving a workspace `user` belongs to (every quota serving a workspace,
-    for a superuser), by name; only the one called `name`, when given, and those serving
-    `workspace` (one of the user's), when given. A quota's other workspaces are never
-    named. Two queries."""
+    for a superuser), by name; only those whose name contains `name` (any case: the SDK's
+    "fuzzy search"), when given, and those serving `workspace` (one of the user's), when
+    given. A quota's other workspaces are never named. Two queries."""
     visible = workspace_list(user=user)
     quotas = Quota.objects.filter(workspaces__in=visible).distinct().select_related("parent")
     if name:
-        quotas = quotas.filter(name=name)
+        quotas = quotas.filter(name__icontains=name)
     if workspace is not None:
         quotas = quotas.filter(workspaces=workspace)
     quotas = quotas.order_by("name").prefetch_related(

@@ -145,6 +145,17 @@ def test_list_quotas_shows_the_quotas_of_the_callers_workspaces(aiworkspace):
     ] == ["team-a"]
 
 
+def test_list_quotas_finds_a_quota_by_part_of_its_name_in_any_case(aiworkspace):
+    """The SDK's ListQuotasRequest.name: "Fuzzy search is supported"."""
+
+    def named(name: str) -> list[str]:
+        return [q.name for q in aiworkspace.list_quotas(ListQuotasRequest(name=name)).body.quotas]
+
+    assert named("TEAM") == ["team-a"]
+    assert named("-a") == ["lingjun-a", "team-a"]
+    assert named("nope") == []
+
+
 def test_list_quotas_takes_a_workspace_of_the_callers_only(raw, personas, ws_a):
     """(The SDK's ListQuotasRequest has no WorkspaceId: sent by hand.)"""
     listed = raw.send("GET", "/api/v1/quotas", query={"WorkspaceId": ws_a}).json()
