@@ -203,9 +203,19 @@ def bad_request(request: HttpRequest, exception: Exception | None = None) -> Htt
     return error_response(error, request_id=new_request_id())
 
 
+# The paths' parameters by the names the SDKs give them.
+PATH_PARAMETERS = {
+    "job_id": "JobId",
+    "pod_id": "PodId",
+    "template_id": "TemplateId",
+    "workspace_id": "WorkspaceId",
+}
+
+
 def _refuse_nul(request: HttpRequest, kwargs: dict[str, str]) -> None:
     """PostgreSQL cannot compare text holding NUL: refuse it before any query sees it."""
-    for name, value in [*request.GET.items(), *kwargs.items()]:
+    path = [(PATH_PARAMETERS.get(name, name), value) for name, value in kwargs.items()]
+    for name, value in [*request.GET.items(), *path]:
         if "\x00" in value:
             raise invalid_parameter(name, say("must not contain NUL characters"))
 

@@ -282,6 +282,21 @@ def test_it_refuses_bad_query_parameters(raw, path, query):
 
 
 @pytest.mark.parametrize(
+    ("path", "name"),
+    [
+        ("/api/v1/jobs/dlc%00x", "JobId"),
+        ("/api/v1/jobs/dlcx/pods/dlcx-worker-0%00/logs", "PodId"),
+        ("/api/v1/jobtemplates/1%00", "TemplateId"),
+        ("/api/v1/workspaces/1%00", "WorkspaceId"),
+    ],
+)
+def test_a_nul_in_the_path_is_refused_naming_the_parameter_as_the_sdk_does(raw, path, name):
+    response = raw.send("GET", path)
+    assert response.status_code == 400
+    assert response.json()["Message"] == f"{name}: must not contain NUL characters"
+
+
+@pytest.mark.parametrize(
     ("method", "path"),
     [("GET", "/api/v1/nothing"), ("PATCH", "/api/v1/jobs"), ("GET", "/api/v1/jobs/x/stop")],
 )
