@@ -3,11 +3,12 @@ status (its table is `apps.jobs.transitions`)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from django.db import connection, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import Max, ProtectedError
 from django.utils import timezone
 
@@ -637,6 +638,32 @@ def _ensure_can_manage(template: JobTemplate, by, action: str) -> None:
     raise ApplicationError("Forbidden", refusal, status=403)
 
 
+def _template_exists(name: str, *, replace_hint: bool = False) -> ApplicationError:
+    message = (
+        say(
+            "this workspace already has a template named {name}: choose another name or replace it",
+            name=f"{name!r}",
+        )
+        if replace_hint
+        else say("this workspace already has a template named {name}", name=f"{name!r}")
+    )
+    return ApplicationError("TemplateExists", message, field="name", status=409)
+
+
+@contextmanager
+def _name_unique(workspace_id: int, name: str | None, taken: ApplicationError) -> Iterator[None]:
+    """A transaction that gives a template the name `name`: when another request took the
+    name between the check and the write (the database's unique constraint refuses the
+    second), `taken`, as if the check had seen it."""
+    try:
+        with transaction.atomic():
+            yield
+    except IntegrityError:
+        if name and JobTemplate.objects.filter(workspace_id=workspace_id, name=name).exists():
+            raise taken from None
+        raise
+
+
 def template_create(
     *,
     workspace,
@@ -652,18 +679,9 @@ def template_create(
     fields `given` says it gives: all unless told) pass the create-job rules."""
     name = _template_name(name)
     template_spec_check(spec, workspace=workspace, given=given)
-    with transaction.atomic():
+    with _name_unique(workspace.pk, name, _template_exists(name, replace_hint=True)):
         if JobTemplate.objects.filter(workspace=workspace, name=name).exists():
-            raise ApplicationError(
-                "TemplateExists",
-                say(
-                    "this workspace already has a template named {name}: choose another name or "
-                    "replace it",
-                    name=f"{name!r}",
-                ),
-                field="name",
-                status=409,
-            )
+            raise _template_exists(name, replace_hint=True)
         template = JobTemplate.objects.create(
             workspace=workspace,
             user=user,
@@ -701,22 +719,16 @@ def template_update(
     if spec is not None:
         template_spec_check(spec, workspace=template.workspace, given=given)
     created = None
-    with transaction.atomic():
+    new_name = None if name is None else _template_name(name)
+    taken = _template_exists(new_name or "")
+    with _name_unique(template.workspace_id, new_name, taken):
         template = _locked_template(template)
-        if name is not None and _template_name(name) != template.name:
+        if new_name is not None and new_name != template.name:
             if JobTemplate.objects.filter(
-                workspace_id=template.workspace_id, name=name.strip()
+                workspace_id=template.workspace_id, name=new_name
             ).exists():
-                raise ApplicationError(
-                    "TemplateExists",
-                    say(
-                        "this workspace already has a template named {name}",
-                        name=f"{name.strip()!r}",
-                    ),
-                    field="name",
-                    status=409,
-                )
-            template.name = name.strip()
+                raise taken
+            template.name = new_name
         if description is not None:
             template.description = description
         if metadata is not None:

@@ -82,3 +82,49 @@ def test_a_template_deleted_under_a_call_is_not_found(dlc, ws_a, template_delete
     with pytest.raises(Exception) as caught:
         call(dlc, template_id)
     assert sdk_error(caught) == ("EntityNotExist.JobTemplate", 404)
+
+
+@pytest.fixture
+def name_check_misses_once(monkeypatch):
+    """The first check for a template's name misses the template that has it, as when a
+    concurrent request creates it between the check and the write."""
+    manager = JobTemplate.objects
+    real = manager.filter
+    calls = []
+
+    def filter_missing_once(*args, **kwargs):
+        if "name" in kwargs and not calls:
+            calls.append(kwargs)
+            return manager.none()
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(manager, "filter", filter_missing_once)
+    return calls
+
+
+@pytest.mark.newer_sdk
+@pytest.mark.parametrize("renaming", [False, True], ids=["create", "rename"])
+def test_a_template_name_taken_by_a_concurrent_call_is_a_409(
+    dlc, ws_a, name_check_misses_once, renaming
+):
+    body = quota_job_body(ws_a)
+    body.pop("WorkspaceId")
+
+    def create(name: str) -> str:
+        request = m.CreateJobTemplateRequest(
+            template_name=name, workspace_id=ws_a, content=json.dumps(body)
+        )
+        return dlc.create_job_template(request).body.template_id
+
+    name_check_misses_once.append("not yet")  # the first two creations check truly
+    create("resnet")
+    other = create("bert")
+    name_check_misses_once.clear()
+    with pytest.raises(Exception) as caught:
+        if renaming:
+            dlc.update_job_template(other, m.UpdateJobTemplateRequest(template_name="resnet"))
+        else:
+            create("resnet")
+    assert name_check_misses_once  # the check did miss
+    assert sdk_error(caught) == ("TemplateExists", 409)
+    assert sorted(JobTemplate.objects.values_list("name", flat=True)) == ["bert", "resnet"]
