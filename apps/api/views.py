@@ -875,7 +875,7 @@ def _template_version(template: JobTemplate, number: int | None) -> JobTemplateV
         return template_version(template, number)
     except Http404:
         raise invalid_parameter(
-            "Version",
+            "TemplateVersion",
             say(
                 "template {name} has no version {number}",
                 name=f"{template.name!r}",

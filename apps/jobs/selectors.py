@@ -377,8 +377,10 @@ def template_get_for_user(*, user, pk) -> JobTemplate:
 
 
 def template_version(template: JobTemplate, version: int | None = None) -> JobTemplateVersion:
-    """The template's version `version`, or its default one; Http404 if there is none."""
-    found = template.versions.filter(version=version or template.default_version).first()
+    """The template's version `version`, or its default one (None); Http404 if there is none
+    (version 0 included: versions count from 1)."""
+    wanted = template.default_version if version is None else version
+    found = template.versions.filter(version=wanted).first()
     if found is None:
         raise Http404("No such template version")
     return found

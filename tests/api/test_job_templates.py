@@ -79,6 +79,17 @@ def test_a_job_is_created_from_a_template_with_its_own_fields_over_it(dlc, ws_a,
     assert JobTemplate.objects.get().last_used_at is not None
 
 
+@pytest.mark.parametrize("version", [0, -1, 3])
+def test_create_job_from_a_version_the_template_lacks_is_refused(dlc, ws_a, create_job, version):
+    """Versions count from 1: TemplateVersion 0 is no version, not "the default one"."""
+    template_id = create(dlc, ws_a)
+    with pytest.raises(Exception) as caught:
+        create_job({"TemplateId": template_id, "TemplateVersion": version})
+    assert sdk_error(caught) == ("InvalidParameter", 400)
+    assert f"TemplateVersion: template 'resnet' has no version {version}" in str(caught.value)
+    assert not Job.objects.exists()
+
+
 def test_content_makes_new_versions_and_the_default_is_chosen(dlc, ws_a, create_job):
     template_id = create(dlc, ws_a)
     update = dlc.update_job_template(
