@@ -140,6 +140,7 @@ def endpoint(**handlers: Handler):
             handler = handlers.get(request.method or "")
             if handler is None:
                 raise _unknown_action()
+            _refuse_long_query(request)
             _refuse_nul(request, kwargs)
             now = timezone.now()
             call = Call(request=request, key=authenticate(request, now=now), now=now)
@@ -201,6 +202,21 @@ def bad_request(request: HttpRequest, exception: Exception | None = None) -> Htt
     else:
         error = ApplicationError("InvalidParameter", say("The request is not valid."))
     return error_response(error, request_id=new_request_id())
+
+
+# The longest query string served: nginx's request line buffer (deploy/nginx, 16k) less room
+# for the method, path and protocol. gunicorn reads longer lines (--limit-request-line=0), so
+# a longer one is this JSON answer, which the SDK reads, not a server's HTML page.
+MAX_QUERY_BYTES = 15 * 1024
+
+
+def _refuse_long_query(request: HttpRequest) -> None:
+    if len(request.META.get("QUERY_STRING", "")) > MAX_QUERY_BYTES:
+        raise ApplicationError(
+            "InvalidParameter",
+            say("The query string is longer than {limit} bytes.", limit=f"{MAX_QUERY_BYTES:,}"),
+            status=414,
+        )
 
 
 # The paths' parameters by the names the SDKs give them.

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import http.client
+import json
 import re
 import socket
 import ssl
@@ -179,3 +180,15 @@ def test_it_serves_flower_under_its_prefix_and_only_with_its_login(servers):
     page = _https(servers, "GET", "/flower/", headers={"Authorization": login})
     assert page.status == 200 and b"/flower/static/" in page.body
     assert _https(servers, "GET", "/flower/healthcheck").body == b"OK"
+
+
+def test_a_long_api_query_reaches_the_app_and_a_too_long_one_is_refused_in_json(servers):
+    """gunicorn's own limit (4 KiB) answered a longer request line with an HTML page the SDKs
+    could not read; now nginx's buffer (16k) is the limit, and its refusal is JSON."""
+    served = _https(servers, "GET", "/api/v1/jobs?DisplayName=" + "x" * 10_000)
+    assert served.status == 400  # the app's own answer: this request is not signed
+    assert json.loads(served.body)["Code"] == "IncompleteSignature"
+    refused = _https(servers, "GET", "/api/v1/jobs?DisplayName=" + "x" * 20_000)
+    assert refused.status == 414
+    assert refused.getheader("Content-Type") == "application/json"
+    assert json.loads(refused.body)["Code"] == "InvalidParameter"

@@ -539,6 +539,10 @@ class Command(BaseCommand):
                 "4",
                 "--graceful-timeout",
                 "5",
+                # as compose's web: the API refuses a query over 15 KiB in JSON, where
+                # gunicorn's own 4 KiB limit answered with an HTML page the SDKs cannot read
+                "--limit-request-line",
+                "0",
                 "--access-logfile",
                 "-",
                 "--error-logfile",
