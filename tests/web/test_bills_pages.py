@@ -198,3 +198,30 @@ def test_the_tag_column_names_its_key_as_written(alice_client, billed):
     assert "<th>Tag <code>acs:pai:dlc:payType</code></th>" in html
     css = (Path(__file__).resolve().parents[2] / "static" / "css" / "paiweb.css").read_text()
     assert re.search(r"\.table th code \{[^}]*text-transform: none", css)
+
+
+def test_the_rows_add_up_to_the_days_bill_as_shown(alice_client, billed):
+    """Two spot jobs of ¥0.004050 each read ¥0.0041 twice over a day of ¥0.0081: the
+    amounts are shown as they are billed (to the CSV's and the API's 0.000001)."""
+    line = BillLine.objects.filter(job=billed["spot"]).first()
+    BillLine.objects.filter(day=line.day).delete()
+    for job, minute in ((billed["spot"], 0), (billed["payg"], 1)):
+        BillLine.objects.create(
+            workspace=line.workspace,
+            job=job,
+            pod=job.pods.first(),
+            minute=line.minute + minute,
+            day=line.day,
+            instance_type=line.instance_type,
+            price_per_hour=D("0.243"),
+            amount=D("0.004050"),
+            pay_type="spot",
+        )
+
+    response = alice_client.get(reverse("billing:index"))
+
+    html = response.content.decode()
+    assert html.count("¥0.004050") == 2  # the two jobs
+    assert html.count("¥0.008100") == 2  # the day's spot and its total
+    detail = alice_client.get(reverse("jobs:detail", args=[billed["spot"].job_id]))
+    assert "¥0.004050" in detail.content.decode()
