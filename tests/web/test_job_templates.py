@@ -125,3 +125,18 @@ def test_a_shared_gpu_role_keeps_its_share(alice_client, personas):
     assert "(0.25 GPU)" in alice_client.get(reverse("jobs:templates")).content.decode()
     form = alice_client.get(reverse("jobs:create"), {"template": template.pk}).content.decode()
     assert 'value="0.25"' in form
+
+
+def test_a_templates_resource_source_reads_as_the_job_lists_in_either_language(
+    alice_client, personas
+):
+    """The list said "quota · team-a" and "spot", the stored codes, also in Chinese."""
+    save(alice_client, make_job(personas, name="resnet"), "resnet-base")
+
+    english = alice_client.get(reverse("jobs:templates")).content.decode()
+    chinese = alice_client.get(
+        reverse("jobs:templates"), headers={"accept-language": "zh-Hans"}
+    ).content.decode()
+
+    assert "<td>Resource quota · team-a</td>" in english
+    assert "<td>资源配额 · team-a</td>" in chinese

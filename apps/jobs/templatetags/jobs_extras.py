@@ -9,7 +9,7 @@ from django.utils.html import format_html
 from django.utils.translation import gettext, gettext_lazy, pgettext_lazy
 
 from apps.core.i18n import localized
-from apps.jobs.models import PENDING_STATUSES, gpu_text
+from apps.jobs.models import PENDING_STATUSES, ResourceSource, gpu_text
 from apps.jobs.waiting import sub_status, waiting_text
 
 register = template.Library()
@@ -140,6 +140,13 @@ def cny(value, places: int = 2) -> str:
         return "—"
     quantum = Decimal(1).scaleb(-int(places))
     return f"¥{Decimal(str(value)).quantize(quantum, rounding=ROUND_HALF_UP)}"
+
+
+@register.filter
+def resource_source_label(value: str) -> str:
+    """A resource source code ("quota", "public", "spot", as a template's settings hold it)
+    in the reader's words, as a job's get_resource_source_display gives them."""
+    return ResourceSource(value).label if value in ResourceSource.values else value
 
 
 @register.filter
