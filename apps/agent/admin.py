@@ -14,6 +14,7 @@ from apps.agent.services import node_drain
 from apps.cluster.admin import cores_text, gib_text
 from apps.cluster.models import Node
 from apps.cluster.services import node_set_status
+from apps.jobs.models import LIVE_POD_STATUSES, Pod
 
 
 class _ReadOnly(admin.ModelAdmin):
@@ -70,6 +71,27 @@ class NodeAdmin(admin.ModelAdmin):
     autocomplete_fields = ("instance_type",)
     readonly_fields = ("last_heartbeat",)
     actions = ["cordon", "drain", "uncordon"]
+
+    def get_deleted_objects(self, objs, request: HttpRequest):
+        """A node with pods still on it (Pending or Running) is not deleted, alone or in a
+        bulk delete: its pods would run on with no node, their jobs Running on nothing and
+        its capacity gone from under them. Drain it first; delete it once they have left."""
+        deleted, counts, perms_needed, protected = super().get_deleted_objects(objs, request)
+        live = (
+            Pod.objects.filter(node__in=objs, status__in=LIVE_POD_STATUSES)
+            .select_related("node", "job")
+            .order_by("node__name", "pod_id")
+        )
+        protected = [
+            *protected,
+            *(
+                f"Pod {pod.pod_id} of job {pod.job.job_id} ({pod.status}) on node "
+                f"{pod.node.name if pod.node else ''}: drain the node first (the Drain "
+                "action moves its jobs off), then delete it"
+                for pod in live
+            ),
+        ]
+        return deleted, counts, perms_needed, protected
 
     @admin.display(description="vCPUs", ordering="cpu")
     def vcpus(self, obj: Node) -> str:

@@ -67,6 +67,8 @@ class NodeInline(admin.TabularInline):
     autocomplete_fields = ("instance_type",)
     extra = 0
     show_change_link = True
+    # Deleted on its own page, which refuses a node pods still run on (NodeAdmin).
+    can_delete = False
 
 
 @admin.register(ResourcePool)

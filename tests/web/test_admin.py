@@ -248,3 +248,40 @@ def test_it_disables_and_enables_keys(admin_client, personas):
     admin_client.post(url, {"action": "enable", "_selected_action": [key.pk]})
     key.refresh_from_db()
     assert key.enabled
+
+
+def test_it_refuses_to_delete_a_node_pods_run_on(admin_client, job, cluster):
+    """Deleting ecs-a100-0 under a running job left its pod Running on no node."""
+    node = cluster["nodes"][0]
+    url = reverse("admin:cluster_node_delete", args=[node.pk])
+
+    page = admin_client.get(url).content.decode()
+    response = admin_client.post(url, {"post": "yes"})
+    bulk = admin_client.post(
+        reverse("admin:cluster_node_changelist"),
+        {"action": "delete_selected", "_selected_action": [node.pk], "post": "yes"},
+    )
+
+    assert "Cannot delete node" in page and "drain the node first" in page
+    assert f"{job.job_id}-worker-0" in page
+    assert response.status_code == 200 and bulk.status_code == 200
+    assert Node.objects.filter(pk=node.pk).exists()
+    assert job.pods.get().node == node
+
+
+def test_it_deletes_a_node_once_no_pod_runs_on_it(admin_client, job, cluster):
+    job.pods.update(status="Succeeded")
+    node = cluster["nodes"][0]
+
+    response = admin_client.post(
+        reverse("admin:cluster_node_delete", args=[node.pk]), {"post": "yes"}
+    )
+
+    assert response.status_code == 302
+    assert not Node.objects.filter(pk=node.pk).exists()
+
+
+def test_a_pools_page_deletes_no_node(admin_client, cluster):
+    pool = cluster["dedicated"]
+    page = admin_client.get(reverse("admin:cluster_resourcepool_change", args=[pool.pk]))
+    assert "nodes-0-DELETE" not in page.content.decode()
