@@ -4,6 +4,9 @@ are for looking only (agents write them)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+from django import forms
 from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
@@ -12,7 +15,9 @@ from django.utils import timezone
 from apps.agent.models import NodeAgent, PodProcess
 from apps.agent.services import node_drain
 from apps.cluster.admin import cores_text, gib_text
+from apps.cluster.clusterfile import NodeDecl, pools_fit_problems
 from apps.cluster.models import Node
+from apps.cluster.selectors import cluster_state
 from apps.cluster.services import node_set_status
 from apps.jobs.models import LIVE_POD_STATUSES, Pod
 
@@ -52,8 +57,50 @@ class PodProcessAdmin(_ReadOnly):
     raw_id_fields = ("pod",)
 
 
+def _pools_fit_without(nodes, *, instead: NodeDecl | None = None) -> list[str]:
+    """The cluster file's rule (a pool's root quotas fit its nodes) on the cluster as it
+    would be without `nodes` (and with `instead` in their place): what an edit would break."""
+    state = cluster_state()
+    names = {node.name for node in nodes}
+    left = {name: decl for name, decl in state.nodes.items() if name not in names}
+    if instead is not None:
+        left[instead.name] = instead
+    pools = {state.nodes[name].pool for name in names if name in state.nodes}
+    pools |= {instead.pool} if instead is not None else set()
+    return pools_fit_problems(replace(state, nodes=left), pools)
+
+
+class NodeForm(forms.ModelForm):
+    """A node's edit may not leave its pool holding less than its root quotas guarantee
+    (the rule apply_cluster and the quota edit keep): lower their min first."""
+
+    class Meta:
+        model = Node
+        fields = "__all__"
+
+    def clean(self) -> dict:
+        data = super().clean()
+        if self.errors or data.get("pool") is None:
+            return data
+        edited = NodeDecl(
+            data.get("name") or self.instance.name,
+            data["pool"].name,
+            data["instance_type"].name if data.get("instance_type") else None,
+            data.get("cpu") or 0,
+            data.get("memory") or 0,
+            data.get("gpu") or 0,
+            data.get("gpu_model") or "",
+        )
+        old = [self.instance] if self.instance.pk else []
+        problems = _pools_fit_without(old, instead=edited)
+        if problems:
+            raise forms.ValidationError(problems)
+        return data
+
+
 @admin.register(Node)
 class NodeAdmin(admin.ModelAdmin):
+    form = NodeForm
     list_display = (
         "name",
         "pool",
@@ -89,6 +136,10 @@ class NodeAdmin(admin.ModelAdmin):
                 f"{pod.node.name if pod.node else ''}: drain the node first (the Drain "
                 "action moves its jobs off), then delete it"
                 for pod in live
+            ),
+            *(
+                f"{problem} without the nodes deleted: lower the quotas' min first"
+                for problem in _pools_fit_without(list(objs))
             ),
         ]
         return deleted, counts, perms_needed, protected

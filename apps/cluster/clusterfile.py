@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from typing import Any
@@ -914,6 +914,15 @@ def _check_children_fit(
                     f"{resource_text(resource, total)} ({parts}), more than its "
                     f"{resource_text(resource, parent.min.get(resource))}",
                 )
+
+
+def pools_fit_problems(state: ClusterState, pool_names: Iterable[str]) -> list[str]:
+    """The cluster file's rule that a pool's root quotas together fit its nodes, on `state`
+    (the database with an edit made: a node deleted or reshaped), for the pools named."""
+    problems = Problems()
+    touched = set(pool_names)
+    _check_roots_fit(state.quotas, {}, state.pools, touched, set(), state.nodes, set(), problems)
+    return problems.items
 
 
 def _check_roots_fit(

@@ -270,15 +270,47 @@ def test_it_refuses_to_delete_a_node_pods_run_on(admin_client, job, cluster):
 
 
 def test_it_deletes_a_node_once_no_pod_runs_on_it(admin_client, job, cluster):
-    job.pods.update(status="Succeeded")
-    node = cluster["nodes"][0]
+    spare = Node.objects.create(
+        name="gpu-node-spare", pool=cluster["dedicated"], cpu=96000, memory=768 * 1024, gpu=4
+    )
+    job.pods.update(node=spare, status="Succeeded")
 
     response = admin_client.post(
-        reverse("admin:cluster_node_delete", args=[node.pk]), {"post": "yes"}
+        reverse("admin:cluster_node_delete", args=[spare.pk]), {"post": "yes"}
     )
 
     assert response.status_code == 302
-    assert not Node.objects.filter(pk=node.pk).exists()
+    assert not Node.objects.filter(pk=spare.pk).exists()
+
+
+def test_it_refuses_to_delete_a_node_its_pools_quotas_need(admin_client, cluster):
+    """With ecs-a100-0 deleted, ecs-root guaranteed 32 GPU of a pool holding 24, and the
+    What if page's own cluster file was refused."""
+    node = cluster["nodes"][3]
+    url = reverse("admin:cluster_node_delete", args=[node.pk])
+
+    page = admin_client.get(url).content.decode()
+    admin_client.post(url, {"post": "yes"})
+
+    assert "Cannot delete node" in page
+    assert "guarantee 16 GPU (root-ecs 16 GPU), but its nodes hold 12 GPU" in page
+    assert "lower the quotas&#x27; min first" in page
+    assert Node.objects.filter(pk=node.pk).exists()
+
+
+def test_it_refuses_a_node_edit_its_pools_quotas_do_not_fit(admin_client, cluster):
+    node = cluster["nodes"][0]
+    url = reverse("admin:cluster_node_change", args=[node.pk])
+    form = admin_client.get(url).context["adminform"].form
+    data = {name: value for name, value in form.initial.items() if value is not None}
+
+    response = admin_client.post(url, {**data, "gpu": 2})
+
+    assert response.status_code == 200
+    assert "but its nodes hold 14 GPU" in response.content.decode()
+    node.refresh_from_db()
+    assert node.gpu == 4
+    assert admin_client.post(url, {**data, "gpu": 8}).status_code == 302
 
 
 def test_a_pools_page_deletes_no_node(admin_client, cluster):
