@@ -57,6 +57,25 @@
   }
   document.addEventListener("htmx:afterSettle", function (event) { labelCards(event.target); });
 
+  // A filter form (<form role="search">, whose changes htmx pushes as URLs) shows the
+  // filters of the page Back or Forward brings back: htmx restores the list from its history
+  // snapshot, where the controls hold what the page first loaded with, so the list said
+  // "Succeeded" while the select said "Any status" (and the next change dropped it).
+  document.addEventListener("htmx:historyRestore", function () {
+    var params = new URLSearchParams(window.location.search);
+    document.querySelectorAll("form[role=search]").forEach(function (form) {
+      Array.prototype.forEach.call(form.elements, function (field) {
+        if (!field.name || field.type === "submit" || field.type === "button") return;
+        if (field.type === "checkbox" || field.type === "radio") {
+          field.checked = params.getAll(field.name).indexOf(field.value) !== -1;
+        } else {
+          field.value = params.get(field.name) || "";
+          if (field.tagName === "SELECT" && field.selectedIndex === -1) field.selectedIndex = 0;
+        }
+      });
+    });
+  });
+
   // Buttons only needed without JavaScript (the workspace switcher's "Switch").
   document.addEventListener("DOMContentLoaded", function () {
     document.querySelectorAll("[data-hide-with-js]").forEach(function (el) {

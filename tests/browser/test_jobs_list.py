@@ -3,6 +3,7 @@ a reload; Clone opens the create form filled in from the job, which submits as a
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 from urllib.parse import parse_qs, urlsplit
 
@@ -143,3 +144,31 @@ def test_it_saves_a_job_as_a_template_and_creates_a_job_from_it(
         3,
     )
     assert page.external_requests == []
+
+
+def test_back_and_forward_show_the_filters_of_the_list_they_bring_back(
+    browser_page, live_server, personas, password
+):
+    """Back from a list filtered by Succeeded (htmx's history) showed that list under "Any
+    status", and Back to the unfiltered list showed it under the last filter typed."""
+    page = browser_page
+    make_job(personas, name="done-job", status=JobStatus.SUCCEEDED)
+    make_job(personas, name="failed-job", status=JobStatus.FAILED)
+    login(page, live_server, "alice", password)
+    page.goto(f"{live_server.url}/jobs/")
+    status = page.locator("#job-filters select[name=status]")
+    status.select_option("Succeeded")
+    expect(page).to_have_url(re.compile("status=Succeeded"))
+    status.select_option("Failed")
+    expect(page).to_have_url(re.compile("status=Failed"))
+    expect(page.locator("#job-table")).not_to_contain_text("done-job")
+
+    page.go_back()
+    expect(page).to_have_url(re.compile("status=Succeeded"))
+    expect(page.locator("#job-table")).to_contain_text("done-job")
+    expect(status).to_have_value("Succeeded")
+    page.go_back()
+    expect(page.locator("#job-table")).to_contain_text("failed-job")
+    expect(status).to_have_value("")
+    page.go_forward()
+    expect(status).to_have_value("Succeeded")
