@@ -98,6 +98,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    "apps.core.middleware.HtmxLoginRedirectMiddleware",
     "apps.workspaces.middleware.CurrentWorkspaceMiddleware",
     "apps.workspaces.middleware.TimezoneMiddleware",
     "apps.workspaces.middleware.LanguageMiddleware",

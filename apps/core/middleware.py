@@ -1,9 +1,17 @@
-"""Requests no console view can answer, refused before any view or query sees them."""
+"""Requests no console view can answer, refused before any view or query sees them; and
+htmx requests whose session has ended, sent to the sign-in page as a whole page."""
 
 from __future__ import annotations
 
+from urllib.parse import urlsplit
+
+from django.conf import settings
+from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import BadRequest
 from django.http import Http404
+from django.shortcuts import resolve_url
+from django.utils.http import url_has_allowed_host_and_scheme
+from django_htmx.http import HttpResponseClientRedirect
 
 API_PREFIX = "/api/"  # the API answers in its own JSON shape and refuses NUL itself
 
@@ -32,3 +40,30 @@ class RefuseNulMiddleware:
 
 def _holds_nul(query) -> bool:
     return any("\x00" in key or any("\x00" in v for v in values) for key, values in query.lists())
+
+
+class HtmxLoginRedirectMiddleware:
+    """A poll or a filter (an htmx request) whose session has expired or ended in another
+    tab is sent to the sign-in page, as a whole page, which returns to the page it was on.
+
+    Without this, htmx followed the redirect to /login/ and swapped the sign-in page into
+    the part it was updating: a second header and sign-in form inside the job list, under
+    the console's own header. Listed after django_htmx's HtmxMiddleware."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        response = self.get_response(request)
+        if not getattr(request, "htmx", False) or response.status_code not in (301, 302):
+            return response
+        if urlsplit(response["Location"]).path != resolve_url(settings.LOGIN_URL):
+            return response
+        current = request.headers.get("HX-Current-URL", "")
+        here = urlsplit(current)
+        page = f"{here.path}?{here.query}" if here.query else here.path
+        if not page or not url_has_allowed_host_and_scheme(
+            current, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+        ):
+            page = request.get_full_path()
+        return HttpResponseClientRedirect(redirect_to_login(page)["Location"])

@@ -127,3 +127,32 @@ def test_it_vendors_htmx_and_the_chart_library_with_their_licenses():
     assert (static / "htmx" / "LICENSE").exists()
     assert (static / "uplot" / "uPlot.iife.min.js").stat().st_size > 10_000
     assert (static / "uplot" / "LICENSE").exists()
+
+
+def test_an_htmx_request_after_the_session_ended_sends_the_whole_page_to_sign_in(client, db):
+    """The job list's poll, its session gone, swapped the sign-in page into the list."""
+    response = client.get(
+        reverse("jobs:list"),
+        headers={
+            "hx-request": "true",
+            "hx-target": "job-table",
+            "hx-current-url": "http://testserver/jobs/?status=Succeeded",
+        },
+    )
+
+    assert response.status_code == 200 and response.content == b""
+    assert response["HX-Redirect"] == "/login/?next=/jobs/%3Fstatus%3DSucceeded"
+
+
+def test_it_returns_to_this_site_only(client, db):
+    response = client.get(
+        reverse("jobs:list"),
+        headers={"hx-request": "true", "hx-current-url": "https://evil.example/phish"},
+    )
+
+    assert response["HX-Redirect"] == "/login/?next=/jobs/"
+
+
+def test_a_page_after_the_session_ended_is_still_redirected(client, db):
+    response = client.get(reverse("jobs:list"))
+    assert response.status_code == 302 and response.url == "/login/?next=/jobs/"
