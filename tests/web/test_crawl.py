@@ -194,6 +194,9 @@ class Crawl:
         call = self.client.get if method == "GET" else self.client.post
         response = call(url, query or {}, headers=headers or {})
         status, where = response.status_code, f"{method} {url[:120]} {headers or ''}"
+        if status == 200 and "HX-Redirect" in response:  # htmx's sign-in: a whole page there
+            assert not response.content, where
+            status, response["Location"] = 302, response["HX-Redirect"]
         if status >= 500:
             self.problems.append(f"{status} for {where}")
         if hidden and status not in (302, 400, 403, 404, 405):
