@@ -9,6 +9,7 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Coalesce
+from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from apps.cluster.models import ResourceType
@@ -151,7 +152,8 @@ class Job(models.Model):
     # restart left); None when none did. Those that requeued it are its JobRestarts.
     ended_lost_gpu_seconds = models.FloatField(null=True, blank=True)
     attempt = models.PositiveSmallIntegerField(default=0, help_text="current pod generation")
-    created_at = models.DateTimeField(auto_now_add=True)
+    # the moment it was submitted (job_submit gives its `now`), as its first status began
+    created_at = models.DateTimeField(default=timezone.now)
     submitted_at = models.DateTimeField(help_text="queue order key; kept across requeues")
     status_changed_at = models.DateTimeField()
     started_at = models.DateTimeField(null=True, blank=True)

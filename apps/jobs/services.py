@@ -272,6 +272,7 @@ def job_submit(*, workspace, user, spec: JobSpec, now: datetime | None = None) -
         description=spec.description,
         accessibility=spec.accessibility,
         status=JobStatus.CREATING,
+        created_at=now,
         submitted_at=now,
         status_changed_at=now,
     )

@@ -490,3 +490,17 @@ def test_list_jobs_reads_username_job_id_and_job_ids_as_the_sdk_documents_them(
     assert ids(JobId=alices.upper()) == [alices]
     assert ids(JobId=alices, JobIds=bobs) == [alices]
     assert ids(JobIds=f"{bobs},{alices}") == [bobs, alices]
+
+
+def test_a_job_is_created_when_it_is_submitted(dlc, create_job, ws_a, monkeypatch):
+    """GmtCreateTime, GmtSubmittedTime and the start of its first status are one moment, the
+    call's: the job row was stamped when written, after the call began (GmtCreateTime read
+    later than GmtSubmittedTime and than the Creating status it began in)."""
+    from types import SimpleNamespace
+
+    from apps.api import views
+
+    began = timezone.now() - timedelta(minutes=2)  # as if the call had waited that long
+    monkeypatch.setattr(views, "timezone", SimpleNamespace(now=lambda: began))
+    job = dlc.get_job(create_job(quota_job_body(ws_a)), GetJobRequest()).body
+    assert job.gmt_create_time == job.gmt_submitted_time == job.status_history[0].start_time
