@@ -456,7 +456,7 @@ def _job_filters(call: Call) -> JobFilters:
             unsupported[0], say("not supported here (docs/api.md lists what ListJobs takes)")
         )
     start, end = parsing.query_time_range(query)
-    if start is None and end is None and "job_ids" not in filters:
+    if start is None and end is None and not {"job_id", "job_ids"} & filters.keys():
         start = call.now - DEFAULT_LIST_WINDOW  # named jobs are found however old
     if start is not None:
         filters["created_from"] = start

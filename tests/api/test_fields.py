@@ -97,6 +97,10 @@ def test_list_jobs_finds_the_jobs_it_names_however_old(raw, dlc, ws_a):
     listed = raw.send("GET", "/api/v1/jobs", query={"JobIds": f"{old},{new}"}).json()
     assert sorted(j["JobId"] for j in listed["Jobs"]) == sorted([old, new])
     assert listed["TotalCount"] == 2
+    # JobId names a job too (and wins over JobIds): found however old
+    for query in ({"JobId": old}, {"JobId": old, "JobIds": new}):
+        listed = raw.send("GET", "/api/v1/jobs", query=query).json()
+        assert [j["JobId"] for j in listed["Jobs"]] == [old], query
     default = dlc.list_jobs(ListJobsRequest()).body  # the last 7 days, as DLC does
     assert old not in {j.job_id for j in default.jobs} and other in {j.job_id for j in default.jobs}
 
