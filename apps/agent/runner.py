@@ -325,10 +325,11 @@ def _covered(spec: PodSpec) -> list[str]:
     system binds show /opt or /usr/local whole, and an installation there would show a pod
     its database file, the installation secret and every other job's directory. One inside
     a site-packages directory (paiweb installed as a package) is left: the pod's Python
-    needs the packages beside it."""
+    needs the packages beside it. A link is followed: its target is what the system binds
+    show (bwrap would follow it too, and refuse to cover a directory with a file)."""
     packages = [*site.getsitepackages(), site.getusersitepackages()]
     covered: list[str] = []
-    for path in sorted(dict.fromkeys(os.path.abspath(p) for p in spec.hidden), key=len):
+    for path in sorted(dict.fromkeys(os.path.realpath(p) for p in spec.hidden), key=len):
         if (
             _inside(path, SYSTEM_DIRS)
             and path not in SYSTEM_DIRS
@@ -345,7 +346,7 @@ def _hidden_binds(covered: list[str]) -> list[str]:
     paths inside are bound again above it (with the directories down to them)."""
     argv: list[str] = []
     for path in covered:
-        if os.path.isdir(path) and not os.path.islink(path):
+        if os.path.isdir(path):
             argv += ["--tmpfs", path]
         else:
             argv += ["--ro-bind", "/dev/null", path]
@@ -391,7 +392,11 @@ def _parent_dirs(paths, covered: Iterable[str] = ()) -> list[str]:
     for path in paths:
         for parent in Path(path).parents:
             text = str(parent)
-            if text != "/" and (not _inside(text, system) or _inside(text, covered)):
+            if text != "/" and (
+                not _inside(text, system)
+                or _inside(text, covered)
+                or _inside(os.path.realpath(text), covered)  # through a link into one
+            ):
                 parents.add(text)
     argv: list[str] = []
     for parent in sorted(parents, key=lambda p: (p.count("/"), p)):
