@@ -880,6 +880,11 @@ def ensure_dir(path: Path, *, under: Path, uid: int = -1) -> None:
 MANIFEST_READ_MAX = 1 * MIB  # per call: a pod writing a huge manifest is read over time
 CHECKPOINT_NAME = re.compile(r"^ckpt-(\d{12})\.pkl$")  # EasyCkpt's finished files
 MANIFEST_LINE_MAX = 16 * 1024
+# Checkpoint records taken from one read (the agent reads every second): each is a row and
+# three queries, so a pod appending thousands of lines a second would fill the database and
+# hold up the agent's watch of every other pod. The newest are kept: EasyCkpt appends in
+# order, and the newest checkpoint is what resuming and the work lost go by.
+MANIFEST_ENTRIES_MAX = 16
 _MAX_INT = 2**62
 
 
@@ -889,7 +894,8 @@ class ManifestReader:
 
     The pod owns that file, so it is read as hostile: opened without following a link and
     without blocking (a FIFO never hangs the agent), regular files only, at most
-    MANIFEST_READ_MAX bytes a call, lines up to MANIFEST_LINE_MAX, every field checked.
+    MANIFEST_READ_MAX bytes a call, lines up to MANIFEST_LINE_MAX, every field checked, at
+    most MANIFEST_ENTRIES_MAX records a call.
     What cannot be used is counted in `problems` (one sentence each), never raised."""
 
     def __init__(self, directory: Path) -> None:
@@ -1016,6 +1022,12 @@ class ManifestReader:
             entry = self._parse(line)
             if entry is not None:
                 entries.append(entry)
+        if len(entries) > MANIFEST_ENTRIES_MAX:
+            self._problem(
+                f"{self.path.name} grew by more than {MANIFEST_ENTRIES_MAX} checkpoint records "
+                f"at once: only the newest {MANIFEST_ENTRIES_MAX} of them are recorded"
+            )
+            entries = entries[-MANIFEST_ENTRIES_MAX:]
         return entries
 
     def _parse(self, line: bytes) -> dict | None:

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 import uuid
 from pathlib import Path
 
@@ -21,7 +22,7 @@ from django.conf import settings as django_settings
 from django.db import connection
 
 from apps.agent.models import PodProcess
-from apps.jobs.models import JobEvent, JobStatus, PodStatus
+from apps.jobs.models import Checkpoint, JobEvent, JobStatus, PodStatus
 from apps.jobs.services import job_stop
 from tests.integration.test_agent_pods import (  # noqa: F401 (fixtures)
     agent_backend,
@@ -438,6 +439,33 @@ def test_a_fifo_manifest_neither_hangs_the_agent_nor_leaves_the_job_running(
     assert any("not a regular file" in m for m in events(job, "CheckpointManifestInvalid"))
     after = submit(personas, command="echo still-working", name="after")
     job_in(after, JobStatus.SUCCEEDED, agent=agent_backend)
+
+
+def test_a_flood_of_checkpoint_records_neither_fills_the_database_nor_holds_up_other_jobs(
+    personas, agent_backend
+):
+    """Each manifest line is a Checkpoint row: 200,000 lines written at once were as many
+    inserts, and the agent's watch loop, busy with them, started no other job's pod."""
+    script = """
+        import json, os, time
+        time.sleep(2)  # the agent reads lines written after the pod started
+        path = os.path.join(os.environ["PAIWEB_CHECKPOINT_DIR"], "manifest.jsonl")
+        line = '{{"step": {}, "file": "ckpt-{}.pkl", "bytes": 1, "time": %f}}\\n' % time.time()
+        with open(path, "a") as manifest:
+            manifest.write("".join(line.format(i, i) for i in range(200_000)))
+        print("flooded", flush=True)
+        time.sleep(60)
+    """
+    flood = submit(personas, command=python(script), user="charlie", ws="ws_b", quota="team-b")
+    job_in(flood, JobStatus.RUNNING, agent=agent_backend)
+    wait_for(lambda: "flooded" in pod_log(flood.pods.get()), what="the flood", agent=agent_backend)
+    started = time.monotonic()
+    other = submit(personas, command="echo still-working", name="other")
+    job_in(other, JobStatus.SUCCEEDED, agent=agent_backend, timeout=15)
+    rows = Checkpoint.objects.filter(job=flood).count()
+    assert 0 < rows <= 16 * (time.monotonic() - started + 2), rows  # at most 16 a second
+    assert any("only the newest 16" in m for m in events(flood, "CheckpointManifestInvalid"))
+    job_stop(job=flood, by=personas["charlie"])
 
 
 def test_the_agent_refuses_to_start_where_it_cannot_isolate_pods(tmp_path):

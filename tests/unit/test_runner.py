@@ -209,6 +209,21 @@ def test_it_reads_each_manifest_line_once(root):
     assert reader.new_entries() == []
 
 
+def test_it_takes_at_most_the_newest_records_of_a_burst(root):
+    directory = root / "ckpt"
+    directory.mkdir()
+    reader = runner.ManifestReader(directory)
+    lines = [json.dumps({"step": i, "file": f"f{i}", "time": 1.0}) + "\n" for i in range(1000)]
+    (directory / "manifest.jsonl").write_text("".join(lines))
+    steps = [e["step"] for e in reader.new_entries()]
+    assert steps == list(range(1000 - runner.MANIFEST_ENTRIES_MAX, 1000))
+    assert reader.problems == [
+        "manifest.jsonl grew by more than 16 checkpoint records at once: "
+        "only the newest 16 of them are recorded"
+    ]
+    assert reader.new_entries() == []
+
+
 def test_it_reports_the_isolation_it_would_use():
     strict = runner.isolation_status("strict")
     assert strict.complete and strict.can_run and strict.mode == "strict", strict.detail
