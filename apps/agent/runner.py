@@ -15,10 +15,10 @@ runs as root and builds, for each pod, this chain of processes, each exec'ing th
       →  python (the pod's environment: `_env_argv`)  →  bash
 
 bwrap shows the pod only what is bound in: the system (/usr, /etc minus its secrets, /opt,
-/sys) read-only, the Python environments, a fresh /dev and /proc, size-capped /tmp and
-/dev/shm, and its own work, checkpoint and data directories. Nothing of paiweb (its source,
-var/, the database, sockets, other jobs) exists in that tree. SANDBOX=insecure runs pods with
-whatever of this the host can give, and says so.
+/sys with only the pod's own cgroup) read-only, the Python environments, a fresh /dev and
+/proc, size-capped /tmp and /dev/shm, and its own work, checkpoint and data directories.
+Nothing of paiweb (its source, var/, the database, sockets, other jobs) exists in that
+tree. SANDBOX=insecure runs pods with whatever of this the host can give, and says so.
 
 Signals. bwrap's monitor leads the pod's process group, and a SIGTERM to it would kill bwrap
 at once (and, by --die-with-parent, SIGKILL the pod with no grace). So stop() signals every
@@ -353,6 +353,23 @@ def _hidden_binds(covered: list[str]) -> list[str]:
     return argv
 
 
+def _cgroup_binds(spec: PodSpec) -> list[str]:
+    """Only the pod's own cgroup where the host's cgroup tree was (read-only): /sys shows
+    every group of the host, and so every other job's pods by name with their memory, CPU
+    and process counts. As a container runtime does it, the group's files are at the root
+    of each hierarchy (memory.limit_in_bytes, memory.max, cpu.max …: the pod's limits)."""
+    group = spec.cgroup
+    if group is None or not _inside(str(group.host.root), ("/sys",)):
+        return []
+    root = str(group.host.root)
+    if group.host.version == 2:
+        return ["--ro-bind", str(group.dirs[0]), root]
+    argv = ["--perms", "0755", "--tmpfs", root]
+    for hierarchy, directory in zip(group.host.directories(), group.dirs, strict=True):
+        argv += ["--ro-bind", str(directory), str(hierarchy)]
+    return argv
+
+
 def _identity_files(spec: PodSpec) -> dict[str, bytes]:
     """/etc/passwd and /etc/group with the pod's uid as user "pod" (tools that look up their
     own name — whoami, pip, getpass — work), no other account's details changed."""
@@ -420,7 +437,7 @@ def bwrap_argv(spec: PodSpec, *, fds: Mapping[str, int]) -> list[str]:
     filter) and each identity file's path (its content)."""
     assert spec.isolation is not None and spec.isolation.bwrap is not None
     covered = _covered(spec)
-    argv = [spec.isolation.bwrap, *_system_binds(), *_hidden_binds(covered)]
+    argv = [spec.isolation.bwrap, *_system_binds(), *_cgroup_binds(spec), *_hidden_binds(covered)]
     for path, fd in fds.items():
         if path.startswith("/"):
             argv += ["--perms", "0644", "--ro-bind-data", str(fd), path]

@@ -258,6 +258,26 @@ def test_a_jobs_environment_reaches_its_command_and_no_process_that_runs_as_root
     assert not list(tmp_path.glob("loader*")), "a process of the chain obeyed LD_DEBUG_OUTPUT"
 
 
+def test_a_pod_sees_its_own_cgroup_and_not_another_jobs(personas, agent_backend):
+    """/sys is the host's (read-only): its cgroup tree named every other job's pods, with
+    their memory, CPU and process counts. The pod sees its own group at the root of each
+    hierarchy, its limits where a container's are."""
+    victim = submit(personas, command="sleep 60", user="bob", name="victim")
+    job_in(victim, JobStatus.RUNNING, agent=agent_backend)
+    command = (
+        "echo SEEN=$(find /sys/fs/cgroup -name 'dlc*' | wc -l) "
+        "$(grep -rls . /sys/fs/cgroup 2>/dev/null | grep -c paiweb); "
+        "echo LIMIT=$(cat /sys/fs/cgroup/memory/memory.limit_in_bytes "
+        "/sys/fs/cgroup/memory.max 2>/dev/null)"
+    )
+    job = submit(personas, command=command, user="charlie", ws="ws_b", quota="team-b", memory=256)
+    job_in(job, JobStatus.SUCCEEDED, agent=agent_backend)
+    log = pod_log(job.pods.get())
+    assert "SEEN=0 0\n" in log, log
+    assert f"LIMIT={256 * 1024 * 1024}\n" in log, log
+    job_stop(job=victim, by=personas["bob"])
+
+
 def test_a_pod_reaches_no_service_of_the_platform_and_the_platform_keeps_working(
     personas, agent_backend, listener
 ):
