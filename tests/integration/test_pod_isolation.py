@@ -323,6 +323,34 @@ def test_a_pod_reaches_no_service_of_the_platform_and_the_platform_keeps_working
     job_stop(job=victim, by=personas["bob"])
 
 
+def test_a_pod_reaches_no_service_of_the_host_over_ipv6(personas, agent_backend):
+    """A service on the host's IPv6 loopback (or on every address, "::"): the pod's ::1 is
+    its namespace's own."""
+    servers = []
+    for address in ("::1", "::"):
+        server = socket.socket(socket.AF_INET6)
+        server.bind((address, 0))
+        server.listen()
+        servers.append(server)
+    ports = [server.getsockname()[1] for server in servers]
+    script = f"""
+        import socket
+        for port in {ports!r}:
+            try:
+                socket.create_connection(("::1", port), timeout=2); print("REACHED", port)
+            except OSError as exc:
+                print("blocked", port, type(exc).__name__)
+    """
+    try:
+        job = submit(personas, command=python(script), user="charlie", ws="ws_b", quota="team-b")
+        job_in(job, JobStatus.SUCCEEDED, agent=agent_backend)
+    finally:
+        for server in servers:
+            server.close()
+    log = pod_log(job.pods.get())
+    assert "REACHED" not in log and log.count("blocked") == 2, log
+
+
 def test_a_pod_has_no_virtual_machine_socket_past_its_network_namespace(personas, agent_backend):
     """AF_VSOCK belongs to no network namespace: on a virtual machine it reaches the
     hypervisor's services, whatever the job's namespace holds. The socket is never made
@@ -432,6 +460,78 @@ def test_a_pod_over_its_disk_quota_is_stopped(personas, agent_backend, limits, c
     assert pod.reason == "DiskQuotaExceeded", (pod.reason, pod.message, pod_log(pod))
     assert why in pod.message
     assert "DiskQuotaExceeded" in job.reason_message
+
+
+def test_a_pods_daemons_do_not_outlive_it(personas, agent_backend):
+    """setsid, nohup and a double fork leave the pod's session and process group: they
+    still end with it (its pid namespace), and nothing of its uid runs on the host after."""
+    command = (
+        "setsid sleep 300 & nohup sleep 301 >/dev/null 2>&1 & disown; "
+        "python -c 'import os, time\nif os.fork() == 0:\n os.setsid()\n "
+        "if os.fork() == 0:\n  time.sleep(302)'; echo daemonized"
+    )
+    job = submit(personas, command=command, user="charlie", ws="ws_b", quota="team-b")
+    job_in(job, JobStatus.SUCCEEDED, agent=agent_backend)
+    assert "daemonized" in pod_log(job.pods.get())
+    uid = django_settings.POD_UID_BASE + job.pk
+
+    def left() -> list[str]:
+        out = subprocess.run(["ps", "-eo", "uid=,pid=,args="], capture_output=True, text=True)
+        return [line for line in out.stdout.splitlines() if line.split()[0] == str(uid)]
+
+    wait_for(lambda: not left(), what="the pod's processes to end", agent=agent_backend, timeout=5)
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "date -s '2020-01-01 00:00:00'",
+        "hostname host-of-the-platform",
+        "mknod disk b 8 0",
+        "python -c 'import socket; socket.socket(socket.AF_INET, socket.SOCK_RAW, 1)'",
+        "python -c 'import socket; socket.socket(socket.AF_PACKET, socket.SOCK_RAW)'",
+        "unshare -T true",
+        "chroot /tmp /bin/true",
+        "chrt -f 1 true",
+        "echo 1 > /sys/fs/cgroup/pids/cgroup.procs || echo 1 > /sys/fs/cgroup/cgroup.procs",
+        "echo '|/tmp/x' > /proc/sys/kernel/core_pattern",
+        "cat /dev/kmsg",
+        "cat /proc/1/environ",
+        "ls /proc/1/root/",
+    ],
+    ids=[
+        "clock",
+        "hostname",
+        "device-node",
+        "raw-socket",
+        "packet-socket",
+        "time-namespace",
+        "chroot",
+        "realtime-priority",
+        "cgroup-procs",
+        "core-pattern",
+        "kernel-log",
+        "sandbox-init-environ",
+        "sandbox-init-root",
+    ],
+)
+def test_a_pod_cannot(personas, agent_backend, command):
+    job = submit(
+        personas, command=f"{command}; echo exit=$?", user="charlie", ws="ws_b", quota="team-b"
+    )
+    job_in(job, JobStatus.SUCCEEDED, agent=agent_backend)
+    log = pod_log(job.pods.get())
+    assert "\nexit=" in log and "\nexit=0\n" not in log, log
+    assert "command not found" not in log, log  # refused, not missing
+
+
+def test_a_pod_inherits_no_descriptor_but_its_standard_streams(personas, agent_backend):
+    command = "echo FDS; ls /proc/$$/fd; echo END"
+    job = submit(personas, command=command, user="charlie", ws="ws_b", quota="team-b")
+    job_in(job, JobStatus.SUCCEEDED, agent=agent_backend)
+    log = pod_log(job.pods.get())
+    fds = set(log.split("FDS\n")[1].split("END\n")[0].split())
+    assert fds == {"0", "1", "2", "255"}, log  # 255: bash's own copy of its script
 
 
 def test_tmp_and_shm_are_small_private_and_size_capped(personas, agent_backend):

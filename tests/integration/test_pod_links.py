@@ -264,3 +264,71 @@ def test_unlinking_a_namespace_just_deleted_neither_fails_nor_leaves_its_rules(h
     report = json.loads(done.stdout)
     assert report["errors"] == []
     assert "jump" not in report["rules"] and "chain job_" not in report["rules"], report["rules"]
+
+
+# Link a namespace, listen on every address of the scratch host (IPv4 and IPv6), and try the
+# host side of the link from inside: its IPv6 link-local address (the kernel gives one to
+# each end of a link, though the job's addresses are IPv4 only) as well as the gateway.
+LINK_LOCAL = """
+import json, socket, subprocess, sys, time
+sys.path.insert(0, {root!r})
+from apps.agent import netns
+
+name = {first!r}
+subprocess.run(["ip", "link", "set", "lo", "up"], check=True)  # as a host's is
+netns.host_prepare()
+netns.ensure(name)
+netns.connect(name, address="10.240.0.5", peers=[])
+ifname = netns.host_ifname(name)
+server = socket.socket(socket.AF_INET6)
+server.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+server.bind(("::", 0))
+server.listen(8)
+port = server.getsockname()[1]
+
+
+def link_local(device, *where):
+    out = subprocess.run(
+        ["ip", *where, "-6", "-o", "addr", "show", "dev", device, "scope", "link"],
+        capture_output=True,
+        text=True,
+    ).stdout
+    return "" if not out or "tentative" in out else out.split()[3].split("/")[0]
+
+
+deadline = time.monotonic() + 10  # duplicate address detection: about a second
+while time.monotonic() < deadline and not (
+    link_local(ifname) and link_local("eth0", "-n", name)
+):
+    time.sleep(0.1)
+address = link_local(ifname)
+control = socket.socket(socket.AF_INET6)
+control.settimeout(2)
+control.connect((address, port, 0, socket.if_nametoindex(ifname)))  # from the host: it answers
+control.close()
+probe = f'''
+import socket
+eth0 = socket.if_nametoindex("eth0")
+for target in (({{address!r}}, {{port}}, 0, eth0), ("169.254.1.1", {{port}})):
+    family = socket.AF_INET6 if ":" in target[0] else socket.AF_INET
+    s = socket.socket(family); s.settimeout(1)
+    try:
+        s.connect(target); print("REACHED", target[0])
+    except OSError as exc:
+        print("blocked", target[0], type(exc).__name__)
+'''
+inside = subprocess.run(
+    ["ip", "netns", "exec", name, sys.executable, "-c", probe], capture_output=True, text=True
+)
+print(json.dumps({{"address": address, "out": inside.stdout, "err": inside.stderr}}))
+"""
+
+
+def test_a_linked_namespace_reaches_its_host_neither_over_ipv6_link_local_nor_the_gateway(host):
+    scratch, first, _ = host
+    done = on_the_host(scratch, LINK_LOCAL.format(root=str(ROOT), first=first))
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout.splitlines()[-1])
+    assert report["address"].startswith("fe80:"), report
+    assert "REACHED" not in report["out"], report
+    assert report["out"].count("blocked") == 2, report
