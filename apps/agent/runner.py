@@ -82,6 +82,13 @@ ETC_SECRET_DIRS = (
     "/etc/redis",
     "/etc/rabbitmq",
     "/etc/paiweb",
+    # services' environments: a unit's Environment= lines, EnvironmentFile=/etc/default/…
+    # (SECRET_KEY, DATABASE_URL with its password), systemd's credentials
+    "/etc/default",
+    "/etc/sysconfig",
+    "/etc/systemd",
+    "/etc/credstore",
+    "/etc/credstore.encrypted",
 )
 GPU_DEVICES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset")
 

@@ -278,6 +278,17 @@ def test_a_pod_sees_its_own_cgroup_and_not_another_jobs(personas, agent_backend)
     job_stop(job=victim, by=personas["bob"])
 
 
+def test_a_pod_reads_no_services_environment_file(personas, agent_backend):
+    """/etc/default/<service> and systemd's units are where a host keeps a service's
+    variables (EnvironmentFile=, Environment=SECRET_KEY=…), readable by all: covered."""
+    command = "for d in /etc/default /etc/sysconfig /etc/systemd; do echo $d=$(ls -A $d); done"
+    job = submit(personas, command=command, user="charlie", ws="ws_b", quota="team-b")
+    job_in(job, JobStatus.SUCCEEDED, agent=agent_backend)
+    log = pod_log(job.pods.get())
+    for directory in ("/etc/default", "/etc/sysconfig", "/etc/systemd"):
+        assert f"\n{directory}=\n" in log, log
+
+
 def test_a_pod_reaches_no_service_of_the_platform_and_the_platform_keeps_working(
     personas, agent_backend, listener
 ):
