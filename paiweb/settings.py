@@ -212,6 +212,19 @@ CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 CELERY_TASK_EAGER_PROPAGATES = True
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# A Redis that takes connections but does not answer (frozen, swapping, a network that drops
+# packets) fails a message within seconds, as `redis_client` does: without a socket timeout a
+# send blocked for as long as it lasted, and with it the web request that sent it.
+CELERY_BROKER_TRANSPORT_OPTIONS = {"socket_timeout": 5, "socket_connect_timeout": 2}
+# No retries of a send: each waited out the socket timeout again (3 of them made a stop wait
+# 25 s), and every message is a hint that a sweep stands in for. (A pooled connection that a
+# Redis restart closed is reconnected within the send.)
+CELERY_TASK_PUBLISH_RETRY_POLICY = {
+    "max_retries": 0,
+    "interval_start": 0,
+    "interval_step": 0.2,
+    "interval_max": 0.2,
+}
 CELERY_WORKER_SEND_TASK_EVENTS = True
 CELERY_TASK_SEND_SENT_EVENT = True
 CELERY_TIMEZONE = TIME_ZONE
