@@ -7,6 +7,7 @@ urlpatterns = [
     path("switch/", views.workspace_switch, name="switch"),
     path("preferences/", views.preferences, name="preferences"),
     path("language/", views.language_set, name="language"),
+    path("password/", views.PasswordChangeView.as_view(), name="password"),
     path("access-keys/", views.access_key_list, name="access-keys"),
     path("access-keys/new/", views.access_key_create, name="access-key-create"),
     path("access-keys/<str:key_id>/disable/", views.access_key_disable, name="access-key-disable"),

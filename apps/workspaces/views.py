@@ -1,10 +1,11 @@
 from django import forms
 from django.conf import settings
 from django.contrib import messages
+from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBadRequest
 from django.shortcuts import get_object_or_404, redirect, render
-from django.urls import reverse
+from django.urls import reverse, reverse_lazy
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
@@ -202,3 +203,17 @@ def access_key_delete(request: HttpRequest, key_id: str) -> HttpResponse:
     except ApplicationError as error:
         return _after_change(request, error=error.message, status=error.status)
     return _after_change(request)
+
+
+class PasswordChangeView(auth_views.PasswordChangeView):
+    """Preferences → Change password: the signed-in user's own (the current one first, then
+    the new one twice, checked by AUTH_PASSWORD_VALIDATORS). They stay signed in here; their
+    other sessions end."""
+
+    template_name = "workspaces/password_change.html"
+    success_url = reverse_lazy("workspaces:preferences")
+
+    def form_valid(self, form):
+        response = super().form_valid(form)
+        messages.success(self.request, gettext("Your password was changed."))
+        return response
