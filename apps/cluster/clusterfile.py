@@ -847,7 +847,8 @@ def _quota_tree(
         pool = pools.get(pool_name) if pool_name else None
         where = "pool" if q.pool is not None else "parent"
         if pool_name and pool is None and pool_name not in declared_pools:
-            problems.add(f"{q.path}.{where}", f"unknown pool {pool_name!r}")
+            if q.pool is not None:  # said once, where the pool is named, not at each child
+                problems.add(f"{q.path}.pool", f"unknown pool {pool_name!r}")
             continue
         if pool is None:
             continue  # reported above: no pool, or an unknown or cyclic parent

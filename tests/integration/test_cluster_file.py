@@ -444,6 +444,18 @@ def test_it_reports_each_problem_with_its_path(demo, problem):
     assert any(e.startswith(expected) for e in errors), errors
 
 
+def test_an_unknown_pool_is_said_once_where_it_is_named(demo):
+    """A root naming a pool that does not exist was reported at each child too, as
+    "quotas.team-a.parent: unknown pool 'ecs-dedicatd'": team-a's parent is a quota."""
+    _set("quotas.ecs-root.pool", "ecs-dedicatd")(demo)
+
+    _, errors = cluster_file_check(demo, environ={})
+
+    assert [e for e in errors if "unknown pool" in e] == [
+        "quotas.ecs-root.pool: unknown pool 'ecs-dedicatd'"
+    ]
+
+
 def test_it_reports_every_problem_at_once(demo):
     for mutate, _ in PROBLEMS.values():
         mutate(demo)
