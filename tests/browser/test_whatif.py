@@ -43,3 +43,21 @@ def test_staff_compare_a_changed_cluster_file(browser_page, live_server, history
     report = popup.value
     expect(report.locator("h1")).to_contain_text("Simulation: replay, 6 jobs on 4 nodes (32 GPUs)")
     assert page.external_requests == []
+
+
+def test_the_comparison_fits_a_phone(browser_page, live_server, history):  # noqa: F811
+    """On a 390 px phone the run's page was 395 px wide: its "All runs" button ran off it."""
+    make_user("ops", password="ops-password-1", superuser=True)
+    page = browser_page
+    page.set_viewport_size({"width": 390, "height": 800})
+    login(page, live_server, "ops", "ops-password-1")
+    page.goto(f"{live_server.url}/whatif/")
+    page.fill("textarea[name=cluster_file]", BIGGER)
+    page.fill("input[name=policies]", "ours")
+    page.get_by_role("button", name="Run").click()
+    table = page.locator("#comparison table[data-policy=ours]")
+    expect(table).to_contain_text("GPU allocation")
+
+    assert page.evaluate("() => document.documentElement.scrollWidth") <= 390
+    button = page.get_by_role("link", name="All runs").bounding_box()
+    assert button["x"] + button["width"] <= 390
