@@ -76,6 +76,21 @@
     });
   });
 
+  // A poll (hx-trigger "every …") does not swap away text the reader is selecting (to copy
+  // a pod's id or an event's message): the job page's part is swapped every 3 s, which
+  // dropped the selection; the poll after the selection ends brings what changed.
+  document.addEventListener("htmx:beforeSwap", function (event) {
+    var trigger = event.detail.elt && event.detail.elt.getAttribute("hx-trigger");
+    if (!trigger || trigger.indexOf("every ") === -1) return;
+    if (event.detail.xhr && event.detail.xhr.status === 286) return;  // the last one: swap it
+    var selection = window.getSelection && window.getSelection();
+    if (!selection || selection.isCollapsed || !selection.rangeCount) return;
+    var target = event.detail.target;
+    if (target && target.contains(selection.getRangeAt(0).commonAncestorContainer)) {
+      event.detail.shouldSwap = false;
+    }
+  });
+
   // Buttons only needed without JavaScript (the workspace switcher's "Switch").
   document.addEventListener("DOMContentLoaded", function () {
     document.querySelectorAll("[data-hide-with-js]").forEach(function (el) {

@@ -42,3 +42,28 @@ def test_the_poll_keeps_an_open_form_and_what_was_typed(
     expect(page.locator("#priority-select")).to_have_value("7")
     job.refresh_from_db()
     assert job.priority == 7
+
+
+def test_the_poll_keeps_the_text_being_selected(browser_page, live_server, personas, password):
+    """Text selected in the job page (an event's message, to copy it) was dropped by the
+    page's poll every 3 s; the poll waits until the selection ends."""
+    page = browser_page
+    job = make_job(personas, name="queued-job", status=JobStatus.QUEUING)
+    login(page, live_server, "alice", password)
+    page.goto(f"{live_server.url}/jobs/{job.job_id}/")
+    page.evaluate(
+        """() => { const range = document.createRange();
+                   range.selectNodeContents(document.querySelector('#job-live .status-main'));
+                   getSelection().removeAllRanges(); getSelection().addRange(range); }"""
+    )
+    selected = page.evaluate("() => getSelection().toString()")
+    assert selected.strip()
+
+    Job.objects.filter(pk=job.pk).update(
+        status=JobStatus.ENV_PREPARING, status_changed_at=timezone.now()
+    )
+    page.wait_for_timeout(7_000)  # two polls
+
+    assert page.evaluate("() => getSelection().toString()") == selected
+    page.evaluate("() => getSelection().removeAllRanges()")
+    expect(page.locator("#job-live .status-main")).to_contain_text("EnvPreparing", timeout=10_000)
