@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from urllib.parse import urlencode
 
 from django.conf import settings
 from django.contrib import messages
@@ -286,6 +287,7 @@ def job_detail(request: HtmxHttpRequest, job_id: str) -> HttpResponse:
         response = render(request, DETAIL_PARTIALS[target], context, status=status)
     else:
         context["roles"] = selectors.job_roles(job=job)
+        context["template_name"] = request.GET.get("template_name")  # a refused save's
         response = render(request, "jobs/detail.html", context)
     patch_vary_headers(response, ["HX-Request", "HX-Target"])
     return response
@@ -435,8 +437,10 @@ def template_save_view(request: HtmxHttpRequest, job_id: str) -> HttpResponse:
             replace=request.POST.get("replace") == "1",
         )
     except ApplicationError as error:
+        # back to the form, open, with the name as typed: to tick Replace, or rename
         messages.error(request, localized(error.message))
-        return redirect(reverse("jobs:detail", args=[job.job_id]) + "#save-template")
+        typed = urlencode({"template_name": request.POST.get("name", "")[:128]})
+        return redirect(f"{reverse('jobs:detail', args=[job.job_id])}?{typed}#save-template")
     messages.success(
         request,
         gettext("Saved as template “%(name)s” (version %(version)s).")

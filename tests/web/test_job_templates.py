@@ -140,3 +140,18 @@ def test_a_templates_resource_source_reads_as_the_job_lists_in_either_language(
 
     assert "<td>Resource quota · team-a</td>" in english
     assert "<td>资源配额 · team-a</td>" in chinese
+
+
+def test_a_refused_name_brings_the_form_back_open_with_it(alice_client, personas):
+    """Refused ("already has a template named …"), the job page showed Save as template
+    closed, the job's own name back in it: open it again, type the name again, tick Replace."""
+    first, second = make_job(personas, name="one"), make_job(personas, name="two")
+    save(alice_client, first, "base")
+
+    page = save(alice_client, second, "base").content.decode()
+
+    assert "already has a template named" in page
+    assert '<details class="save-template" id="save-template" hx-preserve open>' in page
+    assert 'value="base"' in page and 'id="template-name"' in page
+    plain = alice_client.get(reverse("jobs:detail", args=[second.job_id])).content.decode()
+    assert '<details class="save-template" id="save-template" hx-preserve>' in plain
