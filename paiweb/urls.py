@@ -28,7 +28,12 @@ urlpatterns = [
     path("", RedirectView.as_view(pattern_name="jobs:list", permanent=False)),
     path(
         "login/",
-        throttled_login(auth_views.LoginView.as_view(authentication_form=LoginForm)),
+        # a signed-in user (Back after signing in) goes on to the console, or to ?next=
+        throttled_login(
+            auth_views.LoginView.as_view(
+                authentication_form=LoginForm, redirect_authenticated_user=True
+            )
+        ),
         name="login",
     ),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),

@@ -156,3 +156,13 @@ def test_it_returns_to_this_site_only(client, db):
 def test_a_page_after_the_session_ended_is_still_redirected(client, db):
     response = client.get(reverse("jobs:list"))
     assert response.status_code == 302 and response.url == "/login/?next=/jobs/"
+
+
+def test_a_signed_in_user_is_not_asked_to_sign_in_again(alice_client):
+    """Back after signing in showed the sign-in form under the console's header, alice's
+    name and Log out beside it."""
+    assert alice_client.get("/login/").url == reverse("jobs:list")
+    assert alice_client.get("/login/", {"next": "/cluster/quotas/"}).url == "/cluster/quotas/"
+    assert alice_client.get("/login/", {"next": "https://evil.example/"}).url == reverse(
+        "jobs:list"
+    )
