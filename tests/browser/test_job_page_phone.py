@@ -115,3 +115,32 @@ def test_a_long_word_breaks_instead_of_pushing_columns_out_of_view(
             box = page.locator(last).first.bounding_box()
             assert box is not None and box["x"] + box["width"] <= size["width"], (url, size, box)
     assert page.external_requests == []
+
+
+def test_the_pod_table_fits_a_desktop(browser_page, live_server, personas, password):
+    """At 1280 px a finished pod's table was 1,241 px in a 997 px card: Exit code and Reason
+    ("Exit co" cut at the edge) were behind a sideways scroll."""
+    from datetime import timedelta
+
+    from apps.cluster.models import Node
+
+    job = make_job(personas, name="done-job", status="Succeeded", pods=1)
+    now = timezone.now()
+    job.pods.update(
+        status="Succeeded",
+        node=Node.objects.first(),
+        gpu_ids="6,7",
+        finished_at=now + timedelta(minutes=1),
+        exit_code=0,
+        reason="Completed",
+        message="Exited with code 0",
+    )
+    page = browser_page
+    login(page, live_server, "alice", password)
+    page.set_viewport_size({"width": 1280, "height": 900})
+    page.goto(f"{live_server.url}{reverse('jobs:detail', args=[job.job_id])}")
+    table = page.locator("#pods table.pod-table")
+    expect(table).to_contain_text("Exited with code 0")
+
+    widths = table.evaluate("t => [t.scrollWidth, t.parentElement.clientWidth]")
+    assert widths[0] <= widths[1], widths
