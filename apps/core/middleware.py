@@ -43,27 +43,41 @@ def _holds_nul(query) -> bool:
 
 
 class HtmxLoginRedirectMiddleware:
-    """A poll or a filter (an htmx request) whose session has expired or ended in another
-    tab is sent to the sign-in page, as a whole page, which returns to the page it was on.
+    """A request sent to sign in (its session expired, or ended in another tab) returns,
+    once signed in, to the page it was on, as a whole page.
 
-    Without this, htmx followed the redirect to /login/ and swapped the sign-in page into
-    the part it was updating: a second header and sign-in form inside the job list, under
-    the console's own header. Listed after django_htmx's HtmxMiddleware."""
+    An htmx request (a poll, a filter) takes the whole page to the sign-in page (HX-Redirect):
+    htmx followed the redirect and swapped the sign-in page into the part it was updating, a
+    second header and sign-in form inside the job list. A form's POST (Stop, Save as
+    template) returns to the page it was sent from: signed in, the browser was sent on to the
+    form's address with a GET, which answered 405 with a blank page. Listed after
+    django_htmx's HtmxMiddleware."""
 
     def __init__(self, get_response):
         self.get_response = get_response
 
     def __call__(self, request):
         response = self.get_response(request)
-        if not getattr(request, "htmx", False) or response.status_code not in (301, 302):
+        if response.status_code not in (301, 302):
             return response
         if urlsplit(response["Location"]).path != resolve_url(settings.LOGIN_URL):
             return response
-        current = request.headers.get("HX-Current-URL", "")
-        here = urlsplit(current)
-        page = f"{here.path}?{here.query}" if here.query else here.path
-        if not page or not url_has_allowed_host_and_scheme(
-            current, allowed_hosts={request.get_host()}, require_https=request.is_secure()
-        ):
-            page = request.get_full_path()
-        return HttpResponseClientRedirect(redirect_to_login(page)["Location"])
+        if getattr(request, "htmx", False):
+            page = _same_site_page(request, request.headers.get("HX-Current-URL", ""))
+            return HttpResponseClientRedirect(
+                redirect_to_login(page or request.get_full_path())["Location"]
+            )
+        if request.method not in ("GET", "HEAD"):
+            page = _same_site_page(request, request.headers.get("Referer", ""))
+            return redirect_to_login(page or resolve_url(settings.LOGIN_REDIRECT_URL))
+        return response
+
+
+def _same_site_page(request, url: str) -> str:
+    """The path and query of `url` if it is on this site, else ""."""
+    if not url or not url_has_allowed_host_and_scheme(
+        url, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+    ):
+        return ""
+    here = urlsplit(url)
+    return f"{here.path}?{here.query}" if here.query else here.path

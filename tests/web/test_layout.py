@@ -166,3 +166,17 @@ def test_a_signed_in_user_is_not_asked_to_sign_in_again(alice_client):
     assert alice_client.get("/login/", {"next": "https://evil.example/"}).url == reverse(
         "jobs:list"
     )
+
+
+def test_a_form_sent_after_the_session_ended_returns_to_its_page_once_signed_in(client, db):
+    """Stop, its session gone, sent the reader to sign in and then on to GET /…/stop/: a 405
+    and a blank page."""
+    response = client.post(
+        "/jobs/dlc0123456789abcd/stop/",
+        headers={"referer": "http://testserver/jobs/dlc0123456789abcd/?x=1"},
+    )
+    assert response.status_code == 302
+    assert response.url == "/login/?next=/jobs/dlc0123456789abcd/%3Fx%3D1"
+
+    elsewhere = client.post("/jobs/stop/", headers={"referer": "https://evil.example/"})
+    assert elsewhere.url == "/login/?next=/jobs/"
