@@ -579,7 +579,8 @@ def test_a_flood_of_checkpoint_records_neither_fills_the_database_nor_holds_up_o
     inserts, and the agent's watch loop, busy with them, started no other job's pod."""
     script = """
         import json, os, time
-        time.sleep(2)  # the agent reads lines written after the pod started
+        while not os.path.exists("go"):  # the agent reads the lines written after its start
+            time.sleep(0.05)
         path = os.path.join(os.environ["PAIWEB_CHECKPOINT_DIR"], "manifest.jsonl")
         line = '{{"step": {}, "file": "ckpt-{}.pkl", "bytes": 1, "time": %f}}\\n' % time.time()
         with open(path, "a") as manifest:
@@ -588,13 +589,20 @@ def test_a_flood_of_checkpoint_records_neither_fills_the_database_nor_holds_up_o
         time.sleep(60)
     """
     flood = submit(personas, command=python(script), user="charlie", ws="ws_b", quota="team-b")
-    job_in(flood, JobStatus.RUNNING, agent=agent_backend)
+    job_in(flood, JobStatus.RUNNING, agent=agent_backend)  # its agent reads the manifest
+    (Path(PodProcess.objects.get(pod=flood.pods.get()).work_dir) / "go").touch()
     wait_for(lambda: "flooded" in pod_log(flood.pods.get()), what="the flood", agent=agent_backend)
     started = time.monotonic()
     other = submit(personas, command="echo still-working", name="other")
     job_in(other, JobStatus.SUCCEEDED, agent=agent_backend, timeout=15)
+    wait_for(
+        lambda: Checkpoint.objects.filter(job=flood).exists(),
+        what="the flood's first records",
+        agent=agent_backend,
+        timeout=5,
+    )
     rows = Checkpoint.objects.filter(job=flood).count()
-    assert 0 < rows <= 16 * (time.monotonic() - started + 2), rows  # at most 16 a second
+    assert rows <= 16 * (time.monotonic() - started + 2), rows  # at most 16 a second
     assert any("only the newest 16" in m for m in events(flood, "CheckpointManifestInvalid"))
     job_stop(job=flood, by=personas["charlie"])
 
