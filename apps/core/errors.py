@@ -40,7 +40,18 @@ def not_found(entity: str, ident: str) -> ApplicationError:
     """404 `EntityNotExist.<entity>`: for what does not exist, what belongs to a workspace the
     caller cannot see, and what another request deleted while this one was at work."""
     return ApplicationError(
-        f"EntityNotExist.{entity}",
-        say("The {entity} {ident} does not exist.", entity=entity.lower(), ident=repr(ident[:64])),
-        status=404,
+        f"EntityNotExist.{entity}", _missing(entity, repr(ident[:64])), status=404
     )
+
+
+def _missing(entity: str, ident: str) -> str:
+    """What a reader is told is missing, in words: "the job template", not "the jobtemplate"."""
+    if entity == "Job":
+        return say("The job {ident} does not exist.", ident=ident)
+    if entity == "JobTemplate":
+        return say("The job template {ident} does not exist.", ident=ident)
+    if entity == "Pod":
+        return say("The pod {ident} does not exist.", ident=ident)
+    if entity == "Workspace":
+        return say("The workspace {ident} does not exist.", ident=ident)
+    return say("The {entity} {ident} does not exist.", entity=entity, ident=ident)

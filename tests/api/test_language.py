@@ -108,7 +108,16 @@ def test_an_unknown_job_is_not_found_in_either_language(dlc):
     with pytest.raises(Exception) as caught:
         _get(dlc, "dlc-nosuchjob", CHINESE)
     assert sdk_error(caught) == ("EntityNotExist.Job", 404)
-    assert "不存在" in str(caught.value)
+    assert "任务 'dlc-nosuchjob' 不存在" in str(caught.value)  # the entity in words too
+    with pytest.raises(Exception) as caught:
+        _get(dlc, "dlc-nosuchjob", {})
+    assert "The job 'dlc-nosuchjob' does not exist." in str(caught.value)
+
+
+def test_a_missing_template_is_named_in_words(raw):
+    response = raw.send("GET", "/api/v1/jobtemplates/9")
+    assert (response.status_code, response.json()["Code"]) == (404, "EntityNotExist.JobTemplate")
+    assert response.json()["Message"] == "The job template '9' does not exist."
 
 
 def test_a_refused_stop_says_who_may_in_chinese(dlc_for, create_job, ws_a):
