@@ -3,9 +3,10 @@ htmx requests whose session has ended, sent to the sign-in page as a whole page.
 
 from __future__ import annotations
 
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 from django.conf import settings
+from django.contrib.auth import REDIRECT_FIELD_NAME
 from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import BadRequest
 from django.http import Http404
@@ -60,8 +61,11 @@ class HtmxLoginRedirectMiddleware:
         response = self.get_response(request)
         if response.status_code not in (301, 302):
             return response
-        if urlsplit(response["Location"]).path != resolve_url(settings.LOGIN_URL):
+        location = urlsplit(response["Location"])
+        if location.path != resolve_url(settings.LOGIN_URL):
             return response
+        if REDIRECT_FIELD_NAME not in parse_qs(location.query):
+            return response  # not sent to sign in, but to the sign-in page (the language switch)
         if getattr(request, "htmx", False):
             page = _same_site_page(request, request.headers.get("HX-Current-URL", ""))
             return HttpResponseClientRedirect(
