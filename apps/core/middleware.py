@@ -64,8 +64,8 @@ class HtmxLoginRedirectMiddleware:
         location = urlsplit(response["Location"])
         if location.path != resolve_url(settings.LOGIN_URL):
             return response
-        if REDIRECT_FIELD_NAME not in parse_qs(location.query):
-            return response  # not sent to sign in, but to the sign-in page (the language switch)
+        if parse_qs(location.query).get(REDIRECT_FIELD_NAME) != [request.get_full_path()]:
+            return response  # not login_required's "sign in for this request" (the switcher's)
         if getattr(request, "htmx", False):
             page = _same_site_page(request, request.headers.get("HX-Current-URL", ""))
             return HttpResponseClientRedirect(

@@ -180,3 +180,12 @@ def test_a_form_sent_after_the_session_ended_returns_to_its_page_once_signed_in(
 
     elsewhere = client.post("/jobs/stop/", headers={"referer": "https://evil.example/"})
     assert elsewhere.url == "/login/?next=/jobs/"
+
+
+def test_the_language_switch_on_the_sign_in_page_goes_back_to_it(client, db):
+    response = client.post(
+        reverse("workspaces:language"),
+        {"language": "en", "next": "/login/?next=/jobs/"},
+        headers={"referer": "http://testserver/login/?next=/jobs/"},
+    )
+    assert response["Location"] == "/login/?next=/jobs/"
