@@ -91,6 +91,21 @@
     }
   });
 
+  // A poll or an action that cannot reach the server, or that it fails to answer (5xx),
+  // says so (#connection-lost) instead of leaving the page silently out of date; the next
+  // answer takes the notice away.
+  function connectionLost(lost) {
+    var notice = document.getElementById("connection-lost");
+    if (notice) notice.hidden = !lost;
+  }
+  document.addEventListener("htmx:sendError", function () { connectionLost(true); });
+  document.addEventListener("htmx:responseError", function (event) {
+    if (event.detail.xhr && event.detail.xhr.status >= 500) connectionLost(true);
+  });
+  document.addEventListener("htmx:afterRequest", function (event) {
+    if (event.detail.successful) connectionLost(false);
+  });
+
   // Buttons only needed without JavaScript (the workspace switcher's "Switch").
   document.addEventListener("DOMContentLoaded", function () {
     document.querySelectorAll("[data-hide-with-js]").forEach(function (el) {

@@ -67,3 +67,25 @@ def test_the_poll_keeps_the_text_being_selected(browser_page, live_server, perso
     assert page.evaluate("() => getSelection().toString()") == selected
     page.evaluate("() => getSelection().removeAllRanges()")
     expect(page.locator("#job-live .status-main")).to_contain_text("EnvPreparing", timeout=10_000)
+
+
+def test_a_poll_that_cannot_reach_the_server_says_so(browser_page, live_server, personas, password):
+    """With the server gone, the job page's polls failed in silence: a Running job stayed
+    Running on the page with nothing to say it was out of date."""
+    page = browser_page
+    job = make_job(personas, name="running-job")
+    login(page, live_server, "alice", password)
+    page.goto(f"{live_server.url}/jobs/{job.job_id}/")
+    notice = page.locator("#connection-lost")
+    expect(notice).to_be_hidden()
+
+    def gone(route):
+        if route.request.headers.get("hx-request"):
+            route.abort()
+        else:
+            route.continue_()
+
+    page.route("**/jobs/**", gone)
+    expect(notice).to_be_visible(timeout=10_000)
+    page.unroute("**/jobs/**", gone)
+    expect(notice).to_be_hidden(timeout=10_000)
