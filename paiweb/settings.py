@@ -99,6 +99,7 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "apps.core.middleware.HtmxLoginRedirectMiddleware",
+    "apps.core.middleware.MethodNotAllowedPageMiddleware",
     "apps.workspaces.middleware.CurrentWorkspaceMiddleware",
     "apps.workspaces.middleware.TimezoneMiddleware",
     "apps.workspaces.middleware.LanguageMiddleware",

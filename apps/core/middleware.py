@@ -10,7 +10,7 @@ from django.contrib.auth import REDIRECT_FIELD_NAME
 from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import BadRequest
 from django.http import Http404
-from django.shortcuts import resolve_url
+from django.shortcuts import render, resolve_url
 from django.utils.http import url_has_allowed_host_and_scheme
 from django_htmx.http import HttpResponseClientRedirect
 
@@ -85,3 +85,26 @@ def _same_site_page(request, url: str) -> str:
         return ""
     here = urlsplit(url)
     return f"{here.path}?{here.query}" if here.query else here.path
+
+
+class MethodNotAllowedPageMiddleware:
+    """A visit (GET) to an address that only takes a form's POST (/jobs/<id>/stop/, a
+    bookmarked or typed one) answered 405 with an empty body, a blank page: the console's
+    page says what the address is for. The API answers in its own shape."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        response = self.get_response(request)
+        if (
+            response.status_code != 405
+            or response.content
+            or request.path_info.startswith(API_PREFIX)
+            or request.method not in ("GET", "HEAD")
+            or getattr(request, "htmx", False)
+        ):
+            return response
+        page = render(request, "405.html", status=405)
+        page["Allow"] = response.get("Allow", "")
+        return page

@@ -69,3 +69,29 @@ def test_a_server_error_is_the_consoles_page(client):
     html = response.content.decode()
     assert "css/paiweb.css" in html and "Server error" in html
     assert "<h1>Server Error (500)</h1>" not in html
+
+
+def test_the_not_found_page_does_not_write_the_address_back(alice_client):
+    response = alice_client.get("/jobs/dlcf00dcafe123456/")
+
+    assert "dlcf00dcafe123456" not in response.content.decode()
+
+
+def test_a_visit_to_a_forms_address_is_a_console_page(alice_client, personas):
+    """GET /jobs/<id>/stop/ (typed, or bookmarked) answered 405 with a blank page."""
+    from tests.web.test_jobs_views import make_job
+
+    job = make_job(personas)
+
+    response = alice_client.get(f"/jobs/{job.job_id}/stop/")
+
+    assert response.status_code == 405 and response["Allow"] == "POST"
+    html = response.content.decode()
+    assert "Not a page" in html and "nothing was done" in html and 'class="sidenav"' in html
+    job.refresh_from_db()
+    assert job.status == "Running"
+
+
+def test_the_api_keeps_its_own_405(alice_client):
+    response = alice_client.get("/api/v1/jobs/dlcnosuchjob/stop")
+    assert "Not a page" not in response.content.decode()
