@@ -87,3 +87,29 @@ def test_the_health_pages_cards_hold_their_text(browser_page, live_server, admin
         "cards => cards.filter(c => c.scrollWidth > c.clientWidth).map(c => c.id)"
     )
     assert overflowing == []
+
+
+@pytest.mark.parametrize("path", ["jobs:list", "scheduler:quotas", "market:index"])
+def test_the_first_tab_offers_to_skip_to_the_pages_content(
+    browser_page, live_server, personas, password, path
+):
+    """Keyboard users tabbed through the header and the menu's links (13 of them) before
+    the page's own content, on every page."""
+    page = browser_page
+    page.set_viewport_size({"width": 1280, "height": 900})
+    login(page, live_server, "alice", password)
+    page.goto(f"{live_server.url}{reverse(path)}")
+    skip = page.locator("a.skip-link")
+    box = skip.bounding_box()
+    assert box is None or box["y"] + box["height"] <= 0, "shown before it is focused"
+
+    page.keyboard.press("Tab")
+
+    expect(skip).to_be_focused()
+    expect(skip).to_be_in_viewport()
+    expect(skip).to_have_text("Skip to content")
+    page.keyboard.press("Enter")
+    expect(page.locator("main#content")).to_be_focused()
+    # the next Tab goes on inside the page, not back to the header or the menu
+    page.keyboard.press("Tab")
+    assert page.evaluate("() => document.querySelector('main').contains(document.activeElement)")
