@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import tomllib
+from collections.abc import Mapping
 
 from django import forms
 from django.utils import timezone
@@ -12,6 +13,7 @@ from apps.simulator.cluster import cluster_from_toml
 from apps.simulator.trace import TraceError, check_jobs_header
 from apps.whatif.models import WhatIfRun
 from apps.whatif.selectors import quota_jobs
+from apps.whatif.services import whatif_trace_kept
 
 MAX_TRACE_BYTES = 50 * 1024 * 1024
 MAX_DAYS = 90
@@ -57,12 +59,32 @@ class WhatIfForm(forms.Form):
         help_text=_("its dedicated pools' nodes and its quota tree are what the run changes"),
     )
 
+    def __init__(self, *args, kept: Mapping[str, str] | None = None, **kwargs) -> None:
+        """`kept`: the uploads kept for this user (token: file name), one of which the form
+        may name (`kept_trace`) instead of a file chosen again."""
+        super().__init__(*args, **kwargs)
+        self.kept = dict(kept or {})
+        self.kept_token = ""  # the kept upload the form holds, shown beside its field
+
+    @property
+    def kept_name(self) -> str:
+        return self.kept.get(self.kept_token, "")
+
+    def keep_trace(self, token: str, name: str) -> None:
+        """Hold an upload kept after this form was refused, for the form shown again."""
+        self.kept[token], self.kept_token = name, token
+
     def clean_trace(self):
         """At most 50 MB, and a job trace by its header (its rows are read by the run, which
-        says which line is wrong)."""
+        says which line is wrong). With no file chosen, the upload kept from the form's last
+        try, if it names one."""
         trace = self.cleaned_data.get("trace")
         if trace is None:
-            return trace
+            token = self.data.get("kept_trace", "")
+            if token in self.kept:
+                trace = whatif_trace_kept(token=token, name=self.kept[token])
+                self.kept_token = token if trace is not None else ""
+            return trace  # checked when it was kept
         if trace.size > MAX_TRACE_BYTES:
             raise forms.ValidationError(gettext("at most 50 MB"))
         trace.seek(0)

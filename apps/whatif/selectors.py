@@ -14,7 +14,7 @@ from django.db.models import QuerySet, Sum
 from apps.cluster.models import Node, ResourcePool
 from apps.jobs.models import Job, JobRestart, JobStatus, ResourceSource, StatusTransition
 from apps.scheduler.services import scheduler_cluster
-from apps.simulator import DEFAULTS, Cluster, TraceJob
+from apps.simulator import DEFAULTS, Cluster, PolicyError, TraceJob, parse_policies
 from apps.whatif.models import WhatIfRun
 
 
@@ -221,3 +221,15 @@ def default_policies(mode: str) -> str:
     live = f"+placement={settings.SCHEDULER_PLACEMENT}"
     live += f"+workload_hours={settings.SCHEDULER_WORKLOAD_HOURS:g}"
     return ",".join(f"{name}{live}+name={name}" for name in text.split(","))
+
+
+def whatif_policy_names(run: WhatIfRun) -> list[str]:
+    """The names of the policies a run compares: those its summary reports once it has run,
+    else those it will run (its own, or its mode's default as the run would read it)."""
+    ran = [p["policy"] for p in (run.current or {}).get("policies", [])]
+    if ran:
+        return ran
+    try:
+        return [p.name for p in parse_policies(run.policies or default_policies(run.mode))]
+    except PolicyError:  # kept from before the form checked them: the run will say why
+        return [run.policies]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+import secrets
 import time
 import tomllib
 from datetime import datetime, timedelta
@@ -43,6 +45,45 @@ def run_dir(run: WhatIfRun) -> Path:
 
 def report_path(run: WhatIfRun, side: str) -> Path:
     return run_dir(run) / f"{side}.html"
+
+
+# An uploaded trace is kept while its form is shown again after an error (a browser cannot
+# put a file back in a file input): under a random token, for a day at most.
+KEPT_TRACES_FOR = timedelta(days=1)
+_TOKEN = re.compile(r"^[A-Za-z0-9_-]{20,64}$")
+
+
+def _kept_dir() -> Path:
+    return Path(settings.VAR_DIR) / "whatif" / "uploads"  # beside the runs' numbered folders
+
+
+def whatif_trace_keep(*, trace: UploadedFile, now: datetime) -> str:
+    """Store an upload of a form that was refused for another field; returns its token.
+    Uploads kept longer than KEPT_TRACES_FOR are removed."""
+    folder = _kept_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    for old in folder.iterdir():
+        if old.stat().st_mtime < (now - KEPT_TRACES_FOR).timestamp():
+            old.unlink(missing_ok=True)
+    token = secrets.token_urlsafe(24)
+    trace.seek(0)
+    with open(folder / token, "wb") as out:
+        for chunk in trace.chunks():
+            out.write(chunk)
+    return token
+
+
+def whatif_trace_kept(*, token: str, name: str) -> UploadedFile | None:
+    """The kept upload of `token` under its uploaded name, or None (gone, or no token)."""
+    path = _kept_dir() / token
+    if not _TOKEN.match(token) or not path.is_file():
+        return None
+    return UploadedFile(open(path, "rb"), name=name, size=path.stat().st_size)  # noqa: SIM115
+
+
+def whatif_trace_forget(*, token: str) -> None:
+    if _TOKEN.match(token):
+        (_kept_dir() / token).unlink(missing_ok=True)
 
 
 @transaction.atomic

@@ -6,6 +6,7 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.http import FileResponse, Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
 from django.utils.cache import patch_vary_headers
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
@@ -14,8 +15,15 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from apps.core.http import HtmxHttpRequest
 from apps.whatif.forms import WhatIfForm
 from apps.whatif.models import WhatIfRun
-from apps.whatif.selectors import current_cluster_file, whatif_runs
-from apps.whatif.services import SIDES, report_path, whatif_create, whatif_queue
+from apps.whatif.selectors import current_cluster_file, whatif_policy_names, whatif_runs
+from apps.whatif.services import (
+    SIDES,
+    report_path,
+    whatif_create,
+    whatif_queue,
+    whatif_trace_forget,
+    whatif_trace_keep,
+)
 
 ROWS = (
     ("gpu_allocation_ratio", _("GPU allocation"), "pct"),
@@ -27,6 +35,12 @@ ROWS = (
 )
 
 
+KEPT_TRACES = (
+    "whatif_kept_traces"  # the session's uploads kept for a form shown again (token: name)
+)
+MAX_KEPT_TRACES = 3
+
+
 def _staff(request: HttpRequest) -> None:
     if not request.user.is_staff:
         raise PermissionDenied(gettext("What if is for platform staff."))
@@ -36,8 +50,9 @@ def _staff(request: HttpRequest) -> None:
 @require_http_methods(["GET", "POST"])
 def whatif_index(request: HtmxHttpRequest) -> HttpResponse:
     _staff(request)
+    kept: dict[str, str] = request.session.get(KEPT_TRACES, {})
     if request.method == "POST":
-        form = WhatIfForm(request.POST, request.FILES)
+        form = WhatIfForm(request.POST, request.FILES, kept=kept)
     else:  # the changed cluster file starts as the current one
         form = WhatIfForm(initial={"cluster_file": current_cluster_file()})
     if request.method == "POST" and form.is_valid():
@@ -52,11 +67,40 @@ def whatif_index(request: HtmxHttpRequest) -> HttpResponse:
             policies=data["policies"],
             cluster_file=data["cluster_file"],
         )
+        if data.get("trace") is not None:
+            data["trace"].close()
+        if form.kept_token:
+            _forget_kept(request, form.kept_token)
         return redirect("whatif:detail", pk=run.pk)
+    if request.method == "POST":
+        _keep_trace(request, form)
     status = 400 if request.method == "POST" else 200
     return render(
         request, "whatif/index.html", {"form": form, "runs": whatif_runs()}, status=status
     )
+
+
+def _keep_trace(request: HttpRequest, form: WhatIfForm) -> None:
+    """A refused form's trace, newly chosen and fine itself, is kept for the form shown again:
+    a browser cannot put a file back in a file input."""
+    trace = getattr(form, "cleaned_data", {}).get("trace")
+    if trace is None or form.kept_token:
+        return
+    token = whatif_trace_keep(trace=trace, now=timezone.now())
+    kept = dict(request.session.get(KEPT_TRACES, {}))
+    kept[token] = trace.name
+    for old in list(kept)[:-MAX_KEPT_TRACES]:
+        whatif_trace_forget(token=old)
+        del kept[old]
+    request.session[KEPT_TRACES] = kept
+    form.keep_trace(token, trace.name)
+
+
+def _forget_kept(request: HttpRequest, token: str) -> None:
+    whatif_trace_forget(token=token)
+    kept = dict(request.session.get(KEPT_TRACES, {}))
+    kept.pop(token, None)
+    request.session[KEPT_TRACES] = kept
 
 
 @login_required
@@ -67,7 +111,10 @@ def whatif_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     template = "whatif/detail.html"
     if request.htmx:
         template += "#run-state"
-    context = {"run": run, "comparison": _comparison(run)}
+    policies = ", ".join(whatif_policy_names(run))
+    if not run.policies:
+        policies = gettext("%(policies)s (the mode's default)") % {"policies": policies}
+    context = {"run": run, "comparison": _comparison(run), "policies": policies}
     # 286 tells htmx to stop polling once the run has finished
     response = render(
         request, template, context, status=286 if request.htmx and run.finished else 200

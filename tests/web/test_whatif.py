@@ -408,3 +408,104 @@ def test_a_run_whose_worker_died_is_queued_again_and_finishes(
     assert WhatIfRun.objects.get(pk=alive.pk).status == "running"
     with django_capture_on_commit_callbacks(execute=True):
         assert whatif_sweep(now=now) == 0
+
+
+@pytest.mark.parametrize(
+    ("policies", "language", "says"),
+    [
+        ("", "en", "policies ours, kueue, random-victims (the mode&#x27;s default) ·"),
+        ("ours,kueue+ckpt=600", "en", "policies ours, kueue+ckpt=600 ·"),
+        ("", "zh-hans", "策略 ours, kueue, random-victims（该模式的默认策略） ·"),
+    ],
+)
+def test_a_runs_page_names_the_policies_it_compares(
+    admin_client, history, policies, language, says, django_capture_on_commit_callbacks
+):
+    """It read "policies the mode's default", though the run's summary names them."""
+    _post(admin_client, django_capture_on_commit_callbacks, policies=policies)
+    run = WhatIfRun.objects.get()
+    assert run.status == WhatIfRun.Status.DONE, run.message
+    page = admin_client.get(
+        reverse("whatif:detail", args=[run.pk]), headers={"Accept-Language": language}
+    )
+    subtitle = page.content.decode().split('id="run-subtitle">')[1].split("</p>")[0]
+    assert says in subtitle
+
+
+def test_a_queued_runs_page_names_the_policies_it_will_compare(admin_client, history):
+    run = WhatIfRun.objects.create(
+        created_by=history[0].user, source="jobs", days=7, mode="fill", cluster_file=BIGGER
+    )
+    page = admin_client.get(reverse("whatif:detail", args=[run.pk])).content.decode()
+    assert "policies ours, fgd, worst-fit, random-fit (the mode&#x27;s default) ·" in page
+
+
+def test_an_uploaded_trace_is_kept_while_the_form_is_shown_again(
+    admin_client, personas, settings, tmp_path, django_capture_on_commit_callbacks
+):
+    """A form refused for another field came back with its file input empty (a browser
+    cannot fill one in): the trace had to be chosen again, or the run failed for its lack."""
+    settings.VAR_DIR = tmp_path
+    trace = SimpleUploadedFile("sample_pods.csv", (SAMPLE / "sample_pods.csv").read_bytes())
+    refused = _post(
+        admin_client,
+        django_capture_on_commit_callbacks,
+        source="upload",
+        trace=trace,
+        cluster_file="[quotas",
+    )
+    assert refused.status_code == 400
+    content = refused.content.decode()
+    field = content[content.index('id="field-trace"') :]
+    field = field[: field.index("</div>")]
+    assert "Kept from your last try: <strong>sample_pods.csv</strong>" in field
+    token = refused.context["form"].kept_token
+    assert f'name="kept_trace" value="{token}"' in field
+
+    # sent again without a file: the kept one is replayed, and then let go
+    again = _post(
+        admin_client, django_capture_on_commit_callbacks, source="upload", kept_trace=token
+    )
+    run = WhatIfRun.objects.get()
+    assert again.status_code == 302, again.content.decode()
+    assert run.status == WhatIfRun.Status.DONE, run.message
+    assert run.trace_name == "sample_pods.csv" and run.current["jobs"] == 600
+    assert list((tmp_path / "whatif" / "uploads").iterdir()) == []
+    assert admin_client.session["whatif_kept_traces"] == {}
+
+
+def test_a_kept_trace_is_only_its_own_sessions(
+    admin_client, client, personas, settings, tmp_path, django_capture_on_commit_callbacks
+):
+    settings.VAR_DIR = tmp_path
+    trace = SimpleUploadedFile("sample_pods.csv", (SAMPLE / "sample_pods.csv").read_bytes())
+    refused = _post(
+        admin_client, django_capture_on_commit_callbacks, source="upload", trace=trace, days="0"
+    )
+    token = refused.context["form"].kept_token
+    assert token
+    other = personas["alice"]
+    other.is_staff = True
+    other.save()
+    client.force_login(other)
+    for sent in (token, "../../paiweb.sqlite3", ""):
+        response = _post(
+            client, django_capture_on_commit_callbacks, source="upload", kept_trace=sent
+        )
+        assert response.status_code == 400
+        assert "choose a trace file" in response.content.decode()
+        assert "Kept from your last try" not in response.content.decode()
+    assert not WhatIfRun.objects.exists()
+
+
+def test_a_bad_trace_is_not_kept(
+    admin_client, personas, settings, tmp_path, django_capture_on_commit_callbacks
+):
+    settings.VAR_DIR = tmp_path
+    bad = SimpleUploadedFile("hostname", b"vm\n")
+    response = _post(
+        admin_client, django_capture_on_commit_callbacks, source="upload", trace=bad, days="0"
+    )
+    assert response.status_code == 400
+    assert "Kept from your last try" not in response.content.decode()
+    assert not (tmp_path / "whatif" / "uploads").exists()
