@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import random
 from datetime import timedelta
+from decimal import Decimal
 
 import pytest
 from django.urls import reverse
 from django.utils import timezone
 
+from apps.market.models import MarketState
 from apps.market.services import market_params_set, market_step
 from tests.integration.test_market_step import submit
 
@@ -196,3 +198,19 @@ def test_its_price_panel_gives_no_guidance_without_a_bid(alice_client, personas)
     _history(timezone.now(), [(30, "0.10")])
     html = alice_client.get(reverse("market:price-panel"), {"r0-instance_type": G7}).content
     assert b"bid-guidance" not in html
+
+
+@pytest.mark.parametrize(
+    ("price", "says"),
+    [
+        ("0.0811", "· 89% off"),  # 89.86% below the original: it read "90% off"
+        ("0.0800", "· 90% off"),  # the floor: exactly 90%
+        ("0.7990", "· 0% off"),
+    ],
+)
+def test_it_never_overstates_a_saving(alice_client, market, price, says):
+    MarketState.objects.filter(instance_type__name=G7).update(price_per_hour=Decimal(price))
+    html = alice_client.get(reverse("market:index")).content.decode()
+    row = html[html.index('id="market-ecsg7xlarge"') :]
+    row = row[: row.index("</tr>")]
+    assert says in row

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from decimal import ROUND_HALF_UP, Decimal
+from decimal import ROUND_FLOOR, ROUND_HALF_UP, Decimal
 
 from django import template
 from django.utils.html import format_html
@@ -181,6 +181,16 @@ def percent(ratio) -> str:
     if ratio is None:
         return "—"
     return f"{Decimal(str(ratio)) * 100:.0f}%"
+
+
+@register.filter
+def saving(ratio) -> str:
+    """A saving (0.8986: the price 89.86% below the original) as every page says it: whole
+    percent rounded down, "89%", never more than it is (rounded, it read "90% off", the
+    most the market ever takes off; at its floor the saving is exactly that)."""
+    if ratio is None:
+        return "—"
+    return f"{(Decimal(str(ratio)) * 100).to_integral_value(rounding=ROUND_FLOOR)}%"
 
 
 @register.filter
