@@ -17,8 +17,9 @@ from apps.core.charts import Chart, chart_build
 from apps.jobs.models import Job, JobRole, Pod, PodStatus, ResourceSource, gpu_text
 from apps.scheduler import engine
 from apps.scheduler.engine.model import MILLI
-from apps.scheduler.engine.vectors import Vec
+from apps.scheduler.engine.vectors import Vec, add
 
+NONE: Vec = (0, 0, 0)
 BORROWERS_SHOWN = 5  # borrowing jobs named per quota on the quotas page, newest first
 
 # A pod holds its node's resources while it runs, and from the moment it is placed.
@@ -40,6 +41,7 @@ class Usage:
     used: int  # In Quota
     borrowed: int  # Not in Quota, by this subtree's jobs
     lent: int  # of this quota's idle guarantee, what borrowers may be sitting on
+    own: int = 0  # of `lent`, what its own jobs run on (Not in Quota, on its free min)
 
     @property
     def percent(self) -> int:
@@ -80,6 +82,10 @@ class Usage:
     def lent_text(self) -> str:
         return self.show(self.lent)
 
+    @property
+    def own_text(self) -> str:
+        return self.show(self.own)
+
 
 @dataclass(frozen=True)
 class QuotaRow:
@@ -93,6 +99,11 @@ class QuotaRow:
     @property
     def usages(self) -> list[Usage]:
         return [self.gpu, self.cpu, self.memory]
+
+    @property
+    def runs_on_own(self) -> bool:
+        """Its own idle-resource jobs run on part of its free guarantee (see `LoanRow.own`)."""
+        return any(u.own for u in self.usages)
 
 
 @dataclass
@@ -111,6 +122,14 @@ class LoanRow:
     @property
     def usages(self) -> list[Usage]:
         return [self.gpu, self.cpu, self.memory]
+
+    @property
+    def own(self) -> bool:
+        """The borrower's jobs run on its own free guarantee: `engine.lending` attributes idle
+        room to every free guarantee of the pool, the borrower's too (idle-resource jobs use
+        idle resources "of the current or other quotas"). Not a loan from anyone: the page
+        says "its own idle guarantee"."""
+        return self.lender is not None and self.lender.pk == self.borrower.pk
 
 
 @dataclass(frozen=True)
@@ -164,6 +183,10 @@ def quota_page() -> tuple[dict[str, list[QuotaRow]], list[PoolLending]]:
     result = engine.lending(
         [quota_core(q) for q in quotas], used=used, borrowed=borrowed, capacity=capacity
     )
+    own: dict[int, Vec] = {}
+    for loan in result.loans:
+        if loan.lender == loan.borrower:
+            own[loan.borrower] = add(own.get(loan.borrower, NONE), loan.amount)
 
     children: dict[int | None, list[Quota]] = {}
     for q in quotas:
@@ -179,6 +202,7 @@ def quota_page() -> tuple[dict[str, list[QuotaRow]], list[PoolLending]]:
                 used=report.used[i],
                 borrowed=report.borrowed[i],
                 lent=report.lent[i],
+                own=own.get(q.pk, NONE)[i],
             )
             for i, r in enumerate(("gpu", "cpu", "memory"))
         }
@@ -214,7 +238,13 @@ def quota_page() -> tuple[dict[str, list[QuotaRow]], list[PoolLending]]:
         )
     for pool in pools.values():
         pool.loans.sort(
-            key=lambda row: (row.borrower.name, row.lender is not None, str(row.lender))
+            # per borrower: capacity no quota guarantees, its own free guarantee, the others
+            key=lambda row: (
+                row.borrower.name,
+                row.lender is not None,
+                not row.own,
+                str(row.lender),
+            )
         )
         first: dict[int, LoanRow] = {}
         for row in pool.loans:

@@ -135,6 +135,49 @@ def test_it_says_who_borrows_from_whom(busy):
     assert pools[0].loans[1].jobs == []  # the borrower's jobs are named once
 
 
+def _lending_rows(body: str) -> list[str]:
+    table = body[body.index('class="table lending-table"') :]
+    table = table[table.index("<tbody>") : table.index("</tbody>")]
+    return [" ".join(row.split()) for row in table.split("<tr>")[1:]]
+
+
+def test_a_quota_running_idle_jobs_on_its_own_free_guarantee_borrows_from_no_one(
+    alice_client, busy, personas
+):
+    """team-b's Only Idle job ran on idle room that is partly team-b's own free guarantee:
+    the page read "team-b borrows 0.8 GPU from team-b". The attribution stays (it is the
+    scheduler's rule); the page says what it is."""
+    make_job(
+        personas,
+        busy["team_b"],
+        gpu=1,
+        idle_mode="only_idle",
+        pods=[(PodStatus.RUNNING, "gpu-node-3", False)],
+    )
+    _, pools = quota_page()
+    own = [(r.borrower.name, r.gpu.used) for r in pools[0].loans if r.own]
+    assert own == [("team-a", 726), ("team-b", 636)]  # the accounting is unchanged
+
+    body = alice_client.get(reverse("scheduler:quotas")).content.decode()
+    rows = _lending_rows(body)
+    team_b = [row for row in rows if ">team-b</a></strong>" in row]
+    assert len(team_b) == 2
+    assert "its own idle guarantee" in team_b[0] and "0.636" in team_b[0]
+    team_a_url = reverse("scheduler:quota", args=["team-a"])
+    assert f'href="{team_a_url}">team-a</a>' in team_b[1]  # a loan from another quota
+    for row in rows:  # no quota is its own lender
+        borrower, lender = row.split("</td>")[:2]
+        assert borrower.split('href="')[1].split('"')[0] not in lender
+    assert "its own jobs: 0.636 · 4.1 · 16.3</div>" in body
+
+    page = alice_client.get(reverse("scheduler:quota", args=["team-b"])).content.decode()
+    own_rows = [row for row in _lending_rows(page) if "its own idle guarantee" in row]
+    assert len(own_rows) == 1 and "0.636" in own_rows[0]
+    assert "of which to its own idle jobs" in page
+    chinese = alice_client.get(reverse("scheduler:quotas"), headers={"Accept-Language": "zh-hans"})
+    assert "自身空闲的保障量" in chinese.content.decode()
+
+
 def test_it_reads_usage_in_few_queries_whatever_the_size(
     busy, personas, django_assert_max_num_queries
 ):
