@@ -11,6 +11,8 @@ from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils import timezone
+from django.utils.translation import gettext, ngettext
+from django.utils.translation import gettext_lazy as _
 
 from apps.agent.models import NodeAgent, PodProcess
 from apps.agent.services import node_drain
@@ -144,20 +146,25 @@ class NodeAdmin(admin.ModelAdmin):
         ]
         return deleted, counts, perms_needed, protected
 
-    @admin.display(description="vCPUs", ordering="cpu")
+    @admin.display(description=_("vCPUs"), ordering="cpu")
     def vcpus(self, obj: Node) -> str:
         return cores_text(obj.cpu)
 
-    @admin.display(description="memory (GiB)", ordering="memory")
+    @admin.display(description=_("memory (GiB)"), ordering="memory")
     def memory_gib(self, obj: Node) -> str:
         return gib_text(obj.memory)
 
-    @admin.action(description="Cordon: schedule no new pods on the selected nodes")
+    @admin.action(description=_("Cordon: schedule no new pods on the selected nodes"))
     def cordon(self, request: HttpRequest, queryset: QuerySet[Node]) -> None:
         changed = node_set_status(nodes=queryset, status=Node.Status.CORDONED)
-        self.message_user(request, f"Cordoned {changed} node(s).", messages.SUCCESS)
+        self.message_user(
+            request,
+            ngettext("Cordoned %(count)d node.", "Cordoned %(count)d nodes.", changed)
+            % {"count": changed},
+            messages.SUCCESS,
+        )
 
-    @admin.action(description="Drain: cordon the selected nodes and move their jobs elsewhere")
+    @admin.action(description=_("Drain: cordon the selected nodes and move their jobs elsewhere"))
     def drain(self, request: HttpRequest, queryset: QuerySet[Node]) -> None:
         now = timezone.now()
         # All cordoned first, so a job on two of them is not placed back onto the second.
@@ -165,16 +172,29 @@ class NodeAdmin(admin.ModelAdmin):
             nodes=queryset.filter(status=Node.Status.READY), status=Node.Status.CORDONED
         )
         moved = sum(node_drain(node=node, now=now) for node in queryset)
+        drained = len(queryset)
         self.message_user(
             request,
-            f"Drained {len(queryset)} node(s): cordoned, {moved} job(s) moved off. Their pods "
-            "get SIGTERM and the job's grace period to checkpoint; the jobs are requeued as a "
-            "platform interruption, spending no AIMaster restart. Mark the nodes Ready to use "
-            "them again.",
+            gettext(
+                "%(drained)s: cordoned, %(moved)s. Their pods get SIGTERM and the job's grace "
+                "period to checkpoint; the jobs are requeued as a platform interruption, "
+                "spending no AIMaster restart. Mark the nodes Ready to use them again."
+            )
+            % {
+                "drained": ngettext("Drained %(count)d node", "Drained %(count)d nodes", drained)
+                % {"count": drained},
+                "moved": ngettext("%(count)d job moved off", "%(count)d jobs moved off", moved)
+                % {"count": moved},
+            },
             messages.SUCCESS,
         )
 
-    @admin.action(description="Mark the selected nodes Ready")
+    @admin.action(description=_("Mark the selected nodes Ready"))
     def uncordon(self, request: HttpRequest, queryset: QuerySet[Node]) -> None:
         changed = node_set_status(nodes=queryset, status=Node.Status.READY)
-        self.message_user(request, f"Marked {changed} node(s) Ready.", messages.SUCCESS)
+        self.message_user(
+            request,
+            ngettext("Marked %(count)d node Ready.", "Marked %(count)d nodes Ready.", changed)
+            % {"count": changed},
+            messages.SUCCESS,
+        )

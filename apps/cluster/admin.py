@@ -6,6 +6,7 @@ from django import forms
 from django.contrib import admin
 from django.db.models import Count, QuerySet, Sum
 from django.http import HttpRequest
+from django.utils.translation import gettext_lazy as _
 
 from apps.cluster.clusterfile import cluster_file_check, path_of
 from apps.cluster.models import Image, InstanceType, Node, Quota, ResourcePool
@@ -36,11 +37,11 @@ class InstanceTypeAdmin(admin.ModelAdmin):
     list_filter = ("resource_type", "spot_enabled", "gpu_model")
     search_fields = ("name", "gpu_model")
 
-    @admin.display(description="vCPUs", ordering="cpu")
+    @admin.display(description=_("vCPUs"), ordering="cpu")
     def vcpus_(self, obj: InstanceType) -> str:
         return cores_text(obj.cpu)
 
-    @admin.display(description="memory (GiB)", ordering="memory")
+    @admin.display(description=_("memory (GiB)"), ordering="memory")
     def memory_gib_(self, obj: InstanceType) -> str:
         return gib_text(obj.memory)
 
@@ -89,15 +90,15 @@ class ResourcePoolAdmin(admin.ModelAdmin):
             )
         )
 
-    @admin.display(description="nodes", ordering="_nodes")
+    @admin.display(description=_("nodes"), ordering="_nodes")
     def node_count(self, obj) -> int:
         return obj._nodes
 
-    @admin.display(description="GPUs", ordering="_gpus")
+    @admin.display(description=_("GPUs"), ordering="_gpus")
     def gpu_total(self, obj) -> int:
         return obj._gpus or 0
 
-    @admin.display(description="quotas", ordering="_quotas")
+    @admin.display(description=_("quotas"), ordering="_quotas")
     def quota_count(self, obj) -> int:
         return obj._quotas
 
@@ -160,14 +161,14 @@ class QuotaAdmin(admin.ModelAdmin):
     def get_queryset(self, request: HttpRequest) -> QuerySet[Quota]:
         return super().get_queryset(request).prefetch_related("workspaces")
 
-    @admin.display(description="min cores", ordering="min_cpu")
+    @admin.display(description=_("min cores"), ordering="min_cpu")
     def min_cores(self, obj: Quota) -> str:
         return cores_text(obj.min_cpu)
 
-    @admin.display(description="min memory (GiB)", ordering="min_memory")
+    @admin.display(description=_("min memory (GiB)"), ordering="min_memory")
     def min_memory_gib(self, obj: Quota) -> str:
         return gib_text(obj.min_memory)
 
-    @admin.display(description="workspaces")
+    @admin.display(description=_("workspaces"))
     def workspace_names(self, obj: Quota) -> str:
         return ", ".join(w.name for w in obj.workspaces.all())

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from django.contrib import admin
 from django.http import HttpRequest
+from django.utils.translation import gettext_lazy as _
 
 from apps.jobs.models import (
     Checkpoint,
@@ -195,7 +196,7 @@ class JobAdmin(admin.ModelAdmin):
             },
         ),
         (
-            "Resources",
+            _("Resources"),
             {
                 "fields": (
                     "resource_type",
@@ -209,7 +210,7 @@ class JobAdmin(admin.ModelAdmin):
             },
         ),
         (
-            "Fault tolerance",
+            _("Fault tolerance"),
             {
                 "fields": (
                     "enable_aimaster",
@@ -220,7 +221,7 @@ class JobAdmin(admin.ModelAdmin):
                 )
             },
         ),
-        ("State", {"fields": STATE_FIELDS[1:]}),
+        (_("State"), {"fields": STATE_FIELDS[1:]}),
     )
 
     def has_add_permission(self, request: HttpRequest) -> bool:

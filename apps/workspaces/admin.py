@@ -4,6 +4,8 @@ from django import forms
 from django.contrib import admin, messages
 from django.db.models import Count, QuerySet
 from django.http import HttpRequest
+from django.utils.translation import gettext, ngettext
+from django.utils.translation import gettext_lazy as _
 
 from apps.workspaces.models import AccessKey, Membership, UserPreference, Workspace
 from apps.workspaces.services import access_key_disable, access_key_enable
@@ -31,11 +33,11 @@ class WorkspaceAdmin(admin.ModelAdmin):
             .prefetch_related("quotas")
         )
 
-    @admin.display(description="members", ordering="_members")
+    @admin.display(description=_("members"), ordering="_members")
     def member_count(self, obj) -> int:
         return obj._members
 
-    @admin.display(description="quotas")
+    @admin.display(description=_("quotas"))
     def quota_names(self, obj: Workspace) -> str:
         return ", ".join(q.name for q in obj.quotas.all())
 
@@ -91,21 +93,31 @@ class AccessKeyAdmin(admin.ModelAdmin):
         super().save_model(request, obj, form, change)
         self._show_secret_once(request, obj, secret)
 
-    @admin.action(description="Disable the selected keys")
+    @admin.action(description=_("Disable the selected keys"))
     def disable(self, request: HttpRequest, queryset: QuerySet[AccessKey]) -> None:
         keys = list(queryset.filter(enabled=True))
         for key in keys:
             access_key_disable(key=key)
-        self.message_user(request, f"Disabled {len(keys)} key(s).", messages.SUCCESS)
+        self.message_user(
+            request,
+            ngettext("Disabled %(count)d key.", "Disabled %(count)d keys.", len(keys))
+            % {"count": len(keys)},
+            messages.SUCCESS,
+        )
 
-    @admin.action(description="Enable the selected keys")
+    @admin.action(description=_("Enable the selected keys"))
     def enable(self, request: HttpRequest, queryset: QuerySet[AccessKey]) -> None:
         keys = list(queryset.filter(enabled=False))
         for key in keys:
             access_key_enable(key=key)
-        self.message_user(request, f"Enabled {len(keys)} key(s).", messages.SUCCESS)
+        self.message_user(
+            request,
+            ngettext("Enabled %(count)d key.", "Enabled %(count)d keys.", len(keys))
+            % {"count": len(keys)},
+            messages.SUCCESS,
+        )
 
-    @admin.action(description="Rotate the secret of the selected keys (shown once)")
+    @admin.action(description=_("Rotate the secret of the selected keys (shown once)"))
     def rotate_secret(self, request: HttpRequest, queryset: QuerySet[AccessKey]) -> None:
         for key in queryset:
             _, secret = AccessKey.new_pair()
@@ -118,8 +130,11 @@ class AccessKeyAdmin(admin.ModelAdmin):
         # change log records only field names, never this value.
         self.message_user(
             request,
-            f"AccessKey {key.key_id} for {key.user}: its secret is {secret} — copy it now, "
-            "it will not be shown again.",
+            gettext(
+                "AccessKey %(key)s for %(user)s: its secret is %(secret)s — copy it now, it "
+                "will not be shown again."
+            )
+            % {"key": key.key_id, "user": key.user, "secret": secret},
             messages.WARNING,
         )
 

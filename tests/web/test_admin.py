@@ -117,7 +117,7 @@ def test_it_drains_nodes_moving_their_jobs_off(admin_client, job, cluster):
         {"action": "drain", "_selected_action": [node.pk]},
         follow=True,
     )
-    assert "Drained 1 node(s): cordoned, 1 job(s) moved off" in response.content.decode()
+    assert "Drained 1 node: cordoned, 1 job moved off." in response.content.decode()
     node.refresh_from_db()
     job.refresh_from_db()
     assert node.status == Node.Status.CORDONED
@@ -317,3 +317,47 @@ def test_a_pools_page_deletes_no_node(admin_client, cluster):
     pool = cluster["dedicated"]
     page = admin_client.get(reverse("admin:cluster_resourcepool_change", args=[pool.pk]))
     assert "nodes-0-DELETE" not in page.content.decode()
+
+
+def _act(client, url, action, ids, language="en"):
+    response = client.post(
+        url,
+        {"action": action, "_selected_action": ids},
+        headers={"accept-language": language},
+        follow=True,
+    )
+    return response.content.decode()
+
+
+def test_the_node_actions_say_how_many_in_the_admins_language(admin_client, job, cluster):
+    """They read "Cordoned 2 node(s).", "Drained 1 node(s): …, 1 job(s) moved off", in
+    English on the admin's Chinese pages too."""
+    url = reverse("admin:cluster_node_changelist")
+    ids = [n.pk for n in cluster["nodes"][:2]]
+    assert "Cordoned 2 nodes." in _act(admin_client, url, "cordon", ids)
+    assert "Marked 1 node Ready." in _act(admin_client, url, "uncordon", ids[:1])
+    assert "Cordoned 1 node." in _act(admin_client, url, "cordon", ids[:1])
+    assert "Marked 2 nodes Ready." in _act(admin_client, url, "uncordon", ids)
+
+    page = admin_client.get(url, headers={"accept-language": "zh-CN"}).content.decode()
+    for label in ("封锁：不再向所选节点调度新的 Pod", "排空：封锁所选节点", "将所选节点标记为就绪"):
+        assert label in page, label
+    assert "已封锁 2 个节点。" in _act(admin_client, url, "cordon", ids, "zh-CN")
+    assert "已将 2 个节点标记为就绪（Ready）。" in _act(admin_client, url, "uncordon", ids, "zh-CN")
+    drained = _act(admin_client, url, "drain", ids[:1], "zh-CN")
+    assert "已排空 1 个节点：已封锁，迁出 1 个任务。" in drained
+    assert "node(s)" not in drained and "job(s)" not in drained
+    assert "内存（GiB）" in drained  # a column of the list
+
+
+def test_the_key_actions_say_how_many_in_the_admins_language(admin_client, personas):
+    keys = [make_access_key(personas["bob"])[0] for _ in range(2)]
+    url = reverse("admin:workspaces_accesskey_changelist")
+    ids = [k.pk for k in keys]
+    assert "Disabled 2 keys." in _act(admin_client, url, "disable", ids)
+    assert "Enabled 1 key." in _act(admin_client, url, "enable", ids[:1])
+    assert "已启用 1 个密钥。" in _act(admin_client, url, "enable", ids, "zh-CN")
+    rotated = _act(admin_client, url, "rotate_secret", ids[:1], "zh-CN")
+    assert f"用户 bob 的 AccessKey {keys[0].key_id}：其 Secret 为 " in rotated
+    page = admin_client.get(url, headers={"accept-language": "zh-CN"}).content.decode()
+    assert "禁用所选密钥" in page and "轮换所选密钥的 Secret（仅显示一次）" in page
