@@ -194,6 +194,34 @@ def test_its_price_panel_says_how_a_bid_would_have_fared_over_a_day(
     assert says in html
 
 
+@pytest.mark.parametrize(
+    ("steps", "says"),
+    [
+        # a one-minute spike in a day: 0.07% of the time, it read "0% of that time"
+        (
+            [(30, "0.10"), (0.05, "0.40"), (1 / 60, "0.10")],
+            "below the market price &lt;1% of that time: a job running on it would have been "
+            "reclaimed 1 time.",
+        ),
+        # below all but a minute of it: it read "100% of that time"
+        (
+            [(30, "0.40"), (1 / 60, "0.10")],
+            "below the market price &gt;99% of that time: a job would have waited",
+        ),
+    ],
+)
+def test_its_price_panel_never_rounds_a_share_of_the_day_to_none_or_all(
+    alice_client, personas, steps, says
+):
+    _history(timezone.now(), steps)
+    html = alice_client.get(
+        reverse("market:price-panel"),
+        {"r0-instance_type": G7, "r0-spot_limit_type": "discount", "r0-spot_discount_limit": "0.3"},
+        headers={"HX-Request": "true"},
+    ).content.decode()
+    assert says in html
+
+
 def test_its_price_panel_gives_no_guidance_without_a_bid(alice_client, personas):
     _history(timezone.now(), [(30, "0.10")])
     html = alice_client.get(reverse("market:price-panel"), {"r0-instance_type": G7}).content

@@ -178,9 +178,17 @@ def gib(mib) -> str:
 
 @register.filter
 def percent(ratio) -> str:
+    """A share in whole percent; one strictly between none and all never reads as either
+    ("<1%", ">99%"): a bid below the market for a minute of a day read "0% of that time"
+    beside "reclaimed 1 time"."""
     if ratio is None:
         return "—"
-    return f"{Decimal(str(ratio)) * 100:.0f}%"
+    value = Decimal(str(ratio))
+    if 0 < value < Decimal("0.01"):
+        return "<1%"
+    if Decimal("0.99") < value < 1:
+        return ">99%"
+    return f"{value * 100:.0f}%"
 
 
 @register.filter
