@@ -37,6 +37,7 @@ from apps.jobs.models import (
     PodStatus,
     ResourceSource,
     StatusTransition,
+    gpu_hours_text,
     gpu_text,
 )
 from apps.jobs.specs import JobSpec, spec_from_json, spot_price_range_per_minute
@@ -321,7 +322,7 @@ def restart_record(
         status, duration = "Failed", None
     else:
         status, duration = "Restarting", None
-    lost = f"{restart.lost_gpu_seconds / 3600:.2f}"
+    lost = gpu_hours_text(restart.lost_gpu_seconds)
     detail = (
         say(
             "an AIMaster restart; lost {lost} GPU-hours of work since the last checkpoint",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import secrets
 from decimal import Decimal
 
@@ -21,6 +22,18 @@ def gpu_text(gpu: int, gpu_milli: int = 0) -> str:
     if milli % 1000 == 0:
         return str(milli // 1000)
     return format((Decimal(milli) / 1000).normalize(), "f")
+
+
+def gpu_hours_text(gpu_seconds: float) -> str:
+    """Work (lost at an interruption) in GPU-hours as the console and the API write it: two
+    decimals, "5.33"; work under 0.005 GPU-hours that is not nothing with the places that
+    show it (10 GPU-seconds: "0.0028"), never "0.00" beside a message saying 10 GPU-seconds
+    were lost. Nothing lost is "0.00"."""
+    hours = float(gpu_seconds) / 3600
+    places = 2
+    if 0 < hours < 0.005:
+        places = 1 - math.floor(math.log10(hours))
+    return f"{hours:,.{places}f}"
 
 
 def gpu_indexes(ids: str) -> tuple[int, ...]:

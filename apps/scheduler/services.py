@@ -42,6 +42,7 @@ from apps.jobs.models import (
     Pod,
     PodStatus,
     ResourceSource,
+    gpu_hours_text,
     gpu_indexes,
 )
 from apps.jobs.services import jobs_transition_bulk, resumed_events
@@ -531,7 +532,7 @@ def jobs_requeue_or_fail(
                 counted=decision.counted,
             )
         )
-        lost = f"{i.lost_gpu_seconds / 3600:.2f}"
+        lost = gpu_hours_text(i.lost_gpu_seconds)
         if not decision.counted:
             note = (
                 lifecycle.reclaim_note(aimaster_budget(job))

@@ -596,3 +596,15 @@ def test_a_hung_job_is_restarted_like_a_failed_pod_in_sync_mode():
     assert lifecycle.after_hang(budget=spent, spot=False, nodes_ready=True) == Fail(
         "restarts exhausted (2/2)"
     )
+
+
+def test_lost_work_under_a_hundredth_of_a_gpu_hour_is_not_written_as_none():
+    from apps.jobs.models import gpu_hours_text
+
+    assert gpu_hours_text(0) == "0.00"
+    assert gpu_hours_text(10) == "0.0028"  # 10 GPU-seconds, not "0.00"
+    assert gpu_hours_text(0.1) == "0.000028"
+    assert gpu_hours_text(17) == "0.0047"
+    assert gpu_hours_text(18) == "0.01"  # 0.005 rounds to a hundredth, not to none
+    assert gpu_hours_text(19188) == "5.33"
+    assert gpu_hours_text(3600 * 1234.5) == "1,234.50"

@@ -8,7 +8,7 @@ from __future__ import annotations
 import html
 import random
 import re
-from datetime import timedelta
+from datetime import datetime, timedelta
 from decimal import Decimal
 
 import pytest
@@ -88,9 +88,10 @@ def section(response, element_id: str) -> str:
     return content[tag:pos]
 
 
-def reclaimed(personas, *, aimaster: bool) -> dict[str, Job]:
+def reclaimed(personas, *, aimaster: bool, checkpoint_at: datetime | None = None) -> dict[str, Job]:
     """charlie's only-idle borrower (EasyCkpt) fills the 4×4-GPU pool for 30 min,
-    checkpoints at step 1200 10 min in; then alice's regular team-a job reclaims 4 GPUs."""
+    checkpoints at step 1200 10 min in (or at `checkpoint_at`); then alice's regular team-a
+    job reclaims 4 GPUs."""
     borrower = submit(
         personas,
         ws="ws_b",
@@ -111,7 +112,7 @@ def reclaimed(personas, *, aimaster: bool) -> dict[str, Job]:
         step=CKPT_STEP,
         path="/ckpt/step-1200",
         size_bytes=3 * 1024**2,
-        at=started + timedelta(minutes=10),
+        at=checkpoint_at or started + timedelta(minutes=10),
     )
     owner = submit(personas, pods=1, gpu=4, name="owner")
     scheduler_tick(now=timezone.now() + timedelta(seconds=1))  # places the owner
@@ -192,6 +193,24 @@ def test_a_borrower_a_preemption_ended_counts_the_work_that_preemption_lost(
     assert lost in page
     hours = borrower.ended_lost_gpu_seconds / 3600
     assert f"Work lost {hours:.2f} GPU-hours over 1 interruption" in page
+
+
+def test_a_little_lost_work_is_not_shown_as_none(charlie_client, personas):
+    # The borrower checkpointed just before the reclaim: 16 GPUs for about half a second, some
+    # 10 GPU-seconds, which the preemption's message says; the page and the events said
+    # "0.00 GPU-hours" beside it, as if nothing had been lost.
+    borrower = reclaimed(
+        personas, aimaster=True, checkpoint_at=timezone.now() - timedelta(seconds=0.5)
+    )["borrower"]
+    lost = borrower.restarts.get().lost_gpu_seconds
+    assert 3.6 < lost < 18  # 0.001 to 0.005 GPU-hours: four places
+    hours = f"{lost / 3600:.4f}"
+    response = detail(charlie_client, borrower)
+    assert f"{lost:,.0f} GPU-seconds of work since the last checkpoint lost" in text(response)
+    assert text_of(section(response, "work-lost")).startswith(f"{hours} GPU-hours")
+    assert f"{hours} GPU-hours" in section(response, "restarts")
+    assert f"back to the queue; lost {hours} GPU-hours" in section(response, "events")
+    assert "0.00 GPU-hours" not in text(response)
 
 
 def test_a_job_no_interruption_ended_has_lost_nothing(charlie_client, personas):

@@ -9,7 +9,7 @@ from django.utils.html import format_html
 from django.utils.translation import gettext, gettext_lazy, pgettext_lazy
 
 from apps.core.i18n import localized
-from apps.jobs.models import PENDING_STATUSES, ResourceSource, gpu_text
+from apps.jobs.models import PENDING_STATUSES, ResourceSource, gpu_hours_text, gpu_text
 from apps.jobs.waiting import sub_status, waiting_text
 
 register = template.Library()
@@ -112,7 +112,7 @@ def gpu_hours(seconds) -> str:
     """GPU-seconds as GPU-hours: `{{ restart.lost_gpu_seconds|gpu_hours }}` → 0.53 GPU-hours."""
     if seconds is None or seconds == "":
         return "—"
-    return gettext("%(hours)s GPU-hours") % {"hours": f"{float(seconds) / 3600:,.2f}"}
+    return gettext("%(hours)s GPU-hours") % {"hours": gpu_hours_text(float(seconds))}
 
 
 @register.filter
