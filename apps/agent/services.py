@@ -756,7 +756,47 @@ def checkpoint_report(*, job_pk: int, step: int, path: str, size_bytes: int, at:
     Job.objects.filter(pk=job_pk).filter(
         Q(last_checkpoint_at__isnull=True) | Q(last_checkpoint_at__lt=at)
     ).update(last_checkpoint_at=at)
+    _lost_work_revised(job_pk=job_pk, step=step, at=at)
     return True
+
+
+def _lost_work_revised(*, job_pk: int, step: int, at: datetime) -> None:
+    """A checkpoint the interrupted attempt saved after the one its interruption counted from:
+    on its way out (SIGTERM, in the grace period, as examples/train.py does), or just before
+    the interruption and read from its manifest a moment after. The next attempt resumes from
+    it, so the work that interruption lost is counted from it again (less, never more), and an
+    event says so: the restart said 11 GPU-seconds lost, the pod saved the step it stopped at
+    and the next attempt resumed from it, nothing lost. A checkpoint saved once a pod of the
+    next attempt had started is that attempt's own."""
+    restart = JobRestart.objects.filter(job_id=job_pk).order_by("-number").first()
+    if restart is None or restart.lost_gpu_seconds <= 0:
+        return
+    if Pod.objects.filter(job_id=job_pk, attempt=restart.number, started_at__lte=at).exists():
+        return
+    job = Job.objects.get(pk=job_pk)
+    if restart.cause == "PodFailed" and job.execution_mode == ExecutionMode.ASYNC:
+        return  # its other pods ran on: their checkpoints are not the failed pod's save
+    interrupted = Pod.objects.filter(
+        job_id=job_pk, attempt=restart.number - 1, finished_at=restart.at
+    ).select_related("role")
+    lost = pods_lost_gpu_seconds(job=job, pods=interrupted, now=restart.at, checkpoint_at=at)
+    if lost >= restart.lost_gpu_seconds:
+        return
+    was = restart.lost_gpu_seconds
+    JobRestart.objects.filter(pk=restart.pk).update(lost_gpu_seconds=lost)
+    job_event(
+        job=job,
+        kind="LostWorkRevised",
+        message=say(
+            "Checkpoint at step {step} saved by the interrupted attempt: the work lost at "
+            "interruption {number} is {lost} GPU-seconds, not {was}",
+            step=step,
+            number=restart.number,
+            lost=f"{lost:,.0f}",
+            was=f"{was:,.0f}",
+        ),
+        now=at,
+    )
 
 
 def checkpoint_files(*, job_pk: int, directory: str) -> list[str]:

@@ -439,11 +439,13 @@ class Interruption:
     kind: lifecycle.Interruption = "reclaim"
 
 
-def pods_lost_gpu_seconds(*, job: Job, pods: Iterable[Pod], now: datetime) -> float:
+def pods_lost_gpu_seconds(
+    *, job: Job, pods: Iterable[Pod], now: datetime, checkpoint_at: datetime | None = None
+) -> float:
     """The work an interruption at `now` throws away (`lifecycle.lost_gpu_seconds`): each
-    pod's GPU-seconds since the job's last checkpoint or its own start, up to its end if it
-    has ended; a pod that never started lost nothing."""
-    checkpoint = _ts(job.last_checkpoint_at)
+    pod's GPU-seconds since the job's last checkpoint (or `checkpoint_at`, one found later)
+    or its own start, up to its end if it has ended; a pod that never started lost nothing."""
+    checkpoint = _ts(checkpoint_at or job.last_checkpoint_at)
     lost = 0.0
     for pod in pods:
         if pod.started_at is not None:

@@ -709,3 +709,56 @@ def test_it_ignores_a_tick_at_or_before_the_last_one(personas, replay):
     assert not step(at(1)).skipped
     assert step(at(1)).skipped
     assert step(at(0)).skipped
+
+
+def test_a_checkpoint_saved_on_the_way_out_of_a_reclaim_revises_the_work_lost(personas, replay):
+    """Reclaimed 30 s after a checkpoint, the job's pods save once more on SIGTERM (as
+    examples/train.py does), and the next attempt resumes from that save: the restart said
+    60 GPU-seconds lost, though nothing was; it says 0, and an event says why."""
+    gn7 = "ecs.gn7i-c8g1.2xlarge"  # 1 GPU
+    replay([(NOW, gn7, "3.00"), (at(1), gn7, "5.00"), (at(3), gn7, "3.00")])
+    job = submit(personas, itype=gn7, pods=2, discount="0.5", aimaster=True)  # ¥4.80/h
+    step(at(0))
+    checkpoint_report(job_pk=job.pk, step=1, path="/ckpt/1", size_bytes=1, at=at(0.5))
+    step(at(1))  # reclaimed: 2 GPUs × 30 s since the checkpoint
+    restart = job.restarts.get()
+    assert restart.lost_gpu_seconds == pytest.approx(2 * 30)
+    # a checkpoint read a moment late (saved 10 s before the reclaim) counts from it
+    checkpoint_report(
+        job_pk=job.pk, step=2, path="/ckpt/2", size_bytes=1, at=at(1) - timedelta(seconds=10)
+    )
+    restart.refresh_from_db()
+    assert restart.lost_gpu_seconds == pytest.approx(2 * 10)
+    # the save on SIGTERM, in the grace period: nothing was lost
+    checkpoint_report(
+        job_pk=job.pk, step=3, path="/ckpt/3", size_bytes=1, at=at(1) + timedelta(seconds=1)
+    )
+    restart.refresh_from_db()
+    assert restart.lost_gpu_seconds == 0
+    assert list(job.events.filter(kind="LostWorkRevised").values_list("message", flat=True)) == [
+        "Checkpoint at step 2 saved by the interrupted attempt: the work lost at interruption 1 "
+        "is 20 GPU-seconds, not 60",
+        "Checkpoint at step 3 saved by the interrupted attempt: the work lost at interruption 1 "
+        "is 0 GPU-seconds, not 20",
+    ]
+    step(at(3))  # bids again and resumes; its own checkpoints change nothing
+    reload(job)
+    assert job.status == JobStatus.RUNNING
+    checkpoint_report(job_pk=job.pk, step=4, path="/ckpt/4", size_bytes=1, at=at(3.5))
+    restart.refresh_from_db()
+    assert restart.lost_gpu_seconds == 0
+
+
+def test_the_next_attempts_checkpoint_does_not_revise_the_work_lost(personas, replay):
+    gn7 = "ecs.gn7i-c8g1.2xlarge"
+    replay([(NOW, gn7, "3.00"), (at(1), gn7, "5.00"), (at(3), gn7, "3.00")])
+    job = submit(personas, itype=gn7, pods=2, discount="0.5", aimaster=True)
+    step(at(0))
+    checkpoint_report(job_pk=job.pk, step=1, path="/ckpt/1", size_bytes=1, at=at(0.5))
+    step(at(1))
+    step(at(3))  # running again
+    reload(job)
+    assert job.status == JobStatus.RUNNING
+    checkpoint_report(job_pk=job.pk, step=2, path="/ckpt/2", size_bytes=1, at=at(3.2))
+    assert job.restarts.get().lost_gpu_seconds == pytest.approx(2 * 30)
+    assert not job.events.filter(kind="LostWorkRevised").exists()
