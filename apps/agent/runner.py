@@ -914,7 +914,10 @@ _MAX_INT = 2**62
 
 class ManifestReader:
     """Reads the lines EasyCkpt appends to a checkpoint directory's manifest.jsonl, each
-    once: only lines added after the reader was made (an earlier attempt's are history).
+    once: only lines added after the reader was made (an earlier attempt's are history), or
+    after `offset` (where the file ended before the pod started, or where an earlier reader
+    of the same pod stopped: the agent makes its reader before it starts the pod's process,
+    so that the lines the pod writes in its first instants are not taken for history).
 
     The pod owns that file, so it is read as hostile: opened without following a link and
     without blocking (a FIFO never hangs the agent), regular files only, at most
@@ -922,14 +925,16 @@ class ManifestReader:
     most MANIFEST_ENTRIES_MAX records a call.
     What cannot be used is counted in `problems` (one sentence each), never raised."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, *, offset: int | None = None) -> None:
         self.path = Path(directory) / "manifest.jsonl"
         self.offset = 0
         self.problems: list[str] = []
         self._reported: set[str] = set()
         self.present: dict[str, str] = {}  # checkpoint file name -> its recorded path
-        data = self._read(0, whole=True)
-        self.offset = data if isinstance(data, int) else 0
+        if offset is None:
+            data = self._read(0, whole=True)
+            offset = data if isinstance(data, int) else 0
+        self.offset = max(offset, 0)
 
     def _problem(self, text: str) -> None:
         if text not in self._reported and len(self._reported) < 20:

@@ -457,6 +457,7 @@ def _launch(launch: services.PodLaunch) -> bool:
             netns_name = _netns_acquire(launch)
         cgroup = _cgroup_create(launch)
         spec = pod_spec(launch, isolation, cgroup=cgroup, netns_name=netns_name)
+        manifest = _manifest_reader(launch)  # before the pod runs: all it writes is new
         process = runner.start(spec, state_dir, grace=launch.grace)
     except Exception as exc:
         logger.exception("could not start pod %s", launch.pod_id)
@@ -470,7 +471,15 @@ def _launch(launch: services.PodLaunch) -> bool:
         )
         return False
     _start_delays.pop(launch.pod_id, None)
-    entry = _entry(launch, process, cgroup=cgroup, netns_name=netns_name, sandbox=isolation.mode)
+    entry = _entry(
+        launch,
+        process,
+        manifest=manifest,
+        cgroup=cgroup,
+        netns_name=netns_name,
+        sandbox=isolation.mode,
+    )
+    _manifest_offset_save(entry)
     if cgroup is not None:  # a new group counts from zero: the first sample has a CPU figure
         entry.metrics_reading = metrics.Reading(
             at=time.monotonic(), cpu_usec=0, disk_read_bytes=0, disk_write_bytes=0
@@ -539,13 +548,56 @@ def _start_later(launch: services.PodLaunch, exc: BaseException) -> None:
         )
 
 
-def _entry(launch: services.PodLaunch, process: runner.PodProcess, **kwargs) -> _Entry:
+# Where the agent's reading of a pod's checkpoint manifest is, in the shim's state directory
+# (the agent's, never the pod's): a restarted agent reads on from there.
+MANIFEST_OFFSET = "manifest.offset"
+
+
+def _manifest_reader(
+    launch: services.PodLaunch, *, state_dir: Path | None = None
+) -> runner.ManifestReader | None:
+    """Rank 0's reader of the job's checkpoint manifest. Made before the pod's process
+    starts, it takes what the file holds then as history (an earlier attempt's records,
+    recorded then) and every line the pod writes, from its first instant, as new; for a
+    re-adopted pod (`state_dir`), it reads on from where the earlier agent was."""
+    if launch.rank != 0:
+        return None
     paths = pod_paths(job_id=launch.job_id, pod_id=launch.pod_id)
-    manifest = None
-    if launch.rank == 0:
-        manifest = runner.ManifestReader(paths.checkpoint_dir)
-        directory = str(paths.checkpoint_dir)
-        manifest.track(services.checkpoint_files(job_pk=launch.job_pk, directory=directory))
+    offset = None
+    if state_dir is not None:
+        try:
+            offset = int((state_dir / MANIFEST_OFFSET).read_text())
+        except (OSError, ValueError):
+            offset = None  # from the manifest's end, as before the offset was kept
+    manifest = runner.ManifestReader(paths.checkpoint_dir, offset=offset)
+    directory = str(paths.checkpoint_dir)
+    manifest.track(services.checkpoint_files(job_pk=launch.job_pk, directory=directory))
+    return manifest
+
+
+def _manifest_offset_save(entry: _Entry) -> None:
+    """Keep where the manifest's reading is, for a restarted agent (best effort)."""
+    if entry.manifest is None:
+        return
+    state_dir = entry.process.state_dir
+    tmp = state_dir / f".{MANIFEST_OFFSET}.{os.getpid()}"
+    try:
+        tmp.write_text(str(entry.manifest.offset))
+        os.replace(tmp, state_dir / MANIFEST_OFFSET)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+
+
+def _entry(
+    launch: services.PodLaunch,
+    process: runner.PodProcess,
+    *,
+    manifest: runner.ManifestReader | None = None,
+    **kwargs,
+) -> _Entry:
+    paths = pod_paths(job_id=launch.job_id, pod_id=launch.pod_id)
+    if manifest is None:
+        manifest = _manifest_reader(launch, state_dir=process.state_dir)
     return _Entry(launch=launch, process=process, paths=paths, manifest=manifest, **kwargs)
 
 
@@ -1067,6 +1119,8 @@ def _report_checkpoints(entry: _Entry, *, last: bool = False) -> None:
         )
         manifest.track([path])
         found_any = True
+    if found_any:
+        _manifest_offset_save(entry)
     if found_any or last:
         services.checkpoints_removed(job_pk=launch.job_pk, paths=manifest.gone(), at=timezone.now())
     while manifest.problems:

@@ -575,3 +575,80 @@ def test_a_watchdog_killed_between_marking_a_node_lost_and_failing_its_pods_is_f
     assert (pod.status, pod.reason) == (PodStatus.FAILED, "NodeLost")
     assert job.attempt == 1 and job.restarts.get().cause == "NodeLost"
     assert services.nodes_mark_lost(now=now + timedelta(seconds=15)) == []  # done: once
+
+
+def test_a_checkpoint_the_pod_announces_at_once_is_recorded_while_it_runs(
+    personas, sent, monkeypatch, settings, tmp_path
+):
+    """The agent made its manifest reader once the pod's process had started, and took what
+    the file held then for an earlier attempt's history: a record the pod wrote in its first
+    instants was skipped (its checkpoint found only when the pod ended). The reader is made
+    before the start now; an earlier attempt's record, recorded already, is not taken twice."""
+    import json
+    import time
+    from datetime import UTC, datetime
+
+    from apps.agent import runner, supervisor
+    from apps.jobs.models import Checkpoint
+
+    settings.SANDBOX = "insecure"
+    settings.POD_WORK_ROOT = tmp_path / "pods"
+    settings.AGENT_STATE_DIR = tmp_path / "agent"
+    monkeypatch.setattr(supervisor, "_netns_acquire", lambda launch: "")
+    monkeypatch.setattr(supervisor, "_cgroup_create", lambda launch: None)
+    job = submit(personas)
+    directory = tmp_path / "pods" / job.job_id / "checkpoints"
+    directory.mkdir(parents=True)
+    manifest = directory / "manifest.jsonl"
+    earlier = {"step": 10, "file": "ckpt-000000000010.pkl", "bytes": 1, "time": 1.7e9}
+    manifest.write_text(json.dumps(earlier) + "\n")
+    manifest.chmod(0o666)
+    (directory / earlier["file"]).write_bytes(b"x")
+    services.checkpoint_report(
+        job_pk=job.pk,
+        step=10,
+        path=str(directory / earlier["file"]),
+        size_bytes=1,
+        at=datetime.fromtimestamp(earlier["time"], UTC),
+    )
+    record = {"step": 20, "file": "ckpt-000000000020.pkl", "bytes": 2, "time": 1.7e9 + 100}
+    command = (
+        f'echo x > "$PAIWEB_CHECKPOINT_DIR/{record["file"]}" && '
+        f"echo '{json.dumps(record)}' >> \"$PAIWEB_CHECKPOINT_DIR/manifest.jsonl\" && sleep 60"
+    )
+    Job.objects.filter(pk=job.pk).update(user_command=command)
+    start = runner.start
+
+    def slow_to_look(*args, **kwargs):  # the pod writes its record before the agent looks
+        process = start(*args, **kwargs)
+        deadline = time.monotonic() + 20
+        while record["file"] not in manifest.read_text() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return process
+
+    monkeypatch.setattr(runner, "start", slow_to_look)
+    pod = job.pods.get()
+    try:
+        assert supervisor.pod_start(pod_id=pod.pod_id)
+        assert record["file"] in manifest.read_text()
+        supervisor.watch_once()
+        rows = Checkpoint.objects.filter(job=job).order_by("step")
+        assert [(c.step, c.size_bytes) for c in rows] == [(10, 1), (20, 2)]
+        assert supervisor._running[pod.pod_id].process.poll() is None  # while it runs
+        # the agent restarts; meanwhile the pod announces another: the next agent takes it
+        with supervisor._lock:
+            supervisor._running.pop(pod.pod_id)
+        later = {**record, "step": 30, "file": "ckpt-000000000030.pkl"}
+        (directory / later["file"]).write_bytes(b"y")
+        with manifest.open("a") as out:
+            out.write(json.dumps(later) + "\n")
+        supervisor._adopt(pod.pod_id, "running")
+        supervisor.watch_once()
+        assert [c.step for c in Checkpoint.objects.filter(job=job).order_by("step")] == [10, 20, 30]
+    finally:
+        supervisor.pod_stop(pod_id=pod.pod_id, grace=0)
+        deadline = time.monotonic() + 20
+        while supervisor.running_pods() and time.monotonic() < deadline:
+            supervisor.watch_once()
+            time.sleep(0.1)
+    assert Checkpoint.objects.filter(job=job).count() == 3

@@ -209,6 +209,23 @@ def test_it_reads_each_manifest_line_once(root):
     assert reader.new_entries() == []
 
 
+def test_it_reads_the_lines_after_the_offset_it_is_given(root):
+    """The agent notes where the manifest ended before it starts the pod: what the pod
+    writes at once is new, what an earlier attempt wrote before stays history."""
+    directory = root / "ckpt"
+    directory.mkdir()
+    manifest = directory / "manifest.jsonl"
+    manifest.write_text(json.dumps({"step": 1, "file": "a", "bytes": 1, "time": 1.0}) + "\n")
+    start = manifest.stat().st_size
+    with manifest.open("a") as out:  # the new pod's first instant, before its reader is made
+        out.write(json.dumps({"step": 2, "file": "b", "bytes": 5, "time": 2.0}) + "\n")
+    reader = runner.ManifestReader(directory, offset=start)
+    assert [e["step"] for e in reader.new_entries()] == [2]
+    assert reader.new_entries() == []
+    manifest.write_text("")  # truncated: from its end
+    assert runner.ManifestReader(directory, offset=start).new_entries() == []
+
+
 def test_it_takes_at_most_the_newest_records_of_a_burst(root):
     directory = root / "ckpt"
     directory.mkdir()
