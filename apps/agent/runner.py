@@ -90,6 +90,10 @@ ETC_SECRET_DIRS = (
     "/etc/credstore",
     "/etc/credstore.encrypted",
 )
+# The host's /sys is the host network namespace's view: these list the host's interfaces
+# (and the links of every job's namespace, by name). A pod's own interfaces are its
+# namespace's (`ip link`, getifaddrs), which the sysfs of the host does not show anyway.
+SYS_NET_DIRS = ("/sys/class/net", "/sys/devices/virtual/net")
 GPU_DEVICES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset")
 
 
@@ -318,6 +322,9 @@ def _system_binds() -> list[str]:
         if os.path.lexists(path):
             argv += ["--ro-bind", "/dev/null", path]
     for path in ETC_SECRET_DIRS:
+        if os.path.isdir(path) and not os.path.islink(path):
+            argv += ["--tmpfs", path]
+    for path in SYS_NET_DIRS:
         if os.path.isdir(path) and not os.path.islink(path):
             argv += ["--tmpfs", path]
     return argv
@@ -550,7 +557,19 @@ def command_argv(spec: PodSpec, *, fds: Mapping[str, int]) -> list[str]:
     outer: list[str] = list(spec.cgroup.join_argv()) if spec.cgroup else []
     if spec.netns:
         outer += [shutil.which("nsenter") or "nsenter", f"--net={netns.path(spec.netns)}", "--"]
-    return [*outer, *bwrap_argv(spec, fds=fds), *inner]
+    bwrap = str(spec.isolation.bwrap)  # its options: `_bwrap_args_fd`
+    return [*outer, bwrap, "--args", str(fds[BWRAP_ARGS]), "--", *inner]
+
+
+# bwrap reads its options from a descriptor (`--args`): its command line, which is the
+# sandbox's pid 1's (/proc/1/cmdline in the pod) and which any user of the host can read,
+# would show the host's paths (the work root, the cgroup of the agent, the binds).
+BWRAP_ARGS = "bwrap-args"
+
+
+def _bwrap_args_fd(spec: PodSpec, fds: Mapping[str, int]) -> int:
+    _, *options, _ = bwrap_argv(spec, fds=fds)
+    return _data_fd(b"".join(o.encode("utf-8", errors="surrogateescape") + b"\0" for o in options))
 
 
 def _data_fd(data: bytes) -> int:
@@ -578,6 +597,7 @@ def _open_fds(spec: PodSpec) -> dict[str, int]:
     if spec.uid:
         for path, data in _identity_files(spec).items():
             fds[path] = _data_fd(data)
+    fds[BWRAP_ARGS] = _bwrap_args_fd(spec, fds)
     return fds
 
 

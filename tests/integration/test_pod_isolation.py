@@ -536,6 +536,34 @@ def test_a_pod_cannot(personas, agent_backend, command):
     assert "command not found" not in log, log  # refused, not missing
 
 
+def host_interfaces() -> set[str]:
+    out = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
+    return {line.split(":")[1].strip().split("@")[0] for line in out.splitlines()} - {"lo"}
+
+
+def test_a_pod_sees_neither_the_sandboxs_host_paths_nor_the_hosts_interfaces(
+    personas, agent_backend
+):
+    """The sandbox's pid 1 is bwrap's, and its command line (/proc/1/cmdline) held every
+    option: the work root, the agent's cgroup and name, the binds; /sys/class/net listed
+    the host's interfaces and every job's links by name. bwrap reads its options from a
+    descriptor, and the pod's /sys shows no interface of the host."""
+    command = (
+        "echo INIT; tr '\\0' ' ' < /proc/1/cmdline; echo; echo NET; ls /sys/class/net "
+        "/sys/devices/virtual/net; echo END; ip -o link show | wc -l"
+    )
+    job = submit(personas, command=command, user="charlie", ws="ws_b", quota="team-b")
+    job_in(job, JobStatus.SUCCEEDED, agent=agent_backend)
+    log = pod_log(job.pods.get())
+    init = log.split("INIT\n")[1].split("\nNET")[0]
+    assert init.split()[1:4] == ["--args", init.split()[2], "--"], init
+    for host_path in (agent_backend.var_dir, "/sys/fs/cgroup", "--bind", "--hostname"):
+        assert str(host_path) not in init, init
+    listed = set(log.split("NET\n")[1].split("END\n")[0].split())
+    assert not listed & host_interfaces(), log
+    assert listed <= {"/sys/class/net:", "/sys/devices/virtual/net:"}, log
+
+
 def test_a_pod_inherits_no_descriptor_but_its_standard_streams(personas, agent_backend):
     command = "echo FDS; ls /proc/$$/fd; echo END"
     job = submit(personas, command=command, user="charlie", ws="ws_b", quota="team-b")
