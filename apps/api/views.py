@@ -832,7 +832,7 @@ def list_workspaces(call: Call) -> dict[str, Any]:
         workspaces = workspaces.none()
     total = workspaces.count()
     ordered = workspaces.order_by(
-        *_order(call, WORKSPACE_SORT, default="WorkspaceName", ascending=True)
+        *_order(call, WORKSPACE_SORT, default="GmtCreateTime", ascending=True)
     )
     page = list(_page(call, ordered, default_size=20))
     items = _workspace_items(call, page, workspace_admins(workspaces=page))

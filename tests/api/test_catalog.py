@@ -120,6 +120,23 @@ def test_list_workspaces_shows_only_the_callers(aiworkspace, personas):
     assert ws.gmt_create_time.endswith("Z")
 
 
+def test_list_workspaces_lists_the_oldest_first_unless_told(aiworkspace, personas):
+    """The SDK's ListWorkspacesRequest: SortBy "GmtCreateTime (default)", Order "ASC (default)";
+    they came by name."""
+    from apps.workspaces.models import Membership, Workspace
+
+    later = Workspace.objects.create(name="aaa-later", display_name="Later")
+    Membership.objects.create(user=personas["alice"], workspace=later, role="member")
+
+    def names(**kwargs) -> list[str]:
+        request = ListWorkspacesRequest(**kwargs)
+        return [w.workspace_name for w in aiworkspace.list_workspaces(request).body.workspaces]
+
+    assert names() == ["team-a", "aaa-later"]
+    assert names(order="DESC") == ["aaa-later", "team-a"]
+    assert names(sort_by="WorkspaceName") == ["aaa-later", "team-a"]
+
+
 def test_get_workspace(aiworkspace, personas):
     ws_id = personas["ws_a"].workspace_id
     body = aiworkspace.get_workspace(ws_id, GetWorkspaceRequest()).body
