@@ -109,7 +109,10 @@ def test_a_preempted_training_job_resumes_from_its_checkpoint(
 
     restart = borrower.restarts.get()
     assert restart.cause == "JobPreempted" and "owner" in restart.message
-    assert restart.lost_gpu_seconds > 0
+    # Its pods saved the step they had reached on SIGTERM, and the next attempt resumed from
+    # it: the work the preemption first counted as lost (since the save before) is revised.
+    assert restart.lost_gpu_seconds == 0
+    assert borrower.events.filter(kind="LostWorkRevised").exists()
 
     client.force_login(personas["charlie"])
     page = client.get(reverse("jobs:detail", args=[borrower.job_id])).content.decode()
