@@ -1155,6 +1155,26 @@ def public_pods_lost(*, cutoff: datetime, now: datetime) -> list[str]:
     return silent
 
 
+def pods_reported_until(*, pod_ids: Sequence[int]) -> dict[int, datetime]:
+    """`apps.jobs.execution.pods_reported_until`: the heartbeat the watchdog would end each
+    pod at if its node (or, for the public pool, its agent) were lost now (see
+    `node_fail_pods`, `public_pods_lost`). Two queries."""
+    found: dict[int, datetime] = {}
+    agents: dict[int, str] = {}
+    for pk, node_seen, agent in Pod.objects.filter(pk__in=list(pod_ids)).values_list(
+        "pk", "node__last_heartbeat", "process__agent"
+    ):
+        if node_seen is not None:
+            found[pk] = node_seen
+        elif agent:
+            agents[pk] = _agent_beat(agent)
+    beats = dict(
+        Heartbeat.objects.filter(name__in=set(agents.values())).values_list("name", "last_seen")
+    )
+    found.update({pk: beats[name] for pk, name in agents.items() if name in beats})
+    return found
+
+
 def _agent_beat(worker: str) -> str:
     """The Heartbeat row an agent's answers keep fresh (see agent_heartbeat)."""
     return f"agent:{worker}"[:100]

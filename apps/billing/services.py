@@ -1,6 +1,9 @@
 """Billing: charge every started minute of every pod of a public or spot job, exactly once;
 and a minute in which a pod replaced another in its slot of the job (a lost or reclaimed
-pod, then its next attempt) once for the slot, to the pod that ran in it first.
+pod, then its next attempt) once for the slot, to the pod that ran in it first. A running
+pod is billed no further than its agent's last heartbeat (`pods_reported_until`): a silent
+node's pods end there when it is declared Lost, so no minute after it is billed meanwhile,
+and if the agent was only late its next heartbeat bills the minutes it vouches for.
 
 Each pod of a pay-as-you-go or spot job has a PodMeter (opened with the pod by the market;
 any running such pod without one is adopted). `billing_accrue` bills each open meter's
@@ -33,6 +36,7 @@ from apps.billing.models import BillLine, PayType, PodMeter
 from apps.cluster.models import InstanceType
 from apps.core import pricing
 from apps.core.db import Epoch, pks_update, rows_insert
+from apps.jobs.execution import pods_reported_until
 from apps.jobs.models import (
     LIVE_POD_STATUSES,
     Pod,
@@ -163,7 +167,15 @@ def billing_accrue(*, now: datetime) -> AccrueReport:
         )
     ]
     earlier = _earlier_ends(meters, now)
-    plans = {m.pod_id: _minutes(m, now, earlier_end=earlier.get(m.pod_id)) for m in meters}
+    reported = pods_reported_until(
+        pod_ids=[m.pod_id for m in meters if m.finished_at is None and m.started_at is not None]
+    )
+    plans = {
+        m.pod_id: _minutes(
+            m, min(now, reported.get(m.pod_id, now)), earlier_end=earlier.get(m.pod_id)
+        )
+        for m in meters
+    }
     prices = _price_book(meters, plans, now)
     lines, moved, closed = [], defaultdict(list), []
     for meter in meters:
@@ -241,7 +253,8 @@ def _adopt_running_pods() -> None:
 
 
 def _minutes(meter: _Meter, now: datetime, *, earlier_end: float | None) -> tuple[list[int], bool]:
-    """The minutes to bill now, and whether the meter is done after them."""
+    """The minutes to bill now, and whether the meter is done after them. A running pod is
+    billed up to `now`: the caller's clock, or the last word from its agent if older."""
     ended = meter.status not in LIVE_POD_STATUSES
     if meter.started_at is None:
         return [], ended  # never ran: nothing to bill

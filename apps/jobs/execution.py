@@ -47,6 +47,8 @@ class Executor(Protocol):
 
     def pods_terminate_bulk(self, *, stops: Sequence[PodsStop], now: datetime) -> object: ...
 
+    def pods_reported_until(self, *, pod_ids: Sequence[int]) -> dict[int, datetime]: ...
+
 
 _executor: Executor | None = None
 
@@ -102,6 +104,17 @@ def pods_stopping_bulk(*, stops: Sequence[PodsStop], now: datetime) -> None:
     reclaim stops thousands in one tick."""
     if settings.EXECUTION_BACKEND == "agent":
         executor().pods_terminate_bulk(stops=stops, now=now)
+
+
+def pods_reported_until(*, pod_ids: Sequence[int]) -> dict[int, datetime]:
+    """When whatever runs each of these pods last said it was alive: its node's last
+    heartbeat, or for a pod of the public pool its agent's. A pod runs no longer than that as
+    far as anyone knows (a silent node's pods end there when it is declared Lost), so billing
+    goes no further. Pods with no such report are left out; with EXECUTION_BACKEND "none"
+    there are no agents, and all are."""
+    if settings.EXECUTION_BACKEND != "agent" or not pod_ids:
+        return {}
+    return executor().pods_reported_until(pod_ids=pod_ids)
 
 
 def pods_winding_down() -> QuerySet[Pod]:

@@ -238,6 +238,46 @@ def test_a_silent_agent_loses_its_public_pool_pods_as_of_its_last_heartbeat(pers
     ] == [0, 1, 2, 3]
 
 
+def test_a_silent_agents_pods_are_billed_no_further_than_its_last_heartbeat(personas, replay, sent):
+    """Billing that runs while an agent is silent, before the watchdog declares its pods
+    lost, bills no minute after the agent's last heartbeat: the pods end there, and nothing
+    billed meanwhile is left to take back. An agent that was only late (its pods ran on)
+    gets those minutes billed once it reports again."""
+    from apps.core.services import heartbeat_record
+
+    replay([(market.NOW, market.G7, "0.30")])
+    lost, late = (market.submit(personas, source="public", name=n) for n in ("lost", "late"))
+    market.step(market.at(0))
+    for job in (lost, late):
+        pod = job.pods.get()
+        PodProcess.objects.filter(pod=pod).update(
+            state="running", agent=f"agent@{job.display_name}"
+        )
+        Pod.objects.filter(pk=pod.pk).update(status=PodStatus.RUNNING, started_at=market.at(0))
+    for name in ("lost", "late"):
+        heartbeat_record(name=f"agent:agent@{name}", now=market.at(3, 20))
+    base = int(market.NOW.timestamp()) // 60
+
+    def billed(job: Job) -> list[int]:
+        minutes = BillLine.objects.filter(pod__job=job).order_by("minute")
+        return [m - base for m in minutes.values_list("minute", flat=True)]
+
+    billing_accrue(now=market.at(4, 10))  # both agents silent for 50 s, not yet lost
+    assert billed(lost) == billed(late) == [0, 1, 2, 3]
+
+    heartbeat_record(name="agent:agent@late", now=market.at(4, 14))  # it was only late
+    services.nodes_mark_lost(now=market.at(4, 15))  # the watchdog starts watching
+    services.nodes_mark_lost(now=market.at(4, 20))
+    billing_accrue(now=market.at(10))
+    assert lost.pods.get(attempt=0).finished_at == market.at(3, 20)
+    assert billed(lost) == [0, 1, 2, 3]
+    assert late.pods.get().status == PodStatus.RUNNING
+    assert billed(late) == [0, 1, 2, 3, 4]  # as far as its heartbeat at 4:14 vouches
+    heartbeat_record(name="agent:agent@late", now=market.at(9, 58))
+    billing_accrue(now=market.at(10))
+    assert billed(late) == list(range(10))
+
+
 def test_it_keeps_a_requeued_jobs_place_in_the_queue(personas):
     """team-a's 8 GPUs: `first` (4) and `filler` (4) run; `later` (4) waits behind them.
     The other two nodes run team-b's own jobs. When first's node is lost no room is left,
