@@ -37,6 +37,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 TICK = 0.2  # seconds between checks of the stop file and the kill deadline
+# Past the log's cap a pod's output is read only to be discarded, at most this many bytes a
+# second: read as fast as a pod can write (`yes`), it would cost the shim a third of a core,
+# which is the host's, not the pod's. The pod waits on its full pipe instead, on its own time.
+DISCARD_RATE = 4 * 1024 * 1024
 TIMES_SUFFIX = ".times"  # beside the log: when its bytes were written (LogWriter)
 SPEC, STARTED, STOP, EXIT = "spec.json", "started.json", "stop", "exit.json"
 # The environment of the pod's chain up to its own user (runner._env_argv sets the pod's):
@@ -50,7 +54,7 @@ def _stamp() -> str:
 
 class LogWriter:
     """Appends a pod's output to its log file, keeping at most `max_bytes` of it and then a
-    notice that the rest was dropped (the pod is never blocked: the pipe is always drained).
+    notice that the rest was dropped (the shim drains what is dropped at DISCARD_RATE).
 
     Beside it, `<log>.times` says when the output was written, so the log itself stays
     exactly what the pod wrote: a line "OFFSET EPOCH" (byte offset in the log, seconds
@@ -211,6 +215,8 @@ class Pod:
         self.stop_requested_at: float | None = None
         self.command_told = False  # the command process got its SIGTERM (`_terminate`)
         self.awaited: set[tuple[int, int]] = set()  # (pid, start) it ran at the stop
+        self.discard_second = -1  # the second, and the bytes discarded in it (`_paced`)
+        self.discarded = 0
         self.log.note(f"starting pod {spec['name']} ({spec.get('description', '')})")
         try:
             self.popen = subprocess.Popen(
@@ -245,11 +251,14 @@ class Pod:
         if self.output < 0:
             time.sleep(timeout)
             return
+        deadline = time.monotonic() + timeout
         try:
             ready, _, _ = select.select([self.output], [], [], timeout)
         except InterruptedError:
             return
         while ready:
+            if self.log.dropped and self._paced(deadline):
+                return
             try:
                 chunk = os.read(self.output, 65536)
             except BlockingIOError:
@@ -261,6 +270,20 @@ class Pod:
                 self.output = -1
                 return
             self.log.write(chunk)
+            if self.log.dropped:
+                self.discarded += len(chunk)
+
+    def _paced(self, deadline: float) -> bool:
+        """Past the log's cap: once DISCARD_RATE bytes were discarded in this second, wait
+        for the next one (or `deadline`) and say so; the pipe fills and the pod waits."""
+        now = time.monotonic()
+        if int(now) != self.discard_second:
+            self.discard_second, self.discarded = int(now), 0
+            return False
+        if self.discarded < DISCARD_RATE:
+            return False
+        time.sleep(max(0.0, min(self.discard_second + 1.0, deadline) - now))
+        return True
 
     # -- signals --
 

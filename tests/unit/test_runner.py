@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from apps.agent import runner
+from apps.agent import runner, shim
 
 SEED_COMMAND = "echo 'Hello World' && ls -R /mnt/data/ && sleep 1 && echo 'DONE'"
 ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"}
@@ -172,6 +172,31 @@ def test_it_caps_the_log_with_a_notice(root, mode):
     assert "the end" not in log
     assert "exited with code 0" in log  # paiweb's own notes are always kept
     assert len(log.encode()) < 4096 + 400
+
+
+FLOOD = """
+import os, sys, time
+chunk, written, end = b"y" * 65536, 0, time.monotonic() + 3
+while time.monotonic() < end:
+    written += os.write(1, chunk)
+open("written", "w").write(str(written))
+"""
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_output_past_the_cap_is_read_no_faster_than_the_discard_rate(root, mode):
+    """Output past the log's cap is thrown away: the shim reads it at DISCARD_RATE, so a
+    pod writing flat out waits on its pipe instead of making the shim spend the host's CPU
+    (read as fast as it comes, it was gigabytes in these 3 s)."""
+    pod = spec(root, f"python3 -c '{FLOOD}'", mode=mode, log_max_bytes=4096)
+    started = time.monotonic()
+    code, log = run(pod)
+    elapsed = time.monotonic() - started
+    assert code == 0, log
+    written = int((pod.work_dir / "written").read_text())
+    pipe = 1024 * 1024  # the most a pipe holds (pipe-max-size)
+    assert 3 * 65536 < written <= 4096 + shim.DISCARD_RATE * (elapsed + 1) + pipe
+    assert "exited with code 0" in log
 
 
 @pytest.mark.parametrize("mode", MODES)
