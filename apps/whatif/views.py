@@ -158,8 +158,8 @@ def _comparison(run: WhatIfRun) -> list[dict]:
         for q in ("p50", "p90", "p99"):
             rows.append(
                 (
-                    gettext("Queueing delay %(percentile)s, s") % {"percentile": q},
-                    "num",
+                    gettext("Queueing delay %(percentile)s") % {"percentile": q},
+                    "dur",
                     (now.get("delay_seconds") or {}).get(q),
                     (then.get("delay_seconds") or {}).get(q),
                 )

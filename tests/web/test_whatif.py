@@ -110,6 +110,16 @@ def test_a_replay_by_default_places_as_the_live_scheduler_does(
     ]
 
 
+def test_its_comparison_reads_delays_as_durations_and_changes_signed():
+    from apps.whatif.templatetags.whatif_extras import change, figure
+
+    assert figure(25450.2, "dur") == "7h 04m" and figure(3217, "dur") == "53m 37s"
+    assert change(3217, 3273, "dur") == "+56s" and change(90061, 3661, "dur") == "−1d 0h"
+    assert change(12.2, 12.6, "dur") == "±0" and change(None, 3, "dur") == "—"
+    assert figure(0.7154, "pct") == "71.54%" and change(0.7154, 0.7164, "pct") == "+0.10 pp"
+    assert figure(25450.2, "num") == "25,450.20" and change(66, 61, "num") == "−5"
+
+
 def test_it_is_for_staff_only(alice_client, admin_client):
     assert alice_client.get(reverse("whatif:index")).status_code == 403
     page = admin_client.get(reverse("whatif:index"))
@@ -130,7 +140,7 @@ def test_it_replays_the_clusters_own_jobs_on_both_configurations(
 
     page = admin_client.get(reverse("whatif:detail", args=[run.pk])).content.decode()
     assert 'id="comparison"' in page and 'data-policy="kueue"' in page
-    assert "GPU allocation" in page and "Queueing delay p90, s" in page
+    assert "GPU allocation" in page and "Queueing delay p90" in page
     assert "Fragmented GPUs" in page and "fragmented_gpus" in run.current["policies"][0]
     assert "(6 jobs replayed; " in page  # what the figures stand on
     for side in ("current", "changed"):
