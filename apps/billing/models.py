@@ -55,6 +55,41 @@ class BillLine(models.Model):
         return pay_type_tag(self.pay_type)
 
 
+class BillDay(models.Model):
+    """A pod's bill lines of one UTC day, summed: what the Bills page, a job's cost and the
+    export read, so that they cost what the pods and days do, not every minute ever billed.
+    `billing_accrue` adds each line it inserts to its day in the same transaction."""
+
+    workspace = models.ForeignKey(
+        "workspaces.Workspace", on_delete=models.PROTECT, related_name="bill_days"
+    )
+    job = models.ForeignKey("jobs.Job", on_delete=models.CASCADE, related_name="bill_days")
+    pod = models.ForeignKey("jobs.Pod", on_delete=models.CASCADE, related_name="bill_days")
+    day = models.DateField(help_text="UTC day")
+    instance_type = models.ForeignKey("cluster.InstanceType", on_delete=models.PROTECT)
+    pay_type = models.CharField(max_length=8, choices=PayType.choices)
+    minutes = models.PositiveIntegerField(help_text="bill lines")
+    amount = models.DecimalField(max_digits=16, decimal_places=6, help_text="CNY")
+    first_minute = models.IntegerField(help_text="epoch minute of the first line")
+    last_minute = models.IntegerField(help_text="epoch minute of the last line")
+    low = models.DecimalField(max_digits=12, decimal_places=4, help_text="cheapest price/hour")
+    high = models.DecimalField(max_digits=12, decimal_places=4, help_text="dearest price/hour")
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["pod", "day", "instance_type", "pay_type"], name="one_bill_day_per_pod"
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["workspace", "day"]),
+            models.Index(fields=["job", "day"]),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.pod_id} on {self.day}: ¥{self.amount}"
+
+
 class PodMeter(models.Model):
     """How far a pod of a public or spot job has been billed: every minute before
     `billed_until` (an epoch minute) is. Closed once the pod has ended and is fully billed."""

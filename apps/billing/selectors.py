@@ -12,18 +12,18 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from decimal import Decimal
 
-from django.db.models import Count, F, Max, Min, Q, QuerySet, Sum
+from django.db.models import Count, F, Q, QuerySet, Sum
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from apps.billing.models import PAY_TYPE_TAG, BillLine, PayType, pay_type_tag
+from apps.billing.models import PAY_TYPE_TAG, BillDay, PayType, pay_type_tag
 from apps.jobs.models import Job, Pod, ResourceSource
 from apps.workspaces.models import Workspace
 from apps.workspaces.selectors import workspace_list
 
 ZERO = Decimal("0")
 MONEY = Decimal("0.000001")  # bill amounts are on this grid
-PRICE = Decimal("0.0001")  # and prices per hour on this one (BillLine.price_per_hour)
+PRICE = Decimal("0.0001")  # and prices per hour on this one (BillDay.low, .high)
 
 
 def _money(value) -> Decimal:
@@ -53,14 +53,15 @@ def day_is_complete(day: date, *, now: datetime | None = None) -> bool:
     return day < utc_today(now)
 
 
-def _lines_for(*, user, workspace: Workspace | None, pay_type: str = "") -> QuerySet[BillLine]:
-    """Bill lines of `workspace`, if `user` is a member; filtered by the payType tag."""
+def _days_for(*, user, workspace: Workspace | None, pay_type: str = "") -> QuerySet[BillDay]:
+    """The bill days (a pod's lines of a day, summed) of `workspace`, if `user` is a member;
+    filtered by the payType tag."""
     if workspace is None or not workspace_list(user=user).filter(pk=workspace.pk).exists():
-        return BillLine.objects.none()
-    lines = BillLine.objects.filter(workspace=workspace)
+        return BillDay.objects.none()
+    days = BillDay.objects.filter(workspace=workspace)
     if pay_type in PayType.values:
-        lines = lines.filter(pay_type=pay_type)
-    return lines
+        days = days.filter(pay_type=pay_type)
+    return days
 
 
 # --- a job ---------------------------------------------------------------------------------
@@ -68,7 +69,7 @@ def _lines_for(*, user, workspace: Workspace | None, pay_type: str = "") -> Quer
 
 def job_cost(*, job: Job) -> Decimal:
     """What the job has cost so far (CNY): its billed minutes. Zero for quota jobs."""
-    return _money(BillLine.objects.filter(job=job).aggregate(total=Sum("amount"))["total"])
+    return _money(BillDay.objects.filter(job=job).aggregate(total=Sum("amount"))["total"])
 
 
 @dataclass(frozen=True)
@@ -93,13 +94,13 @@ def job_usage(*, job: Job, now: datetime | None = None) -> JobUsage:
         seconds = max(((finished or now) - started).total_seconds(), 0.0)
         instance_seconds += seconds
         gpu_seconds += seconds * (milli / 1000 if milli else gpu)
-    billed = BillLine.objects.filter(job=job).aggregate(n=Count("id"), total=Sum("amount"))
+    billed = BillDay.objects.filter(job=job).aggregate(n=Sum("minutes"), total=Sum("amount"))
     prepaid = job.resource_source == ResourceSource.QUOTA
     return JobUsage(
         prepaid=prepaid,
         pay_type="" if prepaid else (PayType.SPOT if job.is_spot else PayType.POSTPAID),
         cost=_money(billed["total"]),
-        billed_minutes=billed["n"],
+        billed_minutes=billed["n"] or 0,
         gpu_hours=gpu_seconds / 3600,
         instance_hours=instance_seconds / 3600,
     )
@@ -129,15 +130,18 @@ def job_bill_lines(*, job: Job, number: int = 1, size: int = 100) -> tuple[int, 
     """Page `number` (of `size`) of the job's bill lines per (UTC day, pod, instance type,
     pay type), oldest first, and how many there are in all."""
     rows = (
-        BillLine.objects.filter(job=job)
-        .values("day", "pod__pod_id", "instance_type__name", "pay_type")
-        .annotate(
-            minutes=Count("id"),
-            amount=Sum("amount"),
-            first=Min("minute"),
-            last=Max("minute"),
-            low=Min("price_per_hour"),
-            high=Max("price_per_hour"),
+        BillDay.objects.filter(job=job)
+        .values(
+            "day",
+            "pod__pod_id",
+            "instance_type__name",
+            "pay_type",
+            "minutes",
+            "amount",
+            "low",
+            "high",
+            first=F("first_minute"),
+            last=F("last_minute"),
         )
         .order_by("day", "pod__pod_id", "instance_type__name", "pay_type")
     )
@@ -182,12 +186,12 @@ def workspace_daily_bills(
 ) -> list[DailyBill]:
     """The workspace's bill per day, newest first."""
     rows = (
-        _lines_for(user=user, workspace=workspace, pay_type=pay_type)
+        _days_for(user=user, workspace=workspace, pay_type=pay_type)
         .values("day")
         .annotate(
             spot=Coalesce(Sum("amount", filter=Q(pay_type=PayType.SPOT)), ZERO),
             postpaid=Coalesce(Sum("amount", filter=Q(pay_type=PayType.POSTPAID)), ZERO),
-            minutes=Count("id"),
+            lines=Sum("minutes"),
         )
         .order_by("-day")
     )
@@ -196,7 +200,7 @@ def workspace_daily_bills(
             day=r["day"],
             spot=_money(r["spot"]),
             postpaid=_money(r["postpaid"]),
-            minutes=r["minutes"],
+            minutes=r["lines"],
             complete=day_is_complete(r["day"], now=now),
         )
         for r in rows
@@ -205,15 +209,15 @@ def workspace_daily_bills(
 
 def job_daily_bills(*, user, workspace: Workspace | None, pay_type: str = "") -> QuerySet:
     """Per (day, job): minutes and amount, newest day first. Rows are dicts with day,
-    job_pk, job_id, job_name, pay_type, pods, minutes, amount; paginate it."""
+    job, job_id, job_name, pay_type, pods, instance_minutes, amount; paginate it."""
     return (
-        _lines_for(user=user, workspace=workspace, pay_type=pay_type)
+        _days_for(user=user, workspace=workspace, pay_type=pay_type)
         .values("day", "job", "pay_type")
         .annotate(
             job_id=F("job__job_id"),
             job_name=F("job__display_name"),
             pods=Count("pod", distinct=True),
-            minutes=Count("id"),
+            instance_minutes=Sum("minutes"),
             amount=Sum("amount"),
         )
         .order_by("-day", "job_name", "job")
@@ -224,7 +228,7 @@ def bill_export_rows(*, user, workspace: Workspace | None, pay_type: str = "") -
     """The CSV export: CSV_HEADER, then one row per (day, pod), oldest day first."""
     yield CSV_HEADER
     rows = (
-        _lines_for(user=user, workspace=workspace, pay_type=pay_type)
+        _days_for(user=user, workspace=workspace, pay_type=pay_type)
         .values_list(
             "day",
             "workspace__name",
@@ -233,9 +237,10 @@ def bill_export_rows(*, user, workspace: Workspace | None, pay_type: str = "") -
             "pod__pod_id",
             "instance_type__name",
             "pay_type",
+            "minutes",
+            "amount",
         )
-        .annotate(minutes=Count("id"), amount=Sum("amount"))
-        .order_by("day", "job__job_id", "pod__pod_id")
+        .order_by("day", "job__job_id", "pod__pod_id", "instance_type__name", "pay_type")
     )
     for day, ws, job_id, name, pod, itype, pay, minutes, amount in rows.iterator(chunk_size=2000):
         yield (day.isoformat(), ws, job_id, name, pod, itype, pay, minutes, f"{_money(amount)}")

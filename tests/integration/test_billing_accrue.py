@@ -250,7 +250,7 @@ def test_it_splits_daily_bills_at_utc_midnight_and_marks_complete_days(personas,
     spot_days = workspace_daily_bills(user=alice, workspace=ws, pay_type="spot")
     assert all(d.postpaid == 0 for d in spot_days) and sum(d.spot for d in spot_days) == D("0.02")
     per_job = list(job_daily_bills(user=alice, workspace=ws, pay_type="postpaid"))
-    assert {(r["job_id"], r["minutes"]) for r in per_job} == {(payg.job_id, 2)}
+    assert {(r["job_id"], r["instance_minutes"]) for r in per_job} == {(payg.job_id, 2)}
     assert len(per_job) == 2  # one row per day
     assert spot.job_id not in {r["job_id"] for r in per_job}
 

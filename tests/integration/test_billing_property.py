@@ -9,10 +9,11 @@ from decimal import ROUND_HALF_UP, Decimal
 
 import pytest
 from django.db import transaction
+from django.db.models import Count, Max, Min, Sum
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from apps.billing.models import BillLine
+from apps.billing.models import BillDay, BillLine
 from apps.billing.services import billing_accrue, pod_meters_open
 from apps.cluster.models import InstanceType
 from apps.jobs.models import Job, JobStatus, Pod, PodStatus
@@ -117,3 +118,23 @@ def _check(personas, first, changes, pod_times, runs) -> None:
             BillLine.objects.filter(pod=made[i]).values_list("amount", flat=True), Decimal(0)
         )
         assert billed == expected(start, end, by_time), (i, offset, duration)
+    # What the pages read, each pod's day summed as it was billed, run after run, is the
+    # sum of its lines.
+    days = {
+        (d.pod_id, d.day): (d.minutes, d.amount, d.first_minute, d.last_minute, d.low, d.high)
+        for d in BillDay.objects.filter(job=job)
+    }
+    sums = {
+        (r["pod_id"], r["day"]): (r["n"], r["total"], r["first"], r["last"], r["low"], r["high"])
+        for r in BillLine.objects.filter(job=job)
+        .values("pod_id", "day")
+        .annotate(
+            n=Count("id"),
+            total=Sum("amount"),
+            first=Min("minute"),
+            last=Max("minute"),
+            low=Min("price_per_hour"),
+            high=Max("price_per_hour"),
+        )
+    }
+    assert days == sums

@@ -15,8 +15,8 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from apps.billing.models import BillLine
-from apps.billing.services import billing_accrue
+from apps.billing.models import BillDay, BillLine
+from apps.billing.services import Line, bill_lines_record, billing_accrue
 from apps.market.services import market_step
 from tests.integration.test_market_step import submit
 
@@ -40,16 +40,20 @@ def billed(personas):
     billing_accrue(now=start + timedelta(minutes=2, seconds=30))
     line = BillLine.objects.filter(job=payg).first()
     yesterday = line.day - timedelta(days=1)
-    BillLine.objects.create(
-        workspace=line.workspace,
-        job=payg,
-        pod=line.pod,
-        minute=line.minute - 1440,
-        day=yesterday,
-        instance_type=line.instance_type,
-        price_per_hour=D("0.8"),
-        amount=D("0.013333"),
-        pay_type="postpaid",
+    bill_lines_record(
+        [
+            Line(
+                workspace_id=line.workspace_id,
+                job_id=payg.pk,
+                pod_id=line.pod_id,
+                minute=line.minute - 1440,
+                day=yesterday,
+                instance_type_id=line.instance_type_id,
+                price_per_hour=D("0.8"),
+                amount=D("0.013333"),
+                pay_type="postpaid",
+            )
+        ]
     )
     return {"spot": spot, "payg": payg, "theirs": theirs, "yesterday": yesterday}
 
@@ -205,17 +209,22 @@ def test_the_rows_add_up_to_the_days_bill_as_shown(alice_client, billed):
     amounts are shown as they are billed (to the CSV's and the API's 0.000001)."""
     line = BillLine.objects.filter(job=billed["spot"]).first()
     BillLine.objects.filter(day=line.day).delete()
+    BillDay.objects.filter(day=line.day).delete()
     for job, minute in ((billed["spot"], 0), (billed["payg"], 1)):
-        BillLine.objects.create(
-            workspace=line.workspace,
-            job=job,
-            pod=job.pods.first(),
-            minute=line.minute + minute,
-            day=line.day,
-            instance_type=line.instance_type,
-            price_per_hour=D("0.243"),
-            amount=D("0.004050"),
-            pay_type="spot",
+        bill_lines_record(
+            [
+                Line(
+                    workspace_id=line.workspace_id,
+                    job_id=job.pk,
+                    pod_id=job.pods.first().pk,
+                    minute=line.minute + minute,
+                    day=line.day,
+                    instance_type_id=line.instance_type_id,
+                    price_per_hour=D("0.243"),
+                    amount=D("0.004050"),
+                    pay_type="spot",
+                )
+            ]
         )
 
     response = alice_client.get(reverse("billing:index"))
