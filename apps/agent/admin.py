@@ -15,7 +15,7 @@ from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
 from apps.agent.models import NodeAgent, PodProcess
-from apps.agent.services import node_drain
+from apps.agent.services import nodes_drain
 from apps.cluster.admin import cores_text, gib_text
 from apps.cluster.clusterfile import NodeDecl, pools_fit_problems
 from apps.cluster.models import Node
@@ -156,7 +156,11 @@ class NodeAdmin(admin.ModelAdmin):
 
     @admin.action(description=_("Cordon: schedule no new pods on the selected nodes"))
     def cordon(self, request: HttpRequest, queryset: QuerySet[Node]) -> None:
-        changed = node_set_status(nodes=queryset, status=Node.Status.CORDONED)
+        # A Draining node is cordoned once its jobs are moved off: cordoning it again would
+        # leave them where they are.
+        changed = node_set_status(
+            nodes=queryset.exclude(status=Node.Status.DRAINING), status=Node.Status.CORDONED
+        )
         self.message_user(
             request,
             ngettext("Cordoned %(count)d node.", "Cordoned %(count)d nodes.", changed)
@@ -166,12 +170,7 @@ class NodeAdmin(admin.ModelAdmin):
 
     @admin.action(description=_("Drain: cordon the selected nodes and move their jobs elsewhere"))
     def drain(self, request: HttpRequest, queryset: QuerySet[Node]) -> None:
-        now = timezone.now()
-        # All cordoned first, so a job on two of them is not placed back onto the second.
-        node_set_status(
-            nodes=queryset.filter(status=Node.Status.READY), status=Node.Status.CORDONED
-        )
-        moved = sum(node_drain(node=node, now=now) for node in queryset)
+        moved = nodes_drain(nodes=queryset, now=timezone.now())
         drained = len(queryset)
         self.message_user(
             request,

@@ -1072,8 +1072,8 @@ WATCHDOG = "nodes-watchdog"
 
 def nodes_mark_lost(*, now: datetime) -> list[str]:
     """Mark nodes silent for NODE_LOST_AFTER seconds Lost and fail their live pods (NodeLost);
-    their jobs are requeued, a platform interruption. A Cordoned node (being drained or
-    serviced) stays Cordoned, so its agent's return does not make it Ready behind the
+    their jobs are requeued, a platform interruption. A Cordoned or Draining node (an
+    admin's state) stays so, so its agent's return does not make it Ready behind the
     admin's back; its pods are lost all the same. The first sweep after the watchdog
     itself was silent that long (beat was down, so nobody asked agents for heartbeats) only
     starts watching again."""
@@ -1097,8 +1097,8 @@ def nodes_mark_lost(*, now: datetime) -> list[str]:
         .filter(~Q(status=Node.Status.LOST) | Q(pk__in=unfinished))
         .order_by("id")
     ):
-        if node.status in (Node.Status.CORDONED, Node.Status.LOST):  # Cordoned: an admin's
-            if _jobs_on(node):  # state, it stays; its pods are lost all the same
+        if node.status != Node.Status.READY:  # Lost, or an admin's Cordoned or Draining:
+            if _jobs_on(node):  # it stays so; its pods are lost all the same
                 lost.append(node)
         elif Node.objects.filter(
             pk=node.pk, last_heartbeat__lt=cutoff, status=Node.Status.READY
@@ -1248,32 +1248,67 @@ def _pods_lost(
 
 
 def node_drain(*, node: Node, now: datetime) -> int:
-    """An admin takes the node out of service: cordon it (no new pods), then move every job
-    with live pods on it — they are stopped (NodeDrained: SIGTERM, the job's grace period,
-    SIGKILL, so code that checkpoints on SIGTERM saves first) and the job is requeued, a
-    platform interruption. A Lost node stays Lost. Returns how many jobs were moved."""
-    Node.objects.filter(pk=node.pk, status=Node.Status.READY).update(status=Node.Status.CORDONED)
-    job_pks = _jobs_on(node)
-    for job_pk in job_pks:
-        with transaction.atomic():
-            job = _lock_job(job_pk)
-            if job.status not in RUNNABLE_JOB_STATUSES:
-                continue  # stopping already, or ended meanwhile
-            message = say(
-                "Moved off {node}: the node is being drained by an admin; its pods get "
-                "SIGTERM and {seconds}s to save a checkpoint before SIGKILL",
-                node=node.name,
-                seconds=job.termination_grace_seconds,
+    """Drain one node (`nodes_drain`); returns how many jobs were moved off it."""
+    return nodes_drain(nodes=[node], now=now)
+
+
+def nodes_drain(*, nodes: Iterable[Node], now: datetime) -> int:
+    """An admin takes the nodes out of service. The intent is recorded first: each becomes
+    Draining (no new pods; a Lost node stays Lost, and the watchdog finishes it), all of
+    them before any job moves, so a job on two of them is not placed back onto the second.
+    Then every job with live pods on them is moved — its pods are stopped (NodeDrained:
+    SIGTERM, the job's grace period, SIGKILL, so code that checkpoints on SIGTERM saves
+    first) and the job is requeued, a platform interruption — and a node left with no such
+    job is Cordoned. A drain killed part-way leaves its nodes Draining, and the watchdog's
+    sweep (`nodes_drain_sweep`) finishes it. Returns how many jobs were moved."""
+    ids = [node.pk for node in nodes]
+    Node.objects.filter(pk__in=ids, status__in=[Node.Status.READY, Node.Status.CORDONED]).update(
+        status=Node.Status.DRAINING
+    )
+    moved = 0
+    for node in Node.objects.filter(pk__in=ids).order_by("id"):
+        moved += sum(_job_move_off(job_pk=job_pk, node=node, now=now) for job_pk in _jobs_on(node))
+        # A pod placed as the drain began (the tick saw the node Ready) keeps it Draining,
+        # for the next sweep to move.
+        if not Pod.objects.filter(
+            node=node, status__in=LIVE_POD_STATUSES, job__status__in=RUNNABLE_JOB_STATUSES
+        ).exists():
+            Node.objects.filter(pk=node.pk, status=Node.Status.DRAINING).update(
+                status=Node.Status.CORDONED
             )
-            _job_requeue(
-                job=job,
-                current=_current_pods(job),
-                now=now,
-                cause="NodeDrained",
-                message=message,
-                platform=True,
-            )
-    return len(job_pks)
+    return moved
+
+
+def nodes_drain_sweep(*, now: datetime) -> int:
+    """Finish the drains that were interrupted (the admin's request or the worker killed
+    part-way through); returns how many jobs were moved."""
+    return nodes_drain(nodes=Node.objects.filter(status=Node.Status.DRAINING), now=now)
+
+
+def _job_move_off(*, job_pk: int, node: Node, now: datetime) -> bool:
+    """Requeue the job if it still runs pods on the node (a drain running twice at once
+    moves it once, and never moves it again from where it was placed since)."""
+    with transaction.atomic():
+        job = _lock_job(job_pk)
+        if job.status not in RUNNABLE_JOB_STATUSES:
+            return False  # stopping already, or ended meanwhile
+        if not Pod.objects.filter(job=job, node=node, status__in=LIVE_POD_STATUSES).exists():
+            return False  # moved already
+        message = say(
+            "Moved off {node}: the node is being drained by an admin; its pods get "
+            "SIGTERM and {seconds}s to save a checkpoint before SIGKILL",
+            node=node.name,
+            seconds=job.termination_grace_seconds,
+        )
+        _job_requeue(
+            job=job,
+            current=_current_pods(job),
+            now=now,
+            cause="NodeDrained",
+            message=message,
+            platform=True,
+        )
+    return True
 
 
 # --- what an agent reconciles -------------------------------------------------------------

@@ -70,13 +70,14 @@ def agents_ping(*, timeout: float) -> int:
 
 @shared_task
 def nodes_watchdog_task() -> None:
-    if settings.EXECUTION_BACKEND != "agent":
-        return
     with singleton_lock(
         "nodes-watchdog", timeout=max(30.0, settings.AGENT_HEARTBEAT_INTERVAL)
     ) as acquired:
-        if acquired:
-            now = timezone.now()
+        if not acquired:
+            return
+        now = timezone.now()
+        services.nodes_drain_sweep(now=now)  # whatever runs the pods
+        if settings.EXECUTION_BACKEND == "agent":
             services.nodes_mark_lost(now=now)
             services.jobs_timeout_sweep(now=now)
             services.restarts_launch_sweep(now=now)

@@ -82,6 +82,7 @@ class Node(models.Model):
     class Status(models.TextChoices):
         READY = "Ready", _("Ready")
         CORDONED = "Cordoned", _("Cordoned")
+        DRAINING = "Draining", _("Draining")  # Cordoned once its jobs are moved off
         LOST = "Lost", _("Lost")
 
     name = models.CharField(max_length=128, unique=True)

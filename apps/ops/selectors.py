@@ -15,6 +15,7 @@ from apps.jobs.models import Job
 class ClusterCounts:
     nodes_by_status: dict[str, int]
     jobs_by_status: dict[str, int]
+    draining: tuple[str, ...] = ()  # the nodes whose jobs are being moved off
 
     @property
     def nodes_total(self) -> int:
@@ -31,8 +32,14 @@ class ClusterCounts:
 
 
 def cluster_counts() -> ClusterCounts:
-    """Nodes per status (every status, zeros included) and jobs per status (those present)."""
+    """Nodes per status (every status, zeros included), the Draining ones by name, and jobs
+    per status (those present)."""
     nodes = Counter({status: 0 for status in Node.Status.values})
     nodes.update(dict(Node.objects.values_list("status").annotate(n=Count("id")).order_by()))
     jobs = dict(Job.objects.values_list("status").annotate(n=Count("id")).order_by("status"))
-    return ClusterCounts(nodes_by_status=dict(nodes), jobs_by_status=jobs)
+    draining = Node.objects.filter(status=Node.Status.DRAINING).order_by("name")
+    return ClusterCounts(
+        nodes_by_status=dict(nodes),
+        jobs_by_status=jobs,
+        draining=tuple(draining.values_list("name", flat=True)),
+    )

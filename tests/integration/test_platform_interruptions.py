@@ -13,13 +13,14 @@ from django.db import transaction
 from django.urls import reverse
 from django.utils import timezone
 
-from apps.agent import services
+from apps.agent import services, tasks
 from apps.agent.models import PodProcess
 from apps.billing.models import BillLine
 from apps.billing.services import billing_accrue
 from apps.cluster.models import Node
 from apps.cluster.services import node_set_status
 from apps.jobs.models import Job, JobStatus, Pod, PodStatus
+from apps.ops.selectors import cluster_counts
 from apps.scheduler.services import Interruption, jobs_requeue_or_fail, scheduler_tick
 from tests.integration import test_market_step as market
 from tests.integration.test_agent_services import run_all, sent, submit  # noqa: F401
@@ -484,6 +485,90 @@ def test_a_drain_cordons_the_node_and_moves_its_jobs_with_their_grace(personas, 
     assert "SIGTERM and 45s to save a checkpoint" in event
     assert "(a platform interruption: requeued although AIMaster is off)" in event
     assert stays.pods.get().status == PodStatus.RUNNING
+
+
+def test_a_drain_killed_part_way_is_finished_by_the_watchdog(personas, sent, monkeypatch):
+    """The drain is recorded (the node Draining) before any job moves; a worker killed after
+    the first job leaves the node Draining, and the watchdog's sweep moves the rest."""
+    first = submit(personas, pods=1, gpu=1, name="first")
+    second = submit(personas, pods=1, gpu=1, name="second")
+    node = run_all(first)[0].node
+    assert run_all(second)[0].node_id == node.pk
+    real, moves = services._job_move_off, []
+
+    def killed_after_one(**kwargs):
+        if moves:
+            raise SystemExit("killed")
+        moves.append(real(**kwargs))
+        return moves[-1]
+
+    monkeypatch.setattr(services, "_job_move_off", killed_after_one)
+    with pytest.raises(SystemExit):
+        services.node_drain(node=node, now=timezone.now())
+    monkeypatch.undo()
+    node.refresh_from_db()
+    assert node.status == Node.Status.DRAINING
+    assert second.pods.get(attempt=0).status == PodStatus.RUNNING  # not moved yet
+    assert cluster_counts().draining == (node.name,)
+
+    tasks.nodes_watchdog_task()  # beat's "nodes-watchdog"
+    node.refresh_from_db()
+    assert node.status == Node.Status.CORDONED
+    for job in (first, second):
+        job.refresh_from_db()
+        assert (job.attempt, job.restart_times, job.reason_code) == (1, 0, "NodeDrained")
+        assert job.pods.get(attempt=0).reason == "NodeDrained"
+    assert cluster_counts().draining == ()
+    assert services.nodes_drain_sweep(now=timezone.now()) == 0  # nothing left
+
+
+def test_a_pod_placed_as_the_drain_began_keeps_the_node_draining(personas, sent, monkeypatch):
+    """A tick that read the node Ready before the drain may place a pod there after it:
+    the node stays Draining, and the sweep moves that job too."""
+    job = submit(personas, pods=1, gpu=1)
+    node = run_all(job)[0].node
+    late = submit(personas, pods=1, gpu=1, name="late")
+    assert late.pods.get().node_id == node.pk
+    real = services._jobs_on
+
+    def placed_meanwhile(on):  # the late job's pod was not there when the drain looked
+        return [pk for pk in real(on) if pk != late.pk]
+
+    monkeypatch.setattr(services, "_jobs_on", placed_meanwhile)
+    assert services.node_drain(node=node, now=timezone.now()) == 1
+    monkeypatch.undo()
+    node.refresh_from_db()
+    assert node.status == Node.Status.DRAINING
+    assert services.nodes_drain_sweep(now=timezone.now()) == 1
+    node.refresh_from_db()
+    late.refresh_from_db()
+    assert node.status == Node.Status.CORDONED
+    assert (late.pods.get(attempt=0).reason, late.attempt) == ("NodeDrained", 1)
+
+
+def test_two_drains_at_once_move_a_job_once(personas, sent, monkeypatch):
+    """A drain that listed the job before another drain moved it (and a tick placed it
+    elsewhere) leaves it where it is now."""
+    job = submit(personas, pods=1, gpu=1)
+    [pod] = run_all(job)
+    node = pod.node
+    real, now = services._jobs_on, timezone.now()
+
+    def another_drain_meanwhile(on):
+        found = real(on)
+        monkeypatch.setattr(services, "_jobs_on", real)
+        assert services.node_drain(node=on, now=now) == 1
+        services.pod_report_exit(pod_id=pod.pod_id, exit_code=143, now=now)
+        run_all(job)  # placed on another node, running
+        return found
+
+    monkeypatch.setattr(services, "_jobs_on", another_drain_meanwhile)
+    assert services.node_drain(node=node, now=now) == 0
+    job.refresh_from_db()
+    again = job.pods.get(attempt=1)
+    assert (job.status, job.attempt, again.status) == (JobStatus.RUNNING, 1, PodStatus.RUNNING)
+    assert again.node_id != node.pk
+    assert job.restarts.count() == 1
 
 
 def test_a_cordoned_nodes_pods_keep_running(personas):

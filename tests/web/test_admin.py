@@ -125,6 +125,21 @@ def test_it_drains_nodes_moving_their_jobs_off(admin_client, job, cluster):
     assert (job.attempt, job.restart_times, job.reason_code) == (1, 0, "NodeDrained")
 
 
+def test_it_shows_a_draining_node_and_cordons_it_no_further(admin_client, cluster):
+    """Cordon would leave a drain's remaining jobs where they are: a Draining node keeps
+    draining (the watchdog finishes it); Mark Ready stops the drain."""
+    node = cluster["nodes"][0]
+    Node.objects.filter(pk=node.pk).update(status=Node.Status.DRAINING)
+    url = reverse("admin:cluster_node_changelist")
+    assert '<td class="field-status">Draining</td>' in admin_client.get(url).content.decode()
+    admin_client.post(url, {"action": "cordon", "_selected_action": [node.pk]})
+    node.refresh_from_db()
+    assert node.status == Node.Status.DRAINING
+    admin_client.post(url, {"action": "uncordon", "_selected_action": [node.pk]})
+    node.refresh_from_db()
+    assert node.status == Node.Status.READY
+
+
 def test_it_refuses_more_gpus_on_a_node_than_the_scheduler_takes(admin_client, cluster):
     node = cluster["nodes"][0]
     gpus = node.gpu

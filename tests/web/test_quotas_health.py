@@ -326,6 +326,16 @@ def test_it_shows_beat_workers_nodes_and_jobs(admin_client, busy, fake_health, c
     assert reverse("ops:healthz") in body and 'hx-trigger="every 10s"' in body
 
 
+def test_it_names_the_nodes_being_drained(admin_client, busy, fake_health):
+    fake_health(_snapshot())
+    Node.objects.filter(name="gpu-node-3").update(status=Node.Status.DRAINING)
+    body = admin_client.get(reverse("ops:health")).content.decode()
+    assert '<span>Draining</span><span class="count health-state is-bad">1</span>' in body
+    assert "Being drained: gpu-node-3. Their jobs are being moved off" in body
+    body = admin_client.get(reverse("ops:health"), headers={"accept_language": "zh-CN"})
+    assert "排空中：gpu-node-3。" in body.content.decode()
+
+
 def test_it_shows_a_stale_beat_and_a_down_broker(admin_client, db, fake_health):
     fake_health(
         _snapshot(
