@@ -11,6 +11,7 @@ from datetime import timedelta
 from alibabacloud_pai_dlc20201203.models import GetJobRequest
 from django.utils import timezone
 
+from apps.agent.services import checkpoint_report
 from apps.jobs.models import JobStatus
 from apps.jobs.services import job_stop
 from apps.scheduler.services import scheduler_tick
@@ -63,6 +64,21 @@ def test_a_preempted_borrower_shows_its_restart_and_its_pods(
     assert 0 <= record["RestartDurationInSec"] <= (back - restart.at).total_seconds() + 1
     [worker] = body["JobReplicaStatuses"]
     assert (worker["Type"], worker["Active"], worker["Queuing"]) == ("Worker", 4, 0)
+
+
+def test_a_restart_revised_by_a_checkpoint_says_one_figure(live_server, keys, story):  # noqa: F811
+    """A save on SIGTERM revised the work the preemption lost to none: the record's messages
+    said the 19,200 GPU-seconds first counted beside LostGpuSeconds 0."""
+    borrower = story["borrower"]
+    restart = borrower.restarts.get()
+    checkpoint_report(job_pk=borrower.pk, step=1300, path="/ckpt/1300", size_bytes=1, at=restart.at)
+    body = _get(live_server, keys, "charlie", borrower)
+    [record] = body["RestartRecord"]
+    [error] = record["DetailErrorInfoList"]
+    assert record["LostGpuSeconds"] == 0
+    assert "lost 0.00 GPU-hours" in error["DetailErrorMsg"]
+    assert error["ErrorMsg"].endswith("of quota team-a, which reclaims its guaranteed resources")
+    assert "GPU-seconds" not in body["ReasonMessage"]
 
 
 def test_a_job_never_interrupted_has_no_restart_record(live_server, keys, story):  # noqa: F811

@@ -352,7 +352,8 @@ def test_it_preempts_a_borrower_to_give_an_owner_its_quota():
     (preemption,) = result.preemptions
     assert (preemption.job_id, preemption.by_job_id, preemption.by_quota_id) == (9, 1, 1)
     assert "alice-train" in preemption.reason and "team-a" in preemption.reason
-    assert "GPU-seconds" in preemption.reason
+    # the work lost is the restart's own figure, which a later checkpoint may revise
+    assert "GPU-seconds" not in preemption.reason and preemption.lost_gpu_seconds > 0
     assert result.admissions == ()
     assert waiting(result, 1).reason == "borrowers being reclaimed: 1 job"
     assert waiting(result, 1).code == "WaitingForReclaim"

@@ -149,8 +149,10 @@ def test_it_shows_the_preempted_pods_with_the_preemptor_and_quota(charlie_client
     history = section(response, "history-pods")
     assert history.count('class="badge badge-warning">Preempted</span>') == 4
     owner = story["owner"]
-    assert f"preempted by job {owner.display_name} ({owner.job_id}) of quota team-a" in history
-    assert "GPU-seconds of work since the last checkpoint lost" in history
+    assert (
+        f"preempted by job {owner.display_name} ({owner.job_id}) of quota team-a, which "
+        "reclaims its guaranteed resources"
+    ) in history
     assert history.count('<span class="tag tag-out">Not in Quota</span>') == 4
     assert "4 from earlier attempts" in history
     attempt = text_of(section(response, "attempt-0"))
@@ -179,6 +181,33 @@ def test_it_shows_the_restart_with_its_cause_and_lost_work(charlie_client, story
     assert f"Latest checkpoint step {CKPT_STEP}" in page
 
 
+def test_a_checkpoint_saved_on_the_way_out_leaves_no_stale_work_lost_on_the_page(
+    charlie_client, story
+):
+    """The borrower's pods saved on SIGTERM, so the restart's work lost is revised to none;
+    the preemption's reason, on the restart, the pods and the job, said the 19,200
+    GPU-seconds first counted, beside the 0.00 GPU-hours of the same row."""
+    borrower = story["borrower"]
+    restart = borrower.restarts.get()
+    checkpoint_report(
+        job_pk=borrower.pk,
+        step=CKPT_STEP + 100,
+        path="/ckpt/step-1300",
+        size_bytes=1,
+        at=restart.at + timedelta(seconds=1),
+    )
+    response = detail(charlie_client, borrower)
+    for where in ("restarts", "attempt-0", "status-history"):
+        shown = text_of(section(response, where))
+        assert "19,20" not in shown and "5.33" not in shown, (where, shown)
+    assert "0.00 GPU-hours 0 GPU·s preempted by job owner" in text_of(section(response, "restarts"))
+    assert "0.00 GPU-hours lost" in text_of(section(response, "attempt-0"))
+    events = text_of(section(response, "events"))
+    assert "the work lost at interruption 1 is 0 GPU-seconds, not 19,20" in events
+    borrower.refresh_from_db()
+    assert "19,20" not in borrower.reason_message  # what GetJob says while it queues
+
+
 def test_a_borrower_a_preemption_ended_counts_the_work_that_preemption_lost(
     charlie_client, personas
 ):
@@ -186,19 +215,17 @@ def test_a_borrower_a_preemption_ended_counts_the_work_that_preemption_lost(
     borrower = reclaimed(personas, aimaster=False)["borrower"]
     assert borrower.status == JobStatus.FAILED and borrower.reason_code == "JobPreempted"
     assert not borrower.restarts.exists()
-    # 16 GPUs for the 20 minutes since the checkpoint, as the preemption's message says
+    # 16 GPUs for the 20 minutes since the checkpoint
     assert borrower.ended_lost_gpu_seconds == pytest.approx(16 * 20 * 60, rel=0.01)
-    lost = f"{borrower.ended_lost_gpu_seconds:,.0f} GPU-seconds of work since the last checkpoint"
     page = text(detail(charlie_client, borrower))
-    assert lost in page
     hours = borrower.ended_lost_gpu_seconds / 3600
     assert f"Work lost {hours:.2f} GPU-hours over 1 interruption" in page
 
 
 def test_a_little_lost_work_is_not_shown_as_none(charlie_client, personas):
     # The borrower checkpointed just before the reclaim: 16 GPUs for about half a second, some
-    # 10 GPU-seconds, which the preemption's message says; the page and the events said
-    # "0.00 GPU-hours" beside it, as if nothing had been lost.
+    # 10 GPU-seconds; the page and the events said "0.00 GPU-hours", as if nothing had been
+    # lost.
     borrower = reclaimed(
         personas, aimaster=True, checkpoint_at=timezone.now() - timedelta(seconds=0.5)
     )["borrower"]
@@ -206,7 +233,7 @@ def test_a_little_lost_work_is_not_shown_as_none(charlie_client, personas):
     assert 3.6 < lost < 18  # 0.001 to 0.005 GPU-hours: four places
     hours = f"{lost / 3600:.4f}"
     response = detail(charlie_client, borrower)
-    assert f"{lost:,.0f} GPU-seconds of work since the last checkpoint lost" in text(response)
+    assert f"{lost:,.0f} GPU·s" in section(response, "restarts")
     assert text_of(section(response, "work-lost")).startswith(f"{hours} GPU-hours")
     assert f"{hours} GPU-hours" in section(response, "restarts")
     assert f"back to the queue; lost {hours} GPU-hours" in section(response, "events")

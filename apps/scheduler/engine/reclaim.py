@@ -75,13 +75,15 @@ def random_rank(seed: int, key: int) -> int:
 
 
 def preemption(victim: Borrower, *, by: PendingJob, quota: Quota) -> Preemption:
-    """The record of a victim preempted by an owner of `quota`, with the reason it shows."""
+    """The record of a victim preempted by an owner of `quota`, with the reason it shows.
+    The reason says who took the room back, not the work lost: that is the restart's own
+    figure, which a checkpoint saved in the grace period revises (LostWorkRevised), and the
+    reason is copied to the pods, the events and the job, where it would go on saying the
+    figure first counted."""
     reason = say(
-        "preempted by job {job} of quota {quota}, which reclaims its guaranteed "
-        "resources; {lost} GPU-seconds of work since the last checkpoint lost",
+        "preempted by job {job} of quota {quota}, which reclaims its guaranteed resources",
         job=by.name,
         quota=quota.name,
-        lost=f"{victim.lost:,.0f}",
     )
     return Preemption(
         job_id=victim.job.job_id,
