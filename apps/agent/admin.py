@@ -17,7 +17,7 @@ from django.utils.translation import gettext_lazy as _
 from apps.agent.models import NodeAgent, PodProcess
 from apps.agent.services import nodes_drain
 from apps.cluster.admin import cores_text, gib_text
-from apps.cluster.clusterfile import NodeDecl, pools_fit_problems
+from apps.cluster.clusterfile import NodeDecl, node_reshape_problem, pools_fit_problems
 from apps.cluster.models import Node
 from apps.cluster.selectors import cluster_state
 from apps.cluster.services import node_set_status
@@ -74,7 +74,9 @@ def _pools_fit_without(nodes, *, instead: NodeDecl | None = None) -> list[str]:
 
 class NodeForm(forms.ModelForm):
     """A node's edit may not leave its pool holding less than its root quotas guarantee
-    (the rule apply_cluster and the quota edit keep): lower their min first."""
+    (the rule apply_cluster and the quota edit keep): lower their min first. Nor may it
+    take a node with pods on it to another pool or give it less (apply_cluster's rule
+    too): drain it first."""
 
     class Meta:
         model = Node
@@ -95,6 +97,10 @@ class NodeForm(forms.ModelForm):
         )
         old = [self.instance] if self.instance.pk else []
         problems = _pools_fit_without(old, instead=edited)
+        if self.instance.pk:
+            renamed = replace(edited, name=self.instance.name)  # its pods stay with the row
+            reshaped = node_reshape_problem(cluster_state(), renamed)
+            problems += [reshaped] if reshaped else []
         if problems:
             raise forms.ValidationError(problems)
         return data

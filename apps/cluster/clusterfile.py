@@ -197,6 +197,7 @@ class ClusterState:
     workspaces: frozenset[str] = frozenset()
     users: frozenset[str] = frozenset()
     access_keys: Mapping[str, str] = field(default_factory=dict)  # key id → username
+    busy: frozenset[str] = frozenset()  # the nodes with pods on them (Pending or Running)
 
 
 # --- Paths and typed reads ----------------------------------------------------------------
@@ -464,7 +465,9 @@ def cluster_file_check(
     declared = {s: set(data[s]) if isinstance(data.get(s), dict) else set() for s in SECTIONS}
     types = _instance_types(data, problems)
     all_types = {**existing.instance_types, **types}
-    pools, nodes, incomplete = _pools(data, all_types, declared["instance_types"], problems)
+    pools, nodes, incomplete = _pools(
+        data, all_types, declared["instance_types"], existing, problems
+    )
     workspaces = _workspaces(data, problems)
     all_workspaces = existing.workspaces | declared["workspaces"]
     all_pools = {**existing.pools, **pools}
@@ -547,6 +550,7 @@ def _pools(
     data: Mapping,
     types: Mapping[str, InstanceTypeDecl],
     declared_types: set[str],
+    existing: ClusterState,
     problems: Problems,
 ) -> tuple[dict[str, PoolDecl], dict[str, NodeDecl], set[str]]:
     """The pools, their nodes, and the pools with a node group that has problems."""
@@ -584,6 +588,9 @@ def _pools(
                     continue
                 where[node.name] = node_path
                 nodes[node.name] = node
+                reshaped = node_reshape_problem(existing, node)
+                if reshaped:
+                    problems.add(node_path, reshaped)
             if len(nodes) > MAX_NODES:
                 problems.add(
                     path_of("pools", name, "nodes", i),
@@ -685,6 +692,25 @@ def _node_group(
             )
         )
     return out
+
+
+def node_reshape_problem(existing: ClusterState, node: NodeDecl) -> str | None:
+    """A node with pods on it keeps its pool and none of its cores, memory or GPUs: its
+    pods would hold more than it has, or stand in a pool they were not placed in. It is
+    drained first, as before it is deleted."""
+    before = existing.nodes.get(node.name)
+    if before is None or node.name not in existing.busy:
+        return None
+    if node.pool != before.pool:
+        change = f"move it from pool {before.pool!r} to {node.pool!r}"
+    elif any(node.resources.get(r) < before.resources.get(r) for r in RESOURCE_KEYS):
+        change = "give it less"
+    else:
+        return None
+    return (
+        f"node {node.name!r} has pods on it (Pending or Running): drain it first (the Nodes "
+        f"admin's Drain action moves its jobs off), then {change}"
+    )
 
 
 def _check_pools_keep_their_contents(

@@ -28,6 +28,7 @@ from apps.cluster.models import (
 )
 from apps.core import pricing
 from apps.core.db import ReusedSql
+from apps.jobs.models import LIVE_POD_STATUSES
 from apps.workspaces.models import AccessKey, Workspace
 from apps.workspaces.selectors import workspace_list
 
@@ -126,6 +127,9 @@ def cluster_state() -> ClusterState:
         workspaces=frozenset(Workspace.objects.values_list("name", flat=True)),
         users=frozenset(User.objects.values_list(User.USERNAME_FIELD, flat=True)),
         access_keys=dict(AccessKey.objects.values_list("key_id", f"user__{User.USERNAME_FIELD}")),
+        busy=frozenset(
+            Node.objects.filter(pods__status__in=LIVE_POD_STATUSES).values_list("name", flat=True)
+        ),
     )
 
 

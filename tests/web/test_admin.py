@@ -9,7 +9,9 @@ from django.contrib.admin.models import LogEntry
 from django.urls import reverse
 from django.utils import timezone
 
+from apps.cluster.clusterfile import cluster_file_check
 from apps.cluster.models import Node, Quota
+from apps.cluster.selectors import cluster_state
 from apps.jobs.models import Job, JobEvent, JobRole, Pod, StatusTransition
 from apps.workspaces.models import AccessKey
 from tests.factories import make_access_key
@@ -152,6 +154,42 @@ def test_it_refuses_more_gpus_on_a_node_than_the_scheduler_takes(admin_client, c
     node.refresh_from_db()
     assert node.gpu == gpus
     assert admin_client.post(url, {**data, "gpu": 128}).status_code == 302
+
+
+def test_it_keeps_a_node_with_pods_from_shrinking_or_changing_pool(admin_client, job, cluster):
+    """Its pods (2 GPUs of its 4) would hold more than it has, or stand in another pool;
+    the cluster file refused neither. Drain it first; growing it is fine."""
+    node = cluster["nodes"][0]
+    Node.objects.create(  # room to spare: the pool's quotas would fit without node's GPUs
+        name="spare", pool=node.pool, cpu=node.cpu, memory=node.memory, gpu=4, gpu_model="A100"
+    )
+    url = reverse("admin:cluster_node_change", args=[node.pk])
+    form = admin_client.get(url).context["adminform"].form
+    data = {name: value for name, value in form.initial.items() if value is not None}
+    lingjun = cluster["lingjun"].pk
+    for change in ({"gpu": 1}, {"pool": lingjun}):
+        response = admin_client.post(url, {**data, **change})
+        assert response.status_code == 200, change  # the form again, with the error
+        assert "has pods on it (Pending or Running): drain it first" in response.content.decode()
+    node.refresh_from_db()
+    assert (node.gpu, node.pool_id) == (4, cluster["dedicated"].pk)
+
+    def file(gpu: int) -> dict:
+        shape = {"vcpus": 96, "memory_gib": 768, "gpu": gpu, "gpu_model": "A100"}
+        nodes = [{"name": node.name, **shape}]
+        return {
+            "pools": {
+                "ecs-dedicated": {"kind": "dedicated", "resource_type": "ECS", "nodes": nodes}
+            }
+        }
+
+    _, errors = cluster_file_check(file(2), existing=cluster_state(), environ={})
+    assert errors == [
+        "pools.ecs-dedicated.nodes[0]: node 'gpu-node-0' has pods on it (Pending or Running): "
+        "drain it first (the Nodes admin's Drain action moves its jobs off), then give it less"
+    ]
+    assert cluster_file_check(file(8), existing=cluster_state(), environ={})[1] == []
+    assert admin_client.post(url, {**data, "gpu": 8}).status_code == 302
 
 
 def test_it_refuses_a_quota_edit_that_breaks_the_tree(admin_client, cluster, personas):
