@@ -124,7 +124,7 @@ class NodeAdmin(admin.ModelAdmin):
     list_select_related = ("pool", "instance_type")
     search_fields = ("name", "gpu_model", "instance_type__name")
     autocomplete_fields = ("instance_type",)
-    readonly_fields = ("last_heartbeat",)
+    readonly_fields = ("last_heartbeat", "lost_at")
     actions = ["cordon", "drain", "uncordon"]
 
     def get_deleted_objects(self, objs, request: HttpRequest):

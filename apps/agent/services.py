@@ -1027,7 +1027,7 @@ def agent_heartbeat(
     """An agent answered: its nodes are alive (a Lost one is Ready again). Returns how many
     nodes it serves."""
     served = list(Node.objects.filter(name__in=list(nodes)))
-    Node.objects.filter(pk__in=[n.pk for n in served]).update(last_heartbeat=now)
+    Node.objects.filter(pk__in=[n.pk for n in served]).update(last_heartbeat=now, lost_at=None)
     for node in served:
         if node.status == Node.Status.LOST:
             Node.objects.filter(pk=node.pk, status=Node.Status.LOST).update(
@@ -1098,11 +1098,14 @@ def nodes_mark_lost(*, now: datetime) -> list[str]:
         .order_by("id")
     ):
         if node.status != Node.Status.READY:  # Lost, or an admin's Cordoned or Draining:
-            if _jobs_on(node):  # it stays so; its pods are lost all the same
+            # it stays so; its processes are gone all the same (those winding down hold
+            # their jobs back no longer), and its pods are lost
+            Node.objects.filter(pk=node.pk, lost_at__isnull=True).update(lost_at=now)
+            if _jobs_on(node):
                 lost.append(node)
         elif Node.objects.filter(
             pk=node.pk, last_heartbeat__lt=cutoff, status=Node.Status.READY
-        ).update(status=Node.Status.LOST):
+        ).update(status=Node.Status.LOST, lost_at=now):
             lost.append(node)
     for node in lost:
         node_fail_pods(node=node, now=now)

@@ -96,6 +96,9 @@ class Node(models.Model):
     gpu_model = models.CharField(max_length=64, blank=True)
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.READY)
     last_heartbeat = models.DateTimeField(null=True, blank=True)
+    # When the watchdog found it silent, whatever its status (a Cordoned or Draining one
+    # stays so): its processes are gone as far as anyone knows until its agent answers.
+    lost_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["pool__name", "name"]

@@ -123,12 +123,14 @@ def pods_winding_down() -> QuerySet[Pod]:
     their room until they exit, and their job's next attempt waits for them: a rank 0 that
     saves on SIGTERM must not write the checkpoint directory while the next attempt reads
     it. A Lost node's processes are gone as far as anyone knows (a dead host never reports
-    their exits); if the node comes back they count again until its agent has stopped
+    their exits), and so are those of a Cordoned or Draining node the watchdog found silent
+    (`Node.lost_at`); if the node comes back they count again until its agent has stopped
     them. With EXECUTION_BACKEND "none" there are no processes, and none wind down."""
     return (
         Pod.objects.filter(process__state__in=LIVE_PROCESS_STATES)
         .exclude(status__in=LIVE_POD_STATUSES)
         .exclude(node__status=Node.Status.LOST)
+        .exclude(node__lost_at__isnull=False)
     )
 
 

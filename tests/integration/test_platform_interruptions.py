@@ -19,6 +19,7 @@ from apps.billing.models import BillLine
 from apps.billing.services import billing_accrue
 from apps.cluster.models import Node
 from apps.cluster.services import node_set_status
+from apps.jobs.execution import pods_winding_down
 from apps.jobs.models import Job, JobStatus, Pod, PodStatus
 from apps.ops.selectors import cluster_counts
 from apps.scheduler.services import Interruption, jobs_requeue_or_fail, scheduler_tick
@@ -569,6 +570,40 @@ def test_two_drains_at_once_move_a_job_once(personas, sent, monkeypatch):
     assert (job.status, job.attempt, again.status) == (JobStatus.RUNNING, 1, PodStatus.RUNNING)
     assert again.node_id != node.pk
     assert job.restarts.count() == 1
+
+
+def test_a_drained_node_that_goes_silent_holds_its_jobs_back_no_longer(personas, sent):
+    """The drained pod's process never reports its exit (its host is gone), and the node
+    stays Cordoned, not Lost: the moved job waited for that exit for ever. The watchdog's
+    finding holds for it as for a Lost node, until the node's agent answers again."""
+    job = submit(personas, pods=1, gpu=1)
+    [pod] = run_all(job)
+    node = pod.node
+    now = timezone.now()
+    assert services.node_drain(node=node, now=now) == 1
+    job.refresh_from_db()
+    assert job.status == JobStatus.QUEUING  # until the drained pod's process has exited
+    Node.objects.filter(pk=node.pk).update(last_heartbeat=now - timedelta(seconds=60))
+    assert services.nodes_mark_lost(now=now) == []  # starts watching
+    assert services.nodes_mark_lost(now=now + timedelta(seconds=1)) == []  # no live pods
+    scheduler_tick(now=now + timedelta(seconds=2))
+    job.refresh_from_db()
+    node.refresh_from_db()
+    assert node.status == Node.Status.CORDONED
+    assert job.status == JobStatus.ENV_PREPARING  # placed afresh, elsewhere
+    assert job.pods.get(attempt=1).node_id != node.pk
+    services.agent_heartbeat(
+        worker="agent@back",
+        hostname="h",
+        address="10.0.0.9",
+        nodes=[node.name],
+        public=False,
+        sandbox="strict",
+        now=now + timedelta(seconds=3),
+    )
+    node.refresh_from_db()
+    assert (node.status, node.lost_at) == (Node.Status.CORDONED, None)
+    assert pod.pk in pods_winding_down().values_list("pk", flat=True)  # until it is stopped
 
 
 def test_a_cordoned_nodes_pods_keep_running(personas):
