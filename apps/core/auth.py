@@ -1,5 +1,6 @@
-"""Sign-in throttling for every login form (the console's and the admin's), and the client
-address that throttles count against (apps/core/throttle.py holds the rule).
+"""Sign-in throttling for every login form (the console's and the admin's) and for the
+current password the password change asks for, and the client address that throttles count
+against (apps/core/throttle.py holds the rule).
 
 The backend is Django's ModelBackend behind the throttle: a username with too many recent
 failures (from any address), or an address with too many (across usernames), is refused
@@ -23,15 +24,24 @@ from typing import NoReturn
 
 from django.conf import settings
 from django.contrib.admin.forms import AdminAuthenticationForm
+from django.contrib.auth import forms as auth_forms
 from django.contrib.auth.backends import ModelBackend
 from django.contrib.auth.forms import AuthenticationForm
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
+from django.utils.translation import gettext, ngettext
 from redis import RedisError
 
 from apps.core.redis import redis_client
-from apps.core.throttle import Rule, Scope, throttle_check, throttle_fail, throttle_reset
+from apps.core.throttle import (
+    Lock,
+    Rule,
+    Scope,
+    throttle_check,
+    throttle_fail,
+    throttle_reset,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -92,6 +102,79 @@ class LoginRefusal:
     retry_after: int | None = None
 
 
+def throttled_attempt[T](
+    request: HttpRequest | None,
+    *,
+    username: str,
+    attempt: Callable[[], T | None],
+    locked: Callable[[Lock, float], str],
+) -> T | None:
+    """Try a password for `username` under the sign-in throttle: refused (PermissionDenied,
+    the refusal noted on the request) while the username or the address is locked, else
+    `attempt()`, whose None counts as a failure and whose success resets the username's
+    count. `locked(lock, now)` says why a locked attempt was refused."""
+    now = timezone.now().timestamp()
+    scopes = login_scopes(
+        username=username, address=client_address(request) if request is not None else None
+    )
+    try:
+        check = throttle_check(store=redis_client(), scopes=scopes, now=now)
+    except RedisError:
+        logger.exception("Redis is unavailable: sign-ins cannot be throttled")
+        _refuse(
+            request,
+            LoginRefusal(gettext("Sign-in is unavailable for a moment. Try again shortly."), 503),
+        )
+    if (lock := check.lock) is not None:
+        _refuse(
+            request,
+            LoginRefusal(locked(lock, now), status=429, retry_after=lock.seconds_left(now)),
+        )
+    result = attempt()
+    try:
+        if result is None:
+            throttle_fail(store=redis_client(), scopes=scopes, now=now)
+        elif to_reset := check.to_reset(scopes[:1]):
+            throttle_reset(store=redis_client(), scopes=to_reset)
+    except RedisError:
+        logger.exception("Redis is unavailable: a sign-in was not counted")
+    return result
+
+
+def _sign_in_locked(lock: Lock, now: float) -> str:
+    minutes = lock.minutes_left(now)
+    if lock.scope.kind == LOGIN_USER:
+        text = ngettext(
+            "Too many failed sign-ins for this account. Try again in %(minutes)d minute.",
+            "Too many failed sign-ins for this account. Try again in %(minutes)d minutes.",
+            minutes,
+        )
+    else:
+        text = ngettext(
+            "Too many failed sign-ins from your address. Try again in %(minutes)d minute.",
+            "Too many failed sign-ins from your address. Try again in %(minutes)d minutes.",
+            minutes,
+        )
+    return text % {"minutes": minutes}
+
+
+def _password_check_locked(lock: Lock, now: float) -> str:
+    minutes = lock.minutes_left(now)
+    if lock.scope.kind == LOGIN_USER:
+        text = ngettext(
+            "Too many wrong passwords for this account. Try again in %(minutes)d minute.",
+            "Too many wrong passwords for this account. Try again in %(minutes)d minutes.",
+            minutes,
+        )
+    else:
+        text = ngettext(
+            "Too many wrong passwords from your address. Try again in %(minutes)d minute.",
+            "Too many wrong passwords from your address. Try again in %(minutes)d minutes.",
+            minutes,
+        )
+    return text % {"minutes": minutes}
+
+
 class ThrottledModelBackend(ModelBackend):
     """ModelBackend, refusing (PermissionDenied: no other backend is tried) while locked."""
 
@@ -104,39 +187,10 @@ class ThrottledModelBackend(ModelBackend):
     ):
         if username is None or password is None:
             return super().authenticate(request, username=username, password=password, **kwargs)
-        now = timezone.now().timestamp()
-        scopes = login_scopes(
-            username=username, address=client_address(request) if request is not None else None
+        check = functools.partial(
+            super().authenticate, request, username=username, password=password, **kwargs
         )
-        try:
-            check = throttle_check(store=redis_client(), scopes=scopes, now=now)
-        except RedisError:
-            logger.exception("Redis is unavailable: sign-ins cannot be throttled")
-            _refuse(
-                request,
-                LoginRefusal("Sign-in is unavailable for a moment. Try again shortly.", status=503),
-            )
-        if (lock := check.lock) is not None:
-            minutes = lock.minutes_left(now)
-            whom = "for this account" if lock.scope.kind == LOGIN_USER else "from your address"
-            _refuse(
-                request,
-                LoginRefusal(
-                    f"Too many failed sign-ins {whom}. Try again in {minutes} "
-                    f"minute{'s' if minutes != 1 else ''}.",
-                    status=429,
-                    retry_after=lock.seconds_left(now),
-                ),
-            )
-        user = super().authenticate(request, username=username, password=password, **kwargs)
-        try:
-            if user is None:
-                throttle_fail(store=redis_client(), scopes=scopes, now=now)
-            elif to_reset := check.to_reset(scopes[:1]):
-                throttle_reset(store=redis_client(), scopes=to_reset)
-        except RedisError:
-            logger.exception("Redis is unavailable: a sign-in was not counted")
-        return user
+        return throttled_attempt(request, username=username, attempt=check, locked=_sign_in_locked)
 
 
 def _refuse(request: HttpRequest | None, refusal: LoginRefusal) -> NoReturn:
@@ -162,6 +216,33 @@ class LoginForm(_ShowsRefusal, AuthenticationForm):
 
 class AdminLoginForm(_ShowsRefusal, AdminAuthenticationForm):
     pass
+
+
+class PasswordChangeForm(auth_forms.PasswordChangeForm):
+    """The current password is checked under the sign-in throttle: a wrong one counts as a
+    failed sign-in of the account (and of the address), and while either is locked it is
+    not checked at all. Otherwise a session, stolen or left open, could guess it unlimited."""
+
+    def __init__(self, user, *args, request: HttpRequest | None = None, **kwargs) -> None:
+        super().__init__(user, *args, **kwargs)
+        self.request = request
+
+    def clean_old_password(self) -> str:
+        old_password = self.cleaned_data["old_password"]
+        try:
+            right = throttled_attempt(
+                self.request,
+                username=self.user.get_username(),
+                attempt=lambda: self.user.check_password(old_password) or None,
+                locked=_password_check_locked,
+            )
+        except PermissionDenied as refused:
+            raise ValidationError(str(refused), code="throttled") from None
+        if not right:
+            raise ValidationError(
+                self.error_messages["password_incorrect"], code="password_incorrect"
+            )
+        return old_password
 
 
 def throttled_login(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:

@@ -1,5 +1,6 @@
 from django.urls import path
 
+from apps.core.auth import throttled_login
 from apps.workspaces import views
 
 app_name = "workspaces"
@@ -7,7 +8,8 @@ urlpatterns = [
     path("switch/", views.workspace_switch, name="switch"),
     path("preferences/", views.preferences, name="preferences"),
     path("language/", views.language_set, name="language"),
-    path("password/", views.PasswordChangeView.as_view(), name="password"),
+    # a locked current-password check answers 429, as a locked sign-in does
+    path("password/", throttled_login(views.PasswordChangeView.as_view()), name="password"),
     path("access-keys/", views.access_key_list, name="access-keys"),
     path("access-keys/new/", views.access_key_create, name="access-key-create"),
     path("access-keys/<str:key_id>/disable/", views.access_key_disable, name="access-key-disable"),

@@ -13,6 +13,7 @@ from django.views.decorators.debug import sensitive_variables
 from django.views.decorators.http import require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
+from apps.core.auth import PasswordChangeForm
 from apps.core.errors import ApplicationError
 from apps.core.timezones import zone_names
 from apps.workspaces import services
@@ -212,6 +213,10 @@ class PasswordChangeView(auth_views.PasswordChangeView):
 
     template_name = "workspaces/password_change.html"
     success_url = reverse_lazy("workspaces:preferences")
+    form_class = PasswordChangeForm  # the current password is checked under the throttle
+
+    def get_form_kwargs(self):
+        return {**super().get_form_kwargs(), "request": self.request}
 
     def form_valid(self, form):
         response = super().form_valid(form)

@@ -182,3 +182,10 @@ def test_it_refuses_sign_ins_while_redis_does_not_answer(client, alice, password
     response = sign_in(client, "alice", password)
     assert response.status_code == 503
     assert "Sign-in is unavailable for a moment" in response.content.decode()
+
+
+def test_it_says_why_in_the_readers_language(client, alice, password):
+    fail(client, times=5)
+    response = sign_in(client, "alice", password, headers={"accept-language": "zh-Hans"})
+    assert response.status_code == 429
+    assert "此账号登录失败的次数过多，请 15 分钟后再试。" in response.content.decode()
