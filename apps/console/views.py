@@ -58,6 +58,7 @@ from apps.jobs.services import (
 )
 from apps.jobs.specs import job_spec_of
 from apps.market.selectors import job_bid_history, waiting_show
+from apps.workspaces.selectors import workspace_for_user
 
 
 def _get_job_for_user(request: HttpRequest, job_id: str) -> Job:
@@ -205,7 +206,9 @@ def job_create(request: HtmxHttpRequest) -> HttpResponse:
         request, request.POST if request.method == "POST" else None, initial=initial
     )
     if request.method == "POST" and request.workspace is not None:
-        if form.is_valid():
+        if changed := _workspace_changed(request):
+            form.other_errors.append(changed)
+        elif form.is_valid():
             try:
                 job = job_submit(
                     workspace=request.workspace, user=request.user, spec=form.to_spec()
@@ -224,6 +227,22 @@ def job_create(request: HtmxHttpRequest) -> HttpResponse:
     # A rejected form answers 200, as Django's own form views do: the page is the answer,
     # and browsers and htmx treat it as an ordinary page.
     return render(request, "jobs/create.html", {"form": form})
+
+
+def _workspace_changed(request: HttpRequest) -> str | None:
+    """Why a create form drawn for another workspace than the current one is not submitted:
+    the workspace was switched since (in another tab), and the job would have gone, quietly,
+    to a workspace the form did not name. None when the form names the current one (or none:
+    a form from before the field)."""
+    drawn_for = request.POST.get("form_workspace", "")
+    if not drawn_for or drawn_for == str(request.workspace.pk):
+        return None
+    was = workspace_for_user(user=request.user, workspace_id=drawn_for)
+    return gettext(
+        "This form was filled in for workspace %(was)s, but the current workspace is now "
+        "%(now)s (switched in another tab or window). Check the form for %(now)s and create "
+        "the job again."
+    ) % {"was": was or gettext("another workspace"), "now": request.workspace}
 
 
 @login_required

@@ -271,6 +271,37 @@ def test_it_creates_nothing_for_a_user_without_a_workspace(client, personas):
     assert "No workspace" in client.get(reverse("jobs:list")).content.decode()
 
 
+def test_it_does_not_create_a_job_in_a_workspace_the_form_did_not_name(alice_client, personas):
+    """The form was drawn for team-a; another tab switched to team-b before it was sent. The
+    job went to team-b, which the form never showed: now nothing is created, the form says
+    why, keeps what was typed and is drawn for team-b, where sending it again creates it."""
+    from apps.workspaces.middleware import SESSION_KEY
+    from apps.workspaces.models import Membership
+
+    ws_a, ws_b = personas["ws_a"], personas["ws_b"]
+    Membership.objects.create(user=personas["alice"], workspace=ws_b, role="member")
+    form = alice_client.get(reverse("jobs:create")).content.decode()
+    assert f'name="form_workspace" value="{ws_a.pk}"' in form
+    session = alice_client.session
+    session[SESSION_KEY] = ws_b.pk
+    session.save()
+
+    data = spot_form(display_name="typed-for-team-a", form_workspace=str(ws_a.pk))
+    response = alice_client.post(reverse("jobs:create"), data)
+
+    assert response.status_code == 200 and Job.objects.count() == 0
+    page = html_lib.unescape(response.content.decode())
+    assert (
+        f"This form was filled in for workspace {ws_a}, but the current workspace is now "
+        f"{ws_b} (switched in another tab or window)." in page
+    )
+    assert 'value="typed-for-team-a"' in page
+    assert f'name="form_workspace" value="{ws_b.pk}"' in page
+    response = alice_client.post(reverse("jobs:create"), {**data, "form_workspace": str(ws_b.pk)})
+    assert response.status_code == 302
+    assert Job.objects.get().workspace == ws_b
+
+
 def test_it_ignores_a_stray_bid_on_a_quota_job(alice_client):
     response = alice_client.post(
         reverse("jobs:create"), quota_form(**{"roles-0-spot_discount_limit": "0.4"})
