@@ -37,6 +37,7 @@ from apps.console.selectors import (
 from apps.core.errors import ApplicationError, ValidationFailed
 from apps.core.http import HtmxHttpRequest
 from apps.core.i18n import localized
+from apps.core.middleware import unsent_form
 from apps.jobs import selectors
 from apps.jobs.forms import (
     ROLE_ROWS,
@@ -202,11 +203,14 @@ def job_create(request: HtmxHttpRequest) -> HttpResponse:
     elif request.method == "GET" and (template_id := request.GET.get("template")):
         template = selectors.template_get_for_user(user=request.user, pk=template_id)
         initial = template_initial(selectors.template_version(template))
-    form = _job_create_form(
-        request, request.POST if request.method == "POST" else None, initial=initial
-    )
+    data = request.POST if request.method == "POST" else None
+    unsent = unsent_form(request) if request.method == "GET" and initial is None else None
+    form = _job_create_form(request, unsent if unsent is not None else data, initial=initial)
+    if unsent is not None and request.workspace is not None:
+        if changed := _workspace_changed(request, unsent):
+            form.other_errors.append(changed)
     if request.method == "POST" and request.workspace is not None:
-        if changed := _workspace_changed(request):
+        if changed := _workspace_changed(request, request.POST):
             form.other_errors.append(changed)
         elif form.is_valid():
             try:
@@ -226,15 +230,15 @@ def job_create(request: HtmxHttpRequest) -> HttpResponse:
                 return redirect("jobs:detail", job_id=job.job_id)
     # A rejected form answers 200, as Django's own form views do: the page is the answer,
     # and browsers and htmx treat it as an ordinary page.
-    return render(request, "jobs/create.html", {"form": form})
+    return render(request, "jobs/create.html", {"form": form, "unsent": unsent is not None})
 
 
-def _workspace_changed(request: HttpRequest) -> str | None:
+def _workspace_changed(request: HttpRequest, data) -> str | None:
     """Why a create form drawn for another workspace than the current one is not submitted:
     the workspace was switched since (in another tab), and the job would have gone, quietly,
     to a workspace the form did not name. None when the form names the current one (or none:
     a form from before the field)."""
-    drawn_for = request.POST.get("form_workspace", "")
+    drawn_for = data.get("form_workspace", "")
     if not drawn_for or drawn_for == str(request.workspace.pk):
         return None
     was = workspace_for_user(user=request.user, workspace_id=drawn_for)

@@ -1,5 +1,6 @@
 """Requests no console view can answer, refused before any view or query sees them; and
-htmx requests whose session has ended, sent to the sign-in page as a whole page."""
+requests whose session has ended: an htmx one sends the whole page to the sign-in page, a
+form returns to its page, the create form with what was typed."""
 
 from __future__ import annotations
 
@@ -9,12 +10,14 @@ from django.conf import settings
 from django.contrib.auth import REDIRECT_FIELD_NAME
 from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import BadRequest
-from django.http import Http404
+from django.http import Http404, QueryDict
 from django.shortcuts import render, resolve_url
 from django.utils.http import url_has_allowed_host_and_scheme
 from django_htmx.http import HttpResponseClientRedirect
 
 API_PREFIX = "/api/"  # the API answers in its own JSON shape and refuses NUL itself
+UNSENT_FORM_KEY = "unsent_form"
+KEEPS_UNSENT_FORM = frozenset({"jobs:create"})  # the forms long enough to be worth keeping
 
 
 class RefuseNulMiddleware:
@@ -73,8 +76,39 @@ class HtmxLoginRedirectMiddleware:
             )
         if request.method not in ("GET", "HEAD"):
             page = _same_site_page(request, request.headers.get("Referer", ""))
+            _keep_unsent_form(request, page)
             return redirect_to_login(page or resolve_url(settings.LOGIN_REDIRECT_URL))
         return response
+
+
+def _keep_unsent_form(request, page: str) -> None:
+    """A long form sent to its own page (KEEPS_UNSENT_FORM) after the session ended: what
+    was typed is kept in the new session, which signing in keeps, for the page to show again
+    (`unsent_form`). Without it the create form came back empty after the sign-in."""
+    match = request.resolver_match
+    if match is None or match.view_name not in KEEPS_UNSENT_FORM:
+        return
+    if urlsplit(page).path != request.path:
+        return
+    fields = {
+        name: values
+        for name, values in request.POST.lists()
+        if name != "csrfmiddlewaretoken" and "password" not in name
+    }
+    request.session[UNSENT_FORM_KEY] = {"path": request.path, "fields": fields}
+
+
+def unsent_form(request) -> QueryDict | None:
+    """The fields of this page's form that `_keep_unsent_form` kept (once: they are taken
+    out of the session), or None."""
+    kept = request.session.get(UNSENT_FORM_KEY)
+    if not kept or kept.get("path") != request.path:
+        return None
+    del request.session[UNSENT_FORM_KEY]
+    data = QueryDict(mutable=True)
+    for name, values in kept["fields"].items():
+        data.setlist(name, values)
+    return data
 
 
 def _same_site_page(request, url: str) -> str:

@@ -182,6 +182,56 @@ def test_a_form_sent_after_the_session_ended_returns_to_its_page_once_signed_in(
     assert elsewhere.url == "/login/?next=/jobs/"
 
 
+def test_the_create_form_sent_after_the_session_ended_comes_back_as_typed(
+    client, personas, password
+):
+    """The session ended while a job was being written (signed out in another tab): the
+    sign-in brought back /jobs/new/, empty. It holds what was typed now, once."""
+    from apps.jobs.models import Job
+    from tests.web.test_jobs_views import quota_form
+
+    data = quota_form(
+        display_name="训练-typed-before-sign-in", user_command="python train.py --epochs 90"
+    )
+    data["form_workspace"] = str(personas["ws_a"].pk)
+    response = client.post(
+        reverse("jobs:create"), data, headers={"referer": "http://testserver/jobs/new/"}
+    )
+    assert response.url == "/login/?next=/jobs/new/"
+    signed_in = client.post(response.url, {"username": "alice", "password": password})
+    assert signed_in.url == "/jobs/new/"
+
+    page = client.get("/jobs/new/").content.decode()
+    assert 'id="unsent-form"' in page
+    assert 'value="训练-typed-before-sign-in"' in page
+    assert "python train.py --epochs 90</textarea>" in page
+    assert 'id="form-errors"' not in page  # nothing to fix: it was not sent
+    assert Job.objects.count() == 0
+    again = client.get("/jobs/new/").content.decode()
+    assert 'id="unsent-form"' not in again and "typed-before-sign-in" not in again
+
+
+def test_only_the_create_form_is_kept_and_never_a_password(client, personas, password):
+    client.post(
+        reverse("workspaces:password"),
+        {"old_password": password, "new_password1": "x", "new_password2": "x"},
+        headers={"referer": "http://testserver/workspaces/password/"},
+    )
+    assert "unsent_form" not in client.session
+    client.post(
+        reverse("jobs:create"),
+        {"display_name": "t"},
+        headers={"referer": "https://evil.example/jobs/new/"},  # not from its own page
+    )
+    assert "unsent_form" not in client.session
+    client.post(
+        reverse("jobs:create"),
+        {"display_name": "t", "password": "secret"},
+        headers={"referer": "http://testserver/jobs/new/"},
+    )
+    assert client.session["unsent_form"]["fields"] == {"display_name": ["t"]}
+
+
 def test_the_language_switch_on_the_sign_in_page_goes_back_to_it(client, db):
     response = client.post(
         reverse("workspaces:language"),
