@@ -2,10 +2,48 @@
 (function () {
   "use strict";
 
-  // <select data-autosubmit> submits its form on change (the workspace switcher).
+  // <select data-autosubmit> submits its form on change (the workspace and language
+  // switchers). A choice made with the keyboard waits for Enter, or for the focus to leave
+  // the list (Escape takes it back): an arrow key changes a closed select at once, so the
+  // first ArrowDown switched the workspace and reloaded the page, and a keyboard user could
+  // never reach the third workspace without going through the second.
+  var keyed = null;
+  function autosubmitOf(target) {
+    return target && target.closest ? target.closest("select[data-autosubmit]") : null;
+  }
+  function submitChoice(select) {
+    select.removeAttribute("data-pending");
+    if (select.form) select.form.requestSubmit();
+  }
+  document.addEventListener("pointerdown", function () { keyed = null; }, true);
+  document.addEventListener("focusin", function (event) {
+    var select = autosubmitOf(event.target);
+    if (select && !select.hasAttribute("data-pending")) {
+      select.setAttribute("data-chosen", select.value);
+    }
+  });
+  document.addEventListener("keydown", function (event) {
+    var select = autosubmitOf(event.target);
+    if (!select) return;
+    if (event.key === "Enter" && select.hasAttribute("data-pending")) {
+      event.preventDefault();
+      submitChoice(select);
+    } else if (event.key === "Escape" && select.hasAttribute("data-pending")) {
+      select.value = select.getAttribute("data-chosen");
+      select.removeAttribute("data-pending");
+    } else if (event.key !== "Tab") {
+      keyed = select;
+    }
+  });
+  document.addEventListener("focusout", function (event) {
+    var select = autosubmitOf(event.target);
+    if (select && select.hasAttribute("data-pending")) submitChoice(select);
+  });
   document.addEventListener("change", function (event) {
-    var select = event.target.closest("select[data-autosubmit]");
-    if (select && select.form) select.form.requestSubmit();
+    var select = autosubmitOf(event.target);
+    if (!select || !select.form) return;
+    if (keyed === select) select.setAttribute("data-pending", "");
+    else submitChoice(select);
   });
 
   // <form data-confirm="Really?"> asks before submitting (the Stop button).
