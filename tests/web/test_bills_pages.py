@@ -234,3 +234,17 @@ def test_the_rows_add_up_to_the_days_bill_as_shown(alice_client, billed):
     assert html.count("¥0.008100") == 2  # the day's spot and its total
     detail = alice_client.get(reverse("jobs:detail", args=[billed["spot"].job_id]))
     assert "¥0.004050" in detail.content.decode()
+
+
+@pytest.mark.parametrize(
+    "query, says",
+    [({}, "尚无任务产生账单。"), ({"pay_type": "spot"}, "没有任务按此标签产生账单。")],
+)
+def test_no_bills_yet_reads_as_one_sentence_in_chinese(alice_client, personas, query, says):
+    """It was two pieces and an English full stop: "尚无任务产生账单 （按此标签筛选）."."""
+    response = alice_client.get(
+        reverse("billing:index"), query, headers={"accept-language": "zh-Hans"}
+    )
+    html = response.content.decode()
+    assert says in html
+    assert "账单." not in html and "筛选）." not in html
