@@ -60,3 +60,19 @@ def test_it_shows_when_each_line_was_written_in_the_readers_zone(
         headers={"HX-Request": "true", "HX-Target": "log-follow"},
     ).content.decode()
     assert "2027-01-15 16:00:00 loss 0.5" in follow
+
+
+def test_an_empty_log_says_so_in_one_sentence_in_chinese(
+    alice_client, personas, settings, tmp_path
+):
+    """It read "尚无输出：Pod 尚未启动." in two pieces, with an English full stop."""
+    settings.POD_WORK_ROOT = tmp_path / "pods"
+    job = make_job(personas, pods=2)
+    pending, running = Pod.objects.filter(job=job).order_by("index")
+    Pod.objects.filter(pk=pending.pk).update(status="Pending")
+    Pod.objects.filter(pk=running.pk).update(status="Running")
+    zh = {"accept-language": "zh-Hans"}
+    html = alice_client.get(reverse("pods:logs", args=[pending.pod_id]), headers=zh)
+    assert "尚无输出：Pod 尚未启动。</p>" in html.content.decode()
+    html = alice_client.get(reverse("pods:logs", args=[running.pod_id]), headers=zh)
+    assert "尚无输出。</p>" in html.content.decode()
