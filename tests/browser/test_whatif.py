@@ -61,3 +61,24 @@ def test_the_comparison_fits_a_phone(browser_page, live_server, history):  # noq
     assert page.evaluate("() => document.documentElement.scrollWidth") <= 390
     button = page.get_by_role("link", name="All runs").bounding_box()
     assert button["x"] + button["width"] <= 390
+
+
+def test_a_long_title_leaves_the_button_beside_it_whole(browser_page, live_server, history):  # noqa: F811
+    """A 128-character title squeezed "All runs" into two lines, past the page's edge."""
+    make_user("ops", password="ops-password-1", superuser=True)
+    page = browser_page
+    page.set_viewport_size({"width": 1280, "height": 900})
+    login(page, live_server, "ops", "ops-password-1")
+    page.goto(f"{live_server.url}/whatif/")
+    page.fill("input[name=title]", ("容量规划-双倍GPU-ÄÖÜ-" * 10)[:128])
+    page.fill("textarea[name=cluster_file]", BIGGER)
+    page.fill("input[name=policies]", "ours")
+    page.get_by_role("button", name="Run").click()
+    expect(page.locator("#comparison table[data-policy=ours]")).to_be_visible()
+
+    head = page.locator(".page-head").bounding_box()
+    link = page.get_by_role("link", name="All runs")
+    box = link.bounding_box()
+    assert box["x"] + box["width"] <= head["x"] + head["width"], (box, head)
+    assert link.evaluate("a => a.getClientRects().length") == 1
+    assert box["height"] < 2 * float(link.evaluate("a => getComputedStyle(a).lineHeight")[:-2])
