@@ -17,7 +17,9 @@ from django_htmx.http import HttpResponseClientRedirect
 
 API_PREFIX = "/api/"  # the API answers in its own JSON shape and refuses NUL itself
 UNSENT_FORM_KEY = "unsent_form"
-KEEPS_UNSENT_FORM = frozenset({"jobs:create"})  # the forms long enough to be worth keeping
+KEEPS_UNSENT_FORM = frozenset(
+    {"jobs:create", "whatif:index"}
+)  # the forms long enough to be worth keeping
 
 
 class RefuseNulMiddleware:

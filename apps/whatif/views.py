@@ -13,6 +13,7 @@ from django.utils.translation import gettext_lazy as _
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from apps.core.http import HtmxHttpRequest
+from apps.core.middleware import unsent_form
 from apps.whatif.forms import WhatIfForm
 from apps.whatif.models import WhatIfRun
 from apps.whatif.selectors import current_cluster_file, whatif_policy_names, whatif_runs
@@ -51,10 +52,14 @@ def _staff(request: HttpRequest) -> None:
 def whatif_index(request: HtmxHttpRequest) -> HttpResponse:
     _staff(request)
     kept: dict[str, str] = request.session.get(KEPT_TRACES, {})
+    unsent = None
     if request.method == "POST":
         form = WhatIfForm(request.POST, request.FILES, kept=kept)
-    else:  # the changed cluster file starts as the current one
-        form = WhatIfForm(initial={"cluster_file": current_cluster_file()})
+    else:  # the changed cluster file starts as the current one, or as typed before a sign-in
+        initial = {"cluster_file": current_cluster_file()}
+        if (unsent := unsent_form(request)) is not None:
+            initial |= {name: unsent[name] for name in WhatIfForm.base_fields if name in unsent}
+        form = WhatIfForm(initial=initial)
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
         run = whatif_create(
@@ -75,9 +80,8 @@ def whatif_index(request: HtmxHttpRequest) -> HttpResponse:
     if request.method == "POST":
         _keep_trace(request, form)
     status = 400 if request.method == "POST" else 200
-    return render(
-        request, "whatif/index.html", {"form": form, "runs": whatif_runs()}, status=status
-    )
+    context = {"form": form, "runs": whatif_runs(), "unsent": unsent is not None}
+    return render(request, "whatif/index.html", context, status=status)
 
 
 def _keep_trace(request: HttpRequest, form: WhatIfForm) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import tomllib
 from datetime import timedelta
+from html import escape as html_escape
 from pathlib import Path
 
 import pytest
@@ -519,3 +520,24 @@ def test_a_bad_trace_is_not_kept(
     assert response.status_code == 400
     assert "Kept from your last try" not in response.content.decode()
     assert not (tmp_path / "whatif" / "uploads").exists()
+
+
+def test_a_run_sent_after_the_session_ended_comes_back_as_typed(client, personas):
+    """Signed out in another tab while editing the cluster file: the sign-in brought back
+    the current file, the edits lost."""
+    from tests.factories import make_user
+
+    make_user("ops", password="ops-password-1", superuser=True)
+    form = {"title": "三倍 GPU", "source": "jobs", "days": "3", "mode": "replay"}
+    form |= {"policies": "ours", "cluster_file": BIGGER}
+    response = client.post(
+        reverse("whatif:index"), form, headers={"referer": "http://testserver/whatif/"}
+    )
+    assert response.url == "/login/?next=/whatif/"
+    client.post(response.url, {"username": "ops", "password": "ops-password-1"})
+
+    page = client.get(reverse("whatif:index")).content.decode()
+    assert 'id="unsent-form"' in page
+    assert 'value="三倍 GPU"' in page and 'value="3"' in page
+    assert html_escape(BIGGER) in page
+    assert 'id="unsent-form"' not in client.get(reverse("whatif:index")).content.decode()
