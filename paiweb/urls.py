@@ -39,6 +39,12 @@ urlpatterns = [
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("favicon.ico", FaviconView.as_view()),
     path("admin/login/", throttled_login(admin.site.login)),  # before admin/: it wraps admin's
+    # one password change, whose current password is checked under the sign-in throttle: the
+    # admin's own form checked it without limit
+    path(
+        "admin/password_change/",
+        RedirectView.as_view(pattern_name="workspaces:password", permanent=False),
+    ),
     path("admin/", admin.site.urls),
     path("api/v1/", include("apps.api.urls")),
     path("jobs/", include("apps.console.urls")),

@@ -111,3 +111,11 @@ def test_the_right_current_password_resets_the_count(alice_client, alice, passwo
     for _ in range(4):
         assert _change(alice_client, "guess").status_code == 200
     assert _change(alice_client, NEW).status_code == 302
+
+
+def test_the_admins_password_change_is_the_throttled_one(admin_client):
+    """The admin's own form checked the current password without limit."""
+    response = admin_client.get("/admin/password_change/")
+    assert response.status_code == 302 and response.url == reverse("workspaces:password")
+    response = admin_client.post("/admin/password_change/", {"old_password": "guess"})
+    assert response.status_code == 302 and response.url == reverse("workspaces:password")
