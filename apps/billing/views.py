@@ -15,6 +15,7 @@ from apps.billing import selectors
 from apps.billing.models import PAY_TYPE_TAG, PayType
 from apps.core.csvexport import csv_lines
 from apps.core.http import HtmxHttpRequest
+from apps.workspaces.middleware import refreshes_on_workspace_switch
 
 
 def _pay_type(request: HttpRequest) -> str:
@@ -24,6 +25,7 @@ def _pay_type(request: HttpRequest) -> str:
 
 @login_required
 @require_GET
+@refreshes_on_workspace_switch
 def bill_index(request: HtmxHttpRequest) -> HttpResponse:
     pay_type = _pay_type(request)
     scope = {"user": request.user, "workspace": request.workspace, "pay_type": pay_type}

@@ -59,6 +59,7 @@ from apps.jobs.services import (
 )
 from apps.jobs.specs import job_spec_of
 from apps.market.selectors import job_bid_history, waiting_show
+from apps.workspaces.middleware import refreshes_on_workspace_switch
 from apps.workspaces.selectors import workspace_for_user
 
 
@@ -109,6 +110,7 @@ def _etag_matches(request: HttpRequest, etag: str) -> bool:
 
 @login_required
 @require_GET
+@refreshes_on_workspace_switch
 def job_list(request: HtmxHttpRequest) -> HttpResponse:
     """The job list; to its own poll (target #job-table with If-None-Match), 204 while the
     rows it shows are as the client holds them, else the table alone."""

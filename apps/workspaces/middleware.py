@@ -1,9 +1,11 @@
 from __future__ import annotations
 
+import functools
 from urllib.parse import unquote
 
 from django.conf import settings
 from django.utils import timezone, translation
+from django_htmx.http import HttpResponseClientRefresh
 
 from apps.core.timezones import valid_zone
 from apps.workspaces.selectors import (
@@ -17,6 +19,7 @@ SESSION_KEY = "workspace_id"
 ZONE_SESSION_KEY = "time_zone"  # the user's saved zone, "" for none (read once per session)
 ZONE_COOKIE = "paiweb_tz"  # the browser's zone, set by paiweb.js
 LANGUAGE_SESSION_KEY = "language"  # the user's saved language, "" for none
+WORKSPACE_HEADER = "X-Workspace"  # the workspace a page was drawn for, on its htmx requests
 
 
 class CurrentWorkspaceMiddleware:
@@ -33,6 +36,27 @@ class CurrentWorkspaceMiddleware:
             workspace = workspace_for_user(user=user, workspace_id=chosen) if chosen else None
             request.workspace = workspace or workspace_default(user=user)
         return self.get_response(request)
+
+
+def refreshes_on_workspace_switch(view):
+    """A view whose htmx answer is a part of a page of the current workspace (the job list's
+    poll and filters, the bills'): asked from a page drawn for another workspace (switched
+    since, in another tab), it reloads that page whole (HX-Refresh). The part showed the new
+    workspace's jobs under the header, and the filters, of the one the page was drawn for."""
+
+    @functools.wraps(view)
+    def wrapper(request, *args, **kwargs):
+        drawn_for = request.headers.get(WORKSPACE_HEADER, "")
+        if (
+            getattr(request, "htmx", False)
+            and drawn_for
+            and request.workspace is not None
+            and drawn_for != str(request.workspace.pk)
+        ):
+            return HttpResponseClientRefresh()
+        return view(request, *args, **kwargs)
+
+    return wrapper
 
 
 def remember_time_zone(sender, request, user, **kwargs) -> None:

@@ -172,3 +172,30 @@ def test_back_and_forward_show_the_filters_of_the_list_they_bring_back(
     expect(status).to_have_value("")
     page.go_forward()
     expect(status).to_have_value("Succeeded")
+
+
+def test_a_switch_in_another_tab_reloads_the_list_with_its_header(
+    browser_page, live_server, personas, alice, password
+):
+    """Tab one switches to team-b; tab two's list, on its next poll, showed team-b's jobs
+    under team-a's header. It reloads whole instead, header and list of team-b."""
+    from apps.workspaces.models import Membership
+
+    Membership.objects.create(user=alice, workspace=personas["ws_b"], role="member")
+    make_job(personas, name="a-job-of-team-a")
+    make_job(personas, name="a-job-of-team-b", workspace="ws_b", user="charlie", source="public")
+    other = browser_page
+    login(other, live_server, "alice", password)
+    other.goto(f"{live_server.url}/jobs/")
+    expect(other.locator("#job-table")).to_contain_text("a-job-of-team-a")
+    switcher = other.locator("#workspace-switch")
+    team_a = switcher.input_value()
+
+    page = other.context.new_page()
+    page.goto(f"{live_server.url}/jobs/")
+    with page.expect_navigation():
+        page.locator("#workspace-switch").select_option(str(personas["ws_b"].pk))
+
+    expect(switcher).not_to_have_value(team_a, timeout=15_000)  # reloaded by its poll
+    expect(other.locator("#job-table")).to_contain_text("a-job-of-team-b")
+    expect(other.locator("#job-table")).not_to_contain_text("a-job-of-team-a")

@@ -76,3 +76,22 @@ def test_it_redirects_htmx_requests_on_the_client(alice_client, personas):
         URL, {"workspace_id": personas["ws_a"].pk, "next": "/jobs/"}, headers={"HX-Request": "true"}
     )
     assert response["HX-Redirect"] == "/jobs/"
+
+
+@pytest.mark.parametrize("url", [reverse("jobs:list"), reverse("billing:index")])
+def test_a_part_asked_from_a_page_of_another_workspace_reloads_that_page(
+    team_b_member, personas, url
+):
+    """Switched in one tab, the other tab's job list polled the new workspace's jobs into a
+    page whose header and filters still named the old one."""
+    ws_a, ws_b = personas["ws_a"], personas["ws_b"]
+    page = team_b_member.get(url).content.decode()
+    assert f'"X-Workspace": "{ws_a.pk}"' in page  # every htmx request of the page says it
+    team_b_member.post(URL, {"workspace_id": ws_b.pk})
+
+    stale = team_b_member.get(url, headers={"hx-request": "true", "x-workspace": str(ws_a.pk)})
+    assert stale.status_code == 200 and stale["HX-Refresh"] == "true"
+    assert stale.content == b""
+    current = team_b_member.get(url, headers={"hx-request": "true", "x-workspace": str(ws_b.pk)})
+    assert current.status_code == 200 and "HX-Refresh" not in current
+    assert current.content
