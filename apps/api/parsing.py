@@ -636,10 +636,11 @@ def _error_monitoring_args(p: Problems, text: str) -> tuple[str, int, int | None
             else:
                 restart = value.lower() in ("true", "1")
         elif name == "max-num-of-job-restart":
-            if not value.isdigit():
+            if not value.isascii() or not value.isdigit():
                 p.add(path, say("--max-num-of-job-restart must be a whole number"))
-            else:
-                max_restarts = int(value)
+            else:  # beyond 9 digits it is out of range (0 to 100) whatever it is
+                digits = value.lstrip("0") or "0"
+                max_restarts = int(digits) if len(digits) <= 9 else MAX_INT
         elif name == "enable-job-hang-detection":
             if value.lower() not in ("true", "false", "1", "0"):
                 p.add(path, say("--enable-job-hang-detection must be True or False"))

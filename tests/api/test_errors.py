@@ -103,6 +103,23 @@ def _role(**fields):
             ),
             ["Settings.ErrorMonitoringArgs"],
         ),
+        *[
+            (
+                lambda ws, count=count: quota_job_body(
+                    ws,
+                    Settings={
+                        "EnableErrorMonitoringInAIMaster": True,
+                        "ErrorMonitoringArgs": f"--max-num-of-job-restart={count}",
+                    },
+                ),
+                ["Settings.ErrorMonitoringArgs", text],
+            )
+            for count, text in (
+                ("²", "--max-num-of-job-restart must be a whole number"),
+                ("٣", "--max-num-of-job-restart must be a whole number"),
+                ("9" * 5000, "must be from 0 to 100"),
+            )
+        ],
         (lambda ws: quota_job_body(ws, JobSpecs=[]), ["JobSpecs"]),
         (
             lambda ws: spot_job_body(
@@ -183,6 +200,9 @@ def _role(**fields):
         "oversold",
         "oversold-without-quota",
         "aimaster-args",
+        "aimaster-restarts-superscript",
+        "aimaster-restarts-arabic-indic",
+        "aimaster-restarts-5000-digits",
         "no-job-specs",
         "role-of-another-job-type",
         "gpu-share-on-an-instance",
