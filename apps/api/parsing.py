@@ -348,9 +348,8 @@ def job_spec_from_create_job(body: dict, *, within: str = "") -> JobSpec:
     aimaster = p.boolean(
         settings, "EnableErrorMonitoringInAIMaster", "Settings.EnableErrorMonitoringInAIMaster"
     )
-    mode, max_restarts, hang_seconds = _error_monitoring_args(
-        p, p.text(settings, "ErrorMonitoringArgs", "Settings.ErrorMonitoringArgs")
-    )
+    monitoring_args = p.text(settings, "ErrorMonitoringArgs", "Settings.ErrorMonitoringArgs")
+    mode, max_restarts, hang_seconds = _error_monitoring_args(p, monitoring_args)
     advanced = p.mapping(settings, "AdvancedSettings", "Settings.AdvancedSettings")
     p.track(advanced, "Settings.AdvancedSettings")
     easyckpt = p.boolean(advanced, "EnableEasyCkpt", "Settings.AdvancedSettings.EnableEasyCkpt")
@@ -388,7 +387,7 @@ def job_spec_from_create_job(body: dict, *, within: str = "") -> JobSpec:
         enable_easyckpt=easyckpt,
         termination_grace_seconds=max(grace or 0, 0),
         roles=roles,
-        notes=_unread(p),
+        notes=(*_unread(p), *_aimaster_off(monitoring_args, aimaster=aimaster)),
     )
     p.raise_if_any()
     return spec
@@ -427,6 +426,21 @@ def _unread(p: Problems) -> tuple[str, ...]:
         else:
             p.add(path, say("not supported here (docs/api.md lists what CreateJob takes)"))
     return tuple(notes)
+
+
+def _aimaster_off(monitoring_args: str, *, aimaster: bool) -> tuple[str, ...]:
+    """AIMaster's settings on a job without AIMaster do nothing: said, not dropped (its hang
+    detection is refused with the spec)."""
+    if aimaster or not monitoring_args.strip():
+        return ()
+    reason = say("AIMaster is off: Settings.EnableErrorMonitoringInAIMaster is not true")
+    return (
+        say(
+            "{field} is accepted with no effect: {reason}",
+            field="Settings.ErrorMonitoringArgs",
+            reason=reason,
+        ),
+    )
 
 
 def _role(p: Problems, item: dict, path: str) -> tuple[RoleSpec, bool]:

@@ -86,6 +86,21 @@ def test_a_field_with_no_effect_here_is_said_on_the_job(raw, dlc, ws_a):
     assert "Settings.EnableRDMA is accepted with no effect: this cluster has no RDMA" in note
 
 
+def test_aimaster_settings_without_aimaster_are_said_on_the_job(dlc, ws_a):
+    body = quota_job_body(ws_a, Settings={"ErrorMonitoringArgs": "--max-num-of-job-restart=5"})
+    job_id = _create(dlc, body)
+    events = dlc.get_job_events(job_id, GetJobEventsRequest()).body.events
+    [note] = [e for e in events if "FieldIgnored" in e]
+    assert "Settings.ErrorMonitoringArgs is accepted with no effect: AIMaster is off" in note
+    assert dlc.get_job(job_id, GetJobRequest()).body.restart_times == "0/0"
+    # with AIMaster on, the same flags are the job's and nothing is said
+    body["Settings"]["EnableErrorMonitoringInAIMaster"] = True
+    job_id = _create(dlc, body)
+    events = dlc.get_job_events(job_id, GetJobEventsRequest()).body.events
+    assert not [e for e in events if "FieldIgnored" in e]
+    assert dlc.get_job(job_id, GetJobRequest()).body.restart_times == "0/5"
+
+
 def test_list_jobs_finds_the_jobs_it_names_however_old(raw, dlc, ws_a):
     from datetime import timedelta
 
