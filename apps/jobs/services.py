@@ -553,8 +553,9 @@ def job_priority_update(*, job: Job, priority: int, by, now: datetime | None = N
 def job_accessibility_update(
     *, job: Job, accessibility: str, by, now: datetime | None = None
 ) -> Job:
-    """Make a job PUBLIC (every member of its workspace sees it) or PRIVATE (its submitter
-    and the workspace's administrators), in any status."""
+    """Make a PRIVATE job PUBLIC (every member of its workspace sees it), in any status.
+    Visibility is only widened, as DLC's UpdateJob documents: a job once shown to the
+    workspace is not hidden from it again."""
     if accessibility not in Accessibility.values:
         raise ApplicationError(
             "InvalidParameter",
@@ -562,6 +563,18 @@ def job_accessibility_update(
         )
     now = now or timezone.now()
     job = _locked(job)
+    if job.accessibility == Accessibility.PUBLIC and accessibility == Accessibility.PRIVATE:
+        raise ApplicationError(
+            "InvalidParameter",
+            say(
+                "{field}: {message}",
+                field="Accessibility",
+                message=say(
+                    "a PUBLIC job cannot be made PRIVATE: a job's visibility is only widened"
+                ),
+            ),
+            field="accessibility",
+        )
     if job.accessibility != accessibility:
         job.accessibility = accessibility
         job.save(update_fields=["accessibility"])

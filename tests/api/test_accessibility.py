@@ -72,3 +72,20 @@ def test_accessibility_takes_only_public_or_private(dlc, create_job, ws_a):
     with pytest.raises(Exception) as caught:
         dlc.list_jobs(ListJobsRequest(accessibility="ALL"))
     assert sdk_error(caught) == ("InvalidParameter", 400)
+
+
+def test_update_job_widens_visibility_and_never_narrows_it(dlc, create_job, ws_a):
+    """As the SDK documents UpdateJob's Accessibility: it can only be expanded."""
+    shared = create_job(spot_job_body(ws_a))
+    with pytest.raises(Exception) as caught:
+        dlc.update_job(shared, UpdateJobRequest(accessibility="PRIVATE"))
+    assert sdk_error(caught) == ("InvalidParameter", 400)
+    assert "Accessibility: a PUBLIC job cannot be made PRIVATE" in str(caught.value)
+    assert Job.objects.get(job_id=shared).accessibility == "PUBLIC"
+    assert not Job.objects.get(job_id=shared).events.filter(kind="AccessibilityChanged")
+    dlc.update_job(shared, UpdateJobRequest(accessibility="PUBLIC"))  # as it is: no change
+
+    secret = create_job(spot_job_body(ws_a, Accessibility="PRIVATE"))
+    dlc.update_job(secret, UpdateJobRequest(accessibility="PRIVATE"))  # as it is
+    dlc.update_job(secret, UpdateJobRequest(accessibility="PUBLIC"))
+    assert Job.objects.get(job_id=secret).accessibility == "PUBLIC"
