@@ -210,6 +210,18 @@ def json_body(raw: bytes) -> dict[str, Any]:
     return data
 
 
+def json_text(text: str, path: str) -> Any:
+    """JSON text held in a field (a template's Content), checked as a body is (its own
+    nesting, lone surrogates, integers too long to read), each problem named under `path`.
+    ValueError if the text is not JSON."""
+    try:
+        data = json.loads(text, parse_int=_integer)
+    except RecursionError:
+        raise _too_deep(path) from None
+    _check_tree(data, root=path)
+    return data
+
+
 class _TooLong:
     """An integer with more digits than Python reads (sys.get_int_max_str_digits): kept
     as a marker so that `_check_tree` can name the field that holds it."""
@@ -225,17 +237,19 @@ def _integer(text: str) -> int | _TooLong:
         return _TooLong(len(text.lstrip("-")))
 
 
-def _too_deep() -> ApplicationError:
+def _too_deep(field: str = "") -> ApplicationError:
+    if field:
+        return invalid_parameter(field, say("is nested deeper than {most} levels", most=MAX_DEPTH))
     return ApplicationError(
         "InvalidParameter",
         say("The request body is nested deeper than {most} levels.", most=MAX_DEPTH),
     )
 
 
-def _check_tree(data: dict) -> None:
-    """Walk the parsed body without recursion (it may be deep) and refuse what no field may
-    hold, naming where it is."""
-    stack: list[tuple[str, Any, int]] = [("", data, 1)]
+def _check_tree(data: Any, *, root: str = "") -> None:
+    """Walk the parsed body (or the JSON a field `root` holds) without recursion (it may be
+    deep) and refuse what no field may hold, naming where it is."""
+    stack: list[tuple[str, Any, int]] = [(root, data, 1)]
     while stack:
         path, value, depth = stack.pop()
         if isinstance(value, str):
@@ -253,7 +267,7 @@ def _check_tree(data: dict) -> None:
         if not isinstance(value, dict | list):
             continue
         if depth > MAX_DEPTH:
-            raise _too_deep()
+            raise _too_deep(root)
         if isinstance(value, list):
             stack.extend((f"{path}[{i}]", item, depth + 1) for i, item in enumerate(value))
             continue

@@ -937,7 +937,7 @@ def _template_content(problems: parsing.Problems, body: dict) -> _Content | None
         return None
     if isinstance(raw, str):
         try:
-            raw = json.loads(raw)
+            raw = parsing.json_text(raw, "Content")
         except ValueError:
             problems.add("Content", "must be a CreateJob body in JSON")
             return None

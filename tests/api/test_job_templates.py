@@ -248,6 +248,26 @@ def test_a_template_refuses_values_create_job_would_refuse(raw, ws_a, given, tex
     assert not JobTemplate.objects.exists()
 
 
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("[" * 100_000 + "]" * 100_000, "Content: is nested deeper than 32 levels"),
+        ('{"Settings": ' + '{"a": ' * 40 + "1" + "}" * 41, "Content: is nested deeper than 32"),
+        ('{"DisplayName": "a\\ud800"}', "Content.DisplayName: must be valid Unicode text"),
+        ('{"Priority": ' + "9" * 5000 + "}", "Content.Priority: is a number of 5000 digits"),
+    ],
+    ids=["deeper-than-python-reads", "deeper-than-a-body", "lone-surrogate", "5000-digits"],
+)
+def test_content_in_json_text_is_checked_as_a_body_is(dlc, ws_a, text, message):
+    with pytest.raises(Exception) as caught:
+        dlc.create_job_template(
+            m.CreateJobTemplateRequest(template_name="t", workspace_id=ws_a, content=text)
+        )
+    assert sdk_error(caught) == ("InvalidParameter", 400)
+    assert message in str(caught.value)
+    assert not JobTemplate.objects.exists()
+
+
 def test_a_template_may_leave_out_what_the_job_gives(raw, ws_a, create_job):
     """No name, command or resource source: the job created from it gives them."""
     partial = {"JobType": "TFJob", "Priority": 5, "JobSpecs": [{"Type": "PS", "PodCount": 2}]}
