@@ -967,21 +967,26 @@ def _constraints(problems: parsing.Problems, body: dict) -> dict[str, str] | Non
 
 @contextmanager
 def _template_errors_as_dlc() -> Iterator[None]:
-    """The template services name the template's name `name` (the console's field) and
-    its spec's fields by spec path; the API names them TemplateName and Content.<field>."""
+    """The template services name the template's name `name` (the console's field), a
+    version `Version` and the spec's fields by spec path; the API names them TemplateName,
+    Version and Content.<field>, before the message."""
     try:
         yield
     except ValidationFailed as error:
         raise from_validation(error, within="Content") from None
     except ApplicationError as error:
-        if error.field != "name":
+        field = TEMPLATE_FIELDS.get(error.field or "")
+        if field is None:
             raise
         raise ApplicationError(
             error.code,
-            say("{field}: {message}", field="TemplateName", message=error.message),
-            field="TemplateName",
+            say("{field}: {message}", field=field, message=error.message),
+            field=field,
             status=error.status,
         ) from None
+
+
+TEMPLATE_FIELDS = {"name": "TemplateName", "Version": "Version"}
 
 
 def create_job_template(call: Call) -> dict[str, Any]:
@@ -1118,7 +1123,8 @@ def set_job_template_default_version(call: Call, template_id: str) -> dict[str, 
     problems.raise_if_any()
     if version is None:
         raise missing_parameter("Version")
-    template_default_set(template=template, version=version, by=call.user)
+    with _template_errors_as_dlc():
+        template_default_set(template=template, version=version, by=call.user)
     template.refresh_from_db()
     return {
         "DefaultVersion": template.default_version,

@@ -107,6 +107,12 @@ def test_content_makes_new_versions_and_the_default_is_chosen(dlc, ws_a, create_
     )
     got = dlc.get_job_template(template_id, m.GetJobTemplateRequest(version="all")).body
     assert got.default_version == 2 and [v.version for v in got.versions] == [1, 2]
+    with pytest.raises(Exception) as caught:
+        dlc.set_job_template_default_version(
+            template_id, m.SetJobTemplateDefaultVersionRequest(version=3)
+        )
+    assert sdk_error(caught) == ("InvalidParameter", 400)
+    assert "Version: template 'resnet' has no version 3" in str(caught.value)
     renamed = dlc.update_job_template(
         template_id, m.UpdateJobTemplateRequest(template_name="resnet-v2", description="new")
     ).body
