@@ -932,7 +932,7 @@ _DLC_STEP = re.compile(r"(\w+)(?:\[(\d+)\])?")
 
 def _template_content(problems: parsing.Problems, body: dict) -> _Content | None:
     """Content: a CreateJob body (an object, or its JSON text) read as CreateJob reads it."""
-    raw = body.get("Content")
+    raw = problems.get(body, "Content")
     if raw is None:
         return None
     if isinstance(raw, str):
@@ -989,15 +989,32 @@ def _template_errors_as_dlc() -> Iterator[None]:
 TEMPLATE_FIELDS = {"name": "TemplateName", "Version": "Version"}
 
 
+def _refuse_unread(problems: parsing.Problems, action: str, fields: str) -> None:
+    """A field the call does not take is refused, never ignored (a misspelt Description
+    would otherwise change nothing without a word)."""
+    for path in problems.unread():
+        problems.add(
+            path, say("not supported here: {action} takes {fields}", action=action, fields=fields)
+        )
+
+
 def create_job_template(call: Call) -> dict[str, Any]:
     body = _json_body(call)
     problems = parsing.Problems()
+    problems.track(body, "")
     name = problems.text(body, "TemplateName", "TemplateName")
     description = problems.text(
         body, "Description", "Description", max_length=parsing.MAX_DESCRIPTION
     )
     metadata = problems.mapping(body, "Metadata", "Metadata")
     constraints = _constraints(problems, body)
+    problems.get(body, "WorkspaceId")  # read below (`workspace_id_of`)
+    problems.get(body, "Content")  # read below, once the workspace is known
+    _refuse_unread(
+        problems,
+        "CreateJobTemplate",
+        "TemplateName, WorkspaceId, Content, Description, Metadata and Constraints",
+    )
     problems.raise_if_any()
     workspace = _workspace(call, parsing.workspace_id_of(body))
     if body.get("Content") is None:
@@ -1072,6 +1089,7 @@ def update_job_template(call: Call, template_id: str) -> dict[str, Any]:
     template = _template(call, template_id)
     body = _json_body(call)
     problems = parsing.Problems()
+    problems.track(body, "")
     name = problems.text(body, "TemplateName", "TemplateName", default=None)
     description = problems.text(
         body, "Description", "Description", default=None, max_length=parsing.MAX_DESCRIPTION
@@ -1080,8 +1098,14 @@ def update_job_template(call: Call, template_id: str) -> dict[str, Any]:
     set_as_default = problems.boolean(body, "SetAsDefault", "SetAsDefault")
     constraints = _constraints(problems, body)
     for field in ("version", "Version"):
-        if field in body:
+        if problems.get(body, field) is not None:
             problems.add(field, "is not used here: Content makes a new version")
+    problems.get(body, "Content")  # read below, once the rest is well formed
+    _refuse_unread(
+        problems,
+        "UpdateJobTemplate",
+        "TemplateName, Content, Constraints, SetAsDefault, Description and Metadata",
+    )
     problems.raise_if_any()
     content = _template_content(problems, body)
     problems.raise_if_any()
@@ -1119,7 +1143,9 @@ def set_job_template_default_version(call: Call, template_id: str) -> dict[str, 
     template = _template(call, template_id)
     body = _json_body(call)
     problems = parsing.Problems()
+    problems.track(body, "")
     version = problems.integer(body, "Version", "Version")
+    _refuse_unread(problems, "SetJobTemplateDefaultVersion", "Version")
     problems.raise_if_any()
     if version is None:
         raise missing_parameter("Version")

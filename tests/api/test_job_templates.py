@@ -222,6 +222,30 @@ def test_a_template_error_names_its_field_once(raw, ws_a, fields, status, text):
     assert not JobTemplate.objects.exists()
 
 
+def test_a_field_a_template_call_does_not_take_is_refused_naming_it(raw, dlc, ws_a):
+    body = {"TemplateName": "t", "WorkspaceId": ws_a, "Content": content(ws_a), "Descripton": "x"}
+    response = raw.send("POST", "/api/v1/jobtemplates", body=json.dumps(body).encode())
+    assert (response.status_code, response.json()["Code"]) == (400, "InvalidParameter")
+    assert response.json()["Message"].startswith(
+        "Descripton: not supported here: CreateJobTemplate takes TemplateName, WorkspaceId,"
+    )
+    assert not JobTemplate.objects.exists()
+    template_id = create(dlc, ws_a)
+    for path, fields, call in (
+        (f"/api/v1/jobtemplates/{template_id}", {"Descripton": "new"}, "UpdateJobTemplate"),
+        (
+            f"/api/v1/jobtemplates/{template_id}/defaultversion",
+            {"Version": 1, "SetAsDefault": True},
+            "SetJobTemplateDefaultVersion",
+        ),
+    ):
+        response = raw.send("PUT", path, body=json.dumps(fields).encode())
+        assert (response.status_code, response.json()["Code"]) == (400, "InvalidParameter")
+        assert f"not supported here: {call} takes" in response.json()["Message"]
+    template = JobTemplate.objects.get()
+    assert (template.description, template.modified_by_id) == ("", template.user_id)
+
+
 def test_a_taken_template_name_is_named_too(raw, dlc, ws_a):
     create(dlc, ws_a, "resnet")
     body = json.dumps({"TemplateName": "resnet"}).encode()
