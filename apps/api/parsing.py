@@ -45,7 +45,7 @@ MAX_WORKSPACE_ID = 2**63 - 1  # a bigint key
 MIN_TIME = datetime(1970, 1, 1, tzinfo=UTC)
 MAX_TIME = datetime(9000, 1, 1, tzinfo=UTC)
 _INTEGER = re.compile(r"[+-]?[0-9]+")
-_QUANTITY = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*$")
+_QUANTITY = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*$", re.ASCII)
 _MEMORY_UNITS_MIB = {
     "": 1024,
     "gi": 1024,

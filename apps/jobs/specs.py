@@ -270,9 +270,12 @@ def gpu_amount(number: Decimal) -> tuple[int, int]:
 
 
 def as_decimal(value) -> Decimal | None:
-    """Parse a number from the form or the API; None when absent, raises ValueError if bad."""
+    """Parse a number from the form or the API; None when absent, raises ValueError if bad
+    (digits other than ASCII's too: Decimal would read "٠.٤" as 0.4)."""
     if value is None or value == "":
         return None
+    if isinstance(value, str) and not value.isascii():
+        raise ValueError(f"{value!r} is not a number")
     try:
         number = Decimal(str(value))
     except InvalidOperation:

@@ -651,6 +651,28 @@ def test_it_refuses_resources_finer_than_it_counts(raw, ws_a, config, text):
     assert Job.objects.count() == 0
 
 
+@pytest.mark.parametrize("digits", ["٣", "１", "٣Gi"])  # Arabic-Indic three, fullwidth one
+@pytest.mark.parametrize("field", ["CPU", "Memory", "GPU"])
+def test_a_quantity_is_written_in_ascii_digits(create_job, ws_a, field, digits):
+    """As every number the API reads: "٣" was read as 3 cores, GPUs or GiB."""
+    body = quota_job_body(ws_a)
+    body["JobSpecs"][0]["ResourceConfig"][field] = digits
+    code, status, message = _create_error(create_job, body)
+    assert (code, status) == ("InvalidParameter", 400)
+    assert f"JobSpecs[0].ResourceConfig.{field}: {digits!r} is not a quantity such as" in message
+    assert Job.objects.count() == 0
+
+
+@pytest.mark.parametrize(
+    ("limit", "value"), [("SpotDiscountLimit", "٠.٤"), ("SpotPriceLimit", "٠.٠٠٢")]
+)
+def test_a_spot_limit_is_written_in_ascii_digits(create_job, ws_a, limit, value):
+    code, status, message = _create_error(create_job, _spot(ws_a, **{limit: value}))
+    assert (code, status) == ("InvalidParameter", 400)
+    assert f"JobSpecs[0].SpotSpec.{limit}: must be a number" in message
+    assert Job.objects.count() == 0
+
+
 @pytest.mark.parametrize(
     ("change", "text"),
     [
