@@ -65,19 +65,19 @@ class Problems:
         self.within = within  # the body read is this field's value: `Content`
         self.items: list[tuple[str, str]] = []
         self._read: dict[int, set[str]] = {}
-        self._tracked: list[tuple[str, dict]] = []
+        self._tracked: dict[int, tuple[str, dict]] = {}  # by id(): a body has 1000s of objects
 
     def track(self, data: Any, path: str) -> None:
         """Watch the object at `path` for keys no reader asks for (`unread`)."""
-        if isinstance(data, dict) and id(data) not in {id(d) for _, d in self._tracked}:
-            self._tracked.append((path, data))
+        if isinstance(data, dict):
+            self._tracked.setdefault(id(data), (path, data))
 
     def unread(self) -> list[str]:
         """The paths of the watched objects' keys that no reader asked for, but those left
         empty (null, "", [] or {}: the SDK sends every array field, empty when unset)."""
         return [
             f"{path}.{key}" if path else key
-            for path, data in self._tracked
+            for path, data in self._tracked.values()
             for key, value in data.items()
             if key not in self._read.get(id(data), ()) and value not in (None, "", [], {})
         ]
