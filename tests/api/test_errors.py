@@ -556,6 +556,18 @@ def test_a_body_of_many_objects_is_read_in_time(raw, ws_a):
     assert Job.objects.count() == 0
 
 
+def test_a_body_with_thousands_of_problems_names_them_all(raw, ws_a):
+    """1,200 roles of one type: 1,199 problems, said as one message (it was a 500)."""
+    body = quota_job_body(ws_a)
+    body["JobSpecs"] *= 1200
+    response = raw.send("POST", "/api/v1/jobs", body=json.dumps(body).encode())
+    assert (response.status_code, response.json()["Code"]) == (400, "InvalidParameter")
+    problems = response.json()["Message"].split("; ")
+    assert len(problems) == 1199
+    assert problems[0] == "JobSpecs[1].Type: Worker appears twice"
+    assert Job.objects.count() == 0
+
+
 def test_it_refuses_a_body_over_the_upload_limit(raw, ws_a, settings):
     body = json.dumps(quota_job_body(ws_a, Extra="x" * 3 * 2**20)).encode()
     message = _refusal(_post_job(raw, body), 413)
