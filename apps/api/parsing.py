@@ -39,6 +39,7 @@ MAX_PATH = 1024  # a mount path or URI the node agent can create and pass on
 MAX_NAME = 256  # ids, branches and commits of data and code sources
 MAX_GRACE_SECONDS = 24 * 3600  # between SIGTERM and SIGKILL
 MAX_DESCRIPTION = 4096
+MAX_MONITORING_ARGS = 4096  # AIMaster's flags: a few dozen characters each
 MAX_DEPTH = 32  # JSON nesting: DLC's deepest body is 4 levels
 MAX_WORKSPACE_ID = 2**63 - 1  # a bigint key
 # Times the database and datetime arithmetic (a default window around them) can hold.
@@ -362,7 +363,12 @@ def job_spec_from_create_job(body: dict, *, within: str = "") -> JobSpec:
     aimaster = p.boolean(
         settings, "EnableErrorMonitoringInAIMaster", "Settings.EnableErrorMonitoringInAIMaster"
     )
-    monitoring_args = p.text(settings, "ErrorMonitoringArgs", "Settings.ErrorMonitoringArgs")
+    monitoring_args = p.text(
+        settings,
+        "ErrorMonitoringArgs",
+        "Settings.ErrorMonitoringArgs",
+        max_length=MAX_MONITORING_ARGS,
+    )
     mode, max_restarts, hang_seconds = _error_monitoring_args(p, monitoring_args)
     advanced = p.mapping(settings, "AdvancedSettings", "Settings.AdvancedSettings")
     p.track(advanced, "Settings.AdvancedSettings")

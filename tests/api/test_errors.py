@@ -568,6 +568,22 @@ def test_a_body_with_thousands_of_problems_names_them_all(raw, ws_a):
     assert Job.objects.count() == 0
 
 
+@pytest.mark.parametrize("flag", ["'a' ", "--job-execution-mode=Sync "])
+def test_aimaster_flags_are_read_up_to_a_length(raw, ws_a, flag):
+    """2 MiB of flags took seconds to split, and as many bad ones made a 37 MB answer."""
+    settings = {
+        "EnableErrorMonitoringInAIMaster": True,
+        "ErrorMonitoringArgs": flag * (2_000_000 // len(flag)),
+    }
+    body = json.dumps(quota_job_body(ws_a, Settings=settings)).encode()
+    response = raw.send("POST", "/api/v1/jobs", body=body)
+    assert (response.status_code, response.json()["Message"]) == (
+        400,
+        "Settings.ErrorMonitoringArgs: must be at most 4096 characters",
+    )
+    assert Job.objects.count() == 0
+
+
 def test_it_refuses_a_body_over_the_upload_limit(raw, ws_a, settings):
     body = json.dumps(quota_job_body(ws_a, Extra="x" * 3 * 2**20)).encode()
     message = _refusal(_post_job(raw, body), 413)
