@@ -23,6 +23,7 @@ from apps.core.words import say
 from apps.jobs.models import ExecutionMode, IdleMode, ResourceSource
 from apps.jobs.specs import (
     DEFAULT_HANG_SECONDS,
+    MAX_ROLES,
     JobSpec,
     RoleSpec,
     SpotFallback,
@@ -322,6 +323,15 @@ def job_spec_from_create_job(body: dict, *, within: str = "") -> JobSpec:
     p.track(body, "")
     p.text(body, "WorkspaceId", "WorkspaceId")  # read by the view (`workspace_id_of`)
     specs = p.array(body, "JobSpecs", "JobSpecs")
+    if len(specs) > MAX_ROLES:  # refused before each is read: a 2 MiB body holds 20,000
+        p.add(
+            "JobSpecs",
+            say(
+                "must hold at most {most} roles: a job type's roles, each once",
+                most=MAX_ROLES,
+            ),
+        )
+        p.raise_if_any()
     roles, spot = [], False
     role_oversold: set[str] = set()
     quota_ids: set[str] = set()

@@ -39,6 +39,7 @@ from apps.jobs.models import (
 from apps.jobs.selectors import JOB_SORT_DEFAULT, JOB_SORTS, PriceInfo
 from apps.jobs.specs import (
     JOB_ROLE_TYPES,
+    MAX_ROLES,
     MAX_RUNNING_TIME_MINUTES,
     SPOT_DISCOUNTS,
     JobSpec,
@@ -54,7 +55,7 @@ from apps.jobs.specs import (
 # `lazy_msg % values` would translate at once (at import); this formats when it is shown
 _format_lazy = lazy(operator.mod, str)
 
-ROLE_ROWS = max(map(len, JOB_ROLE_TYPES.values()))  # room for every role of any job type
+ROLE_ROWS = MAX_ROLES  # room for every role of any job type
 DISCOUNT_CHOICES = [("", "—")] + [
     (
         str(d),

@@ -57,6 +57,8 @@ JOB_ROLE_TYPES: dict[str, tuple[str, ...]] = {
     JobType.XGBOOST: ("Worker", "Master"),
     JobType.RAY: ("Head", "Worker"),
 }
+# The most roles a job can have: every role of the job type with the most, each once.
+MAX_ROLES = max(map(len, JOB_ROLE_TYPES.values()))
 # Roles of which a job has one pod, as the training operators take them (Kubeflow's
 # PyTorchJob and XGBoostJob: one Master; TFJob: one Chief, at most one Evaluator; MPIJob:
 # one Launcher; KubeRay: one Head).

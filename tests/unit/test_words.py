@@ -42,6 +42,12 @@ def test_it_fills_a_template_and_chooses_the_plural_by_count():
     assert joined(["a", "b", "c"]) == "a; b; c" and joined(["a"]) == "a" and joined([]) == ""
 
 
+def test_thousands_of_messages_join_without_recursing():
+    """One problem per role of a 2 MiB CreateJob: joined() recursed once per message."""
+    messages = [f"JobSpecs[{i}].Type: Worker appears twice" for i in range(20_000)]
+    assert joined(messages) == "; ".join(messages)
+
+
 def test_it_translates_plain_messages_and_leaves_unknown_text_alone():
     book = Phrasebook([("All pods succeeded", "所有实例均已成功")])
     assert book.translate("All pods succeeded") == "所有实例均已成功"
