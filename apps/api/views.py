@@ -8,7 +8,6 @@ error carries, so bad input is never a 500.
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 from collections.abc import Callable, Iterator
@@ -469,7 +468,7 @@ def _tags_filter(text: str) -> dict[str, str]:
     """ListJobs' Tags: a JSON object of key → value, as the SDK sends it; the jobs listed
     carry every one of them."""
     try:
-        tags = json.loads(text)
+        tags = parsing.json_text(text, "Tags")
     except ValueError:
         example = '{"team": "vision"}'
         raise invalid_parameter(

@@ -68,7 +68,12 @@ def test_bad_tags_are_refused_naming_the_field(create_job, ws_a, tags, says):
 
 
 def test_a_bad_tags_filter_is_refused(raw):
-    for tags, says in (("not json", "JSON object"), ('{"acs:x": "y"}', "reserved")):
+    for tags, says in (
+        ("not json", "JSON object"),
+        ('{"acs:x": "y"}', "reserved"),
+        ("[" * 2000 + "]" * 2000, "Tags: is nested deeper than 32 levels"),  # was a 500
+        ('{"team": "\\ud800"}', "Tags.team: must be valid Unicode text"),  # was a 500
+    ):
         response = raw.send("GET", "/api/v1/jobs", query={"Tags": tags})
         assert response.status_code == 400, response.text
         body = response.json()
