@@ -15,7 +15,7 @@ from django.http import JsonResponse
 
 from apps.core.errors import ApplicationError, ValidationFailed
 from apps.core.i18n import localized
-from apps.core.words import joined, say
+from apps.core.words import joined, say, say_n
 
 
 def new_request_id() -> str:
@@ -43,6 +43,21 @@ def invalid_parameter(name: str, message: str) -> ApplicationError:
     return ApplicationError(
         "InvalidParameter", say("{field}: {message}", field=name, message=message), field=name
     )
+
+
+# A message lists this many problems and counts the rest: a 2 MiB body of unknown fields
+# made a 15 MB answer, one problem each.
+MAX_PROBLEMS_SAID = 50
+
+
+def problems_text(problems: list[str]) -> str:
+    """Problems ("Field: message") as one message, the first MAX_PROBLEMS_SAID of them
+    listed and the rest counted."""
+    more = len(problems) - MAX_PROBLEMS_SAID
+    if more <= 0:
+        return joined(problems)
+    counted = say_n(more, "{count} more problem", "{count} more problems")
+    return joined([*problems[:MAX_PROBLEMS_SAID], counted])
 
 
 def missing_parameter(name: str) -> ApplicationError:
@@ -145,4 +160,4 @@ def from_validation(error: ValidationFailed, *, within: str = "") -> Application
         for message in messages
     ]
     first = prefix + dlc_field(error.field) if error.field else None
-    return ApplicationError("InvalidParameter", joined(problems), field=first)
+    return ApplicationError("InvalidParameter", problems_text(problems), field=first)

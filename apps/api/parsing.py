@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
-from apps.api.errors import invalid_parameter, missing_parameter
+from apps.api.errors import invalid_parameter, missing_parameter, problems_text
 from apps.api.serializers import IDLE_MODE
 from apps.cluster.selectors import resource_type_of
 from apps.core.errors import ApplicationError
@@ -96,7 +96,7 @@ class Problems:
         if self.items:
             prefix = f"{self.within}." if self.within else ""
             path = prefix + self.items[0][0]
-            text = "; ".join(f"{prefix}{p}: {m}" for p, m in self.items)
+            text = problems_text([f"{prefix}{p}: {m}" for p, m in self.items])
             raise ApplicationError("InvalidParameter", text, field=path)
 
     # Typed readers: each returns `default` when the key is absent (or null) and records a

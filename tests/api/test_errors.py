@@ -586,6 +586,22 @@ def test_aimaster_flags_are_read_up_to_a_length(raw, ws_a, flag):
     assert Job.objects.count() == 0
 
 
+@pytest.mark.parametrize("method", ["POST", "PUT"])
+def test_a_message_lists_50_problems_and_counts_the_rest(raw, ws_a, create_job, method):
+    """2 MiB of unknown fields answered a 15 MB message, one problem each."""
+    path = (
+        "/api/v1/jobs" if method == "POST" else f"/api/v1/jobs/{create_job(quota_job_body(ws_a))}"
+    )
+    fields = {f"k{i}": 1 for i in range(100_000)}
+    response = raw.send(method, path, body=json.dumps({"WorkspaceId": ws_a, **fields}).encode())
+    assert (response.status_code, response.json()["Code"]) == (400, "InvalidParameter")
+    problems = response.json()["Message"].split("; ")
+    unknown = 100_000 if method == "POST" else 100_001  # UpdateJob takes no WorkspaceId
+    assert len(problems) == 51 and problems[-1] == f"{unknown - 50} more problems"
+    assert problems[0].startswith(("k0: not supported here", "WorkspaceId: not supported"))
+    assert len(response.content) < 10_000
+
+
 def test_it_refuses_a_body_over_the_upload_limit(raw, ws_a, settings):
     body = json.dumps(quota_job_body(ws_a, Extra="x" * 3 * 2**20)).encode()
     message = _refusal(_post_job(raw, body), 413)
