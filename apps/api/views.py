@@ -353,6 +353,7 @@ def _from_template(call: Call, body: dict[str, Any]) -> tuple[JobTemplate, dict[
 
 def get_job(call: Call, job_id: str) -> dict[str, Any]:
     job = _job(call, job_id)
+    parsing.query_bool(call.query, "NeedDetail")  # read, not applied: every field either way
     parts = job_parts(job=job)
     waiting_show(jobs=[job], now=call.now)
     return serializers.job_detail(
@@ -789,6 +790,8 @@ def spot_prices(call: Call) -> dict[str, Any]:
 
 # --- workspaces and quotas (AIWorkspace 2021-02-04) -------------------------------------------
 
+# The statuses AIWorkspace documents for ListWorkspaces' Status filter.
+WORKSPACE_STATUSES = ("ENABLED", "INITIALIZING", "FAILURE", "DISABLED", "FROZEN", "UPDATING")
 WORKSPACE_SORT = {
     "GmtCreateTime": "created_at",
     "GmtModifiedTime": "created_at",
@@ -827,7 +830,8 @@ def list_workspaces(call: Call) -> dict[str, Any]:
                 ),
             )
         workspaces = workspaces.filter(pk__in=[int(i) for i in ids])
-    if (status := query.get("Status")) and status.upper() != "ENABLED":
+    status = parsing.query_choice(query, "Status", {s: s for s in WORKSPACE_STATUSES})
+    if status not in (None, "ENABLED"):  # every workspace here is ENABLED
         workspaces = workspaces.none()
     total = workspaces.count()
     ordered = workspaces.order_by(

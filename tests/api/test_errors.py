@@ -275,6 +275,18 @@ def test_it_refuses_malformed_bodies(raw, ws_a, body, code):
     assert response.headers["x-acs-request-id"] == data["RequestId"]
 
 
+def test_get_job_reads_need_detail_as_true_or_false(raw, ws_a, create_job):
+    job_id = create_job(quota_job_body(ws_a))
+    for value in ("True", "false"):  # as the SDK sends its bool
+        response = raw.send("GET", f"/api/v1/jobs/{job_id}", query={"NeedDetail": value})
+        assert response.status_code == 200 and response.json()["JobId"] == job_id
+    response = raw.send("GET", f"/api/v1/jobs/{job_id}", query={"NeedDetail": "maybe"})
+    assert (response.status_code, response.json()["Message"]) == (
+        400,
+        "NeedDetail: must be true or false",
+    )
+
+
 def test_an_unknown_workspace_is_not_found(create_job):
     code, status, message = _create_error(create_job, spot_job_body("999999"))
     assert (code, status) == ("EntityNotExist.Workspace", 404)
@@ -293,6 +305,7 @@ def test_an_unknown_workspace_is_not_found(create_job):
         ("/api/v1/jobs", {"SortBy": "Cost"}),
         ("/api/v1/jobs", {"DisplayName": "a\x00b"}),
         ("/api/v1/ecsspecs", {"AcceleratorType": "TPU"}),
+        ("/api/v1/workspaces", {"Status": "SLEEPING"}),
         ("/api/v1/spot/prices", {}),
         ("/api/v1/spot/prices", {"InstanceType": "ecs.nope"}),
     ],
