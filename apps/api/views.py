@@ -144,35 +144,55 @@ def endpoint(**handlers: Handler):
             now = timezone.now()
             call = Call(request=request, key=authenticate(request, now=now), now=now)
             body = handler(call, **kwargs)
-        except ValidationFailed as error:
-            return error_response(from_validation(error), request_id=request_id)
-        except ApplicationError as error:
-            return error_response(error, request_id=request_id)
-        except RequestDataTooBig:
-            limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
-            error = ApplicationError(
-                "InvalidParameter",
-                say("The request body is larger than {limit} bytes.", limit=limit),
-                status=413,
-            )
-            return error_response(error, request_id=request_id)
-        except TooManyFieldsSent:
-            limit = settings.DATA_UPLOAD_MAX_NUMBER_FIELDS
-            error = ApplicationError(
-                "InvalidParameter",
-                say("The request has more than {limit} query parameters.", limit=limit),
-            )
-            return error_response(error, request_id=request_id)
-        except Exception:
-            logger.exception(
-                "API request %s %s failed (RequestId %s)", request.method, request.path, request_id
-            )
-            return error_response(INTERNAL_ERROR, request_id=request_id)
+        except Exception as error:
+            return _error_answer(request, error, request_id)
         return JsonResponse(
             {"RequestId": request_id, **body}, headers={"x-acs-request-id": request_id}
         )
 
     return view
+
+
+def _api_error(error: Exception) -> ApplicationError | None:
+    """What a handler raised as the API's error; None for a bug."""
+    if isinstance(error, ValidationFailed):
+        return from_validation(error)
+    if isinstance(error, ApplicationError):
+        return error
+    if isinstance(error, RequestDataTooBig):
+        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+        return ApplicationError(
+            "InvalidParameter",
+            say("The request body is larger than {limit} bytes.", limit=limit),
+            status=413,
+        )
+    if isinstance(error, TooManyFieldsSent):
+        limit = settings.DATA_UPLOAD_MAX_NUMBER_FIELDS
+        return ApplicationError(
+            "InvalidParameter",
+            say("The request has more than {limit} query parameters.", limit=limit),
+        )
+    return None
+
+
+def _error_answer(request: HttpRequest, error: Exception, request_id: str) -> JsonResponse:
+    """The JSON error for what a handler raised. A bug, or a failure while the error itself
+    is written, is the InternalError, logged with the RequestId: JSON the SDK reads, never
+    the server's own page."""
+    try:
+        known = _api_error(error)
+        if known is not None:
+            return error_response(known, request_id=request_id)
+    except Exception as failure:
+        error = failure
+    logger.error(
+        "API request %s %s failed (RequestId %s)",
+        request.method,
+        request.path,
+        request_id,
+        exc_info=error,
+    )
+    return error_response(INTERNAL_ERROR, request_id=request_id)
 
 
 def _unknown_action() -> ApplicationError:

@@ -287,6 +287,26 @@ def test_get_job_reads_need_detail_as_true_or_false(raw, ws_a, create_job):
     )
 
 
+def test_a_failure_while_an_error_is_written_is_still_a_json_answer(raw, ws_a, monkeypatch):
+    """A refusal whose message could not be written (as 1,200 problems once could not) was
+    the server's own 500 page, which the SDK cannot read."""
+
+    def broken(error, **_):
+        raise RecursionError("maximum recursion depth exceeded")
+
+    monkeypatch.setattr("apps.api.views.from_validation", broken)
+    response = raw.send(
+        "POST", "/api/v1/jobs", body=json.dumps(quota_job_body(ws_a, Priority=10)).encode()
+    )
+    assert response.status_code == 500
+    data = response.json()
+    assert (data["Code"], response.headers["x-acs-request-id"]) == (
+        "InternalError",
+        data["RequestId"],
+    )
+    assert Job.objects.count() == 0
+
+
 def test_an_unknown_workspace_is_not_found(create_job):
     code, status, message = _create_error(create_job, spot_job_body("999999"))
     assert (code, status) == ("EntityNotExist.Workspace", 404)
