@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from django.apps import AppConfig
+from django.utils.translation import gettext_lazy as _
 
 
 class AgentConfig(AppConfig):
@@ -8,7 +9,7 @@ class AgentConfig(AppConfig):
 
     name = "apps.agent"
     label = "agent"
-    verbose_name = "Node agents"
+    verbose_name = _("Node agents")
 
     def ready(self) -> None:
         from apps.agent import services

@@ -4,6 +4,7 @@ serves which node."""
 from __future__ import annotations
 
 from django.db import models
+from django.utils.translation import gettext_lazy as _
 
 
 class PodProcess(models.Model):
@@ -18,27 +19,33 @@ class PodProcess(models.Model):
         EXITED = "exited"
         CANCELLED = "cancelled"  # the pod was stopped or preempted before it started
 
-    pod = models.OneToOneField("jobs.Pod", on_delete=models.CASCADE, related_name="process")
-    state = models.CharField(max_length=16, choices=State.choices, default=State.QUEUED)
-    queue = models.CharField(max_length=160)
-    rank = models.PositiveIntegerField(default=0)
-    world_size = models.PositiveIntegerField(default=1)
-    master_addr = models.CharField(max_length=255, default="127.0.0.1")
-    master_port = models.PositiveIntegerField(default=0)
-    agent = models.CharField(max_length=255, blank=True, help_text="the worker that claimed it")
-    host = models.CharField(max_length=255, blank=True)
-    pid = models.IntegerField(null=True, blank=True)
-    sandbox = models.CharField(max_length=16, blank=True)
-    work_dir = models.CharField(max_length=1024, blank=True)
-    log_path = models.CharField(max_length=1024, blank=True)
-    exit_code = models.IntegerField(null=True, blank=True)
-    queued_at = models.DateTimeField()
-    started_at = models.DateTimeField(null=True, blank=True)
-    exited_at = models.DateTimeField(null=True, blank=True)
+    pod = models.OneToOneField(
+        "jobs.Pod", on_delete=models.CASCADE, related_name="process", verbose_name=_("pod")
+    )
+    state = models.CharField(_("State"), max_length=16, choices=State.choices, default=State.QUEUED)
+    queue = models.CharField(_("queue"), max_length=160)
+    rank = models.PositiveIntegerField(_("rank"), default=0)
+    world_size = models.PositiveIntegerField(_("world size"), default=1)
+    master_addr = models.CharField(_("master address"), max_length=255, default="127.0.0.1")
+    master_port = models.PositiveIntegerField(_("master port"), default=0)
+    agent = models.CharField(
+        _("agent"), max_length=255, blank=True, help_text=_("the worker that claimed it")
+    )
+    host = models.CharField(_("host"), max_length=255, blank=True)
+    pid = models.IntegerField(_("PID"), null=True, blank=True)
+    sandbox = models.CharField(_("sandbox"), max_length=16, blank=True)
+    work_dir = models.CharField(_("work dir"), max_length=1024, blank=True)
+    log_path = models.CharField(_("log path"), max_length=1024, blank=True)
+    exit_code = models.IntegerField(_("Exit code"), null=True, blank=True)
+    queued_at = models.DateTimeField(_("queued at"))
+    started_at = models.DateTimeField(_("started at"), null=True, blank=True)
+    exited_at = models.DateTimeField(_("exited at"), null=True, blank=True)
     # when its log last grew, as its agent reported it (every few seconds at most)
-    output_at = models.DateTimeField(null=True, blank=True)
+    output_at = models.DateTimeField(_("last output at"), null=True, blank=True)
 
     class Meta:
+        verbose_name = _("pod process")
+        verbose_name_plural = _("pod processes")
         indexes = [
             models.Index(fields=["agent", "state"]),
             models.Index(fields=["state", "queue"]),
@@ -55,17 +62,28 @@ class PodProcess(models.Model):
 class NodeAgent(models.Model):
     """The agent that last reported serving a node (its heartbeat), and how it runs pods."""
 
-    node = models.OneToOneField("cluster.Node", on_delete=models.CASCADE, related_name="agent")
-    worker = models.CharField(max_length=255, help_text="Celery worker name, e.g. agent@host")
-    hostname = models.CharField(max_length=255)
-    address = models.CharField(max_length=255, help_text="where other hosts reach its pods")
-    sandbox = models.CharField(max_length=255, blank=True)
-    pod_cidr = models.CharField(
-        max_length=64, blank=True, help_text="the host's pod subnet (POD_CIDR), for multi-host jobs"
+    node = models.OneToOneField(
+        "cluster.Node", on_delete=models.CASCADE, related_name="agent", verbose_name=_("node")
     )
-    last_seen = models.DateTimeField()
+    worker = models.CharField(
+        _("worker"), max_length=255, help_text=_("Celery worker name, e.g. agent@host")
+    )
+    hostname = models.CharField(_("hostname"), max_length=255)
+    address = models.CharField(
+        _("address"), max_length=255, help_text=_("where other hosts reach its pods")
+    )
+    sandbox = models.CharField(_("sandbox"), max_length=255, blank=True)
+    pod_cidr = models.CharField(
+        _("pod CIDR"),
+        max_length=64,
+        blank=True,
+        help_text=_("the host's pod subnet (POD_CIDR), for multi-host jobs"),
+    )
+    last_seen = models.DateTimeField(_("last seen"))
 
     class Meta:
+        verbose_name = _("node agent")
+        verbose_name_plural = _("node agents")
         ordering = ["node__name"]
 
     def __str__(self) -> str:

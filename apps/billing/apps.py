@@ -1,9 +1,10 @@
 from django.apps import AppConfig
+from django.utils.translation import gettext_lazy as _
 
 
 class BillingConfig(AppConfig):
     name = "apps.billing"
-    verbose_name = "Billing"
+    verbose_name = _("Billing")
 
     def ready(self) -> None:
         from apps.billing.services import pod_meters_open

@@ -27,18 +27,29 @@ class BillLine(models.Model):
     twice inserts nothing."""
 
     workspace = models.ForeignKey(
-        "workspaces.Workspace", on_delete=models.PROTECT, related_name="bill_lines"
+        "workspaces.Workspace",
+        on_delete=models.PROTECT,
+        related_name="bill_lines",
+        verbose_name=_("workspace"),
     )
-    job = models.ForeignKey("jobs.Job", on_delete=models.CASCADE, related_name="bill_lines")
-    pod = models.ForeignKey("jobs.Pod", on_delete=models.CASCADE, related_name="bill_lines")
-    minute = models.IntegerField(help_text="epoch minute: seconds since 1970 // 60")
-    day = models.DateField(help_text="UTC day of the minute")
-    instance_type = models.ForeignKey("cluster.InstanceType", on_delete=models.PROTECT)
-    price_per_hour = models.DecimalField(max_digits=12, decimal_places=4)
-    amount = models.DecimalField(max_digits=14, decimal_places=6, help_text="CNY")
-    pay_type = models.CharField(max_length=8, choices=PayType.choices)
+    job = models.ForeignKey(
+        "jobs.Job", on_delete=models.CASCADE, related_name="bill_lines", verbose_name=_("job")
+    )
+    pod = models.ForeignKey(
+        "jobs.Pod", on_delete=models.CASCADE, related_name="bill_lines", verbose_name=_("pod")
+    )
+    minute = models.IntegerField(_("minute"), help_text=_("epoch minute: seconds since 1970 // 60"))
+    day = models.DateField(_("day"), help_text=_("UTC day of the minute"))
+    instance_type = models.ForeignKey(
+        "cluster.InstanceType", on_delete=models.PROTECT, verbose_name=_("Instance type")
+    )
+    price_per_hour = models.DecimalField(_("price per hour"), max_digits=12, decimal_places=4)
+    amount = models.DecimalField(_("amount"), max_digits=14, decimal_places=6, help_text=_("CNY"))
+    pay_type = models.CharField(_("pay type"), max_length=8, choices=PayType.choices)
 
     class Meta:
+        verbose_name = _("bill line")
+        verbose_name_plural = _("bill lines")
         constraints = [
             models.UniqueConstraint(fields=["pod", "minute"], name="one_bill_line_per_pod_minute"),
         ]
@@ -95,12 +106,18 @@ class PodMeter(models.Model):
     `billed_until` (an epoch minute) is. Closed once the pod has ended and is fully billed."""
 
     pod = models.OneToOneField(
-        "jobs.Pod", on_delete=models.CASCADE, primary_key=True, related_name="meter"
+        "jobs.Pod",
+        on_delete=models.CASCADE,
+        primary_key=True,
+        related_name="meter",
+        verbose_name=_("pod"),
     )
-    billed_until = models.IntegerField(null=True, blank=True)
-    closed = models.BooleanField(default=False)
+    billed_until = models.IntegerField(_("billed until"), null=True, blank=True)
+    closed = models.BooleanField(_("closed"), default=False)
 
     class Meta:
+        verbose_name = _("pod meter")
+        verbose_name_plural = _("pod meters")
         indexes = [
             models.Index(fields=["closed"], condition=Q(closed=False), name="pod_meter_open"),
         ]

@@ -13,6 +13,7 @@ from decimal import Decimal
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import Q
+from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from apps.core import pricing
@@ -27,24 +28,33 @@ class ResourceType(models.TextChoices):
 class InstanceType(models.Model):
     """An EcsSpec such as ecs.g7.xlarge, with its pay-as-you-go (original) price."""
 
-    name = models.CharField(max_length=64, unique=True)
-    resource_type = models.CharField(max_length=16, choices=ResourceType.choices)
-    cpu = models.PositiveIntegerField(help_text="millicores")
-    memory = models.PositiveIntegerField(help_text="MiB")
-    gpu = models.PositiveIntegerField(default=0, validators=[MaxValueValidator(MAX_NODE_GPUS)])
-    gpu_model = models.CharField(max_length=64, blank=True)
+    name = models.CharField(_("name"), max_length=64, unique=True)
+    resource_type = models.CharField(
+        _("Resource type"), max_length=16, choices=ResourceType.choices
+    )
+    cpu = models.PositiveIntegerField(_("CPU"), help_text=_("millicores"))
+    memory = models.PositiveIntegerField(_("Memory"), help_text=_("MiB"))
+    gpu = models.PositiveIntegerField(
+        _("GPUs"), default=0, validators=[MaxValueValidator(MAX_NODE_GPUS)]
+    )
+    gpu_model = models.CharField(_("GPU model"), max_length=64, blank=True)
     price_per_hour = models.DecimalField(
+        _("price per hour"),
         max_digits=12,
         decimal_places=4,
         validators=[MinValueValidator(0)],
-        help_text="original (pay-as-you-go) price, CNY per instance-hour",
+        help_text=_("original (pay-as-you-go) price, CNY per instance-hour"),
     )
     public_capacity = models.PositiveIntegerField(
-        default=0, help_text="instances in the public pool (pay-as-you-go and spot)"
+        _("public capacity"),
+        default=0,
+        help_text=_("instances in the public pool (pay-as-you-go and spot)"),
     )
-    spot_enabled = models.BooleanField(default=True)
+    spot_enabled = models.BooleanField(_("sold as spot"), default=True)
 
     class Meta:
+        verbose_name = _("instance type")
+        verbose_name_plural = _("instance types")
         ordering = ["resource_type", "name"]
         constraints = [
             models.CheckConstraint(condition=Q(price_per_hour__gte=0), name="instance_price_ge_0"),
@@ -67,11 +77,15 @@ class ResourcePool(models.Model):
         DEDICATED = "dedicated", _("Dedicated (subscription, behind quotas)")
         PUBLIC = "public", _("Public (pay-as-you-go and spot)")
 
-    name = models.SlugField(max_length=64, unique=True)
-    kind = models.CharField(max_length=16, choices=Kind.choices)
-    resource_type = models.CharField(max_length=16, choices=ResourceType.choices)
+    name = models.SlugField(_("name"), max_length=64, unique=True)
+    kind = models.CharField(_("kind"), max_length=16, choices=Kind.choices)
+    resource_type = models.CharField(
+        _("Resource type"), max_length=16, choices=ResourceType.choices
+    )
 
     class Meta:
+        verbose_name = _("resource pool")
+        verbose_name_plural = _("resource pools")
         ordering = ["name"]
 
     def __str__(self) -> str:
@@ -85,22 +99,38 @@ class Node(models.Model):
         DRAINING = "Draining", _("Draining")  # Cordoned once its jobs are moved off
         LOST = "Lost", _("Lost")
 
-    name = models.CharField(max_length=128, unique=True)
-    pool = models.ForeignKey(ResourcePool, on_delete=models.PROTECT, related_name="nodes")
-    instance_type = models.ForeignKey(
-        InstanceType, null=True, blank=True, on_delete=models.PROTECT, related_name="nodes"
+    name = models.CharField(_("name"), max_length=128, unique=True)
+    pool = models.ForeignKey(
+        ResourcePool,
+        on_delete=models.PROTECT,
+        related_name="nodes",
+        verbose_name=_("resource pool"),
     )
-    cpu = models.PositiveIntegerField(help_text="millicores")
-    memory = models.PositiveIntegerField(help_text="MiB")
-    gpu = models.PositiveIntegerField(default=0, validators=[MaxValueValidator(MAX_NODE_GPUS)])
-    gpu_model = models.CharField(max_length=64, blank=True)
-    status = models.CharField(max_length=16, choices=Status.choices, default=Status.READY)
-    last_heartbeat = models.DateTimeField(null=True, blank=True)
+    instance_type = models.ForeignKey(
+        InstanceType,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="nodes",
+        verbose_name=_("Instance type"),
+    )
+    cpu = models.PositiveIntegerField(_("CPU"), help_text=_("millicores"))
+    memory = models.PositiveIntegerField(_("Memory"), help_text=_("MiB"))
+    gpu = models.PositiveIntegerField(
+        _("GPUs"), default=0, validators=[MaxValueValidator(MAX_NODE_GPUS)]
+    )
+    gpu_model = models.CharField(_("GPU model"), max_length=64, blank=True)
+    status = models.CharField(
+        _("Status"), max_length=16, choices=Status.choices, default=Status.READY
+    )
+    last_heartbeat = models.DateTimeField(_("last heartbeat"), null=True, blank=True)
     # When the watchdog found it silent, whatever its status (a Cordoned or Draining one
     # stays so): its processes are gone as far as anyone knows until its agent answers.
-    lost_at = models.DateTimeField(null=True, blank=True)
+    lost_at = models.DateTimeField(_("found silent at"), null=True, blank=True)
 
     class Meta:
+        verbose_name = _("node")
+        verbose_name_plural = _("nodes")
         ordering = ["pool__name", "name"]
 
     def __str__(self) -> str:
@@ -118,21 +148,37 @@ class Quota(models.Model):
         STRICT_FIFO = "StrictFIFO", _("StrictFIFO (the head blocks)")
         BEST_EFFORT_FIFO = "BestEffortFIFO", _("BestEffortFIFO (skip a head that cannot fit)")
 
-    name = models.SlugField(max_length=64, unique=True)
+    name = models.SlugField(_("name"), max_length=64, unique=True)
     parent = models.ForeignKey(
-        "self", null=True, blank=True, on_delete=models.PROTECT, related_name="children"
+        "self",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="children",
+        verbose_name=_("parent quota"),
     )
-    pool = models.ForeignKey(ResourcePool, on_delete=models.PROTECT, related_name="quotas")
-    resource_type = models.CharField(max_length=16, choices=ResourceType.choices)
-    min_cpu = models.PositiveIntegerField(default=0, help_text="millicores")
-    min_memory = models.PositiveIntegerField(default=0, help_text="MiB")
-    min_gpu = models.PositiveIntegerField(default=0)
+    pool = models.ForeignKey(
+        ResourcePool,
+        on_delete=models.PROTECT,
+        related_name="quotas",
+        verbose_name=_("resource pool"),
+    )
+    resource_type = models.CharField(
+        _("Resource type"), max_length=16, choices=ResourceType.choices
+    )
+    min_cpu = models.PositiveIntegerField(_("min CPU"), default=0, help_text=_("millicores"))
+    min_memory = models.PositiveIntegerField(_("min memory"), default=0, help_text=_("MiB"))
+    min_gpu = models.PositiveIntegerField(_("min GPUs"), default=0)
     queue_strategy = models.CharField(
-        max_length=16, choices=Strategy.choices, default=Strategy.STRICT_FIFO
+        _("queue strategy"), max_length=16, choices=Strategy.choices, default=Strategy.STRICT_FIFO
     )
-    workspaces = models.ManyToManyField("workspaces.Workspace", blank=True, related_name="quotas")
+    workspaces = models.ManyToManyField(
+        "workspaces.Workspace", blank=True, related_name="quotas", verbose_name=_("workspaces")
+    )
 
     class Meta:
+        verbose_name = _("quota")
+        verbose_name_plural = _("quotas")
         ordering = ["name"]
 
     def __str__(self) -> str:
@@ -150,11 +196,13 @@ class Quota(models.Model):
 class Image(models.Model):
     """An image the create form suggests for a job or a role (a job may name any other)."""
 
-    name = models.CharField(max_length=64, unique=True)
-    uri = models.CharField(max_length=512, help_text="what a job's image field takes")
-    description = models.CharField(max_length=200, blank=True)
+    name = models.CharField(_("name"), max_length=64, unique=True)
+    uri = models.CharField(_("URI"), max_length=512, help_text=_("what a job's image field takes"))
+    description = models.CharField(_("Description"), max_length=200, blank=True)
 
     class Meta:
+        verbose_name = _("image")
+        verbose_name_plural = _("images")
         ordering = ["name"]
 
     def __str__(self) -> str:
@@ -169,40 +217,45 @@ class MarketParameters(models.Model):
     through `market_params_set`. Defaults are `pricing.MarketParams()`."""
 
     floor_ratio = models.DecimalField(
+        _("floor ratio"),
         max_digits=4,
         decimal_places=3,
         default=_MARKET_DEFAULTS.floor_ratio,
         validators=[MinValueValidator(Decimal("0.001")), MaxValueValidator(Decimal(1))],
-        help_text="floor = this share of the original price (0.1: up to 90% saving)",
+        help_text=_("floor = this share of the original price (0.1: a saving of up to 90%)"),
     )
     smoothing = models.FloatField(
+        _("smoothing"),
         default=_MARKET_DEFAULTS.smoothing,
         validators=[MinValueValidator(0), MaxValueValidator(1)],
-        help_text="share of the gap to the demand target closed per tick",
+        help_text=_("share of the gap to the demand target closed per tick"),
     )
     volatility = models.FloatField(
+        _("volatility"),
         default=_MARKET_DEFAULTS.volatility,
         validators=[MinValueValidator(0), MaxValueValidator(1)],
-        help_text="seeded random part of each move, relative to the price",
+        help_text=_("seeded random part of each move, relative to the price"),
     )
     sensitivity = models.FloatField(
+        _("sensitivity"),
         default=_MARKET_DEFAULTS.sensitivity,
         validators=[MinValueValidator(0)],
-        help_text="how strongly demand against supply moves the target",
+        help_text=_("how strongly demand against supply moves the target"),
     )
     average_window_seconds = models.FloatField(
+        _("average window (seconds)"),
         default=_MARKET_DEFAULTS.average_window_seconds,
         validators=[MinValueValidator(1)],
-        help_text="window of Lingjun's system average price",
+        help_text=_("window of Lingjun's system average price"),
     )
-    updated_at = models.DateTimeField(auto_now=True)
+    updated_at = models.DateTimeField(_("updated at"), auto_now=True)
 
     class Meta:
         db_table = "market_marketparameters"  # the market app's table, from before the move
-        verbose_name = verbose_name_plural = "market parameters"
+        verbose_name = verbose_name_plural = _("market parameters")
 
     def __str__(self) -> str:
-        return "Market parameters"
+        return gettext("Market parameters")
 
     def save(self, *args, **kwargs) -> None:
         self.pk = 1  # a singleton: every save writes the one row

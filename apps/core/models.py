@@ -1,14 +1,19 @@
 from __future__ import annotations
 
 from django.db import models
+from django.utils.translation import gettext_lazy as _
 
 
 class Heartbeat(models.Model):
     """The last time a periodic loop (beat's heartbeat, a node agent…) reported in."""
 
-    name = models.CharField(max_length=100, unique=True)
-    last_seen = models.DateTimeField()
-    detail = models.CharField(max_length=200, blank=True)
+    name = models.CharField(_("name"), max_length=100, unique=True)
+    last_seen = models.DateTimeField(_("last seen"))
+    detail = models.CharField(_("detail"), max_length=200, blank=True)
+
+    class Meta:
+        verbose_name = _("heartbeat")
+        verbose_name_plural = _("heartbeats")
 
     def __str__(self) -> str:
         return f"{self.name} @ {self.last_seen:%Y-%m-%d %H:%M:%S}"

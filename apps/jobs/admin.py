@@ -78,7 +78,7 @@ class PodInline(_ReadOnlyInline):
 
 class StatusTransitionInline(_ReadOnlyInline):
     model = StatusTransition
-    verbose_name_plural = "status history"
+    verbose_name_plural = _("Status history")
     fields = ("status", "reason_code", "reason_message", "started_at", "ended_at")
 
 

@@ -102,87 +102,125 @@ class ExecutionMode(models.TextChoices):
 
 
 class Job(models.Model):
-    job_id = models.CharField(max_length=32, unique=True, default=new_job_id, editable=False)
+    job_id = models.CharField(
+        _("job id"), max_length=32, unique=True, default=new_job_id, editable=False
+    )
     workspace = models.ForeignKey(
-        "workspaces.Workspace", on_delete=models.PROTECT, related_name="jobs"
+        "workspaces.Workspace",
+        on_delete=models.PROTECT,
+        related_name="jobs",
+        verbose_name=_("workspace"),
     )
     user = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="jobs"
+        settings.AUTH_USER_MODEL,
+        on_delete=models.PROTECT,
+        related_name="jobs",
+        verbose_name=_("user"),
     )
 
     # Basics
-    display_name = models.CharField(max_length=256)
-    job_type = models.CharField(max_length=16, choices=JobType.choices, default=JobType.PYTORCH)
-    image = models.CharField(max_length=512, blank=True)
-    user_command = models.TextField()
-    envs = models.JSONField(default=dict, blank=True)
-    data_sources = models.JSONField(default=list, blank=True)  # [{"uri":…, "mount_path":…}]
-    code_source = models.JSONField(
-        default=dict, blank=True
-    )  # {"uri":…, "branch":…, "mount_path":…}
-    priority = models.PositiveSmallIntegerField(default=1)
-    max_running_time_minutes = models.PositiveIntegerField(null=True, blank=True)
+    display_name = models.CharField(_("Display name"), max_length=256)
+    job_type = models.CharField(
+        _("Job type"), max_length=16, choices=JobType.choices, default=JobType.PYTORCH
+    )
+    image = models.CharField(_("Image"), max_length=512, blank=True)
+    user_command = models.TextField(_("User command"))
+    envs = models.JSONField(_("Environment variables"), default=dict, blank=True)
+    # [{"uri":…, "mount_path":…}]
+    data_sources = models.JSONField(_("Data sources"), default=list, blank=True)
+    # {"uri":…, "branch":…, "mount_path":…}
+    code_source = models.JSONField(_("Code source"), default=dict, blank=True)
+    priority = models.PositiveSmallIntegerField(_("Priority"), default=1)
+    max_running_time_minutes = models.PositiveIntegerField(
+        _("Max running time (minutes)"), null=True, blank=True
+    )
     success_policy = models.CharField(
-        max_length=16, choices=SuccessPolicy.choices, default=SuccessPolicy.ALL_WORKERS
+        _("Success policy"),
+        max_length=16,
+        choices=SuccessPolicy.choices,
+        default=SuccessPolicy.ALL_WORKERS,
     )
 
     # Resource information
     resource_type = models.CharField(
-        max_length=16, choices=ResourceType.choices, default=ResourceType.ECS
+        _("Resource type"), max_length=16, choices=ResourceType.choices, default=ResourceType.ECS
     )
-    resource_source = models.CharField(max_length=16, choices=ResourceSource.choices)
+    resource_source = models.CharField(
+        _("Resource source"), max_length=16, choices=ResourceSource.choices
+    )
     quota = models.ForeignKey(
-        "cluster.Quota", null=True, blank=True, on_delete=models.PROTECT, related_name="jobs"
+        "cluster.Quota",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="jobs",
+        verbose_name=_("Quota"),
     )
-    idle_mode = models.CharField(max_length=16, choices=IdleMode.choices, default=IdleMode.OFF)
-    vpc_id = models.CharField(max_length=64, blank=True)
-    vswitch_id = models.CharField(max_length=64, blank=True)
-    security_group_id = models.CharField(max_length=64, blank=True)
+    idle_mode = models.CharField(
+        _("Idle resources"), max_length=16, choices=IdleMode.choices, default=IdleMode.OFF
+    )
+    vpc_id = models.CharField(_("VPC id"), max_length=64, blank=True)
+    vswitch_id = models.CharField(_("vSwitch id"), max_length=64, blank=True)
+    security_group_id = models.CharField(_("Security group id"), max_length=64, blank=True)
 
     # Fault tolerance and diagnosis
-    enable_aimaster = models.BooleanField(default=False)
-    max_restarts = models.PositiveSmallIntegerField(default=3)
+    enable_aimaster = models.BooleanField(_("Automatic fault tolerance (AIMaster)"), default=False)
+    max_restarts = models.PositiveSmallIntegerField(_("Max restarts"), default=3)
     execution_mode = models.CharField(
-        max_length=8, choices=ExecutionMode.choices, default=ExecutionMode.SYNC
+        _("Execution mode"), max_length=8, choices=ExecutionMode.choices, default=ExecutionMode.SYNC
     )
     # AIMaster's hang detection: restart when no pod has written output for this long
-    hang_seconds = models.PositiveIntegerField(null=True, blank=True)
-    enable_easyckpt = models.BooleanField(default=False)
-    termination_grace_seconds = models.PositiveIntegerField(default=30)
-    description = models.TextField(blank=True)
+    hang_seconds = models.PositiveIntegerField(_("Hang detection (seconds)"), null=True, blank=True)
+    enable_easyckpt = models.BooleanField(_("EasyCkpt checkpoints"), default=False)
+    termination_grace_seconds = models.PositiveIntegerField(
+        _("termination grace period (seconds)"), default=30
+    )
+    description = models.TextField(_("Description"), blank=True)
     accessibility = models.CharField(
-        max_length=8, choices=Accessibility.choices, default=Accessibility.PUBLIC
+        _("Visibility"), max_length=8, choices=Accessibility.choices, default=Accessibility.PUBLIC
     )
 
     # State
-    status = models.CharField(max_length=20, choices=JobStatus.choices, default=JobStatus.CREATING)
-    sub_status = models.CharField(max_length=64, blank=True)
-    reason_code = models.CharField(max_length=64, blank=True)
-    reason_message = models.TextField(blank=True)
-    restart_times = models.PositiveSmallIntegerField(default=0)
+    status = models.CharField(
+        _("Status"), max_length=20, choices=JobStatus.choices, default=JobStatus.CREATING
+    )
+    sub_status = models.CharField(_("sub-status"), max_length=64, blank=True)
+    reason_code = models.CharField(_("Reason code"), max_length=64, blank=True)
+    reason_message = models.TextField(_("Reason message"), blank=True)
+    restart_times = models.PositiveSmallIntegerField(_("restart times"), default=0)
     # The work (GPU-seconds since the last checkpoint) lost by the interruption that ended
     # the job, when one did (a preemption, a reclaim or a pod failure with no AIMaster
     # restart left); None when none did. Those that requeued it are its JobRestarts.
-    ended_lost_gpu_seconds = models.FloatField(null=True, blank=True)
-    attempt = models.PositiveSmallIntegerField(default=0, help_text="current pod generation")
+    ended_lost_gpu_seconds = models.FloatField(
+        _("work lost at the end (GPU-seconds)"), null=True, blank=True
+    )
+    attempt = models.PositiveSmallIntegerField(
+        _("attempt"), default=0, help_text=_("current pod generation")
+    )
     # the moment it was submitted (job_submit gives its `now`), as its first status began
-    created_at = models.DateTimeField(default=timezone.now)
-    submitted_at = models.DateTimeField(help_text="queue order key; kept across requeues")
-    status_changed_at = models.DateTimeField()
-    started_at = models.DateTimeField(null=True, blank=True)
-    finished_at = models.DateTimeField(null=True, blank=True)
-    not_before = models.DateTimeField(null=True, blank=True, help_text="requeue backoff")
-    last_checkpoint_at = models.DateTimeField(null=True, blank=True)
-    pending_reason = models.CharField(max_length=256, blank=True)
-    queue_position = models.PositiveIntegerField(null=True, blank=True)
-    queue_size = models.PositiveIntegerField(null=True, blank=True)
+    created_at = models.DateTimeField(_("created at"), default=timezone.now)
+    submitted_at = models.DateTimeField(
+        _("submitted at"), help_text=_("queue order key; kept across requeues")
+    )
+    status_changed_at = models.DateTimeField(_("status changed at"))
+    started_at = models.DateTimeField(_("started at"), null=True, blank=True)
+    finished_at = models.DateTimeField(_("finished at"), null=True, blank=True)
+    not_before = models.DateTimeField(
+        _("not before"), null=True, blank=True, help_text=_("requeue backoff")
+    )
+    last_checkpoint_at = models.DateTimeField(_("last checkpoint at"), null=True, blank=True)
+    pending_reason = models.CharField(_("pending reason"), max_length=256, blank=True)
+    queue_position = models.PositiveIntegerField(_("queue position"), null=True, blank=True)
+    queue_size = models.PositiveIntegerField(_("queue size"), null=True, blank=True)
     # Disk use of the job's directory under POD_WORK_ROOT (apps/agent/housekeeping.py), and
     # when housekeeping removed its work dirs and data after the retention period.
-    disk_bytes = models.BigIntegerField(null=True, blank=True)
-    disk_measured_at = models.DateTimeField(null=True, blank=True)
-    work_swept_at = models.DateTimeField(null=True, blank=True)
+    disk_bytes = models.BigIntegerField(_("disk use (bytes)"), null=True, blank=True)
+    disk_measured_at = models.DateTimeField(_("disk measured at"), null=True, blank=True)
+    work_swept_at = models.DateTimeField(_("work dirs removed at"), null=True, blank=True)
 
     class Meta:
+        verbose_name = _("job")
+        verbose_name_plural = _("training jobs")
         ordering = ["-created_at", "-id"]
         indexes = [
             models.Index(fields=["workspace", "status"]),
@@ -250,34 +288,50 @@ class JobRole(models.Model):
         ALWAYS = "Always"
         EXIT_CODE = "ExitCode"
 
-    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="roles")
-    role_type = models.CharField(max_length=16, choices=RoleType.choices)
-    pod_count = models.PositiveIntegerField(default=1)
-    image = models.CharField(max_length=512, blank=True)
+    job = models.ForeignKey(
+        Job, on_delete=models.CASCADE, related_name="roles", verbose_name=_("job")
+    )
+    role_type = models.CharField(_("role type"), max_length=16, choices=RoleType.choices)
+    pod_count = models.PositiveIntegerField(_("pod count"), default=1)
+    image = models.CharField(_("Image"), max_length=512, blank=True)
     instance_type = models.ForeignKey(
-        "cluster.InstanceType", null=True, blank=True, on_delete=models.PROTECT
+        "cluster.InstanceType",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        verbose_name=_("Instance type"),
     )
     # Resolved resources of one pod (from the instance type, or the resource config).
-    cpu = models.PositiveIntegerField(help_text="millicores")
-    memory = models.PositiveIntegerField(help_text="MiB")
-    gpu = models.PositiveIntegerField(default=0)
+    cpu = models.PositiveIntegerField(_("CPU"), help_text=_("millicores"))
+    memory = models.PositiveIntegerField(_("Memory"), help_text=_("MiB"))
+    gpu = models.PositiveIntegerField(_("GPUs"), default=0)
     # A share of one GPU, 1..999 milli-GPUs (gpu then 0): the pod runs on one GPU that other
     # shared pods may use too. Quota jobs only; 0 for whole GPUs.
-    gpu_milli = models.PositiveSmallIntegerField(default=0)
+    gpu_milli = models.PositiveSmallIntegerField(_("GPU share (milli-GPUs)"), default=0)
     restart_policy = models.CharField(
-        max_length=16, choices=RestartPolicy.choices, default=RestartPolicy.ON_FAILURE
+        _("Restart policy"),
+        max_length=16,
+        choices=RestartPolicy.choices,
+        default=RestartPolicy.ON_FAILURE,
     )
-    spot_strategy = models.CharField(max_length=32, choices=SpotStrategy.choices, blank=True)
-    spot_discount_limit = models.DecimalField(max_digits=3, decimal_places=2, null=True, blank=True)
+    spot_strategy = models.CharField(
+        _("spot strategy"), max_length=32, choices=SpotStrategy.choices, blank=True
+    )
+    spot_discount_limit = models.DecimalField(
+        _("spot discount limit"), max_digits=3, decimal_places=2, null=True, blank=True
+    )
     spot_price_limit = models.DecimalField(
+        _("spot price limit"),
         max_digits=12,
         decimal_places=6,
         null=True,
         blank=True,
-        help_text="CNY per instance-minute, as the DLC API documents it",
+        help_text=_("CNY per instance-minute, as the DLC API documents it"),
     )
 
     class Meta:
+        verbose_name = _("job role")
+        verbose_name_plural = _("job roles")
         ordering = ["id"]
         constraints = [
             models.CheckConstraint(condition=Q(pod_count__gte=1), name="role_pod_count_ge_1"),
@@ -312,24 +366,39 @@ class ElasticSpotSpec(models.Model):
     first, then these in `position` order, and starts the job on the first that its bid
     and the stock allow (`apps.core.pricing.spot_choice`)."""
 
-    role = models.ForeignKey(JobRole, on_delete=models.CASCADE, related_name="elastic_spot_specs")
-    position = models.PositiveSmallIntegerField(help_text="0 is tried first, after the role's own")
+    role = models.ForeignKey(
+        JobRole, on_delete=models.CASCADE, related_name="elastic_spot_specs", verbose_name=_("Role")
+    )
+    position = models.PositiveSmallIntegerField(
+        _("position"), help_text=_("0 is tried first, after the role's own")
+    )
     instance_type = models.ForeignKey(
-        "cluster.InstanceType", on_delete=models.PROTECT, related_name="+"
+        "cluster.InstanceType",
+        on_delete=models.PROTECT,
+        related_name="+",
+        verbose_name=_("Instance type"),
     )
     spot_strategy = models.CharField(
-        max_length=32, choices=SpotStrategy.choices, default=SpotStrategy.PRICE_LIMIT
+        _("spot strategy"),
+        max_length=32,
+        choices=SpotStrategy.choices,
+        default=SpotStrategy.PRICE_LIMIT,
     )
-    spot_discount_limit = models.DecimalField(max_digits=3, decimal_places=2, null=True, blank=True)
+    spot_discount_limit = models.DecimalField(
+        _("spot discount limit"), max_digits=3, decimal_places=2, null=True, blank=True
+    )
     spot_price_limit = models.DecimalField(
+        _("spot price limit"),
         max_digits=12,
         decimal_places=6,
         null=True,
         blank=True,
-        help_text="CNY per instance-minute, as SpotSpec's",
+        help_text=_("CNY per instance-minute, as SpotSpec's"),
     )
 
     class Meta:
+        verbose_name = _("elastic spot spec")
+        verbose_name_plural = _("elastic spot specs")
         ordering = ["role_id", "position"]
         constraints = [
             models.UniqueConstraint(fields=["role", "position"], name="elastic_spot_position"),
@@ -361,31 +430,49 @@ LIVE_POD_STATUSES = (PodStatus.PENDING, PodStatus.RUNNING)
 class Pod(models.Model):
     """One pod of one attempt; pods of earlier attempts stay as history pods."""
 
-    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="pods")
-    role = models.ForeignKey(JobRole, on_delete=models.CASCADE, related_name="pods")
-    index = models.PositiveIntegerField()
-    attempt = models.PositiveSmallIntegerField(default=0)
-    pod_id = models.CharField(max_length=96, unique=True)
+    job = models.ForeignKey(
+        Job, on_delete=models.CASCADE, related_name="pods", verbose_name=_("job")
+    )
+    role = models.ForeignKey(
+        JobRole, on_delete=models.CASCADE, related_name="pods", verbose_name=_("Role")
+    )
+    index = models.PositiveIntegerField(_("index"))
+    attempt = models.PositiveSmallIntegerField(_("attempt"), default=0)
+    pod_id = models.CharField(_("pod id"), max_length=96, unique=True)
     node = models.ForeignKey(
-        "cluster.Node", null=True, blank=True, on_delete=models.SET_NULL, related_name="pods"
+        "cluster.Node",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="pods",
+        verbose_name=_("node"),
     )
     # The public pool's instance type the pod runs on (pay-as-you-go and spot pods): its
     # role's, or for spot the ElasticSpotSpecs type the market started the job on. Billing
     # and the market's stock count it. None for quota pods (they run on a node).
     instance_type = models.ForeignKey(
-        "cluster.InstanceType", null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+        "cluster.InstanceType",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="+",
+        verbose_name=_("Instance type"),
     )
-    in_quota = models.BooleanField(null=True, blank=True)
-    status = models.CharField(max_length=16, choices=PodStatus.choices, default=PodStatus.PENDING)
-    reason = models.CharField(max_length=64, blank=True)
-    message = models.TextField(blank=True)
-    exit_code = models.IntegerField(null=True, blank=True)
-    gpu_ids = models.CharField(max_length=64, blank=True)
-    created_at = models.DateTimeField(auto_now_add=True)
-    started_at = models.DateTimeField(null=True, blank=True)
-    finished_at = models.DateTimeField(null=True, blank=True)
+    in_quota = models.BooleanField(_("In quota"), null=True, blank=True)
+    status = models.CharField(
+        _("Status"), max_length=16, choices=PodStatus.choices, default=PodStatus.PENDING
+    )
+    reason = models.CharField(_("Reason"), max_length=64, blank=True)
+    message = models.TextField(_("Message"), blank=True)
+    exit_code = models.IntegerField(_("Exit code"), null=True, blank=True)
+    gpu_ids = models.CharField(_("GPU ids"), max_length=64, blank=True)
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+    started_at = models.DateTimeField(_("started at"), null=True, blank=True)
+    finished_at = models.DateTimeField(_("finished at"), null=True, blank=True)
 
     class Meta:
+        verbose_name = _("pod")
+        verbose_name_plural = _("pods")
         ordering = ["-attempt", "role_id", "index"]
         indexes = [models.Index(fields=["status", "node"])]
 
@@ -409,11 +496,15 @@ class JobTag(models.Model):
     `apps.jobs.specs.tags_problems`). A row each, so ListJobs filters by them on any
     database with an index."""
 
-    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="tags")
-    key = models.CharField(max_length=128)
-    value = models.CharField(max_length=128, blank=True)
+    job = models.ForeignKey(
+        Job, on_delete=models.CASCADE, related_name="tags", verbose_name=_("job")
+    )
+    key = models.CharField(_("key"), max_length=128)
+    value = models.CharField(_("value"), max_length=128, blank=True)
 
     class Meta:
+        verbose_name = _("job tag")
+        verbose_name_plural = _("job tags")
         ordering = ["key"]
         constraints = [models.UniqueConstraint(fields=["job", "key"], name="job_tag_key_unique")]
         indexes = [models.Index(fields=["key", "value"])]
@@ -425,14 +516,18 @@ class JobTag(models.Model):
 class StatusTransition(models.Model):
     """One entry of StatusHistory: a status the job held, from start to end, and why."""
 
-    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="status_history")
-    status = models.CharField(max_length=20, choices=JobStatus.choices)
-    reason_code = models.CharField(max_length=64, blank=True)
-    reason_message = models.TextField(blank=True)
-    started_at = models.DateTimeField()
-    ended_at = models.DateTimeField(null=True, blank=True)
+    job = models.ForeignKey(
+        Job, on_delete=models.CASCADE, related_name="status_history", verbose_name=_("job")
+    )
+    status = models.CharField(_("Status"), max_length=20, choices=JobStatus.choices)
+    reason_code = models.CharField(_("Reason code"), max_length=64, blank=True)
+    reason_message = models.TextField(_("Reason message"), blank=True)
+    started_at = models.DateTimeField(_("started at"))
+    ended_at = models.DateTimeField(_("ended at"), null=True, blank=True)
 
     class Meta:
+        verbose_name = _("status transition")
+        verbose_name_plural = _("status transitions")
         ordering = ["started_at", "id"]
 
     def __str__(self) -> str:
@@ -442,13 +537,19 @@ class StatusTransition(models.Model):
 class JobEvent(models.Model):
     """Something that happened to a job or one of its pods, in words a user can read."""
 
-    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="events")
-    pod = models.ForeignKey(Pod, null=True, blank=True, on_delete=models.CASCADE)
-    at = models.DateTimeField()
-    kind = models.CharField(max_length=32)  # Submitted, Dequeued, Scheduled, Preempted…
-    message = models.TextField()
+    job = models.ForeignKey(
+        Job, on_delete=models.CASCADE, related_name="events", verbose_name=_("job")
+    )
+    pod = models.ForeignKey(
+        Pod, null=True, blank=True, on_delete=models.CASCADE, verbose_name=_("pod")
+    )
+    at = models.DateTimeField(_("at"))
+    kind = models.CharField(_("kind"), max_length=32)  # Submitted, Dequeued, Scheduled, Preempted…
+    message = models.TextField(_("Message"))
 
     class Meta:
+        verbose_name = _("job event")
+        verbose_name_plural = _("job events")
         ordering = ["at", "id"]
 
     def __str__(self) -> str:
@@ -456,16 +557,20 @@ class JobEvent(models.Model):
 
 
 class Checkpoint(models.Model):
-    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="checkpoints")
-    step = models.PositiveBigIntegerField()
-    path = models.CharField(max_length=512, blank=True)
-    size_bytes = models.PositiveBigIntegerField(default=0)
-    created_at = models.DateTimeField()
+    job = models.ForeignKey(
+        Job, on_delete=models.CASCADE, related_name="checkpoints", verbose_name=_("job")
+    )
+    step = models.PositiveBigIntegerField(_("Step"))
+    path = models.CharField(_("path"), max_length=512, blank=True)
+    size_bytes = models.PositiveBigIntegerField(_("size (bytes)"), default=0)
+    created_at = models.DateTimeField(_("created at"))
     # when the agent found its file gone (EasyCkpt keeps only the latest, the job's own code
     # or the work-dir sweep removed it): the row stays, for the job's history
-    removed_at = models.DateTimeField(null=True, blank=True)
+    removed_at = models.DateTimeField(_("removed at"), null=True, blank=True)
 
     class Meta:
+        verbose_name = _("checkpoint")
+        verbose_name_plural = _("checkpoints")
         ordering = ["-created_at", "-id"]
 
     def __str__(self) -> str:
@@ -479,22 +584,29 @@ class JobRestart(models.Model):
     reclaim (AIMaster requeues those whatever its budget) or a platform interruption (a node
     lost or drained, an agent restarted)."""
 
-    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="restarts")
+    job = models.ForeignKey(
+        Job, on_delete=models.CASCADE, related_name="restarts", verbose_name=_("job")
+    )
     # The job's n-th interruption, which started attempt n: counted or not, so each attempt
     # names the interruption that ended the one before. A counted row's place in AIMaster's
     # budget is the number of counted rows up to it (`apps.jobs.selectors.job_restarts`).
-    number = models.PositiveSmallIntegerField()
-    at = models.DateTimeField()
-    cause = models.CharField(max_length=64)  # JobPreempted, SpotReclaimed, PodFailed, NodeLost
-    message = models.TextField(blank=True)
-    lost_gpu_seconds = models.FloatField(default=0)
+    number = models.PositiveSmallIntegerField(_("number"))
+    at = models.DateTimeField(_("at"))
+    # JobPreempted, SpotReclaimed, PodFailed, NodeLost
+    cause = models.CharField(_("Cause"), max_length=64)
+    message = models.TextField(_("Message"), blank=True)
+    lost_gpu_seconds = models.FloatField(_("work lost (GPU-seconds)"), default=0)
     counted = models.BooleanField(
+        _("counted"),
         default=True,
-        help_text="spent one of AIMaster's restarts (False: a preemption, a reclaim or the "
-        "platform's)",
+        help_text=_(
+            "spent one of AIMaster's restarts (False: a preemption, a reclaim or the platform's)"
+        ),
     )
 
     class Meta:
+        verbose_name = _("job restart")
+        verbose_name_plural = _("job restarts")
         ordering = ["number"]
 
     def __str__(self) -> str:
@@ -507,23 +619,36 @@ class JobTemplate(models.Model):
     one unless a version is named."""
 
     workspace = models.ForeignKey(
-        "workspaces.Workspace", on_delete=models.CASCADE, related_name="job_templates"
+        "workspaces.Workspace",
+        on_delete=models.CASCADE,
+        related_name="job_templates",
+        verbose_name=_("workspace"),
     )
     user = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="job_templates"
+        settings.AUTH_USER_MODEL,
+        on_delete=models.PROTECT,
+        related_name="job_templates",
+        verbose_name=_("user"),
     )
-    name = models.CharField(max_length=128)
-    description = models.TextField(blank=True)
-    metadata = models.JSONField(default=dict, blank=True)
-    default_version = models.PositiveIntegerField(default=1)
+    name = models.CharField(_("name"), max_length=128)
+    description = models.TextField(_("Description"), blank=True)
+    metadata = models.JSONField(_("metadata"), default=dict, blank=True)
+    default_version = models.PositiveIntegerField(_("default version"), default=1)
     modified_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        verbose_name=_("modified by"),
     )
-    created_at = models.DateTimeField(auto_now_add=True)
-    updated_at = models.DateTimeField(auto_now=True)
-    last_used_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+    updated_at = models.DateTimeField(_("updated at"), auto_now=True)
+    last_used_at = models.DateTimeField(_("last used at"), null=True, blank=True)
 
     class Meta:
+        verbose_name = _("job template")
+        verbose_name_plural = _("job templates")
         ordering = ["name"]
         constraints = [
             models.UniqueConstraint(fields=["workspace", "name"], name="one_template_name_per_ws")
@@ -537,16 +662,23 @@ class JobTemplateVersion(models.Model):
     """One version of a template: `content` is a `JobSpec` as `specs.spec_to_json` writes
     it; `constraints` maps a CreateJob field to locked, overridable or required."""
 
-    template = models.ForeignKey(JobTemplate, on_delete=models.CASCADE, related_name="versions")
-    version = models.PositiveIntegerField()
-    content = models.JSONField()
-    constraints = models.JSONField(default=dict, blank=True)
-    created_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+"
+    template = models.ForeignKey(
+        JobTemplate, on_delete=models.CASCADE, related_name="versions", verbose_name=_("template")
     )
-    created_at = models.DateTimeField(auto_now_add=True)
+    version = models.PositiveIntegerField(_("version"))
+    content = models.JSONField(_("content"))
+    constraints = models.JSONField(_("constraints"), default=dict, blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.PROTECT,
+        related_name="+",
+        verbose_name=_("created by"),
+    )
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
 
     class Meta:
+        verbose_name = _("job template version")
+        verbose_name_plural = _("job template versions")
         ordering = ["version"]
         constraints = [
             models.UniqueConstraint(fields=["template", "version"], name="one_template_version")

@@ -1,6 +1,7 @@
 from django.apps import AppConfig
+from django.utils.translation import gettext_lazy as _
 
 
 class MarketConfig(AppConfig):
     name = "apps.market"
-    verbose_name = "Spot market"
+    verbose_name = _("Spot market")

@@ -1,8 +1,10 @@
 from django.apps import AppConfig
+from django.utils.translation import gettext_lazy as _
 
 
 class WorkspacesConfig(AppConfig):
     name = "apps.workspaces"
+    verbose_name = _("Workspaces")
 
     def ready(self) -> None:
         from django.contrib.auth.signals import user_logged_in

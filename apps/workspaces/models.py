@@ -12,15 +12,20 @@ from apps.workspaces.crypto import decrypt_secret, encrypt_secret
 class Workspace(models.Model):
     """The tenancy unit: users are members; jobs, access keys and quotas are bound to it."""
 
-    name = models.SlugField(max_length=64, unique=True)
-    display_name = models.CharField(max_length=128, blank=True)
-    description = models.TextField(blank=True)
-    created_at = models.DateTimeField(auto_now_add=True)
+    name = models.SlugField(_("name"), max_length=64, unique=True)
+    display_name = models.CharField(_("display name"), max_length=128, blank=True)
+    description = models.TextField(_("Description"), blank=True)
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
     members = models.ManyToManyField(
-        settings.AUTH_USER_MODEL, through="Membership", related_name="workspaces"
+        settings.AUTH_USER_MODEL,
+        through="Membership",
+        related_name="workspaces",
+        verbose_name=_("members"),
     )
 
     class Meta:
+        verbose_name = _("workspace")
+        verbose_name_plural = _("workspaces")
         ordering = ["name"]
 
     def __str__(self) -> str:
@@ -38,11 +43,15 @@ class Membership(models.Model):
         ADMIN = "admin", _("Administrator")
         MEMBER = "member", _("Member")
 
-    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE)
-    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE)
-    role = models.CharField(max_length=16, choices=Role.choices, default=Role.MEMBER)
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, verbose_name=_("user")
+    )
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, verbose_name=_("workspace"))
+    role = models.CharField(_("Role"), max_length=16, choices=Role.choices, default=Role.MEMBER)
 
     class Meta:
+        verbose_name = _("membership")
+        verbose_name_plural = _("memberships")
         constraints = [
             models.UniqueConstraint(fields=["user", "workspace"], name="one_membership_per_user")
         ]
@@ -55,16 +64,21 @@ class AccessKey(models.Model):
     """An AccessKey pair: acts as its user in the API. The secret is stored encrypted."""
 
     user = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="access_keys"
+        settings.AUTH_USER_MODEL,
+        on_delete=models.CASCADE,
+        related_name="access_keys",
+        verbose_name=_("user"),
     )
-    key_id = models.CharField(max_length=64, unique=True)
-    secret_encrypted = models.TextField(editable=False)
-    description = models.CharField(max_length=200, blank=True)
-    enabled = models.BooleanField(default=True)
-    created_at = models.DateTimeField(auto_now_add=True)
-    last_used_at = models.DateTimeField(null=True, blank=True)
+    key_id = models.CharField(_("AccessKey ID"), max_length=64, unique=True)
+    secret_encrypted = models.TextField(_("encrypted secret"), editable=False)
+    description = models.CharField(_("Description"), max_length=200, blank=True)
+    enabled = models.BooleanField(_("enabled"), default=True)
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+    last_used_at = models.DateTimeField(_("last used at"), null=True, blank=True)
 
     class Meta:
+        verbose_name = _("access key")
+        verbose_name_plural = _("access keys")
         ordering = ["-created_at"]
 
     def __str__(self) -> str:
@@ -87,10 +101,17 @@ class UserPreference(models.Model):
     language they speak (empty: the browser's)."""
 
     user = models.OneToOneField(
-        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="preference"
+        settings.AUTH_USER_MODEL,
+        on_delete=models.CASCADE,
+        related_name="preference",
+        verbose_name=_("user"),
     )
-    time_zone = models.CharField(max_length=64, blank=True)
-    language = models.CharField(max_length=16, blank=True)
+    time_zone = models.CharField(_("Time zone"), max_length=64, blank=True)
+    language = models.CharField(_("Language"), max_length=16, blank=True)
+
+    class Meta:
+        verbose_name = _("user preference")
+        verbose_name_plural = _("user preferences")
 
     def __str__(self) -> str:
         return f"{self.user}: {self.time_zone or 'browser time zone'}"

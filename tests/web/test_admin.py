@@ -1,19 +1,27 @@
 """The Django admin: every model has a working page; jobs, workspaces and pools show their
-children inline; an AccessKey's secret is shown once, on creation, and never again."""
+children inline; an AccessKey's secret is shown once, on creation, and never again; in
+Chinese, its models and fields are named in the console's Chinese words."""
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
+import polib
 import pytest
+from django.apps import apps
+from django.conf import settings
 from django.contrib import admin
 from django.contrib.admin.models import LogEntry
 from django.urls import reverse
-from django.utils import timezone
+from django.utils import timezone, translation
+from django.utils.functional import Promise
 
 from apps.cluster.clusterfile import cluster_file_check
-from apps.cluster.models import Node, Quota
+from apps.cluster.models import InstanceType, Node, Quota, ResourcePool
 from apps.cluster.selectors import cluster_state
 from apps.jobs.models import Job, JobEvent, JobRole, Pod, StatusTransition
-from apps.workspaces.models import AccessKey
+from apps.workspaces.models import AccessKey, Workspace
 from tests.factories import make_access_key
 
 APPS = ("cluster", "workspaces", "jobs")
@@ -414,3 +422,98 @@ def test_the_key_actions_say_how_many_in_the_admins_language(admin_client, perso
     assert f"用户 bob 的 AccessKey {keys[0].key_id}：其 Secret 为 " in rotated
     page = admin_client.get(url, headers={"accept-language": "zh-CN"}).content.decode()
     assert "禁用所选密钥" in page and "轮换所选密钥的 Secret（仅显示一次）" in page
+
+
+# --- in Chinese ----------------------------------------------------------------------------
+
+ZH = {"accept_language": "zh-CN"}
+CATALOGUE = Path(settings.BASE_DIR) / "locale" / "zh_Hans" / "LC_MESSAGES" / "django.po"
+
+# The main models: their names in Chinese (one, many) and labels their change form shows.
+IN_CHINESE = {
+    Node: ("节点", "节点", ("资源池", "实例规格", "GPU 数", "GPU 型号", "最近心跳", "毫核")),
+    Quota: ("资源配额", "资源配额", ("上级配额", "资源池", "Min GPU 数", "排队策略")),
+    ResourcePool: ("资源池", "资源池", ("名称", "类型", "资源类型")),
+    InstanceType: ("实例规格", "实例规格", ("GPU 型号", "每小时价格", "公共资源容量")),
+    Workspace: ("工作空间", "工作空间", ("显示名称", "描述", "工作空间成员")),
+    Job: ("任务", "训练任务", ("任务名称", "执行命令", "资源来源", "子状态", "状态历史")),
+}
+
+
+@pytest.fixture
+def zh_admin(client, admin_user):
+    """An admin signed in through the admin's own sign-in page, in a browser asking for
+    Chinese."""
+    page = client.get(reverse("admin:login"), headers=ZH).content.decode()
+    assert "登录" in page
+    response = client.post(
+        reverse("admin:login"), {"username": "admin", "password": "password"}, headers=ZH
+    )
+    assert response.status_code == 302
+    return client
+
+
+def test_the_admin_names_its_models_and_fields_in_chinese(zh_admin, job, cluster, personas):
+    index = zh_admin.get(reverse("admin:index"), headers=ZH).content.decode()
+    for app in ("集群", "训练", "工作空间", "竞价市场", "计费", "节点 agent"):
+        assert f">{app}</a>" in index, app
+    objects = {
+        Node: cluster["nodes"][0],
+        Quota: cluster["team_a"],
+        ResourcePool: cluster["dedicated"],
+        InstanceType: InstanceType.objects.first(),
+        Workspace: personas["ws_a"],
+        Job: job,
+    }
+    for model, (one, many, labels) in IN_CHINESE.items():
+        opts = model._meta
+        assert f">{many}</a>" in index, model
+        with translation.override("en"):
+            english = str(opts.verbose_name_plural).capitalize()
+        assert f">{english}</a>" not in index, english  # no English left
+        prefix = f"admin:{opts.app_label}_{opts.model_name}"
+        changelist = zh_admin.get(reverse(f"{prefix}_changelist"), headers=ZH)
+        assert f"选择 {one} 来修改" in changelist.content.decode(), model
+        form = zh_admin.get(reverse(f"{prefix}_change", args=[objects[model].pk]), headers=ZH)
+        page = form.content.decode()
+        assert f"修改 {one}" in page, model
+        for label in labels:
+            assert label in page, (model, label)
+    nodes = zh_admin.get(reverse("admin:cluster_node_changelist"), headers=ZH).content.decode()
+    table = nodes[nodes.index('id="result_list"') :]
+    headers = [
+        re.sub(r"<[^>]+>|\s+", "", th) for th in re.findall(r'<th scope="col".*?</th>', table, re.S)
+    ]
+    assert headers[1:] == [
+        *("名称", "资源池", "实例规格", "状态", "GPU数", "GPU型号", "VCPU", "内存（GiB）"),
+        "最近心跳",
+    ]
+    assert "封锁：不再向所选节点调度新的 Pod" in nodes  # an action
+    assert "以 资源池" in nodes  # a filter
+
+
+def test_every_model_in_the_admin_has_a_chinese_name_for_itself_and_its_fields():
+    """Its name, its app's, and every field's label and help: lazy translations whose
+    English is in the catalogue, translated."""
+    translated = {e.msgid for e in polib.pofile(str(CATALOGUE)).translated_entries()}
+    untranslated = []
+    for model in admin.site._registry:
+        opts = model._meta
+        if opts.app_label in ("auth",):  # Django's own, translated by Django
+            continue
+        texts = {
+            f"{opts.app_label}": apps.get_app_config(opts.app_label).verbose_name,
+            f"{opts.label}": opts.verbose_name,
+            f"{opts.label} (plural)": opts.verbose_name_plural,
+        }
+        for field in opts.get_fields():
+            if not field.auto_created:
+                texts[f"{opts.label}.{field.name}"] = field.verbose_name
+                if field.help_text:
+                    texts[f"{opts.label}.{field.name} (help)"] = field.help_text
+        for where, text in texts.items():
+            with translation.override("en"):
+                english = str(text)
+            if not isinstance(text, Promise) or english not in translated:
+                untranslated.append(f"{where}: {english}")
+    assert untranslated == []
