@@ -140,13 +140,21 @@ class NodeAdmin(admin.ModelAdmin):
         protected = [
             *protected,
             *(
-                f"Pod {pod.pod_id} of job {pod.job.job_id} ({pod.status}) on node "
-                f"{pod.node.name if pod.node else ''}: drain the node first (the Drain "
-                "action moves its jobs off), then delete it"
+                gettext(
+                    "Pod %(pod)s of job %(job)s (%(status)s) on node %(node)s: drain the node "
+                    "first (the Drain action moves its jobs off), then delete it"
+                )
+                % {
+                    "pod": pod.pod_id,
+                    "job": pod.job.job_id,
+                    "status": pod.status,
+                    "node": pod.node.name if pod.node else "",
+                }
                 for pod in live
             ),
             *(
-                f"{problem} without the nodes deleted: lower the quotas' min first"
+                gettext("%(problem)s without the nodes deleted: lower the quotas' min first")
+                % {"problem": problem}
                 for problem in _pools_fit_without(list(objs))
             ),
         ]

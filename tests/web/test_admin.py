@@ -517,3 +517,15 @@ def test_every_model_in_the_admin_has_a_chinese_name_for_itself_and_its_fields()
             if not isinstance(text, Promise) or english not in translated:
                 untranslated.append(f"{where}: {english}")
     assert untranslated == []
+
+
+def test_it_refuses_to_delete_a_node_in_the_readers_language(zh_admin, job, cluster):
+    busy = reverse("admin:cluster_node_delete", args=[cluster["nodes"][0].pk])
+    needed = reverse("admin:cluster_node_delete", args=[cluster["nodes"][3].pk])
+
+    page = zh_admin.get(busy, headers=ZH).content.decode()
+    other = zh_admin.get(needed, headers=ZH).content.decode()
+
+    assert f"任务 {job.job_id} 的 Pod {job.job_id}-worker-0（Running）" in page
+    assert "请先排空该节点" in page and "drain the node first" not in page
+    assert "请先调低配额的 min" in other and "lower the quotas" not in other
