@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from django.db import models
 from django.utils.translation import gettext_lazy as _
+from django.utils.translation import pgettext_lazy
 
 
 class PodProcess(models.Model):
@@ -13,11 +14,13 @@ class PodProcess(models.Model):
     that claims it fills in where and how it runs, and how it ended."""
 
     class State(models.TextChoices):
-        QUEUED = "queued"  # pod_start_task is on the node's queue
-        STARTING = "starting"  # an agent claimed it
-        RUNNING = "running"
-        EXITED = "exited"
-        CANCELLED = "cancelled"  # the pod was stopped or preempted before it started
+        # pod_start_task is on the node's queue
+        QUEUED = "queued", pgettext_lazy("status", "Queued")
+        STARTING = "starting", pgettext_lazy("status", "Starting")  # an agent claimed it
+        RUNNING = "running", pgettext_lazy("status", "Running")
+        EXITED = "exited", pgettext_lazy("status", "Exited")
+        # the pod was stopped or preempted before it started
+        CANCELLED = "cancelled", pgettext_lazy("status", "Cancelled")
 
     pod = models.OneToOneField(
         "jobs.Pod", on_delete=models.CASCADE, related_name="process", verbose_name=_("pod")

@@ -12,6 +12,7 @@ from django.db.models import Q
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
+from django.utils.translation import pgettext_lazy
 
 from apps.cluster.models import ResourceType
 
@@ -46,17 +47,17 @@ def new_job_id() -> str:
 
 
 class JobStatus(models.TextChoices):
-    CREATING = "Creating"
-    QUEUING = "Queuing"
-    BIDDING = "Bidding"
-    ENV_PREPARING = "EnvPreparing"
-    SANITY_CHECKING = "SanityChecking"
-    RUNNING = "Running"
-    RESTARTING = "Restarting"
-    STOPPING = "Stopping"
-    SUCCEEDED = "Succeeded"
-    FAILED = "Failed"
-    STOPPED = "Stopped"
+    CREATING = "Creating", pgettext_lazy("status", "Creating")
+    QUEUING = "Queuing", pgettext_lazy("status", "Queuing")
+    BIDDING = "Bidding", pgettext_lazy("status", "Bidding")
+    ENV_PREPARING = "EnvPreparing", pgettext_lazy("status", "EnvPreparing")
+    SANITY_CHECKING = "SanityChecking", pgettext_lazy("status", "SanityChecking")
+    RUNNING = "Running", pgettext_lazy("status", "Running")
+    RESTARTING = "Restarting", pgettext_lazy("status", "Restarting")
+    STOPPING = "Stopping", pgettext_lazy("status", "Stopping")
+    SUCCEEDED = "Succeeded", pgettext_lazy("status", "Succeeded")
+    FAILED = "Failed", pgettext_lazy("status", "Failed")
+    STOPPED = "Stopped", pgettext_lazy("status", "Stopped")
 
 
 FINISHED_STATUSES = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED})
@@ -67,11 +68,11 @@ ACTIVE_STATUSES = frozenset(
 
 
 class JobType(models.TextChoices):
-    PYTORCH = "PyTorchJob"
-    TF = "TFJob"
-    MPI = "MPIJob"
-    XGBOOST = "XGBoostJob"
-    RAY = "RayJob"
+    PYTORCH = "PyTorchJob", "PyTorchJob"
+    TF = "TFJob", "TFJob"
+    MPI = "MPIJob", "MPIJob"
+    XGBOOST = "XGBoostJob", "XGBoostJob"
+    RAY = "RayJob", "RayJob"
 
 
 class ResourceSource(models.TextChoices):
@@ -87,8 +88,8 @@ class IdleMode(models.TextChoices):
 
 
 class SuccessPolicy(models.TextChoices):
-    ALL_WORKERS = "AllWorkers"
-    CHIEF_WORKER = "ChiefWorker"
+    ALL_WORKERS = "AllWorkers", "AllWorkers"
+    CHIEF_WORKER = "ChiefWorker", "ChiefWorker"
 
 
 class Accessibility(models.TextChoices):
@@ -267,26 +268,26 @@ class Job(models.Model):
 
 
 class SpotStrategy(models.TextChoices):
-    PRICE_LIMIT = "SpotWithPriceLimit"
+    PRICE_LIMIT = "SpotWithPriceLimit", "SpotWithPriceLimit"
 
 
 class JobRole(models.Model):
     """A JobSpec: one role (Worker, Master, PS, Chief…) with its pods' resources and bid."""
 
     class RoleType(models.TextChoices):
-        WORKER = "Worker"
-        MASTER = "Master"
-        PS = "PS"
-        CHIEF = "Chief"
-        EVALUATOR = "Evaluator"
-        LAUNCHER = "Launcher"
-        HEAD = "Head"
+        WORKER = "Worker", "Worker"
+        MASTER = "Master", "Master"
+        PS = "PS", "PS"
+        CHIEF = "Chief", "Chief"
+        EVALUATOR = "Evaluator", "Evaluator"
+        LAUNCHER = "Launcher", "Launcher"
+        HEAD = "Head", "Head"
 
     class RestartPolicy(models.TextChoices):
-        NEVER = "Never"
-        ON_FAILURE = "OnFailure"
-        ALWAYS = "Always"
-        EXIT_CODE = "ExitCode"
+        NEVER = "Never", "Never"
+        ON_FAILURE = "OnFailure", "OnFailure"
+        ALWAYS = "Always", "Always"
+        EXIT_CODE = "ExitCode", "ExitCode"
 
     job = models.ForeignKey(
         Job, on_delete=models.CASCADE, related_name="roles", verbose_name=_("job")
@@ -415,12 +416,12 @@ class ElasticSpotSpec(models.Model):
 
 
 class PodStatus(models.TextChoices):
-    PENDING = "Pending"
-    RUNNING = "Running"
-    SUCCEEDED = "Succeeded"
-    FAILED = "Failed"
-    PREEMPTED = "Preempted"
-    STOPPED = "Stopped"
+    PENDING = "Pending", pgettext_lazy("status", "Pending")
+    RUNNING = "Running", pgettext_lazy("status", "Running")
+    SUCCEEDED = "Succeeded", pgettext_lazy("status", "Succeeded")
+    FAILED = "Failed", pgettext_lazy("status", "Failed")
+    PREEMPTED = "Preempted", pgettext_lazy("status", "Preempted")
+    STOPPED = "Stopped", pgettext_lazy("status", "Stopped")
 
 
 # Pods that hold room (a node's, or the public pool's instances) until they end.

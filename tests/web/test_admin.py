@@ -529,3 +529,16 @@ def test_it_refuses_to_delete_a_node_in_the_readers_language(zh_admin, job, clus
     assert f"任务 {job.job_id} 的 Pod {job.job_id}-worker-0（Running）" in page
     assert "请先排空该节点" in page and "drain the node first" not in page
     assert "请先调低配额的 min" in other and "lower the quotas" not in other
+
+
+def test_the_admin_filters_by_statuses_and_types_named_as_the_console_names_them(zh_admin, job):
+    """Choices without labels were named after their constants: "Env Preparing", "Pytorch",
+    "Ps", "On Failure", in English in either language."""
+    jobs = zh_admin.get(reverse("admin:jobs_job_changelist"), headers=ZH).content.decode()
+    roles = zh_admin.get(reverse("admin:jobs_jobrole_changelist"), headers=ZH).content.decode()
+    processes = zh_admin.get(reverse("admin:agent_podprocess_changelist"), headers=ZH)
+
+    assert "环境准备中" in jobs and "运行中" in jobs and "Env Preparing" not in jobs
+    assert "PyTorchJob" in jobs and "Pytorch" not in jobs
+    assert ">PS</a>" in roles and ">OnFailure</a>" in roles and "On Failure" not in roles
+    assert "已退出" in processes.content.decode()

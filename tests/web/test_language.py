@@ -38,6 +38,16 @@ def test_it_speaks_english_unless_the_browser_asks_for_chinese(alice_client):
     assert "Create job" not in page
 
 
+def test_the_job_lists_status_filter_names_statuses_as_their_badges_do(alice_client):
+    """It offered "Env Preparing" and "Sanity Checking", in English in either language."""
+    english = jobs_page(alice_client, accept_language="en")
+    chinese = jobs_page(alice_client, accept_language="zh-CN")
+    assert '<option value="EnvPreparing">EnvPreparing</option>' in english
+    assert '<option value="EnvPreparing">环境准备中</option>' in chinese
+    assert '<option value="SanityChecking">健康检测中</option>' in chinese
+    assert "Env Preparing" not in english + chinese
+
+
 def test_the_sign_in_page_follows_the_browser_and_the_cookie(client):
     page = client.get(reverse("login"), headers={"accept_language": "zh-CN"}).content.decode()
     assert '<html lang="zh-hans"' in page and "登录" in page

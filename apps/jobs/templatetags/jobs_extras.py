@@ -6,10 +6,17 @@ from decimal import ROUND_FLOOR, ROUND_HALF_UP, Decimal
 
 from django import template
 from django.utils.html import format_html
-from django.utils.translation import gettext, gettext_lazy, pgettext_lazy
+from django.utils.translation import gettext, gettext_lazy
 
 from apps.core.i18n import localized
-from apps.jobs.models import PENDING_STATUSES, ResourceSource, gpu_hours_text, gpu_text
+from apps.jobs.models import (
+    PENDING_STATUSES,
+    JobStatus,
+    PodStatus,
+    ResourceSource,
+    gpu_hours_text,
+    gpu_text,
+)
 from apps.jobs.waiting import sub_status, waiting_text
 
 register = template.Library()
@@ -34,21 +41,7 @@ BADGE_KINDS = {
 
 # What a job's or a pod's status is called on the page, in the reader's language; the code
 # (what the API returns) stays in the badge's title when the two differ.
-STATUS_LABELS = {
-    "Creating": pgettext_lazy("status", "Creating"),
-    "Queuing": pgettext_lazy("status", "Queuing"),
-    "Bidding": pgettext_lazy("status", "Bidding"),
-    "EnvPreparing": pgettext_lazy("status", "EnvPreparing"),
-    "SanityChecking": pgettext_lazy("status", "SanityChecking"),
-    "Running": pgettext_lazy("status", "Running"),
-    "Restarting": pgettext_lazy("status", "Restarting"),
-    "Stopping": pgettext_lazy("status", "Stopping"),
-    "Succeeded": pgettext_lazy("status", "Succeeded"),
-    "Failed": pgettext_lazy("status", "Failed"),
-    "Stopped": pgettext_lazy("status", "Stopped"),
-    "Pending": pgettext_lazy("status", "Pending"),
-    "Preempted": pgettext_lazy("status", "Preempted"),
-}
+STATUS_LABELS = {**dict(JobStatus.choices), **dict(PodStatus.choices)}
 
 
 # A running quota job's SubStatus (`apps.jobs.waiting.quota_level`) in the reader's words; the
