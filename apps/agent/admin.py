@@ -160,7 +160,7 @@ class NodeAdmin(admin.ModelAdmin):
         ]
         return deleted, counts, perms_needed, protected
 
-    @admin.display(description=_("vCPUs"), ordering="cpu")
+    @admin.display(description=_("CPU (cores)"), ordering="cpu")
     def vcpus(self, obj: Node) -> str:
         return cores_text(obj.cpu)
 

@@ -37,7 +37,7 @@ class InstanceTypeAdmin(admin.ModelAdmin):
     list_filter = ("resource_type", "spot_enabled", "gpu_model")
     search_fields = ("name", "gpu_model")
 
-    @admin.display(description=_("vCPUs"), ordering="cpu")
+    @admin.display(description=_("CPU (cores)"), ordering="cpu")
     def vcpus_(self, obj: InstanceType) -> str:
         return cores_text(obj.cpu)
 

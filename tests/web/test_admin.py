@@ -440,6 +440,12 @@ IN_CHINESE = {
 }
 
 
+def _column_headers(changelist: str) -> list[str]:
+    table = changelist[changelist.index('id="result_list"') :]
+    cells = re.findall(r'<th scope="col".*?</th>', table, re.S)
+    return [re.sub(r"<[^>]+>", "", cell).strip() for cell in cells]
+
+
 @pytest.fixture
 def zh_admin(client, admin_user):
     """An admin signed in through the admin's own sign-in page, in a browser asking for
@@ -480,12 +486,8 @@ def test_the_admin_names_its_models_and_fields_in_chinese(zh_admin, job, cluster
         for label in labels:
             assert label in page, (model, label)
     nodes = zh_admin.get(reverse("admin:cluster_node_changelist"), headers=ZH).content.decode()
-    table = nodes[nodes.index('id="result_list"') :]
-    headers = [
-        re.sub(r"<[^>]+>|\s+", "", th) for th in re.findall(r'<th scope="col".*?</th>', table, re.S)
-    ]
-    assert headers[1:] == [
-        *("名称", "资源池", "实例规格", "状态", "GPU数", "GPU型号", "VCPU", "内存（GiB）"),
+    assert _column_headers(nodes)[1:] == [
+        *("名称", "资源池", "实例规格", "状态", "GPU 数", "GPU 型号", "CPU（核）", "内存（GiB）"),
         "最近心跳",
     ]
     assert "封锁：不再向所选节点调度新的 Pod" in nodes  # an action
@@ -542,3 +544,13 @@ def test_the_admin_filters_by_statuses_and_types_named_as_the_console_names_them
     assert "PyTorchJob" in jobs and "Pytorch" not in jobs
     assert ">PS</a>" in roles and ">OnFailure</a>" in roles and "On Failure" not in roles
     assert "已退出" in processes.content.decode()
+
+
+def test_nodes_and_instance_types_head_their_cores_column_as_people_write_it(admin_client, cluster):
+    """The admin capitalises a column's first letter: "vCPUs" read "VCPUs", "vCPU" "VCPU"."""
+    for changelist in ("admin:cluster_node_changelist", "admin:cluster_instancetype_changelist"):
+        english = admin_client.get(reverse(changelist)).content.decode()
+        chinese = admin_client.get(reverse(changelist), headers=ZH).content.decode()
+        assert "CPU (cores)" in _column_headers(english)
+        assert "CPU（核）" in _column_headers(chinese)
+        assert "VCPU" not in english + chinese
