@@ -11,6 +11,7 @@ from django.contrib import admin
 from django.http import HttpRequest
 from django.utils.translation import gettext_lazy as _
 
+from apps.core.i18n import localized
 from apps.jobs.models import (
     Checkpoint,
     ElasticSpotSpec,
@@ -24,6 +25,17 @@ from apps.jobs.models import (
     Pod,
     StatusTransition,
 )
+
+
+def _said(name: str, label):
+    """A read-only field showing a message the platform stored in English (a reason, an
+    event) in the reader's language, as the console shows it."""
+
+    @admin.display(description=label)
+    def said(self, obj) -> str:
+        return localized(getattr(obj, name))
+
+    return said
 
 
 class _ReadOnlyInline(admin.TabularInline):
@@ -79,12 +91,16 @@ class PodInline(_ReadOnlyInline):
 class StatusTransitionInline(_ReadOnlyInline):
     model = StatusTransition
     verbose_name_plural = _("Status history")
-    fields = ("status", "reason_code", "reason_message", "started_at", "ended_at")
+    fields = ("status", "reason_code", "reason_message_said", "started_at", "ended_at")
+    readonly_fields = fields
+    reason_message_said = _said("reason_message", _("Reason message"))
 
 
 class JobEventInline(_ReadOnlyInline):
     model = JobEvent
-    fields = ("at", "kind", "pod", "message")
+    fields = ("at", "kind", "pod", "message_said")
+    readonly_fields = fields
+    message_said = _said("message", _("Message"))
 
     def get_queryset(self, request: HttpRequest):
         return super().get_queryset(request).select_related("pod")
@@ -102,7 +118,9 @@ class JobTagInline(_ReadOnlyInline):
 
 class JobRestartInline(_ReadOnlyInline):
     model = JobRestart
-    fields = ("number", "at", "cause", "counted", "message", "lost_gpu_seconds")
+    fields = ("number", "at", "cause", "counted", "message_said", "lost_gpu_seconds")
+    readonly_fields = fields
+    message_said = _said("message", _("Message"))
 
 
 STATE_FIELDS = (
@@ -110,7 +128,7 @@ STATE_FIELDS = (
     "status",
     "sub_status",
     "reason_code",
-    "reason_message",
+    "reason_message_said",
     "restart_times",
     "ended_lost_gpu_seconds",
     "attempt",
@@ -121,7 +139,7 @@ STATE_FIELDS = (
     "finished_at",
     "not_before",
     "last_checkpoint_at",
-    "pending_reason",
+    "pending_reason_said",
     "queue_position",
     "queue_size",
 )
@@ -224,6 +242,9 @@ class JobAdmin(admin.ModelAdmin):
         (_("State"), {"fields": STATE_FIELDS[1:]}),
     )
 
+    reason_message_said = _said("reason_message", _("Reason message"))
+    pending_reason_said = _said("pending_reason", _("pending reason"))
+
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 
@@ -295,11 +316,12 @@ class StatusTransitionAdmin(_ReadOnlyAdmin):
 
 @admin.register(JobEvent)
 class JobEventAdmin(_ReadOnlyAdmin):
-    list_display = ("at", "job", "kind", "pod", "message")
+    list_display = ("at", "job", "kind", "pod", "message_said")
     list_filter = ("kind",)
     list_select_related = ("job", "pod")
     search_fields = ("job__job_id", "message", "kind")
     date_hierarchy = "at"
+    message_said = _said("message", _("Message"))
 
 
 @admin.register(Checkpoint)

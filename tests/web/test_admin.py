@@ -554,3 +554,24 @@ def test_nodes_and_instance_types_head_their_cores_column_as_people_write_it(adm
         assert "CPU (cores)" in _column_headers(english)
         assert "CPU（核）" in _column_headers(chinese)
         assert "VCPU" not in english + chinese
+
+
+def test_the_admin_gives_a_jobs_stored_messages_in_the_readers_language(zh_admin, job):
+    """Reasons and events are stored in English; the console reads them out in Chinese,
+    and the admin showed them as stored."""
+    job.reason_message = "All pods are running"
+    job.save(update_fields=["reason_message"])
+    JobEvent.objects.create(
+        job=job, at=timezone.now(), kind="Submitted", message="Submitted by alice"
+    )
+    job.status_history.update(reason_message="Waiting in the queue")
+    url = reverse("admin:jobs_job_change", args=[job.pk])
+
+    chinese = zh_admin.get(url, headers=ZH).content.decode()
+    english = zh_admin.get(url, headers={"accept_language": "en"}).content.decode()
+    events = zh_admin.get(reverse("admin:jobs_jobevent_changelist"), headers=ZH).content.decode()
+
+    assert "所有 Pod 均在运行" in chinese and "All pods are running" not in chinese
+    assert "由 alice 提交" in chinese and "正在排队" in chinese
+    assert "All pods are running" in english and "Submitted by alice" in english
+    assert '<td class="field-message_said">由 alice 提交</td>' in events
