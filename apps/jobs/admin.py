@@ -33,7 +33,7 @@ def _said(name: str, label):
 
     @admin.display(description=label)
     def said(self, obj) -> str:
-        return localized(getattr(obj, name))
+        return localized(getattr(obj, name)) or self.get_empty_value_display()
 
     return said
 

@@ -573,5 +573,6 @@ def test_the_admin_gives_a_jobs_stored_messages_in_the_readers_language(zh_admin
 
     assert "所有 Pod 均在运行" in chinese and "All pods are running" not in chinese
     assert "由 alice 提交" in chinese and "正在排队" in chinese
+    assert re.search(r"等待原因:</label>\s*<div[^>]*>-</div>", chinese)  # none, as others
     assert "All pods are running" in english and "Submitted by alice" in english
     assert '<td class="field-message_said">由 alice 提交</td>' in events
