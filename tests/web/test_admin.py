@@ -461,8 +461,9 @@ def zh_admin(client, admin_user):
 
 def test_the_admin_names_its_models_and_fields_in_chinese(zh_admin, job, cluster, personas):
     index = zh_admin.get(reverse("admin:index"), headers=ZH).content.decode()
-    for app in ("集群", "训练", "工作空间", "竞价市场", "计费", "节点 agent"):
+    for app in ("集群", "训练", "工作空间", "竞价市场", "计费", "节点 Agent"):
         assert f">{app}</a>" in index, app
+    assert ">节点 Agent</a>" in index  # its model, as its app and the health page name it
     objects = {
         Node: cluster["nodes"][0],
         Quota: cluster["team_a"],
