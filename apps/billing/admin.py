@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.contrib import admin
 from django.http import HttpRequest
 
-from apps.billing.models import BillLine, PodMeter
+from apps.billing.models import BillDay, BillLine, PodMeter
 
 
 class _ReadOnly(admin.ModelAdmin):
@@ -28,6 +28,25 @@ class BillLineAdmin(_ReadOnly):
         "pay_type",
         "price_per_hour",
         "amount",
+    ]
+    list_filter = ["pay_type", "workspace", "day"]
+    list_select_related = ["workspace", "job", "pod", "instance_type"]
+    search_fields = ["job__job_id", "pod__pod_id"]
+
+
+@admin.register(BillDay)
+class BillDayAdmin(_ReadOnly):
+    list_display = [
+        "day",
+        "workspace",
+        "job",
+        "pod",
+        "instance_type",
+        "pay_type",
+        "minutes",
+        "amount",
+        "low",
+        "high",
     ]
     list_filter = ["pay_type", "workspace", "day"]
     list_select_related = ["workspace", "job", "pod", "instance_type"]

@@ -72,21 +72,36 @@ class BillDay(models.Model):
     `billing_accrue` adds each line it inserts to its day in the same transaction."""
 
     workspace = models.ForeignKey(
-        "workspaces.Workspace", on_delete=models.PROTECT, related_name="bill_days"
+        "workspaces.Workspace",
+        on_delete=models.PROTECT,
+        related_name="bill_days",
+        verbose_name=_("workspace"),
     )
-    job = models.ForeignKey("jobs.Job", on_delete=models.CASCADE, related_name="bill_days")
-    pod = models.ForeignKey("jobs.Pod", on_delete=models.CASCADE, related_name="bill_days")
-    day = models.DateField(help_text="UTC day")
-    instance_type = models.ForeignKey("cluster.InstanceType", on_delete=models.PROTECT)
-    pay_type = models.CharField(max_length=8, choices=PayType.choices)
-    minutes = models.PositiveIntegerField(help_text="bill lines")
-    amount = models.DecimalField(max_digits=16, decimal_places=6, help_text="CNY")
-    first_minute = models.IntegerField(help_text="epoch minute of the first line")
-    last_minute = models.IntegerField(help_text="epoch minute of the last line")
-    low = models.DecimalField(max_digits=12, decimal_places=4, help_text="cheapest price/hour")
-    high = models.DecimalField(max_digits=12, decimal_places=4, help_text="dearest price/hour")
+    job = models.ForeignKey(
+        "jobs.Job", on_delete=models.CASCADE, related_name="bill_days", verbose_name=_("job")
+    )
+    pod = models.ForeignKey(
+        "jobs.Pod", on_delete=models.CASCADE, related_name="bill_days", verbose_name=_("pod")
+    )
+    day = models.DateField(_("day"), help_text=_("UTC day"))
+    instance_type = models.ForeignKey(
+        "cluster.InstanceType", on_delete=models.PROTECT, verbose_name=_("Instance type")
+    )
+    pay_type = models.CharField(_("pay type"), max_length=8, choices=PayType.choices)
+    minutes = models.PositiveIntegerField(_("minutes"), help_text=_("bill lines"))
+    amount = models.DecimalField(_("amount"), max_digits=16, decimal_places=6, help_text=_("CNY"))
+    first_minute = models.IntegerField(
+        _("first minute"), help_text=_("epoch minute: seconds since 1970 // 60")
+    )
+    last_minute = models.IntegerField(
+        _("last minute"), help_text=_("epoch minute: seconds since 1970 // 60")
+    )
+    low = models.DecimalField(_("lowest price per hour"), max_digits=12, decimal_places=4)
+    high = models.DecimalField(_("highest price per hour"), max_digits=12, decimal_places=4)
 
     class Meta:
+        verbose_name = _("bill day")
+        verbose_name_plural = _("bill days")
         constraints = [
             models.UniqueConstraint(
                 fields=["pod", "day", "instance_type", "pay_type"], name="one_bill_day_per_pod"

@@ -8,7 +8,7 @@ class Migration(migrations.Migration):
 
     dependencies = [
         ('agent', '0005_pod_metric_samples'),
-        ('cluster', '0005_verbose_names'),
+        ('cluster', '0007_verbose_names'),
         ('jobs', '0015_verbose_names'),
     ]
 

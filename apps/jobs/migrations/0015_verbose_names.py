@@ -10,7 +10,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('cluster', '0005_verbose_names'),
+        ('cluster', '0007_verbose_names'),
         ('jobs', '0014_job_created_when_submitted'),
         ('workspaces', '0004_verbose_names'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),

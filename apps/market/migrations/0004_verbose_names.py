@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('cluster', '0005_verbose_names'),
+        ('cluster', '0007_verbose_names'),
         ('market', '0003_marketparameters_to_cluster'),
     ]
 

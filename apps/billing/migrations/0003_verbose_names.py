@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('billing', '0001_initial'),
+        ('billing', '0002_bill_days'),
         ('cluster', '0004_gpus_per_node_limit'),
         ('jobs', '0014_job_created_when_submitted'),
         ('workspaces', '0004_verbose_names'),

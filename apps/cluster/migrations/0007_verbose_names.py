@@ -9,7 +9,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('cluster', '0004_gpus_per_node_limit'),
+        ('cluster', '0006_node_lost_at'),
         ('workspaces', '0004_verbose_names'),
     ]
 
