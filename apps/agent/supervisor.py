@@ -42,7 +42,7 @@ from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
-from apps.agent import cgroups, housekeeping, metrics, netns, runner, sampler, services
+from apps.agent import cgroups, housekeeping, metrics, netns, runner, sampler, services, shim
 from apps.core.words import say
 from apps.jobs.models import LIVE_POD_STATUSES
 
@@ -1046,6 +1046,9 @@ def disk_walk_once() -> int:
     for job_pk, job_dir in wanted.items():
         began = time.monotonic()
         usage = housekeeping.disk_usage(job_dir, max_entries=settings.POD_MAX_FILES + 1)
+        held = _held_open_bytes(job_pk, job_dir)
+        if held:
+            usage = housekeeping.DiskUsage(usage.bytes + held, usage.files, usage.complete)
         with _lock:
             if not any(e.launch.job_pk == job_pk for e in _running.values()):
                 continue  # its pods ended meanwhile
@@ -1056,6 +1059,24 @@ def disk_walk_once() -> int:
             logger.exception("could not record job %s's disk use", job_pk)
             connection.close()
     return len(wanted)
+
+
+def _held_open_bytes(job_pk: int, job_dir: Path) -> int:
+    """The space of the files the job's pods here removed but still hold open (each pod's
+    processes: its cgroup's, else those below its shim)."""
+    with _lock:
+        entries = [e for e in _running.values() if e.launch.job_pk == job_pk]
+    pids: list[int] = []
+    for entry in entries:
+        if entry.cgroup is not None:
+            pids += entry.cgroup.pids()
+        elif entry.process.shim_pid:
+            pids += shim.descendants(entry.process.shim_pid)
+    try:
+        dev = os.stat(job_dir).st_dev
+    except OSError:
+        return 0
+    return housekeeping.held_open_bytes(pids, dev=dev, max_entries=settings.POD_MAX_FILES + 1)
 
 
 def _disk_loop() -> None:

@@ -461,8 +461,32 @@ def test_a_fork_bomb_stops_at_the_process_limit(personas, agent_backend):
         ("head -c 100M /dev/zero > big; exit $?", "disk quota of 64 MiB"),
         ("for i in $(seq 20); do head -c 10M /dev/zero > f$i; done; sleep 30", "quota of 64 MiB"),
         ("mkdir d && cd d && for i in $(seq 5000); do : > $i; done; sleep 30", "3,000 files"),
+        (  # each file removed but held open: its space stays taken, and no walk lists it
+            'for i in 3 4 5 6 7; do eval "exec $i>f$i"; head -c 20M /dev/zero >&$i; rm f$i; '
+            "done; sleep 30",
+            "quota of 64 MiB",
+        ),
+        (  # removed, its descriptor closed, but still mapped: the same
+            python("""
+                import mmap, os, time
+                maps = []
+                for i in range(5):
+                    with open(f"f{i}", "wb+") as f:
+                        f.write(bytes(20 << 20))
+                        maps.append(mmap.mmap(f.fileno(), 0))
+                    os.remove(f"f{i}")
+                time.sleep(30)
+            """),
+            "quota of 64 MiB",
+        ),
     ],
-    ids=["one-big-file", "many-files-of-size", "too-many-files"],
+    ids=[
+        "one-big-file",
+        "many-files-of-size",
+        "too-many-files",
+        "removed-files-held-open",
+        "removed-files-mapped",
+    ],
 )
 def test_a_pod_over_its_disk_quota_is_stopped(personas, agent_backend, limits, command, why):
     job = submit(personas, command=command, name="filler")
