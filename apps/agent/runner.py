@@ -924,6 +924,7 @@ def ensure_dir(path: Path, *, under: Path, uid: int = -1) -> None:
 MANIFEST_READ_MAX = 1 * MIB  # per call: a pod writing a huge manifest is read over time
 CHECKPOINT_NAME = re.compile(r"^ckpt-(\d{12})\.pkl$")  # EasyCkpt's finished files
 MANIFEST_LINE_MAX = 16 * 1024
+CHECKPOINT_PATH_MAX = 512  # a recorded path (the directory's and the name): Checkpoint.path
 # Checkpoint records taken from one read (the agent reads every second): each is a row and
 # three queries, so a pod appending thousands of lines a second would fill the database and
 # hold up the agent's watch of every other pod. The newest are kept: EasyCkpt appends in
@@ -1099,11 +1100,21 @@ class ManifestReader:
             not name
             or path.is_absolute()
             or ".." in path.parts
-            or len(name) > 512
+            or len(name) > CHECKPOINT_PATH_MAX
             or "\x00" in name
         ):
             self._problem(
                 f"checkpoint file {name[:80]!r} is not inside the checkpoint directory: skipped"
+            )
+            return None
+        try:  # the record's path, as the database stores it: UTF-8, and not too long
+            stored = len(str(self.path.parent / name).encode("utf-8"))
+        except UnicodeEncodeError:  # a lone surrogate ("\udc80" in JSON)
+            stored = None
+        if stored is None or stored > CHECKPOINT_PATH_MAX:
+            self._problem(
+                f"checkpoint file {name[:80]!r} cannot be recorded (not UTF-8, or its path "
+                f"longer than {CHECKPOINT_PATH_MAX} bytes): skipped"
             )
             return None
         if not (0 <= step < _MAX_INT) or not math.isfinite(at) or not 0 < at < 4102444800:

@@ -929,7 +929,10 @@ def _check(entry: _Entry, watch: services.PodWatch | None, now: datetime) -> Non
     launch, process = entry.launch, entry.process
     if not entry.running_reported:
         _report_running(entry)
-    _report_checkpoints(entry)
+    try:  # what the pod wrote: whatever it holds, the checks below still run
+        _report_checkpoints(entry)
+    except Exception:
+        logger.exception("could not read pod %s's checkpoints", launch.pod_id)
     if time.monotonic() >= entry.next_disk_check:
         entry.next_disk_check = time.monotonic() + settings.POD_DISK_CHECK_SECONDS
         _disk_request(entry.launch.job_pk, entry.paths.job_dir)

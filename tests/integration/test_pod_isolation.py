@@ -664,6 +664,37 @@ def test_a_flood_of_checkpoint_records_neither_fills_the_database_nor_holds_up_o
     job_stop(job=flood, by=personas["charlie"])
 
 
+def test_a_checkpoint_record_the_database_refuses_does_not_spare_its_pod_the_watch(
+    personas, agent_backend, limits
+):
+    """A record whose file name the database cannot store (a lone surrogate, which no UTF-8
+    encodes) failed the agent's check of its pod, every second one was appended: the disk
+    quota, a stop and the max running time that come after the manifest in that check were
+    never applied, and the pod filled the disk unstopped."""
+    script = """
+        import json, os, time
+        path = os.path.join(os.environ["PAIWEB_CHECKPOINT_DIR"], "manifest.jsonl")
+        filled = False
+        for i in range(300):
+            with open(path, "a") as manifest:
+                manifest.write(json.dumps({"step": i, "file": "\\udc80", "time": time.time()}))
+                manifest.write("\\n")
+            if i == 10 and not filled:
+                for n in range(10):
+                    with open(f"f{n}", "wb") as f:
+                        f.write(bytes(10 << 20))
+                filled = True
+            time.sleep(0.1)
+        print("never stopped")
+    """
+    job = submit(personas, command=python(script), name="surrogate")
+    job_in(job, JobStatus.FAILED, agent=agent_backend)
+    pod = job.pods.get()
+    assert pod.reason == "DiskQuotaExceeded", (pod.reason, pod.message, pod_log(pod))
+    problems = events(job, "CheckpointManifestInvalid")
+    assert any("'\\udc80' cannot be recorded" in m for m in problems), problems
+
+
 def test_the_agent_refuses_to_start_where_it_cannot_isolate_pods(tmp_path):
     bare = tmp_path / "bin"  # a PATH without bubblewrap, iproute2 or util-linux
     bare.mkdir()

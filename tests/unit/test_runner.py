@@ -374,11 +374,14 @@ def test_it_skips_hostile_manifest_lines(root):
         json.dumps({**good, "time": 1e300}),
         json.dumps({**good, "step": 10**30}),
         '{"step": "x"}',
+        json.dumps({**good, "file": "\udc80"}),  # no UTF-8 encodes it: no row can hold it
+        json.dumps({**good, "file": "x" * 500}),  # its path would not fit the row
         json.dumps(good),
     ]
     (directory / "manifest.jsonl").write_text("\n".join(lines) + "\n")
     assert reader.new_entries() == [good]
-    assert len(reader.problems) >= 4
+    assert len(reader.problems) >= 6
+    assert sum("cannot be recorded" in problem for problem in reader.problems) == 2
 
 
 # --- the shim: the pod outlives whoever started it ---------------------------------------
