@@ -200,35 +200,47 @@ def disk_usage(path: Path, *, max_entries: int = 200_000) -> DiskUsage:
     return DiskUsage(counter.bytes, counter.files, counter.complete)
 
 
-def held_open_bytes(pids: Iterable[int], *, dev: int, max_entries: int = 200_000) -> int:
-    """The space of files on device `dev` that these processes hold open (a descriptor, or a
-    mapping) once they are removed: no walk lists them, yet their blocks stay taken until the
-    last holder lets go, so a pod writing files, removing them and keeping them open would
-    fill the disk past any quota. Read as root from /proc (each link stat'ed, never opened:
-    a FIFO never blocks); each inode once; at most `max_entries` links looked at."""
+def held_open(pids: Iterable[int], *, dev: int, max_entries: int = 200_000) -> DiskUsage:
+    """The files on device `dev` that these processes removed but hold open (a descriptor)
+    or mapped: no walk lists them, yet their blocks stay taken until the last holder lets
+    go, so a pod writing files, removing them and keeping them would fill the disk past any
+    quota. Read as root from /proc: each descriptor's link, and each mapping the kernel
+    marks "(deleted)", stat'ed, never opened (a FIFO never blocks); each inode once. Past
+    `max_entries` links looked at, complete is False (as for a walk past its bound)."""
     seen: set[int] = set()
     total = looked = 0
+
+    def add(link: str) -> None:
+        nonlocal total
+        try:
+            st = os.stat(link)
+        except OSError:
+            return
+        if st.st_nlink == 0 and st.st_dev == dev and stat.S_ISREG(st.st_mode):
+            if st.st_ino not in seen:
+                seen.add(st.st_ino)
+                total += _blocks(st)
+
     for pid in pids:
-        for table in ("fd", "map_files"):
-            directory = f"/proc/{int(pid)}/{table}"
-            try:
-                names = os.listdir(directory)
-            except OSError:  # gone, or not ours to read
-                continue
-            for name in names:
-                looked += 1
-                if looked > max_entries:
-                    return total
-                try:
-                    st = os.stat(f"{directory}/{name}")
-                except OSError:
-                    continue
-                if st.st_nlink or st.st_dev != dev or not stat.S_ISREG(st.st_mode):
-                    continue
-                if st.st_ino not in seen:
-                    seen.add(st.st_ino)
-                    total += _blocks(st)
-    return total
+        proc = f"/proc/{int(pid)}"
+        try:
+            fds = os.listdir(f"{proc}/fd")
+            with open(f"{proc}/maps", "rb") as maps:
+                removed = [
+                    line.split(b" ", 1)[0].decode()
+                    for line in maps
+                    if line.rstrip(b"\n").endswith(b" (deleted)")
+                ]
+        except OSError:  # gone meanwhile
+            continue
+        links = [f"{proc}/fd/{fd}" for fd in fds]
+        links += [f"{proc}/map_files/{span}" for span in removed]
+        for link in links:
+            looked += 1
+            if looked > max_entries:
+                return DiskUsage(total, len(seen), False)
+            add(link)
+    return DiskUsage(total, len(seen), True)
 
 
 def remove_tree(parent_fd: int, name: str) -> None:

@@ -1049,9 +1049,10 @@ def disk_walk_once() -> int:
     for job_pk, job_dir in wanted.items():
         began = time.monotonic()
         usage = housekeeping.disk_usage(job_dir, max_entries=settings.POD_MAX_FILES + 1)
-        held = _held_open_bytes(job_pk, job_dir)
-        if held:
-            usage = housekeeping.DiskUsage(usage.bytes + held, usage.files, usage.complete)
+        held = _held_open(job_pk, job_dir)
+        usage = housekeeping.DiskUsage(
+            usage.bytes + held.bytes, usage.files + held.files, usage.complete and held.complete
+        )
         with _lock:
             if not any(e.launch.job_pk == job_pk for e in _running.values()):
                 continue  # its pods ended meanwhile
@@ -1064,8 +1065,8 @@ def disk_walk_once() -> int:
     return len(wanted)
 
 
-def _held_open_bytes(job_pk: int, job_dir: Path) -> int:
-    """The space of the files the job's pods here removed but still hold open (each pod's
+def _held_open(job_pk: int, job_dir: Path) -> housekeeping.DiskUsage:
+    """The files the job's pods here removed but still hold open or mapped (each pod's
     processes: its cgroup's, else those below its shim)."""
     with _lock:
         entries = [e for e in _running.values() if e.launch.job_pk == job_pk]
@@ -1078,8 +1079,8 @@ def _held_open_bytes(job_pk: int, job_dir: Path) -> int:
     try:
         dev = os.stat(job_dir).st_dev
     except OSError:
-        return 0
-    return housekeeping.held_open_bytes(pids, dev=dev, max_entries=settings.POD_MAX_FILES + 1)
+        return housekeeping.DiskUsage(0, 0, True)
+    return housekeeping.held_open(pids, dev=dev, max_entries=settings.POD_MAX_FILES + 1)
 
 
 def _disk_loop() -> None:

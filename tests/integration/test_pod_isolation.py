@@ -479,6 +479,22 @@ def test_a_fork_bomb_stops_at_the_process_limit(personas, agent_backend):
             """),
             "quota of 64 MiB",
         ),
+        (  # the same behind more descriptors than the agent looks at
+            python("""
+                import os, resource, time
+                _, most = resource.getrlimit(resource.RLIMIT_NOFILE)
+                resource.setrlimit(resource.RLIMIT_NOFILE, (most, most))
+                quiet = [os.open("/dev/null", os.O_RDONLY) for _ in range(3100)]
+                held = []
+                for i in range(5):
+                    held.append(open(f"f{i}", "wb"))
+                    held[-1].write(bytes(20 << 20))
+                    held[-1].flush()
+                    os.remove(f"f{i}")
+                time.sleep(30)
+            """),
+            "3,000 files",
+        ),
     ],
     ids=[
         "one-big-file",
@@ -486,6 +502,7 @@ def test_a_fork_bomb_stops_at_the_process_limit(personas, agent_backend):
         "too-many-files",
         "removed-files-held-open",
         "removed-files-mapped",
+        "removed-files-behind-many-descriptors",
     ],
 )
 def test_a_pod_over_its_disk_quota_is_stopped(personas, agent_backend, limits, command, why):
