@@ -15,14 +15,17 @@ import textwrap
 import threading
 import time
 import uuid
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 from django.conf import settings as django_settings
 from django.db import connection
+from django.utils import timezone
 
+from apps.agent.housekeeping import job_dirs_sweep
 from apps.agent.models import PodProcess
-from apps.jobs.models import Checkpoint, JobEvent, JobStatus, PodStatus
+from apps.jobs.models import Checkpoint, Job, JobEvent, JobStatus, PodStatus
 from apps.jobs.services import job_stop
 from tests.integration.test_agent_pods import (  # noqa: F401 (fixtures)
     agent_backend,
@@ -710,6 +713,43 @@ def test_a_checkpoint_record_the_database_refuses_does_not_spare_its_pod_the_wat
     assert pod.reason == "DiskQuotaExceeded", (pod.reason, pod.message, pod_log(pod))
     problems = events(job, "CheckpointManifestInvalid")
     assert any("'\\udc80' cannot be recorded" in m for m in problems), problems
+
+
+def test_what_a_pod_leaves_behind_is_swept_without_reaching_the_host(
+    personas, agent_backend, tmp_path
+):
+    """Cleanup runs as root over a tree the pod made to trip it: links to host files and to
+    its own tree, directories of mode 000, a tree deeper than any path, a FIFO, names with
+    newlines, a link in place of a checkpoint. Everything of the pod goes, nothing else."""
+    secret = tmp_path / "secret"
+    secret.write_text("host")
+    command = f"""
+        set -e
+        for target in {secret} /etc/shadow {tmp_path} /; do ln -s "$target" "l$RANDOM"; done
+        python -c 'import os
+        for _ in range(600): os.mkdir("d" * 200); os.chdir("d" * 200)
+        open("deep", "w").close(); print("deep")'
+        mkfifo fifo; mkdir -p locked/inner; : > locked/inner/f; ln -s {tmp_path} locked/up
+        chmod 000 locked/inner locked; chmod 000 .
+        cd "$PAIWEB_CHECKPOINT_DIR"; : > "$(printf 'new\\nline')"; mkfifo manifest.jsonl
+        ln -s {secret} ckpt-000000000009.pkl; ln -s {tmp_path} sub; chmod 000 .; echo left
+    """
+    job = submit(personas, command=textwrap.dedent(command), name="leftovers")
+    job_in(job, JobStatus.SUCCEEDED, JobStatus.FAILED, agent=agent_backend)
+    log = pod_log(job.pods.get())
+    assert "deep\nleft" in log, log
+    job_dir = Path(agent_backend.pod_work_root) / job.job_id
+    Job.objects.filter(pk=job.pk).update(finished_at=timezone.now() - timedelta(days=2))
+    result = job_dirs_sweep(
+        root=Path(agent_backend.pod_work_root),
+        now=timezone.now(),
+        retention=timedelta(hours=1),
+        keep_checkpoints=2,
+    )
+    assert job.job_id in result.swept and job.job_id not in result.failed, result
+    assert sorted(p.name for p in job_dir.iterdir()) == [".paiweb-swept", "checkpoints", "logs"]
+    assert list((job_dir / "checkpoints").iterdir()) == []
+    assert secret.read_text() == "host" and sorted(tmp_path.iterdir()) == [secret]
 
 
 def test_the_agent_refuses_to_start_where_it_cannot_isolate_pods(tmp_path):
