@@ -7,7 +7,9 @@ typo in a deployment fails at start-up instead of behaving oddly later.
 
 from __future__ import annotations
 
+import math
 import os
+from urllib.parse import ParseResult
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -35,6 +37,8 @@ def env_float(name: str, default: float, *, minimum: float = 0.0) -> float:
         value = float(raw)
     except ValueError:
         raise ImproperlyConfigured(f"{name}: expected a number, got {raw!r}") from None
+    if not math.isfinite(value):  # nan compares false with every minimum
+        raise ImproperlyConfigured(f"{name}: expected a number, got {raw!r}")
     if value < minimum:
         raise ImproperlyConfigured(f"{name}: must be ≥ {minimum}, got {value}")
     return value
@@ -60,6 +64,11 @@ def database_from_url(url: str) -> dict:
 
     parsed = urlparse(url)
     if parsed.scheme in {"postgres", "postgresql", "pgsql"}:
+        _url_port("DATABASE_URL", parsed)
+        if not parsed.path.lstrip("/"):
+            raise ImproperlyConfigured(
+                "DATABASE_URL: no database name, expected postgres://user:password@host:5432/name"
+            )
         return {
             "ENGINE": "django.db.backends.postgresql",
             "NAME": unquote(parsed.path.lstrip("/")),
@@ -84,4 +93,34 @@ def database_from_url(url: str) -> dict:
         }
     if parsed.scheme == "sqlite":
         return {"ENGINE": "django.db.backends.sqlite3", "NAME": unquote(parsed.path) or ":memory:"}
-    raise ImproperlyConfigured(f"DATABASE_URL: unsupported scheme {parsed.scheme!r}")
+    raise ImproperlyConfigured(
+        f"DATABASE_URL: unsupported scheme {parsed.scheme!r}, expected postgres:// or sqlite:///"
+    )
+
+
+def redis_url(url: str) -> str:
+    """REDIS_URL checked: redis://, rediss:// (TLS) or unix:// (a socket path), with a numeric
+    port; the client libraries would otherwise fail on it later, without naming it."""
+    from urllib.parse import urlparse
+
+    parsed = urlparse(url)
+    if parsed.scheme not in {"redis", "rediss", "unix"}:
+        raise ImproperlyConfigured(
+            f"REDIS_URL: unsupported scheme {parsed.scheme!r}, expected redis://host:6379/0, "
+            "rediss:// or unix:///path/to/redis.sock"
+        )
+    if parsed.scheme == "unix" and not parsed.path:
+        raise ImproperlyConfigured("REDIS_URL: no socket path, expected unix:///path/to/redis.sock")
+    if parsed.scheme != "unix" and not parsed.hostname:
+        raise ImproperlyConfigured("REDIS_URL: no host, expected redis://host:6379/0")
+    _url_port("REDIS_URL", parsed)
+    return url
+
+
+def _url_port(name: str, parsed: ParseResult) -> None:
+    """The URL's port must be a number (the message never repeats the URL: it may hold a
+    password)."""
+    try:
+        parsed.port  # noqa: B018 (urllib parses the port on access)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name}: the port is not a number from 0 to 65535") from None

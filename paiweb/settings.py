@@ -14,7 +14,15 @@ from pathlib import Path
 
 from celery.schedules import schedule
 
-from paiweb.env import database_from_url, env_bool, env_float, env_int, env_list, env_str
+from paiweb.env import (
+    database_from_url,
+    env_bool,
+    env_float,
+    env_int,
+    env_list,
+    env_str,
+    redis_url,
+)
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("PAIWEB_VAR_DIR", str(BASE_DIR / "var")))
@@ -141,7 +149,7 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # Redis: a real server by URL, or the embedded one on a unix socket under var/.
 EMBEDDED_REDIS_SOCKET = VAR_DIR / "redis" / "redis.sock"
-REDIS_URL = env_str("REDIS_URL", f"unix://{EMBEDDED_REDIS_SOCKET}")
+REDIS_URL = redis_url(env_str("REDIS_URL", f"unix://{EMBEDDED_REDIS_SOCKET}"))
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
@@ -176,6 +184,16 @@ LANGUAGE_CODE = "en"
 LANGUAGES = [("en", "English"), ("zh-hans", "简体中文")]
 LOCALE_PATHS = [BASE_DIR / "locale"]
 TIME_ZONE = env_str("TIME_ZONE", "UTC")
+try:
+    import zoneinfo
+
+    zoneinfo.ZoneInfo(TIME_ZONE)
+except (ValueError, zoneinfo.ZoneInfoNotFoundError):
+    from django.core.exceptions import ImproperlyConfigured
+
+    raise ImproperlyConfigured(
+        f"TIME_ZONE: not a time zone name, e.g. UTC or Asia/Shanghai: {TIME_ZONE!r}"
+    ) from None
 USE_I18N = True
 USE_TZ = True
 
@@ -191,11 +209,20 @@ STORAGES = {
 }
 WHITENOISE_USE_FINDERS = True
 
+# Root log level, in any case: DEBUG, INFO, WARNING, ERROR or CRITICAL.
+LOG_LEVEL = env_str("LOG_LEVEL", "INFO").strip().upper()
+if LOG_LEVEL not in {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"}:
+    from django.core.exceptions import ImproperlyConfigured
+
+    raise ImproperlyConfigured(
+        f"LOG_LEVEL: expected DEBUG, INFO, WARNING, ERROR or CRITICAL, "
+        f"got {os.environ['LOG_LEVEL']!r}"
+    )
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
-    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
+    "root": {"handlers": ["console"], "level": LOG_LEVEL},
     # Django's own console handler (DEBUG only) would print its records a second time on
     # their way to the root: they go through the root's handler alone.
     "loggers": {"django": {"handlers": [], "propagate": True}},
@@ -264,6 +291,15 @@ BILLING_INTERVAL = env_float("BILLING_INTERVAL", 60.0, minimum=1.0)
 # whatever isolation the host gives, and says so on the health page and on every pod.
 AGENT_HEARTBEAT_INTERVAL = env_float("AGENT_HEARTBEAT_INTERVAL", 5.0, minimum=0.5)
 NODE_LOST_AFTER = env_float("NODE_LOST_AFTER", 30.0, minimum=1.0)
+if NODE_LOST_AFTER < 2 * AGENT_HEARTBEAT_INTERVAL:
+    from django.core.exceptions import ImproperlyConfigured
+
+    # Shorter, a node would be Lost (and its pods failed) between two heartbeats, or on the
+    # first that is a moment late.
+    raise ImproperlyConfigured(
+        f"NODE_LOST_AFTER ({NODE_LOST_AFTER:g} s) must be at least twice "
+        f"AGENT_HEARTBEAT_INTERVAL ({AGENT_HEARTBEAT_INTERVAL:g} s)"
+    )
 POD_WORK_ROOT = Path(env_str("POD_WORK_ROOT", str(VAR_DIR / "pods")))
 # Each pod runs under a shim of its own that outlives the agent; the shims keep their state
 # under AGENT_STATE_DIR (never visible to a pod), where a restarted agent re-adopts them.

@@ -140,12 +140,55 @@ def test_it_shows_a_plain_404_when_debug_is_unset(tmp_path):
         ({"DEBUG": "maybe"}, "DEBUG: expected true or false"),
         ({"SCHEDULER_PLACEMENT": "first_fit"}, "SCHEDULER_PLACEMENT: expected best_fit or fgd"),
         ({"SCHEDULER_WORKLOAD_HOURS": "0"}, "SCHEDULER_WORKLOAD_HOURS: must be ≥ 0.01"),
+        ({"HEARTBEAT_INTERVAL": "nan"}, "HEARTBEAT_INTERVAL: expected a number, got 'nan'"),
+        ({"BILLING_INTERVAL": "inf"}, "BILLING_INTERVAL: expected a number, got 'inf'"),
+        ({"SCHEDULER_MIN_RUN_SECONDS": "-5"}, "SCHEDULER_MIN_RUN_SECONDS: must be ≥ 0"),
+        ({"POD_LOG_MAX_BYTES": "0"}, "POD_LOG_MAX_BYTES: must be ≥ 1024"),
+        ({"NODE_LOST_AFTER": "8"}, "NODE_LOST_AFTER (8 s) must be at least twice"),
+        (
+            {"NODE_LOST_AFTER": "30", "AGENT_HEARTBEAT_INTERVAL": "20"},
+            "AGENT_HEARTBEAT_INTERVAL (20 s)",
+        ),
+        ({"LOG_LEVEL": "VERBOSE"}, "LOG_LEVEL: expected DEBUG, INFO, WARNING, ERROR or CRITICAL"),
+        ({"TIME_ZONE": "Mars/Olympus"}, "TIME_ZONE: not a time zone name"),
+        ({"DATABASE_URL": "postgres://u:pw@db:five/paiweb"}, "DATABASE_URL: the port is not"),
+        ({"DATABASE_URL": "postgres://u:pw@db:5432"}, "DATABASE_URL: no database name"),
+        ({"DATABASE_URL": "mysql://u:pw@db/paiweb"}, "DATABASE_URL: unsupported scheme 'mysql'"),
+        ({"REDIS_URL": "redis:6379"}, "REDIS_URL: no host"),
+        ({"REDIS_URL": "127.0.0.1:6379"}, "REDIS_URL: unsupported scheme"),
+        ({"REDIS_URL": "http://redis:6379/0"}, "REDIS_URL: unsupported scheme 'http'"),
+        ({"REDIS_URL": "redis://redis:port/0"}, "REDIS_URL: the port is not a number"),
+        ({"REDIS_URL": "redis:///0"}, "REDIS_URL: no host"),
     ],
 )
 def test_it_refuses_a_malformed_deployment_setting_at_start_up(tmp_path, env, message):
     result = manage(tmp_path, "check", env={"SECRET_KEY": random_secret_key(), **env})
     assert result.returncode != 0
     assert message in result.stderr
+
+
+def test_it_never_repeats_a_malformed_url_with_its_password(tmp_path):
+    env = {"DATABASE_URL": "postgres://u:s3cret-pw@db:five/paiweb"}
+    result = manage(tmp_path, "check", env={"SECRET_KEY": random_secret_key(), **env})
+    assert result.returncode != 0
+    assert "DATABASE_URL" in result.stderr
+    assert "s3cret-pw" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"LOG_LEVEL": "debug"},
+        {"TIME_ZONE": "Asia/Shanghai"},
+        {"NODE_LOST_AFTER": "10", "AGENT_HEARTBEAT_INTERVAL": "5"},
+        {"REDIS_URL": "rediss://:pw@redis.example.com:6380/1"},
+        {"REDIS_URL": "unix:///run/redis/redis.sock"},
+        {"DATABASE_URL": "postgres://paiweb:pw@postgres:5432/paiweb"},
+    ],
+)
+def test_it_accepts_a_well_formed_deployment_setting(tmp_path, env):
+    result = manage(tmp_path, "check", env={"SECRET_KEY": random_secret_key(), **env})
+    assert result.returncode == 0, result.stderr
 
 
 def test_it_trusts_the_proxy_header_it_is_given(tmp_path):
