@@ -16,7 +16,20 @@ from benchmarks.slow_clients import (
     BASE_DIR,
     compose_service,
     compose_web_environment,
+    interpolate,
     random_secret_key,
+)
+
+COMPOSE_SERVICES = (
+    "postgres",
+    "redis",
+    "init",
+    "web",
+    "worker",
+    "agent",
+    "beat",
+    "flower",
+    "proxy",
 )
 
 
@@ -61,26 +74,38 @@ def test_it_refuses_to_start_flower_without_a_login():
 
 def test_it_publishes_only_the_proxy():
     env = {"SECRET_KEY": "k", "FLOWER_BASIC_AUTH": "a:b"}
-    published = {
-        name
-        for name in (
-            "postgres",
-            "redis",
-            "init",
-            "web",
-            "worker",
-            "agent",
-            "beat",
-            "flower",
-            "proxy",
-        )
-        if compose_service(name, env).get("ports")
-    }
+    published = {name for name in COMPOSE_SERVICES if compose_service(name, env).get("ports")}
     assert published == {"proxy"}
     proxy = compose_service("proxy", env)
     assert "web" in proxy["depends_on"]
     template = proxy["volumes"][0].split(":")[0]
     assert (BASE_DIR / template).resolve() == BASE_DIR / "deploy/nginx/paiweb.conf.template"
+
+
+COMPOSE_SERVICES = (
+    "postgres",
+    "redis",
+    "init",
+    "web",
+    "worker",
+    "agent",
+    "beat",
+    "flower",
+    "proxy",
+)
+
+
+@pytest.mark.parametrize("service", COMPOSE_SERVICES)
+def test_it_rotates_every_service_log(service):
+    """Docker's default json-file log grows until the disk is full."""
+    logging = compose_service(service, {"SECRET_KEY": "k", "FLOWER_BASIC_AUTH": "a:b"})["logging"]
+    assert logging["driver"] == "json-file"
+    options = {k: interpolate(str(v), {}) for k, v in logging["options"].items()}
+    assert options == {"max-size": "50m", "max-file": "5"}
+    options = {
+        k: interpolate(str(v), {"LOG_MAX_SIZE": "1g"}) for k, v in logging["options"].items()
+    }
+    assert options["max-size"] == "1g"
 
 
 def test_it_turns_debug_off_when_unset(tmp_path):
