@@ -25,6 +25,7 @@ written; SIGINT and SIGHUP are ignored (a terminal closing is not a stop).
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import select
@@ -52,6 +53,14 @@ def _stamp() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
+def _open_readable(path: Path) -> io.FileIO:
+    """`path` opened to append, readable by every user (0644) whatever the shim's umask: the
+    web server reads the log, and under compose it runs as another user than the agent."""
+    log = path.open("ab", buffering=0)
+    os.fchmod(log.fileno(), 0o644)
+    return log
+
+
 class LogWriter:
     """Appends a pod's output to its log file, keeping at most `max_bytes` of it and then a
     notice that the rest was dropped (the shim drains what is dropped at DISCARD_RATE).
@@ -68,8 +77,8 @@ class LogWriter:
 
     def __init__(self, path: Path, max_bytes: int) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        self.file = path.open("ab", buffering=0)
-        self.times = path.with_name(path.name + TIMES_SUFFIX).open("ab", buffering=0)
+        self.file = _open_readable(path)
+        self.times = _open_readable(path.with_name(path.name + TIMES_SUFFIX))
         self.second = -1  # the second of the last time line
         self.max_bytes = max_bytes
         self.written = self.file.tell()

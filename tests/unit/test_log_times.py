@@ -120,3 +120,16 @@ def test_marks_read_from_the_end_give_the_same_times_as_the_whole_file(tmp_path,
         tail = logs.log_times(log, from_offset=offset)
         assert len(tail[0]) < len(whole[0]) or offset < 1000
         assert logs.written_at(tail, offset) == logs.written_at(whole, offset), offset
+
+
+def test_it_leaves_the_log_readable_by_the_web_server_whatever_the_shims_umask(tmp_path, clock):
+    # The shim runs with umask 077; under compose the agent is root and the web server, which
+    # reads the log and its marks, is another user.
+    log = tmp_path / "pod.log"
+    previous = os.umask(0o077)
+    try:
+        write(log, clock, (0, b"a\n"))
+    finally:
+        os.umask(previous)
+    for path in (log, log.with_name(log.name + shim.TIMES_SUFFIX)):
+        assert path.stat().st_mode & 0o777 == 0o644
