@@ -124,3 +124,18 @@ def _url_port(name: str, parsed: ParseResult) -> None:
         parsed.port  # noqa: B018 (urllib parses the port on access)
     except ValueError:
         raise ImproperlyConfigured(f"{name}: the port is not a number from 0 to 65535") from None
+
+
+def settings_or_exit(status: int = 1) -> None:
+    """Load the settings now. A deployment setting they refuse (ImproperlyConfigured, which
+    names the variable) ends the process with that message alone and `status`, not with a
+    traceback through Django's and importlib's frames that buries it."""
+    import sys
+
+    from django.conf import settings
+
+    try:
+        settings.INSTALLED_APPS  # noqa: B018 (the first access imports the settings module)
+    except ImproperlyConfigured as exc:
+        print(f"paiweb: configuration error: {exc}", file=sys.stderr)
+        raise SystemExit(status) from None

@@ -137,6 +137,7 @@ def test_it_refuses_to_start_without_a_secret_key_when_debug_is_unset(tmp_path):
     result = manage(tmp_path, "check", env={})
     assert result.returncode != 0
     assert "SECRET_KEY is not set, and DEBUG is false" in result.stderr
+    assert "Traceback" not in result.stderr
 
 
 def test_it_shows_a_plain_404_when_debug_is_unset(tmp_path):
@@ -172,7 +173,7 @@ def test_it_shows_a_plain_404_when_debug_is_unset(tmp_path):
         ({"NODE_LOST_AFTER": "8"}, "NODE_LOST_AFTER (8 s) must be at least twice"),
         (
             {"NODE_LOST_AFTER": "30", "AGENT_HEARTBEAT_INTERVAL": "20"},
-            "AGENT_HEARTBEAT_INTERVAL (20 s)",
+            "NODE_LOST_AFTER (30 s) must be at least twice AGENT_HEARTBEAT_INTERVAL (20 s)",
         ),
         ({"LOG_LEVEL": "VERBOSE"}, "LOG_LEVEL: expected DEBUG, INFO, WARNING, ERROR or CRITICAL"),
         ({"TIME_ZONE": "Mars/Olympus"}, "TIME_ZONE: not a time zone name"),
@@ -189,7 +190,39 @@ def test_it_shows_a_plain_404_when_debug_is_unset(tmp_path):
 def test_it_refuses_a_malformed_deployment_setting_at_start_up(tmp_path, env, message):
     result = manage(tmp_path, "check", env={"SECRET_KEY": random_secret_key(), **env})
     assert result.returncode != 0
-    assert message in result.stderr
+    assert f"paiweb: configuration error: {message}" in result.stderr
+    assert "Traceback" not in result.stderr  # the message alone, not buried under Django's frames
+
+
+@pytest.mark.parametrize(
+    ("command", "status"),
+    [
+        (["gunicorn", "paiweb.wsgi:application", "--bind=127.0.0.1:0", "--no-control-socket"], 3),
+        (["celery", "-A", "paiweb", "worker"], 1),
+        (["celery", "-A", "paiweb", "beat"], 1),
+    ],
+)
+def test_every_service_stops_on_a_malformed_setting_with_its_name(tmp_path, command, status):
+    """gunicorn, on status 3 ("worker failed to boot"), stops instead of booting workers
+    for ever; the message names the variable, without a traceback."""
+    environ = {
+        "PATH": os.environ.get("PATH", ""),
+        "PAIWEB_VAR_DIR": str(tmp_path),
+        "SECRET_KEY": random_secret_key(),
+        "REDIS_URL": "http://redis:6379/0",
+    }
+    executable = Path(sys.executable).parent / command[0]
+    result = subprocess.run(
+        [str(executable), *command[1:]],
+        cwd=BASE_DIR,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == status, result.stderr
+    assert "paiweb: configuration error: REDIS_URL: unsupported scheme 'http'" in result.stderr
+    assert "Traceback" not in result.stderr
 
 
 def test_it_never_repeats_a_malformed_url_with_its_password(tmp_path):
