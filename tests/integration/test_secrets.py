@@ -79,7 +79,7 @@ def test_outside_debug_it_refuses_to_start_without_a_real_key(tmp_path, env, mes
     result = manage(tmp_path, "check", DEBUG="false", **env)
 
     assert result.returncode != 0
-    assert "ImproperlyConfigured" in result.stderr and message in result.stderr
+    assert f"paiweb: configuration error: {message}" in result.stderr
     assert "secrets.token_urlsafe" in result.stderr  # how to make one
     assert not (tmp_path / INSTALLATION_SECRET_FILE).exists()
 
