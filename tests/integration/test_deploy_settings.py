@@ -108,6 +108,19 @@ def test_it_rotates_every_service_log(service):
     assert options["max-size"] == "1g"
 
 
+def test_it_requires_a_gunicorn_that_takes_the_options_compose_gives_it():
+    """--no-control-socket came with gunicorn 25.1: an older one the project allowed refused
+    to start the web service ("unrecognized arguments")."""
+    import tomllib
+
+    web = compose_service("web", {"SECRET_KEY": "k", "FLOWER_BASIC_AUTH": "a:b"})
+    assert "--no-control-socket" in web["command"]
+    dependencies = tomllib.loads((BASE_DIR / "pyproject.toml").read_text())["project"]
+    (floor,) = [d for d in dependencies["dependencies"] if d.startswith("gunicorn")]
+    minimum = tuple(int(part) for part in floor.removeprefix("gunicorn>=").split("."))
+    assert minimum >= (25, 1)
+
+
 def test_it_turns_debug_off_when_unset(tmp_path):
     code = "from django.conf import settings; print(settings.DEBUG)"
     result = manage(
