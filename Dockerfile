@@ -34,7 +34,7 @@ RUN mkdir -p paiweb apps \
 COPY --chown=paiweb:paiweb . .
 RUN pip install --no-deps -e . \
     && python -m apps.core.translations \
-    && DEBUG=false SECRET_KEY=collectstatic-only python manage.py collectstatic --noinput -v 0 \
+    && DEBUG=false SECRET_KEY=collectstatic-only-never-used-when-the-image-runs python manage.py collectstatic --noinput -v 0 \
     && mkdir -p /app/var /app/certs \
     && chown -R paiweb:paiweb /app/var /app/staticfiles /app/certs
 

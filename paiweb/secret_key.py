@@ -21,6 +21,9 @@ PUBLIC_DEFAULT_SECRET_KEY = "paiweb-insecure-development-key-change-me-in-produc
 INSTALLATION_SECRET_FILE = "secret-key"
 GENERATE = 'python -c "import secrets; print(secrets.token_urlsafe(50))"'
 _MIN_GENERATED_LENGTH = 32
+# The shortest secret accepted outside DEBUG: "changeme" or a word signs sessions that anyone
+# who guesses it can forge. (Django's `check --deploy` asks for 50.)
+MIN_LENGTH = 32
 
 
 def given(name: str) -> bool:
@@ -34,7 +37,14 @@ def env_secret(name: str, *, debug: bool, var_dir: Path, default: str = "") -> s
     `default` when one is given (another secret already checked), else in DEBUG this
     installation's generated secret, else ImproperlyConfigured."""
     if given(name):
-        return os.environ[name]
+        value = os.environ[name]
+        if not debug and len(value.strip()) < MIN_LENGTH:
+            raise ImproperlyConfigured(
+                f"{name} is {len(value.strip())} characters long, and DEBUG is false: refusing "
+                f"to start with a key that short (at least {MIN_LENGTH}). Set {name} to a long "
+                f"random string, e.g. the output of: {GENERATE}"
+            )
+        return value
     public = os.environ.get(name, "").strip() == PUBLIC_DEFAULT_SECRET_KEY
     if public and not debug:
         raise ImproperlyConfigured(

@@ -121,6 +121,16 @@ def test_it_requires_a_gunicorn_that_takes_the_options_compose_gives_it():
     assert minimum >= (25, 1)
 
 
+def test_the_images_build_step_passes_the_settings(tmp_path):
+    """The Dockerfile collects the static files outside DEBUG, with a key of its own."""
+    import re
+
+    dockerfile = (BASE_DIR / "Dockerfile").read_text()
+    (key,) = re.findall(r"DEBUG=false SECRET_KEY=(\S+) python manage.py collectstatic", dockerfile)
+    result = manage(tmp_path, "check", env={"DEBUG": "false", "SECRET_KEY": key})
+    assert result.returncode == 0, result.stderr
+
+
 def test_it_turns_debug_off_when_unset(tmp_path):
     code = "from django.conf import settings; print(settings.DEBUG)"
     result = manage(

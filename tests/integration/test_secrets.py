@@ -72,8 +72,20 @@ def setting(var_dir: Path, expression: str, **env: str) -> str:
             {"SECRET_KEY": REAL_KEY, "ACCESS_KEY_ENCRYPTION_SECRET": PUBLIC_DEFAULT_SECRET_KEY},
             "ACCESS_KEY_ENCRYPTION_SECRET is the public development",
         ),
+        ({"SECRET_KEY": "changeme"}, "SECRET_KEY is 8 characters long, and DEBUG is false"),
+        (
+            {"SECRET_KEY": REAL_KEY, "ACCESS_KEY_ENCRYPTION_SECRET": "k" * 31},
+            "ACCESS_KEY_ENCRYPTION_SECRET is 31 characters long",
+        ),
     ],
-    ids=["unset", "empty", "public-default", "public-encryption-secret"],
+    ids=[
+        "unset",
+        "empty",
+        "public-default",
+        "public-encryption-secret",
+        "short",
+        "short-encryption-secret",
+    ],
 )
 def test_outside_debug_it_refuses_to_start_without_a_real_key(tmp_path, env, message):
     result = manage(tmp_path, "check", DEBUG="false", **env)
