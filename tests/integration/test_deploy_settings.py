@@ -131,6 +131,25 @@ def test_the_images_build_step_passes_the_settings(tmp_path):
     assert result.returncode == 0, result.stderr
 
 
+def test_env_example_lists_every_variable_of_the_compose_file_and_the_settings():
+    import re
+
+    listed = set(
+        re.findall(r"^#?([A-Z][A-Z0-9_]*)=", (BASE_DIR / ".env.example").read_text(), re.M)
+    )
+    compose = set(
+        re.findall(r"\$\{([A-Z][A-Z0-9_]*)", (BASE_DIR / "docker-compose.yml").read_text())
+    )
+    settings = set(
+        re.findall(
+            r'env_(?:str|bool|int|float|list|secret)\(\s*"([A-Z0-9_]+)"',
+            (BASE_DIR / "paiweb/settings.py").read_text(),
+        )
+    )
+    assert compose - listed == set()
+    assert settings - listed == set()
+
+
 def test_it_turns_debug_off_when_unset(tmp_path):
     code = "from django.conf import settings; print(settings.DEBUG)"
     result = manage(
