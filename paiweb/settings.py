@@ -281,6 +281,15 @@ SCHEDULER_WORKLOAD_HOURS = env_float("SCHEDULER_WORKLOAD_HOURS", 168.0, minimum=
 # (header timestamp,instance_type,price). Billing charges started minutes every BILLING_INTERVAL.
 MARKET_STEP_INTERVAL = env_float("MARKET_STEP_INTERVAL", 10.0, minimum=0.1)
 MARKET_REPLAY_CSV = env_str("MARKET_REPLAY_CSV", "")
+# A file that is not there would stop every market tick (spot and pay-as-you-go jobs would
+# never start): it is refused at start-up instead. A relative path is the project's.
+if MARKET_REPLAY_CSV and not (BASE_DIR / MARKET_REPLAY_CSV).is_file():
+    from django.core.exceptions import ImproperlyConfigured
+
+    raise ImproperlyConfigured(
+        f"MARKET_REPLAY_CSV: no such file: {BASE_DIR / MARKET_REPLAY_CSV} (a relative path is "
+        f"read from {BASE_DIR})"
+    )
 MARKET_SEED = env_str("MARKET_SEED", "")
 BILLING_INTERVAL = env_float("BILLING_INTERVAL", 60.0, minimum=1.0)
 # Node agents (EXECUTION_BACKEND=agent, docs/execution.md): agents are asked for a heartbeat

@@ -227,6 +227,7 @@ def test_it_shows_a_plain_404_when_debug_is_unset(tmp_path):
         ({"REDIS_URL": "http://redis:6379/0"}, "REDIS_URL: unsupported scheme 'http'"),
         ({"REDIS_URL": "redis://redis:port/0"}, "REDIS_URL: the port is not a number"),
         ({"REDIS_URL": "redis:///0"}, "REDIS_URL: no host"),
+        ({"MARKET_REPLAY_CSV": "examples/no-such-prices.csv"}, "MARKET_REPLAY_CSV: no such file"),
     ],
 )
 def test_it_refuses_a_malformed_deployment_setting_at_start_up(tmp_path, env, message):
@@ -284,6 +285,7 @@ def test_it_never_repeats_a_malformed_url_with_its_password(tmp_path):
         {"REDIS_URL": "rediss://:pw@redis.example.com:6380/1"},
         {"REDIS_URL": "unix:///run/redis/redis.sock"},
         {"DATABASE_URL": "postgres://paiweb:pw@postgres:5432/paiweb"},
+        {"MARKET_REPLAY_CSV": "examples/spot-prices.csv"},
     ],
 )
 def test_it_accepts_a_well_formed_deployment_setting(tmp_path, env):
