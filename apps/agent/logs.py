@@ -50,14 +50,17 @@ def log_tail(path: Path, lines: int) -> tuple[str, int]:
     size = _size(path)
     if size == 0 or lines <= 0:
         return "", size
+    blocks: list[bytes] = []  # read backwards, a block at a time, each copied once
+    newlines = 0
     with path.open("rb") as log:
-        end, data = size, b""
-        while end > 0 and data.count(b"\n") <= lines:
+        end = size
+        while end > 0 and newlines <= lines:
             start = max(end - TAIL_BLOCK, 0)
             log.seek(start)
-            data = log.read(end - start) + data
+            blocks.append(log.read(end - start))
+            newlines += blocks[-1].count(b"\n")
             end = start
-    kept = data.splitlines(keepends=True)[-lines:]
+    kept = b"".join(reversed(blocks)).splitlines(keepends=True)[-lines:]
     return b"".join(kept).decode("utf-8", errors="replace"), size
 
 

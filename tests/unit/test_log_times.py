@@ -133,3 +133,14 @@ def test_it_leaves_the_log_readable_by_the_web_server_whatever_the_shims_umask(t
         os.umask(previous)
     for path in (log, log.with_name(log.name + shim.TIMES_SUFFIX)):
         assert path.stat().st_mode & 0o777 == 0o644
+
+
+@pytest.mark.parametrize("tail", [1, 2, 7, 100, 5_000])
+def test_a_tail_is_the_last_lines_across_the_blocks_it_reads(tmp_path, tail):
+    """The tail is read backwards a block at a time: lines that straddle blocks, a line
+    longer than a block and a last line without its newline come back whole."""
+    lines = [b"x" * (n * 997 % 70_000) + b"\n" for n in range(300)] + [b"unfinished"]
+    log = tmp_path / "pod.log"
+    log.write_bytes(b"".join(lines))
+    text, end = logs.log_tail(log, tail)
+    assert text.encode() == b"".join(lines[-tail:]) and end == log.stat().st_size
