@@ -336,3 +336,13 @@ def test_a_django_warning_is_logged_once(tmp_path, debug):
     )
     assert result.returncode == 0, result.stderr
     assert result.stderr.count("Forbidden: /x/") == 1, result.stderr
+
+
+def test_web_is_given_longer_to_stop_than_gunicorns_graceful_timeout():
+    """On SIGTERM gunicorn lets requests in flight finish for its graceful timeout (30 s by
+    default); compose's default stop grace of 10 s killed them half-way."""
+    from gunicorn.config import Config
+
+    web = compose_service("web", {"SECRET_KEY": "k", "FLOWER_BASIC_AUTH": "a:b"})
+    assert web["stop_grace_period"].endswith("s")
+    assert int(web["stop_grace_period"].removesuffix("s")) > Config().graceful_timeout

@@ -547,7 +547,7 @@ class Command(BaseCommand):
                 "-",
                 "--error-logfile",
                 "-",
-                *_gunicorn_no_control_socket(),
+                "--no-control-socket",  # gunicorn opens one in ~/.gunicorn by default
             ],
         )
 
@@ -592,17 +592,6 @@ def _debug_line() -> str:
     return (
         f"DEBUG=true ({why}): error pages show tracebacks and settings; "
         "never run this in production"
-    )
-
-
-def _gunicorn_no_control_socket() -> list[str]:
-    """Gunicorn 24+ opens a control socket in ~/.gunicorn by default; the demo needs none."""
-    from gunicorn.config import KNOWN_SETTINGS
-
-    return (
-        ["--no-control-socket"]
-        if any(s.name == "control_socket_disable" for s in KNOWN_SETTINGS)
-        else []
     )
 
 
