@@ -55,7 +55,7 @@ class PodProcess(models.Model):
         ]  # an agent's reconcile
 
     def __str__(self) -> str:
-        return f"{self.pod_id} ({self.state})"
+        return f"{self.pod.pod_id} ({self.get_state_display()})"
 
     @property
     def is_live(self) -> bool:
@@ -120,4 +120,4 @@ class PodMetricSample(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.pod_id} at {self.at:%Y-%m-%d %H:%M:%S}"
+        return f"{self.pod.pod_id} at {self.at:%Y-%m-%d %H:%M:%S}"

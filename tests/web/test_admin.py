@@ -100,6 +100,18 @@ def test_it_shows_a_job_with_roles_pods_history_and_events(admin_client, job):
     assert admin_client.get(reverse("admin:jobs_job_add")).status_code == 403
 
 
+def test_a_pod_process_is_named_by_its_pod_id_and_state(admin_client, job):
+    from apps.agent.models import PodProcess
+
+    pod = job.pods.get()
+    process = PodProcess.objects.create(
+        pod=pod, queue="q", state=PodProcess.State.RUNNING, queued_at=timezone.now()
+    )
+    assert str(process) == f"{pod.pod_id} (Running)"
+    page = admin_client.get(reverse("admin:agent_podprocess_change", args=[process.pk]))
+    assert f"{pod.pod_id} (Running)" in page.content.decode()
+
+
 def test_it_shows_memberships_under_a_workspace(admin_client, personas):
     ws = personas["ws_a"]
     body = admin_client.get(reverse("admin:workspaces_workspace_change", args=[ws.pk])).content
