@@ -174,9 +174,13 @@ def market_snapshot(*, now: datetime, rng: random.Random) -> MarketSnapshot:
         for name, t in all_types.items()
     }
     names = {t.pk: t.name for t in all_types.values()}
-    public = [t for t in all_types.values() if t.public_capacity > 0]
-    states = MarketState.objects.in_bulk([t.pk for t in public])
     payg_used, spot_used, running = _live_pods(names, types)
+    # A type whose public capacity went to 0 under running jobs stays in the market at
+    # capacity 0 until they are gone: the spot jobs on it are reclaimed as over capacity.
+    public = [
+        t for t in all_types.values() if t.public_capacity > 0 or payg_used[t.pk] or spot_used[t.pk]
+    ]
+    states = MarketState.objects.in_bulk([t.pk for t in public])
     demand = bidding_demand()
     replay = _replay_prices(now)
     lingjun = [t for t in public if t.resource_type == ResourceType.LINGJUN]

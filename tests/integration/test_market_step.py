@@ -304,6 +304,20 @@ def test_it_reclaims_the_lowest_bids_first_when_pay_as_you_go_takes_the_stock(pe
     assert set(low.pods.values_list("status", flat=True)) == {PodStatus.PREEMPTED}
 
 
+def test_it_reclaims_spot_jobs_on_a_type_whose_public_capacity_went_to_zero(personas, replay):
+    replay([(NOW, G7, "0.30")])
+    job = submit(personas, discount="0.5", pods=2)
+    step(at(0))
+    reload(job)
+    assert job.status == JobStatus.RUNNING
+    InstanceType.objects.filter(name=G7).update(public_capacity=0)  # the admin stops selling it
+    step(at(1))
+    reload(job)
+    assert job.status == JobStatus.FAILED and job.reason_code == "SpotStockShortage"
+    assert "capacity 0 < 2 instances of ecs.g7.xlarge in use" in job.reason_message
+    assert set(job.pods.values_list("status", flat=True)) == {PodStatus.PREEMPTED}
+
+
 def test_it_sends_a_reclaimed_job_with_aimaster_back_to_bidding_and_runs_it_again(personas, replay):
     replay([(NOW, G7, "0.30"), (at(1), G7, "0.70"), (at(3), G7, "0.40")])
     job = submit(personas, discount="0.8", aimaster=True)
