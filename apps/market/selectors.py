@@ -300,13 +300,20 @@ def _rolling_average(t: InstanceType, since: datetime, until: datetime) -> Histo
     history = price_histories(
         type_ids=[t.pk], since=since - timedelta(seconds=window), until=until
     ).get(t.pk, [])
+    if not history:
+        return []
     start, end = since.timestamp(), until.timestamp()
     samples = [start + (end - start) * i / AVERAGE_SAMPLES for i in range(AVERAGE_SAMPLES + 1)]
-    points = []
-    for at in samples:
-        if history and history[0][0] <= at:
-            points.append((at, pricing.system_average(history, now=at, window=window)))
-    return points
+    # A history that begins inside the window is averaged from its first price on, not from
+    # the first sample after it (up to 1/AVERAGE_SAMPLES of the window unaccounted for).
+    first = history[0][0]
+    if start < first < end:
+        samples = [first, *(at for at in samples if at > first)]
+    return [
+        (at, pricing.system_average(history, now=at, window=window))
+        for at in samples
+        if first <= at
+    ]
 
 
 # --- a job's bids against the market ----------------------------------------------------------

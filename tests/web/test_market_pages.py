@@ -222,6 +222,28 @@ def test_its_price_panel_never_rounds_a_share_of_the_day_to_none_or_all(
     assert says in html
 
 
+def test_its_price_panel_judges_a_lingjun_bid_from_the_first_price_of_a_young_market(
+    alice_client, personas
+):
+    """A type first priced 5 minutes ago (a new cluster): before the first of the day's
+    120 samples of the system average after it, the bid was still judged, not left out."""
+    from apps.cluster.models import InstanceType
+    from apps.market.models import PricePoint
+
+    now = timezone.now()
+    lj = InstanceType.objects.get(name=LJ)
+    PricePoint.objects.create(
+        instance_type=lj, at=now - timedelta(minutes=5), price_per_hour=Decimal("100")
+    )
+    html = alice_client.get(
+        reverse("market:price-panel"),
+        {"r0-instance_type": LJ, "r0-spot_limit_type": "discount", "r0-spot_discount_limit": "0.3"},
+        headers={"HX-Request": "true"},
+    ).content.decode()
+    assert "held all of that time" not in html
+    assert "Your bid ¥60.0000/h was below the system average 100% of that time" in html
+
+
 def test_its_price_panel_gives_no_guidance_without_a_bid(alice_client, personas):
     _history(timezone.now(), [(30, "0.10")])
     html = alice_client.get(reverse("market:price-panel"), {"r0-instance_type": G7}).content
