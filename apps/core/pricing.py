@@ -345,6 +345,7 @@ class PaygRequest:
     needs: tuple[tuple[str, int], ...]
     running: bool
     submitted_at: float
+    name: str = ""  # how the reclaimed spot jobs' reasons name it; the id when empty
 
 
 @dataclass(frozen=True)
@@ -640,7 +641,7 @@ def _start_payg(
         for victim in victims:
             reason = say(
                 "stock short: pay-as-you-go job {job} needs instances of {types}",
-                job=request.job_id,
+                job=request.name or request.job_id,
                 types=", ".join(shortfall),
             )
             reclaims.append(_shortage(book, victim, reason, *shortfall))

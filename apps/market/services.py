@@ -378,6 +378,8 @@ def _waiting_rows(roles: QuerySet[JobRole]) -> list[tuple]:
             "job__pending_reason",
             "job__not_before",
             "job__sub_status",
+            "job__display_name",
+            "job__job_id",
         )
     )
 
@@ -426,8 +428,11 @@ def _add_waiting(snapshot: MarketSnapshot, names: dict[int, str], queuing: list[
         reason,
         not_before,
         stored_code,
+        display_name,
+        public_id,
     ) in rows:
-        jobs[job_id] = (source, submitted, aimaster, (reason, stored_code), not_before)
+        label = f"{display_name} ({public_id})"  # as the scheduler's preemptions name a job
+        jobs[job_id] = (source, submitted, aimaster, (reason, stored_code), not_before, label)
         name = names.get(type_id, "")
         bid = (
             _bid(originals[name], discount, per_minute)
@@ -436,7 +441,7 @@ def _add_waiting(snapshot: MarketSnapshot, names: dict[int, str], queuing: list[
         )
         more = fallbacks.get(role_id, ())
         needs[job_id].append(RoleNeed(role_id, role_type, pods, name, bid, more))
-    for job_id, (source, submitted, aimaster, shown, not_before) in jobs.items():
+    for job_id, (source, submitted, aimaster, shown, not_before, job_name) in jobs.items():
         roles = needs[job_id]
         if source == ResourceSource.PUBLIC:
             snapshot.pending_reasons[job_id] = shown
@@ -454,7 +459,11 @@ def _add_waiting(snapshot: MarketSnapshot, names: dict[int, str], queuing: list[
             snapshot.needs[job_id] = roles
             snapshot.payg.append(
                 pricing.PaygRequest(
-                    job_id, tuple((r.instance_type, r.pod_count) for r in roles), False, submitted
+                    job_id,
+                    tuple((r.instance_type, r.pod_count) for r in roles),
+                    False,
+                    submitted,
+                    job_name,
                 )
             )
         else:

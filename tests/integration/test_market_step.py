@@ -301,6 +301,8 @@ def test_it_reclaims_the_lowest_bids_first_when_pay_as_you_go_takes_the_stock(pe
     assert high.status == JobStatus.RUNNING
     assert low.status == JobStatus.FAILED and low.reason_code == "SpotStockShortage"
     assert "lowest bids go first" in low.reason_message
+    # the job that took the stock, by the name and id its owner knows it by (not a row number)
+    assert f"pay-as-you-go job payg ({payg.job_id}) needs" in low.reason_message
     assert set(low.pods.values_list("status", flat=True)) == {PodStatus.PREEMPTED}
 
 
