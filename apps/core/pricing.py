@@ -157,6 +157,7 @@ class TypeMarket:
     spot_used: int  # includes the running spot jobs passed to market_step
     bidding_demand: int  # instances asked for by spot jobs waiting in Bidding
     price: Decimal  # current market price per instance-hour
+    spot_enabled: bool = True  # sold as spot; when not, its running spot jobs are reclaimed
 
     @property
     def floor(self) -> Decimal:
@@ -548,7 +549,7 @@ class _Book:
         )
 
     def quote(self, instance_type: str) -> Quote | None:
-        if instance_type not in self.markets:
+        if instance_type not in self.markets or not self.markets[instance_type].spot_enabled:
             return None
         return Quote(*self.asked(instance_type), self.stock(instance_type))
 
@@ -599,9 +600,18 @@ def _reclaim_on_price(book: _Book) -> list[Reclaim]:
 
 
 def _reclaim_over_capacity(book: _Book) -> list[Reclaim]:
-    """Capacity can shrink under running jobs (a node leaves the pool): spot gives way."""
+    """Capacity can shrink under running jobs (a node leaves the pool): spot gives way. A
+    type no longer sold as spot has no spot stock at all: every spot job on it gives way."""
     reclaims = []
     for t, market in book.markets.items():
+        if not market.spot_enabled:
+            for victim in list(book.victims_on(t)):
+                book.release(victim)
+                reason = say("stock short: {type} is no longer sold as spot", type=t)
+                reclaims.append(
+                    Reclaim(victim.job_id, "SpotStockShortage", reason, rebid=victim.aimaster)
+                )
+            continue
         in_use = book.payg_used[t] + book.spot_used[t]
         if in_use <= market.capacity:
             continue

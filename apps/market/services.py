@@ -198,6 +198,7 @@ def market_snapshot(*, now: datetime, rng: random.Random) -> MarketSnapshot:
                 spot_used=spot_used[t.pk],
                 bidding_demand=demand.get(t.pk, 0),
                 price=state.price_per_hour if state else _opening_price(t, params, replay),
+                spot_enabled=t.spot_enabled,
             )
         )
     snapshot = MarketSnapshot(

@@ -320,6 +320,21 @@ def test_it_reclaims_spot_jobs_on_a_type_whose_public_capacity_went_to_zero(pers
     assert set(job.pods.values_list("status", flat=True)) == {PodStatus.PREEMPTED}
 
 
+def test_it_reclaims_spot_jobs_on_a_type_no_longer_sold_as_spot(personas, replay):
+    replay([(NOW, G7, "0.30")])
+    job = submit(personas, discount="0.9", pods=2, aimaster=True)
+    payg = submit(personas, source="public", name="payg")
+    step(at(0))
+    reload(job, payg)
+    assert job.status == payg.status == JobStatus.RUNNING
+    InstanceType.objects.filter(name=G7).update(spot_enabled=False)  # pay-as-you-go only now
+    step(at(1))
+    reload(job, payg)
+    assert job.status == JobStatus.BIDDING and job.reason_code == "SpotStockShortage"
+    assert "ecs.g7.xlarge is no longer sold as spot" in job.reason_message
+    assert payg.status == JobStatus.RUNNING
+
+
 def test_it_sends_a_reclaimed_job_with_aimaster_back_to_bidding_and_runs_it_again(personas, replay):
     replay([(NOW, G7, "0.30"), (at(1), G7, "0.70"), (at(3), G7, "0.40")])
     job = submit(personas, discount="0.8", aimaster=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 from decimal import Decimal as D
 
 import pytest
@@ -631,6 +632,18 @@ def test_it_reclaims_spot_when_capacity_shrinks():
     assert plan.reclaims[0].reason.startswith(
         "stock short: capacity 3 < 4 instances of ecs.g7.xlarge in use"
     )
+
+
+def test_it_reclaims_every_spot_job_on_a_type_no_longer_sold_as_spot():
+    running = [spot(1, "0.70", 2, running=True), spot(2, "0.40", 1, running=True)]
+    markets = [replace(market(spot_used=3), spot_enabled=False)]
+    plan = step(markets, running + [spot(3, "0.80")], replay=frozen_at("0.3"))
+    assert sorted((r.job_id, r.code) for r in plan.reclaims) == [
+        (1, "SpotStockShortage"),
+        (2, "SpotStockShortage"),
+    ]
+    assert plan.reclaims[0].reason == "stock short: ecs.g7.xlarge is no longer sold as spot"
+    assert plan.starts == ()  # nor does a bid start on it, whatever the stock
 
 
 # --- replay -----------------------------------------------------------------------------
