@@ -218,7 +218,7 @@ def _job_common(job: Job, roles: list[JobRole], *, sub: str) -> dict[str, Any]:
         "JobMaxRunningTimeMinutes": job.max_running_time_minutes,
         "ResourceId": job.quota.name if job.quota_id else None,
         "ResourceType": job.resource_type,
-        "RestartTimes": f"{job.restart_times}/{job.max_restarts if job.enable_aimaster else 0}",
+        "RestartTimes": job.restart_budget,
         "Settings": job_settings(job),
         "ElasticSpec": {"EnableAIMaster": job.enable_aimaster},
         "RequestCPU": cpu,

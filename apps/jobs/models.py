@@ -253,6 +253,12 @@ class Job(models.Model):
         return self.resource_source == ResourceSource.SPOT
 
     @property
+    def restart_budget(self) -> str:
+        """Restarts spent of those AIMaster may spend, as DLC's RestartTimes reads: "1/3";
+        none may be without AIMaster ("0/0"), whatever max restarts was given."""
+        return f"{self.restart_times}/{self.max_restarts if self.enable_aimaster else 0}"
+
+    @property
     def payment_type(self) -> str:
         """DLC's PaymentType: quota jobs are prepaid; public and spot are postpaid."""
         return "PrePaid" if self.resource_source == ResourceSource.QUOTA else "PostPaid"

@@ -936,3 +936,18 @@ def test_it_refuses_a_share_that_is_not_part_of_one_gpu_or_beyond_the_quota(
     assert response.status_code == 200
     assert says in html_lib.unescape(response.content.decode())
     assert not Job.objects.exists()
+
+
+@pytest.mark.parametrize("aimaster, budget", [(False, "0/0"), (True, "1/3")])
+def test_its_page_counts_restarts_against_the_budget_getjob_gives(
+    alice_client, personas, aimaster, budget
+):
+    """Without AIMaster no restart may be spent: the page reads 0/0 as GetJob's
+    RestartTimes does, not 0 of a max restarts nothing will spend."""
+    job = make_job(personas)
+    Job.objects.filter(pk=job.pk).update(
+        enable_aimaster=aimaster, max_restarts=3, restart_times=int(aimaster)
+    )
+    page = alice_client.get(reverse("jobs:detail", args=[job.job_id])).content.decode()
+    assert f"<dd>{budget}</dd>" in page
+    assert re.search(rf'id="restart-count"><strong>{budget}</strong>', page)
