@@ -522,6 +522,63 @@ def test_it_admits_the_owner_once_the_borrowers_are_gone():
     assert admitted(second) == {1: {"worker-0": 1}}
 
 
+def test_a_lowered_min_lends_what_its_quota_runs_above_it_to_an_owner_short_of_its_own():
+    """team-a's min went from 8 to 4 GPUs under its two 4-GPU jobs, team-b's from 8 to 12:
+    the newer team-a job is on loan, and team-b's owner reclaims it as any borrower."""
+    quotas = [quota(1, "team-a", 4), quota(2, "team-b", 12)]
+    run = [
+        running(9, 1, (1, 4), idle="off", in_quota=True, started=NOW - 7200),
+        running(10, 1, (1, 4), idle="off", in_quota=True, name="alice-big"),
+        running(11, 2, (2, 8), idle="off", in_quota=True),
+    ]
+    pending = [queued(1, 2, 4, name="bob-next")]
+    result = plan(snapshot(machines(1, 2), quotas, run, pending), now=NOW)
+    assert result.loans == (1000,)
+    (preemption,) = result.preemptions
+    assert (preemption.job_id, preemption.by_job_id, preemption.by_quota_id) == (10, 1, 2)
+    assert "bob-next" in preemption.reason and "team-b" in preemption.reason
+    assert waiting(result, 1).reason == "borrowers being reclaimed: 1 job"
+    assert waiting(result, 1).code == "WaitingForReclaim"
+
+
+def test_a_lowered_min_keeps_the_victim_rules_of_any_borrower():
+    quotas = [quota(1, "team-a", 4), quota(2, "team-b", 12)]
+    run = [
+        running(9, 1, (1, 4), idle="off", in_quota=True, started=NOW - 7200),
+        running(10, 1, (1, 4), idle="off", in_quota=True, started=NOW - 10),
+        running(11, 2, (2, 8), idle="off", in_quota=True),
+    ]
+    result = plan(snapshot(machines(1, 2), quotas, run, [queued(1, 2, 4)]), now=NOW)
+    assert result.preemptions == ()
+    assert waiting(result, 1).reason == (
+        "borrowers to reclaim have run less than the minimum 60 s: 1 job"
+    )
+
+
+def test_a_lowered_min_preempts_nothing_while_no_owner_is_short():
+    """On loan is not stopped: team-a's pods above its new min run on, and team-a's own
+    next job waits for its quota, not for them."""
+    quotas = [quota(1, "team-a", 4), quota(2, "team-b", 12)]
+    run = [running(10, 1, (1, 1), (1, 1), (1, 1), (1, 1), (1, 4), idle="off", in_quota=True)]
+    result = plan(snapshot(machines(1, 2), quotas, run, [queued(1, 1, 1)]), now=NOW)
+    assert result.loans == (1004,)
+    assert result.preemptions == ()
+    assert waiting(result, 1).reason == "quota team-a: needs 1 GPU, 0 free"
+    assert plan(snapshot(machines(1, 2), quotas, run), now=NOW).preemptions == ()
+
+
+def test_a_lowered_ancestor_min_lends_the_newest_use_of_its_children():
+    root = quota(1, "root", 8)
+    children = [quota(2, "team-a", 8, parent=1), quota(3, "team-b", 8, parent=1)]
+    run = [
+        running(9, 2, (1, 8), idle="off", in_quota=True, started=NOW - 7200),
+        running(10, 3, (2, 4), idle="acceptable", in_quota=True),
+    ]
+    result = plan(snapshot(machines(1, 2), [root, *children], run, [queued(1, 2, 1)]), now=NOW)
+    assert result.loans == (1000,)
+    assert waiting(result, 1).reason == "quota team-a: needs 1 GPU, 0 free"
+
+
 # --- 6. queue order ------------------------------------------------------------------------
 
 

@@ -312,6 +312,21 @@ def reclaims(draw) -> Snapshot:
 SCENARIOS = st.one_of(snapshots(), reclaims())
 
 
+@st.composite
+def lowered(draw) -> Snapshot:
+    """A scenario whose admin then lowered some quotas' min, maybe under what their jobs
+    already run In Quota (the part above it is on loan)."""
+    shot = draw(SCENARIOS)
+    quotas = tuple(
+        replace(q, min=replace(q.min, gpu=draw(st.sampled_from([q.min.gpu, q.min.gpu // 2, 0]))))
+        for q in shot.quotas
+    )
+    return replace(shot, quotas=quotas)
+
+
+WITH_LOWERED_MINS = st.one_of(SCENARIOS, lowered())
+
+
 # --- helpers over a plan -------------------------------------------------------------------
 
 
@@ -389,12 +404,28 @@ def held_pods(shot: Snapshot, result: Plan):
 
 @CHOOSERS
 @settings(max_examples=250, deadline=None)
-@given(shot=SCENARIOS)
+@given(shot=WITH_LOWERED_MINS)
 def test_it_keeps_in_quota_use_and_held_quota_within_every_min(shot, chooser):
+    """Running pods In Quota but for those on loan (a min lowered under them: none in a
+    scenario as generated), admitted In Quota and held for reclaiming owners."""
     result = planned(shot, chooser)
     quotas = {q.id: q for q in shot.quotas}
+    placed = {qid: (0, 0, 0) for qid in quotas}
+    for qid, size in [
+        (j.quota_id, vec(p.resources)) for j in shot.running for p in j.pods if p.in_quota
+    ]:
+        for q in chain(quotas, qid):
+            placed[q.id] = add(placed[q.id], size)
+    # pods go on loan only where a quota's min is lowered under its use, and then some do
+    assert bool(result.loans) == any(not fits(placed[qid], vec(q.min)) for qid, q in quotas.items())
+    loans = set(result.loans)
     used = {qid: (0, 0, 0) for qid in quotas}
-    pods = [(j.quota_id, vec(p.resources)) for j in shot.running for p in j.pods if p.in_quota]
+    pods = [
+        (j.quota_id, vec(p.resources))
+        for j in shot.running
+        for p in j.pods
+        if p.in_quota and p.pod_id not in loans
+    ]
     pods += [
         (job.quota_id, size) for _, size, in_quota, job in admitted_pods(shot, result) if in_quota
     ]
@@ -450,9 +481,12 @@ def test_it_places_gangs_whole_on_their_quotas_pool(shot):
 
 @CHOOSERS
 @TWICE
-@given(shot=SCENARIOS)
+@given(shot=WITH_LOWERED_MINS)
 def test_it_only_preempts_old_borrowers_running_on_idle_room(shot, chooser):
+    """Borrowers: jobs with pods Not in Quota, placed so or on loan (a min lowered under
+    them)."""
     result = planned(shot, chooser)
+    loans = set(result.loans)
     running = {j.job_id: j for j in shot.running}
     jobs = pending_by_id(shot)
     pools = {n.id: n.pool_id for n in shot.nodes}
@@ -460,10 +494,12 @@ def test_it_only_preempts_old_borrowers_running_on_idle_room(shot, chooser):
     assert len({p.job_id for p in result.preemptions}) == len(result.preemptions)
     for preemption in result.preemptions:
         victim, owner = running[preemption.job_id], jobs[preemption.by_job_id]
-        assert victim.idle_mode != "off" and not victim.stopping
+        assert not victim.stopping
         assert NOW - victim.started_at >= CONFIG.min_run_seconds
         pool = quotas[owner.quota_id].pool_id
-        assert any(not p.in_quota and pools[p.node_id] == pool for p in victim.pods)
+        assert any(
+            (not p.in_quota or p.pod_id in loans) and pools[p.node_id] == pool for p in victim.pods
+        )
         assert owner.idle_mode == "off" and preemption.job_id not in jobs
         assert preemption.by_quota_id == owner.quota_id
 

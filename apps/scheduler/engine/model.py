@@ -200,9 +200,13 @@ class Waiting:
 
 @dataclass(frozen=True, slots=True)
 class Plan:
+    """`loans`: the ids of the running pods placed In Quota that their quota's min no
+    longer holds (lowered under its jobs' use), counted Not in Quota from this plan on."""
+
     admissions: tuple[Admission, ...]
     preemptions: tuple[Preemption, ...]
     waiting: tuple[Waiting, ...]
+    loans: tuple[int, ...] = ()
 
 
 def vec(r: Resources) -> Vec:

@@ -30,6 +30,9 @@ How a pass runs (design.md §4):
    milli-GPUs (a whole GPU is 1000), so a 500-milli pod uses half a GPU of its quota's min.
    In a pool where some pod shares a GPU, every GPU is kept by its index (sharing.py) and
    every admitted pod is told which it takes; elsewhere GPUs are only counted.
+6. A min lowered under what its quota's jobs run In Quota: the part above it is on loan
+   (`ClusterState._on_loan`), counted Not in Quota and reclaimable like any borrower's,
+   the newest jobs first; nothing is preempted until an owner short of its min reclaims.
 """
 
 from __future__ import annotations
@@ -57,6 +60,7 @@ from apps.scheduler.engine.model import (
     Snapshot,
     Waiting,
     check_share,
+    milli_vec,
     quota_chains,
     vec,
 )
@@ -145,7 +149,14 @@ class ClusterState:
         self.frees: dict[int, tuple[dict[int, dict[int, Vec]], frozenset[int]]] = {}
         self.sharing: set[int] = set()  # pools where some running pod shares a GPU
         self.planning = False
-        for job in running:
+        # In Quota pods above their quota chain's min (a min lowered under its jobs), counted
+        # Not in Quota: job id -> the job as placed, and the ids of the pods now on loan
+        self.placed: dict[int, RunningJob] = {}
+        self.loans: dict[int, tuple[int, ...]] = {}
+        jobs = tuple(running)
+        if self._over_min(jobs):
+            jobs = tuple(sorted(jobs, key=_keep_order))
+        for job in jobs:
             self._add(job, built=False)
         # FGD weighs every GPU one by one, whether or not some pod shares one yet
         for pid in sorted(self.pools if config.placement == "fgd" else self.sharing):
@@ -166,6 +177,8 @@ class ClusterState:
     def stop(self, job_id: int) -> None:
         """A running job is gone and its room free."""
         job = self.running.pop(job_id)
+        self.placed.pop(job_id, None)
+        self.loans.pop(job_id, None)
         self.reclaimable.pop(job_id, None)
         self.frees.pop(job_id, None)
         self._count(job, sign=1)
@@ -173,7 +186,12 @@ class ClusterState:
     def update(self, job: RunningJob) -> None:
         """A running job changed (a checkpoint, being stopped): the same pods, new facts."""
         old = self.running.get(job.job_id)
-        if old is not None and old.pods == job.pods and old.stopping == job.stopping:
+        placed = self.placed.get(job.job_id, old)
+        if placed is not None and placed.pods == job.pods and placed.stopping == job.stopping:
+            if placed is not old:  # on loan: the pods as counted, the new facts
+                assert old is not None
+                self.placed[job.job_id] = job
+                job = replace(job, pods=old.pods)
             self.running[job.job_id] = job
             if job.job_id in self.reclaimable:
                 self.reclaimable[job.job_id] = job
@@ -235,11 +253,59 @@ class ClusterState:
         if self.planning:
             shares.begin()
 
+    def _over_min(self, jobs: tuple[RunningJob, ...]) -> bool:
+        """True when some quota's In Quota use, with its descendants', exceeds its min."""
+        use = {qid: [0, 0, 0] for qid in self.chains}
+        for job in jobs:
+            chain = self.chains.get(job.quota_id) if job.quota_id is not None else None
+            if chain:
+                for pod in job.pods:
+                    if pod.in_quota:
+                        v = milli_vec(pod.resources, pod.gpu_milli)
+                        for quota in chain:
+                            grow(use[quota.id], v)
+        return any(not fits(use[qid], milli_vec(quota.min)) for qid, quota in self.quotas.items())
+
+    def _on_loan(self, job: RunningJob) -> RunningJob:
+        """The job as quotas count it: each pod placed In Quota stays so while its quota
+        chain's min, less what the jobs counted before it use, holds it; the rest is on loan
+        (Not in Quota), reclaimable as any borrower is. Only a min lowered under its jobs'
+        use (an admin's change) leaves pods on loan: a plan admits In Quota only what the
+        free min holds."""
+        chain = self.chains.get(job.quota_id) if job.quota_id is not None else None
+        if not chain:
+            return job
+        usage = self.usage
+        free: list[int] | None = None
+        loaned: list[int] = []
+        for pod in job.pods:
+            if not pod.in_quota:
+                continue
+            if free is None:
+                free = [
+                    min(q.min.gpu * MILLI - usage[q.id][0] for q in chain),
+                    min(q.min.cpu - usage[q.id][1] for q in chain),
+                    min(q.min.memory - usage[q.id][2] for q in chain),
+                ]
+            v = milli_vec(pod.resources, pod.gpu_milli)
+            if fits(v, free):
+                grow(free, (-v[0], -v[1], -v[2]))
+            else:
+                loaned.append(pod.pod_id)
+        if not loaned:
+            return job
+        self.placed[job.job_id] = job
+        self.loans[job.job_id] = tuple(loaned)
+        on_loan = set(loaned)
+        pods = tuple(replace(p, in_quota=False) if p.pod_id in on_loan else p for p in job.pods)
+        return replace(job, pods=pods)
+
     def _add(self, job: RunningJob, *, built: bool) -> None:
         if job.job_id in self.running:
             raise SchedulerError("duplicate running job ids in the snapshot")
+        job = self._on_loan(job)
         self.running[job.job_id] = job
-        if job.idle_mode != "off" or job.stopping:
+        if job.idle_mode != "off" or job.stopping or job.job_id in self.loans:
             self.reclaimable[job.job_id] = job
             self.frees[job.job_id] = self._frees(job)
         self._count(job, sign=-1, built=built)
@@ -292,6 +358,12 @@ class ClusterState:
                 g = -sign * (pod.gpu_milli or v[0] * MILLI)
                 for quota in chain:
                     grow(self.usage[quota.id], (g, -sign * v[1], -sign * v[2]))
+
+
+def _keep_order(job: RunningJob) -> tuple[bool, int, float, int]:
+    """Which running jobs a lowered min keeps In Quota first: not being stopped, higher
+    priority, then the longest running (the rest, on loan, are the newest)."""
+    return (job.stopping, -job.priority, job.started_at, job.job_id)
 
 
 # Why a job waits, as a code (the job's SubStatus; `Waiting.code`), beside the words.
@@ -460,7 +532,8 @@ class _Planner:
         deferred = [job for job in jobs if not self._owners_pass(job)]
         for job in deferred:
             self._borrowers_pass(job)
-        return Plan(tuple(self.admissions), tuple(self.preemptions), self._waiting(jobs))
+        loans = tuple(sorted(pod_id for pods in self.state.loans.values() for pod_id in pods))
+        return Plan(tuple(self.admissions), tuple(self.preemptions), self._waiting(jobs), loans)
 
     # -- the two passes --
 
