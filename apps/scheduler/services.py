@@ -22,7 +22,7 @@ from django.db.models import F
 from apps.cluster.models import Node, Quota, ResourcePool
 from apps.core.db import id_chunks, rows_update, transaction_lock
 from apps.core.perf import gc_paused
-from apps.core.words import joined, say
+from apps.core.words import joined, say, say_n
 from apps.jobs.execution import (
     PodsStop,
     jobs_winding_down,
@@ -285,10 +285,45 @@ def scheduler_tick(*, now: datetime) -> TickReport:
     if not loaded.snapshot.pending:
         return TickReport(admitted=0, preempted=0, waiting=0)  # nobody to place or reclaim for
     plan = engine.plan(loaded.snapshot, now=now.timestamp(), config=scheduler_config(now=now))
+    _record_loans(plan.loans, now=now)  # first: a victim on loan is preempted as one
     preempted = _apply_preemptions(plan.preemptions, now=now)
     admitted = _apply_admissions(plan.admissions, now=now)
     _record_waiting(plan.waiting, loaded.shown)
     return TickReport(admitted=admitted, preempted=preempted, waiting=len(plan.waiting))
+
+
+def _record_loans(loans: tuple[int, ...], *, now: datetime) -> None:
+    """The running pods the plan found on loan (their quota's min lowered under what its
+    jobs use) are Not in Quota from now on, for the job page, the quotas page and every
+    later plan, each job with an event saying why it may now be preempted."""
+    if not loans:
+        return
+    pods: dict[int, list[Pod]] = defaultdict(list)
+    for ids in id_chunks(sorted(loans)):
+        for pod in Pod.objects.filter(pk__in=ids, in_quota=True, status__in=LIVE_POD_STATUSES):
+            pods[pod.job_id].append(pod)
+    if not pods:
+        return
+    rows_update(Pod, ["in_quota"], [(pod.pk, False) for on in pods.values() for pod in on])
+    jobs = Job.objects.filter(pk__in=list(pods)).select_related("quota").order_by("id")
+    JobEvent.objects.bulk_create(
+        [
+            JobEvent(
+                job=job,
+                kind="OnLoan",
+                message=say_n(
+                    len(pods[job.pk]),
+                    "{count} pod now runs Not in Quota: the min of quota {quota} was lowered"
+                    " below what its jobs use, and an owner short of its own may reclaim it",
+                    "{count} pods now run Not in Quota: the min of quota {quota} was lowered"
+                    " below what its jobs use, and an owner short of its own may reclaim them",
+                    quota=_quota_name(job),
+                ),
+                at=now,
+            )
+            for job in jobs
+        ]
+    )
 
 
 def _apply_admissions(admissions: tuple[engine.Admission, ...], *, now: datetime) -> int:

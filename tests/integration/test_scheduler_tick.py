@@ -163,6 +163,86 @@ def test_a_borrower_with_aimaster_preempted_again_and_again_waits_again_each_tim
     assert [r.counted for r in borrower.restarts.all()] == [False, False]
 
 
+def _set_min_gpu(name: str, gpu: int) -> None:
+    """An admin's change of a quota's min, as the Django admin's form saves it."""
+    from django.forms.models import model_to_dict
+
+    from apps.cluster.admin import QuotaForm
+    from apps.cluster.models import Quota
+
+    quota = Quota.objects.get(name=name)
+    form = QuotaForm(data={**model_to_dict(quota), "min_gpu": gpu}, instance=quota)
+    assert form.is_valid(), form.errors
+    form.save()
+
+
+def _full_cluster(personas) -> tuple[Job, Job]:
+    """team-a and team-b each run 8 GPUs In Quota (team-a in two jobs, the second newer),
+    then team-a's min goes from 8 to 4 GPUs and team-b's from 8 to 12."""
+    kept = submit(personas, pods=1, gpu=4, aimaster=True, name="alice-old")
+    newer = submit(personas, pods=1, gpu=4, aimaster=True, name="alice-new")
+    submit(personas, ws="ws_b", user="charlie", quota="team-b", pods=2, gpu=4, name="charlie")
+    assert Pod.objects.filter(in_quota=True, status=PodStatus.RUNNING).count() == 4
+    _set_min_gpu("team-a", 4)
+    _set_min_gpu("team-b", 12)
+    return kept, newer
+
+
+def test_an_owner_reclaims_what_a_quota_runs_above_its_lowered_min(personas):
+    from apps.jobs.waiting import NOT_IN_QUOTA, sub_status
+
+    kept, newer = _full_cluster(personas)
+    owner = submit(personas, ws="ws_b", user="charlie", quota="team-b", gpu=4, name="bob-next")
+    newer.refresh_from_db()
+    assert newer.status == JobStatus.QUEUING and newer.reason_code == "JobPreempted"
+    (pod,) = newer.pods.all()
+    assert pod.status == PodStatus.PREEMPTED and pod.in_quota is False
+    assert "bob-next" in pod.message and "team-b" in pod.message
+    kinds = list(newer.events.values_list("kind", flat=True))
+    assert kinds.index("OnLoan") < kinds.index("Preempted")
+    assert newer.events.get(kind="OnLoan").message == (
+        "1 pod now runs Not in Quota: the min of quota team-a was lowered below what its"
+        " jobs use, and an owner short of its own may reclaim it"
+    )
+
+    scheduler_tick(now=timezone.now() + timedelta(seconds=1))
+    owner.refresh_from_db()
+    newer.refresh_from_db()
+    assert owner.status == JobStatus.RUNNING
+    assert all(owner.pods.values_list("in_quota", flat=True))
+    assert newer.status == JobStatus.QUEUING
+    assert newer.pending_reason == "quota team-a: needs 4 GPU, 0 free"
+    # the job that team-a's new min holds runs on, In Quota
+    kept.refresh_from_db()
+    assert kept.status == JobStatus.RUNNING and sub_status(kept) != NOT_IN_QUOTA
+    assert all(kept.pods.values_list("in_quota", flat=True))
+    assert not kept.events.filter(kind__in=("OnLoan", "Preempted")).exists()
+
+
+def test_a_lowered_min_stops_nothing_while_no_owner_needs_the_room(personas, client):
+    from django.urls import reverse
+
+    from apps.jobs.waiting import NOT_IN_QUOTA, sub_status
+
+    kept, newer = _full_cluster(personas)
+    waits = submit(personas, gpu=1, name="alice-more")  # team-a's own: its min is used
+    assert waits.status == JobStatus.QUEUING
+    assert waits.pending_reason == "quota team-a: needs 1 GPU, 0 free"
+    newer.refresh_from_db()
+    assert newer.status == JobStatus.RUNNING and sub_status(newer) == NOT_IN_QUOTA
+    assert not Pod.objects.filter(status=PodStatus.PREEMPTED).exists()
+    assert list(newer.events.filter(kind="OnLoan").values_list("message", flat=True)) == [
+        "1 pod now runs Not in Quota: the min of quota team-a was lowered below what its"
+        " jobs use, and an owner short of its own may reclaim it"
+    ]
+    scheduler_tick(now=timezone.now() + timedelta(seconds=1))  # once only
+    assert newer.events.filter(kind="OnLoan").count() == 1
+    client.force_login(personas["alice"])
+    page = client.get(reverse("jobs:detail", args=[newer.job_id])).content.decode()
+    assert '<span class="tag tag-out">Not in Quota</span>' in page
+    assert "the min of quota team-a was lowered below what its jobs use" in page
+
+
 def test_it_changes_nothing_on_a_repeated_tick(personas):
     submit(personas, pods=2, gpu=2)
     submit(personas, pods=2, gpu=4, name="waits")
