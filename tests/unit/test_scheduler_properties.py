@@ -364,15 +364,19 @@ def in_pool(room: dict[int, Vec], shot: Snapshot, pool_id: int) -> dict[int, Vec
     return {n: v for n, v in room.items() if pools[n] == pool_id}
 
 
-def eligible_borrowers(shot: Snapshot, pool_id: int) -> set[int]:
+def eligible_borrowers(
+    shot: Snapshot, pool_id: int, loans: frozenset[int] = frozenset()
+) -> set[int]:
+    """Old enough jobs with pods Not in Quota in the pool: placed so, or on loan."""
     pools = {n.id: n.pool_id for n in shot.nodes}
     return {
         j.job_id
         for j in shot.running
-        if j.idle_mode != "off"
-        and not j.stopping
+        if not j.stopping
         and NOW - j.started_at >= CONFIG.min_run_seconds
-        and any(not p.in_quota and pools[p.node_id] == pool_id for p in j.pods)
+        and any(
+            (not p.in_quota or p.pod_id in loans) and pools[p.node_id] == pool_id for p in j.pods
+        )
     }
 
 
@@ -381,7 +385,7 @@ def eligible_borrowers(shot: Snapshot, pool_id: int) -> set[int]:
 
 @CHOOSERS
 @TWICE
-@given(shot=SCENARIOS)
+@given(shot=WITH_LOWERED_MINS)
 def test_it_never_fills_a_node_beyond_capacity(shot, chooser):
     result = planned(shot, chooser)
     load = {n.id: (0, 0, 0) for n in shot.nodes}
@@ -438,16 +442,21 @@ def test_it_keeps_in_quota_use_and_held_quota_within_every_min(shot, chooser):
 
 @CHOOSERS
 @TWICE
-@given(shot=SCENARIOS)
+@given(shot=WITH_LOWERED_MINS)
 def test_it_gives_no_one_the_room_held_for_a_reclaiming_owner(shot, chooser):
     """Once the leaving jobs are gone, admissions and held room fit every node together.
     Leaving: jobs already stopping and this plan's victims; and when an owner waits for
     young borrowers to reach the minimum run time, every borrower (it holds the room of
-    the set it will preempt then, old members included, without preempting any yet)."""
+    the set it will preempt then, old members included, without preempting any yet), on
+    loan ones too."""
     result = planned(shot, chooser)
     waits_for_young = any("minimum" in w.reason for w in result.waiting)
+    loans = set(result.loans)
     leaving = {
-        j.job_id for j in shot.running if j.stopping or (waits_for_young and j.idle_mode != "off")
+        j.job_id
+        for j in shot.running
+        if j.stopping
+        or (waits_for_young and (j.idle_mode != "off" or any(p.pod_id in loans for p in j.pods)))
     }
     room = room_without(shot, leaving | {p.job_id for p in result.preemptions})
     for node_id, size, _, _ in admitted_pods(shot, result):
@@ -544,19 +553,23 @@ def test_it_preempts_minimal_sets(shot, chooser):
 
 @CHOOSERS
 @TWICE
-@given(shot=SCENARIOS)
+@given(shot=WITH_LOWERED_MINS)
 def test_it_gives_the_queue_head_its_quota_back_from_borrowers(shot, chooser):
     """The first job in queue order, regular, with free min, that would fit were every old
-    borrower gone, starts, reclaims, or waits only for young borrowers or leaving jobs."""
+    borrower gone, starts, reclaims, or waits only for young borrowers or leaving jobs.
+    Where a min was lowered, what its quota runs above it is on loan: not its use, and
+    borrowed."""
     live = [j for j in shot.pending if j.not_before is None or j.not_before <= NOW]
     if not live:
         return
     head = min(live, key=queue_key)
+    result = planned(shot, chooser)
+    loans = frozenset(result.loans)
     quotas = {q.id: q for q in shot.quotas}
     used = {qid: (0, 0, 0) for qid in quotas}
     for job in shot.running:
         for pod in job.pods:
-            if pod.in_quota:
+            if pod.in_quota and pod.pod_id not in loans:
                 for q in chain(quotas, job.quota_id):
                     used[q.id] = add(used[q.id], vec(pod.resources))
     need = (0, 0, 0)
@@ -568,10 +581,10 @@ def test_it_gives_the_queue_head_its_quota_back_from_borrowers(shot, chooser):
         return
     pool = quotas[head.quota_id].pool_id
     stopping = {j.job_id for j in shot.running if j.stopping}
-    room = in_pool(room_without(shot, stopping | eligible_borrowers(shot, pool)), shot, pool)
+    old = eligible_borrowers(shot, pool, loans)
+    room = in_pool(room_without(shot, stopping | old), shot, pool)
     if not fits_somehow([vec(p.resources) for p in head.pods], room):
         return
-    result = planned(shot, chooser)
     if any(a.job_id == head.job_id for a in result.admissions):
         return
     if any(p.by_job_id == head.job_id for p in result.preemptions):
