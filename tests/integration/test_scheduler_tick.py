@@ -193,6 +193,10 @@ def test_an_owner_reclaims_what_a_quota_runs_above_its_lowered_min(personas):
 
     kept, newer = _full_cluster(personas)
     owner = submit(personas, ws="ws_b", user="charlie", quota="team-b", gpu=4, name="bob-next")
+    assert (owner.pending_reason, owner.sub_status) == (
+        "borrowers being reclaimed: 1 job",
+        "WaitingForReclaim",
+    )
     newer.refresh_from_db()
     assert newer.status == JobStatus.QUEUING and newer.reason_code == "JobPreempted"
     (pod,) = newer.pods.all()
@@ -217,6 +221,20 @@ def test_an_owner_reclaims_what_a_quota_runs_above_its_lowered_min(personas):
     assert kept.status == JobStatus.RUNNING and sub_status(kept) != NOT_IN_QUOTA
     assert all(kept.pods.values_list("in_quota", flat=True))
     assert not kept.events.filter(kind__in=("OnLoan", "Preempted")).exists()
+
+
+def test_an_owner_short_of_its_min_says_it_waits_for_young_jobs_on_loan(personas, settings):
+    kept, newer = _full_cluster(personas)
+    settings.SCHEDULER_MIN_RUN_SECONDS = 3600
+    owner = submit(personas, ws="ws_b", user="charlie", quota="team-b", gpu=4, name="bob-next")
+    assert owner.status == JobStatus.QUEUING
+    assert owner.pending_reason == (
+        "borrowers to reclaim have run less than the minimum 3600 s: 1 job"
+    )
+    assert not Pod.objects.filter(status=PodStatus.PREEMPTED).exists()
+    newer.refresh_from_db()
+    assert newer.status == JobStatus.RUNNING
+    assert list(newer.pods.values_list("in_quota", flat=True)) == [False]
 
 
 def test_a_lowered_min_stops_nothing_while_no_owner_needs_the_room(personas, client):
