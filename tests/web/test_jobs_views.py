@@ -951,3 +951,19 @@ def test_its_page_counts_restarts_against_the_budget_getjob_gives(
     page = alice_client.get(reverse("jobs:detail", args=[job.job_id])).content.decode()
     assert f"<dd>{budget}</dd>" in page
     assert re.search(rf'id="restart-count"><strong>{budget}</strong>', page)
+
+
+def test_a_waiting_jobs_code_is_not_paired_with_a_message_of_an_earlier_state(
+    alice_client, personas
+):
+    """A spot job re-bidding after a reclaim keeps the requeue's message while the market
+    sets its code (SpotStockShortage): the page heads the code alone and says why it waits
+    below, live."""
+    job = make_job(personas, status=JobStatus.BIDDING, source="spot")
+    Job.objects.filter(pk=job.pk).update(
+        reason_code="SpotStockShortage",
+        reason_message="Requeued: Spot instances reclaimed: stock short",
+    )
+    page = alice_client.get(reverse("jobs:detail", args=[job.job_id])).content.decode()
+    assert "</span>: Requeued" not in page
+    assert '<div class="alert alert-info" id="pending">' in page  # why it waits, live
