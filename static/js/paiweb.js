@@ -46,6 +46,23 @@
     else submitChoice(select);
   });
 
+  // <form data-guard-unsaved> (the create form, What if): once something was typed into it,
+  // leaving the page any other way than by sending it (a switcher, a link, closing the tab)
+  // asks first, as the browser does, so a half-written job is not lost to a stray click.
+  var unsaved = null, sent = false;
+  document.addEventListener("input", function (event) {
+    var form = event.target.closest ? event.target.closest("form[data-guard-unsaved]") : null;
+    if (form) { unsaved = form; sent = false; }
+  });
+  document.addEventListener("submit", function (event) {
+    if (event.target === unsaved) sent = true;
+  });
+  window.addEventListener("beforeunload", function (event) {
+    if (!unsaved || sent || !document.body.contains(unsaved)) return;
+    event.preventDefault();
+    event.returnValue = "";
+  });
+
   // <form data-confirm="Really?"> asks before submitting (the Stop button).
   document.addEventListener("submit", function (event) {
     var message = event.target.getAttribute("data-confirm");

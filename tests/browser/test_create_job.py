@@ -159,3 +159,30 @@ def test_a_reader_of_chinese_creates_a_spot_job_and_reads_why_it_waits(
         assert Job.objects.get(pk=job.pk).status == "Bidding"
     finally:
         context.close()
+
+
+def test_leaving_a_half_written_form_asks_first(browser_page, live_server, personas, password):
+    """A switch of language (or workspace, or a link) while the create form holds what was
+    typed asks before the page goes; dismissed, the form keeps it. Sending it asks nothing."""
+    page = browser_page
+    open_create_form(page, live_server, password)
+    asked = []
+
+    def answer(dialog):
+        asked.append(dialog.type)
+        dialog.dismiss()
+
+    page.on("dialog", answer)
+    page.goto(f"{live_server.url}/jobs/")  # nothing typed yet: it just goes
+    assert asked == []
+    page.go_back()
+    page.fill("#id_display_name", "half-written")
+    page.select_option("select[name=language]", "zh-hans")
+    page.wait_for_timeout(500)
+    assert asked == ["beforeunload"]
+    expect(page.locator("#id_display_name")).to_have_value("half-written")
+
+    page.fill("#id_user_command", "python train.py")
+    page.click("#submit-job")  # sent: no question
+    page.wait_for_load_state()
+    assert asked == ["beforeunload"]
