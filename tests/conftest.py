@@ -80,6 +80,18 @@ def django_db_setup(django_db_setup, django_db_blocker):
 
 
 @pytest.fixture(autouse=True)
+def _default_language():
+    """Each test starts in the default language, whatever the one before asked for: a
+    request in Chinese leaves its language active in the thread (LocaleMiddleware never
+    deactivates it), which would reach the next test's code run outside a request."""
+    from django.utils import translation
+
+    translation.deactivate()
+    yield
+    translation.deactivate()
+
+
+@pytest.fixture(autouse=True)
 def _eager_celery(settings):
     """Tasks run inline in tests (on commit); the browser and agent tests start real workers."""
     from paiweb.celery import app as celery_app
