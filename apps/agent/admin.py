@@ -22,6 +22,7 @@ from apps.cluster.models import Node
 from apps.cluster.selectors import cluster_state
 from apps.cluster.services import node_set_status
 from apps.jobs.models import LIVE_POD_STATUSES, Pod
+from apps.jobs.selectors import busy_node_names
 
 
 class _ReadOnly(admin.ModelAdmin):
@@ -99,7 +100,7 @@ class NodeForm(forms.ModelForm):
         problems = _pools_fit_without(old, instead=edited)
         if self.instance.pk:
             renamed = replace(edited, name=self.instance.name)  # its pods stay with the row
-            reshaped = node_reshape_problem(cluster_state(), renamed)
+            reshaped = node_reshape_problem(cluster_state(busy=busy_node_names()), renamed)
             problems += [reshaped] if reshaped else []
         if problems:
             raise forms.ValidationError(problems)

@@ -28,7 +28,6 @@ from apps.cluster.models import (
 )
 from apps.core import pricing
 from apps.core.db import ReusedSql
-from apps.jobs.models import LIVE_POD_STATUSES
 from apps.workspaces.models import AccessKey, Workspace
 from apps.workspaces.selectors import workspace_list
 
@@ -78,8 +77,10 @@ def quota_list(*, user, name: str = "", workspace=None) -> list[WorkspaceQuota]:
     return [WorkspaceQuota(quota=q, workspaces=q.visible_workspaces) for q in quotas]
 
 
-def cluster_state() -> ClusterState:
-    """The database as plain declarations, for `cluster_file_check(existing=…)`."""
+def cluster_state(*, busy: Collection[str] = ()) -> ClusterState:
+    """The database as plain declarations, for `cluster_file_check(existing=…)`. `busy`: the
+    nodes that hold live pods (`apps.jobs.selectors.busy_node_names`, from the layers above
+    that know pods), which may not be reshaped."""
     types = {
         t.name: InstanceTypeDecl(
             t.name,
@@ -127,9 +128,7 @@ def cluster_state() -> ClusterState:
         workspaces=frozenset(Workspace.objects.values_list("name", flat=True)),
         users=frozenset(User.objects.values_list(User.USERNAME_FIELD, flat=True)),
         access_keys=dict(AccessKey.objects.values_list("key_id", f"user__{User.USERNAME_FIELD}")),
-        busy=frozenset(
-            Node.objects.filter(pods__status__in=LIVE_POD_STATUSES).values_list("name", flat=True)
-        ),
+        busy=frozenset(busy),
     )
 
 

@@ -34,7 +34,7 @@ from django.db.models.functions import Coalesce, Lower
 from django.http import Http404
 from django.utils import timezone
 
-from apps.cluster.models import InstanceType, Quota, ResourceType
+from apps.cluster.models import InstanceType, Node, Quota, ResourceType
 from apps.cluster.selectors import instance_type_list
 from apps.core import pricing
 from apps.core.db import ReusedSql
@@ -677,3 +677,11 @@ class PriceInfo:
     def price_limit_in_range(self) -> bool:
         low, high = self.range_per_minute
         return self.price_limit is None or low <= self.price_limit <= high
+
+
+def busy_node_names() -> frozenset[str]:
+    """The nodes with a Pending or Running pod: not to be reshaped or moved to another pool
+    until drained (`apps.cluster.clusterfile.node_reshape_problem`)."""
+    return frozenset(
+        Node.objects.filter(pods__status__in=LIVE_POD_STATUSES).values_list("name", flat=True)
+    )

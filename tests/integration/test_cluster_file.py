@@ -18,6 +18,7 @@ from apps.cluster.clusterfile import cluster_file_check
 from apps.cluster.models import Image, InstanceType, MarketParameters, Node, Quota, ResourcePool
 from apps.cluster.selectors import cluster_state
 from apps.core import pricing
+from apps.jobs.selectors import busy_node_names
 from apps.ops.services import cluster_apply
 from apps.workspaces.models import AccessKey, Membership, Workspace
 
@@ -47,7 +48,10 @@ def demo() -> dict:
 
 def check(data: dict, **kwargs):
     return cluster_file_check(
-        data, existing=cluster_state(), environ=kwargs.pop("environ", {}), **kwargs
+        data,
+        existing=cluster_state(busy=busy_node_names()),
+        environ=kwargs.pop("environ", {}),
+        **kwargs,
     )
 
 

@@ -21,6 +21,7 @@ from apps.cluster.clusterfile import cluster_file_check
 from apps.cluster.models import InstanceType, Node, Quota, ResourcePool
 from apps.cluster.selectors import cluster_state
 from apps.jobs.models import Job, JobEvent, JobRole, Pod, StatusTransition
+from apps.jobs.selectors import busy_node_names
 from apps.workspaces.models import AccessKey, Workspace
 from tests.factories import make_access_key
 
@@ -203,12 +204,13 @@ def test_it_keeps_a_node_with_pods_from_shrinking_or_changing_pool(admin_client,
             }
         }
 
-    _, errors = cluster_file_check(file(2), existing=cluster_state(), environ={})
+    state = cluster_state(busy=busy_node_names())
+    _, errors = cluster_file_check(file(2), existing=state, environ={})
     assert errors == [
         "pools.ecs-dedicated.nodes[0]: node 'gpu-node-0' has pods on it (Pending or Running): "
         "drain it first (the Nodes admin's Drain action moves its jobs off), then give it less"
     ]
-    assert cluster_file_check(file(8), existing=cluster_state(), environ={})[1] == []
+    assert cluster_file_check(file(8), existing=state, environ={})[1] == []
     assert admin_client.post(url, {**data, "gpu": 8}).status_code == 302
 
 

@@ -11,6 +11,7 @@ from django.db import transaction
 
 from apps.cluster.clusterfile import cluster_file_check
 from apps.cluster.selectors import cluster_state
+from apps.jobs.selectors import busy_node_names
 from apps.ops.services import KINDS, OUTCOMES, ApplyReport, cluster_apply
 
 
@@ -37,7 +38,7 @@ class Command(BaseCommand):
             # Checked against the database inside the transaction that writes, so what was
             # checked is what gets applied.
             declaration, errors = cluster_file_check(
-                data, existing=cluster_state(), environ=os.environ
+                data, existing=cluster_state(busy=busy_node_names()), environ=os.environ
             )
             if errors:
                 listing = "\n".join(f"  {e}" for e in errors)
