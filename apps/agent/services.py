@@ -583,7 +583,10 @@ def _replacements(*, job: Job, pods: Iterable[Pod], now: datetime) -> None:
         if winding
         else say("Starting attempt {attempt}", attempt=job.attempt),
     )
-    latest = job.checkpoints.first()
+    step = lifecycle.resume_step(
+        (step, removed_at is None)
+        for step, removed_at in job.checkpoints.values_list("step", "removed_at")
+    )
     values = {"used": job.restart_times, "most": job.max_restarts, "count": len(new)}
     job_event(
         job=job,
@@ -592,10 +595,10 @@ def _replacements(*, job: Job, pods: Iterable[Pod], now: datetime) -> None:
         message=say(
             "AIMaster restart {used}/{most}: {count} pod(s) restarted in place, resuming from "
             "checkpoint at step {step}",
-            step=latest.step,
+            step=step,
             **values,
         )
-        if latest
+        if step is not None
         else say(
             "AIMaster restart {used}/{most}: {count} pod(s) restarted in place, resuming from "
             "the start (no checkpoint yet)",

@@ -22,7 +22,6 @@ from apps.jobs.models import (
     FINISHED_STATUSES,
     LIVE_POD_STATUSES,
     Accessibility,
-    Checkpoint,
     ElasticSpotSpec,
     Job,
     JobEvent,
@@ -208,30 +207,6 @@ def _jobs_row_write(
                 cursor.execute(
                     f"{also_sql} WHERE id IN ({', '.join(['%s'] * len(chunk))})", [*extra, *chunk]
                 )
-
-
-def resumed_events(*, jobs: list[Job], now: datetime) -> list[JobEvent]:
-    """A "Resumed from checkpoint at step N" event (unsaved) for each job restarting after
-    an interruption (attempt > 0), its newest checkpoint read for all jobs in one query."""
-    resumed = [job.pk for job in jobs if job.attempt > 0]
-    if not resumed:
-        return []
-    # Oldest first, so the dict keeps each job's newest checkpoint.
-    latest_step = dict(
-        Checkpoint.objects.filter(job_id__in=resumed)
-        .order_by("job_id", "created_at", "id")
-        .values_list("job_id", "step")
-    )
-    events = []
-    for pk in resumed:
-        step = latest_step.get(pk)
-        message = (
-            say("Resumed from checkpoint at step {step}", step=step)
-            if step is not None
-            else say("Resumed from the start (no checkpoint yet)")
-        )
-        events.append(JobEvent(job_id=pk, kind="Resumed", message=message, at=now))
-    return events
 
 
 def job_event(*, job: Job, kind: str, message: str, now: datetime, pod: Pod | None = None) -> None:

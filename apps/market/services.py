@@ -65,7 +65,7 @@ from apps.jobs.models import (
     ResourceSource,
     pod_instance_type,
 )
-from apps.jobs.services import Via, jobs_transition_bulk, resumed_events
+from apps.jobs.services import Via, jobs_transition_bulk
 from apps.jobs.signals import paid_pods_created
 from apps.market.models import MarketState, PricePoint
 from apps.market.selectors import (
@@ -79,7 +79,12 @@ from apps.market.selectors import (
     spot_needs,
     system_averages,
 )
-from apps.scheduler.services import Interruption, jobs_requeue_or_fail, pods_lost_gpu_seconds
+from apps.scheduler.services import (
+    Interruption,
+    jobs_requeue_or_fail,
+    pods_lost_gpu_seconds,
+    resumed_events,
+)
 
 PRICE_POINT_MAX_GAP = timedelta(minutes=10)
 RECLAIMABLE_STATUSES = (JobStatus.ENV_PREPARING, JobStatus.RUNNING, JobStatus.RESTARTING)

@@ -33,6 +33,15 @@ def lost_gpu_seconds(
     return max(0.0, gpus * (now - since))
 
 
+def resume_step(checkpoints: Iterable[tuple[int, bool]]) -> int | None:
+    """The step a job's next attempt resumes from, of its recorded checkpoints as
+    (step, file still there): the highest step whose file is left — EasyCkpt's
+    `load_latest` goes by step, not by the time a checkpoint records (a clock ahead makes an
+    older step look newer), and a file already removed cannot be loaded. None: from the
+    start. The "Resumed" and "Restarted" events both ask here."""
+    return max((step for step, left in checkpoints if left), default=None)
+
+
 def hang_message(*, quiet_since: float | None, interval: int | None, now: float) -> str | None:
     """AIMaster's hang detection: why the job is hung — no pod of its attempt has written
     any output since `quiet_since` (the newest output or pod start, whichever is later),

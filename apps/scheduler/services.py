@@ -34,6 +34,7 @@ from apps.jobs.execution import (
 from apps.jobs.models import (
     ACTIVE_STATUSES,
     LIVE_POD_STATUSES,
+    Checkpoint,
     Job,
     JobEvent,
     JobRestart,
@@ -45,7 +46,7 @@ from apps.jobs.models import (
     gpu_hours_text,
     gpu_indexes,
 )
-from apps.jobs.services import jobs_transition_bulk, resumed_events
+from apps.jobs.services import jobs_transition_bulk
 from apps.scheduler import engine, lifecycle
 from apps.scheduler.selectors import recent_workload
 
@@ -65,6 +66,30 @@ class _Loaded:
 
     snapshot: engine.Snapshot
     shown: dict[int, tuple[str, int | None, int | None, str]]
+
+
+def resumed_events(*, jobs: list[Job], now: datetime) -> list[JobEvent]:
+    """A "Resumed from checkpoint at step N" event (unsaved) for each job restarting after
+    an interruption (attempt > 0): the step `lifecycle.resume_step` says its next attempt
+    loads, the checkpoints of all the jobs read in one query."""
+    resumed = [job.pk for job in jobs if job.attempt > 0]
+    if not resumed:
+        return []
+    recorded: dict[int, list[tuple[int, bool]]] = {pk: [] for pk in resumed}
+    for job_id, saved, removed_at in Checkpoint.objects.filter(job_id__in=resumed).values_list(
+        "job_id", "step", "removed_at"
+    ):
+        recorded[job_id].append((saved, removed_at is None))
+    events = []
+    for pk in resumed:
+        step = lifecycle.resume_step(recorded[pk])
+        message = (
+            say("Resumed from checkpoint at step {step}", step=step)
+            if step is not None
+            else say("Resumed from the start (no checkpoint yet)")
+        )
+        events.append(JobEvent(job_id=pk, kind="Resumed", message=message, at=now))
+    return events
 
 
 def _ts(moment: datetime | None) -> float | None:

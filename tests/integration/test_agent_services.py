@@ -282,6 +282,23 @@ def test_it_restarts_in_place_with_the_lost_work_since_the_checkpoint(personas, 
     assert job.reason_message == "Starting attempt 1"
 
 
+def test_a_restart_in_place_says_the_checkpoint_it_can_load(personas, sent):
+    """Not a newer step whose file is gone, nor an older one stamped by a clock ahead."""
+    job = submit(personas, pods=1, aimaster=True)
+    [pod] = run_all(job)
+    now = timezone.now()
+    for step, at in [(20, now - timedelta(seconds=20)), (30, now - timedelta(seconds=10))]:
+        services.checkpoint_report(
+            job_pk=job.pk, step=step, path=f"/ckpt/{step}", size_bytes=10, at=at
+        )
+    services.checkpoint_report(
+        job_pk=job.pk, step=10, path="/ckpt/10", size_bytes=10, at=now + timedelta(hours=1)
+    )
+    services.checkpoints_removed(job_pk=job.pk, paths=["/ckpt/30"], at=now)
+    services.pod_report_exit(pod_id=pod.pod_id, exit_code=1, now=now)
+    assert job.events.get(kind="Restarted").message.endswith("resuming from checkpoint at step 20")
+
+
 def test_a_restart_waiting_on_a_lost_nodes_pod_starts_from_the_sweep(personas, sent):
     job = submit(personas, pods=2, gpu=2, aimaster=True)
     first, second = run_all(job)

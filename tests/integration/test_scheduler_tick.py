@@ -455,3 +455,39 @@ def test_it_preempts_many_victims_as_one_alone_in_a_fixed_number_of_queries(pers
     for rows in two + six:
         assert rows == alone
     assert six_queries == two_queries
+
+
+def test_a_requeued_job_is_said_to_resume_from_the_checkpoint_it_can_load(personas):
+    """EasyCkpt's next attempt loads the highest step whose file is left: not a newer step
+    whose file is gone, nor an older one whose recorded time is ahead of the clock."""
+    borrower = submit(
+        personas,
+        ws="ws_b",
+        user="charlie",
+        quota="team-b",
+        pods=4,
+        gpu=4,
+        idle="only_idle",
+        aimaster=True,
+        name="borrower",
+    )
+    now = timezone.now()
+    for step, at, removed in [
+        (20, now - timedelta(seconds=20), None),
+        (30, now - timedelta(seconds=10), now),  # its file is gone
+        (10, now + timedelta(hours=1), None),  # a clock ahead stamped it
+    ]:
+        borrower.checkpoints.create(
+            step=step, path=f"/ckpt/ckpt-{step:012d}.pkl", created_at=at, removed_at=removed
+        )
+    owner = submit(personas, pods=1, gpu=4, name="owner")
+    borrower.refresh_from_db()
+    assert borrower.status == JobStatus.QUEUING and borrower.attempt == 1
+    job_stop(job=owner, by=personas["alice"], now=timezone.now())
+
+    scheduler_tick(now=timezone.now() + timedelta(seconds=1))
+    borrower.refresh_from_db()
+    assert borrower.status == JobStatus.RUNNING
+    assert list(borrower.events.filter(kind="Resumed").values_list("message", flat=True)) == [
+        "Resumed from checkpoint at step 20"
+    ]

@@ -608,3 +608,9 @@ def test_lost_work_under_a_hundredth_of_a_gpu_hour_is_not_written_as_none():
     assert gpu_hours_text(18) == "0.01"  # 0.005 rounds to a hundredth, not to none
     assert gpu_hours_text(19188) == "5.33"
     assert gpu_hours_text(3600 * 1234.5) == "1,234.50"
+
+
+def test_a_resume_loads_the_highest_step_whose_file_is_left():
+    assert lifecycle.resume_step([]) is None
+    assert lifecycle.resume_step([(30, False)]) is None
+    assert lifecycle.resume_step([(20, True), (30, False), (10, True)]) == 20
