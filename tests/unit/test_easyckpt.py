@@ -71,6 +71,24 @@ def test_it_ignores_temporary_and_damaged_files(ckpt_dir):
     assert easyckpt.load_latest() == (7, {"ok": True})
 
 
+def test_it_says_in_the_log_which_damaged_checkpoints_it_passed_over(ckpt_dir, capsys):
+    easyckpt.save({"ok": True}, 7)
+    easyckpt.wait()
+    good = (ckpt_dir / "ckpt-000000000007.pkl").read_bytes()
+    (ckpt_dir / "ckpt-000000000008.pkl").write_bytes(good[: len(good) // 2])  # truncated
+    assert easyckpt.load_latest() == (7, {"ok": True})
+    assert capsys.readouterr().err == (
+        "easyckpt: ckpt-000000000008.pkl damaged (checksum or contents): resuming from step 7\n"
+    )
+    (ckpt_dir / "ckpt-000000000007.pkl").write_bytes(b"EASYCKPT1\n")
+    assert easyckpt.load_latest() is None
+    assert "resuming from the start" in capsys.readouterr().err
+    easyckpt.save({"ok": True}, 9)
+    easyckpt.wait()
+    assert easyckpt.load_latest() == (9, {"ok": True})
+    assert capsys.readouterr().err == ""  # nothing passed over
+
+
 def test_it_writes_through_a_temporary_file_and_a_rename(ckpt_dir, monkeypatch):
     seen = []
     real_replace = os.replace

@@ -32,6 +32,7 @@ import os
 import pickle
 import queue
 import re
+import sys
 import threading
 import time
 from pathlib import Path
@@ -177,8 +178,22 @@ def _read(path: Path) -> tuple[int, Any] | None:
 
 
 def load_latest() -> tuple[int, Any] | None:
-    """(step, state) of the newest complete checkpoint, or None when there is none."""
+    """(step, state) of the newest complete checkpoint, or None when there is none. Each
+    newer file passed over (damaged: its SHA-256 or its pickle does not check) is named on
+    stderr, in the pod's log, with the step resumed from instead."""
+    skipped = []
     for _, path in reversed(_complete(checkpoint_dir())):
         if (loaded := _read(path)) is not None:
-            return loaded
-    return None
+            break
+        skipped.append(path.name)
+    else:
+        loaded = None
+    if skipped:
+        instead = f"step {loaded[0]}" if loaded is not None else "the start"
+        print(
+            f"easyckpt: {', '.join(skipped)} damaged (checksum or contents): resuming from "
+            f"{instead}",
+            file=sys.stderr,
+            flush=True,
+        )
+    return loaded
