@@ -154,6 +154,22 @@ def test_a_finished_job_past_retention_keeps_only_logs_and_the_newest_checkpoint
     assert (job_dir / "checkpoints" / "ckpt-40.pkl").exists()
 
 
+def test_retention_keeps_the_highest_steps_whatever_time_a_clock_ahead_recorded(
+    root, outside, personas
+):
+    job = make_job(personas, status=JobStatus.SUCCEEDED)
+    job_dir = lay_out(root, job.job_id, outside, job=job)
+    job.checkpoints.filter(step=20).update(created_at=timezone.now() + timedelta(days=1))
+
+    sweep(root, keep=2)
+
+    assert sorted(p.name for p in (job_dir / "checkpoints").iterdir()) == [
+        "ckpt-40.pkl",
+        "ckpt-60.pkl",
+        "manifest.jsonl",
+    ]
+
+
 def test_links_out_of_a_work_dir_are_never_followed(root, outside, personas):
     job = make_job(personas, status=JobStatus.FAILED)
     job_dir = lay_out(root, job.job_id, outside, job=job)
