@@ -1047,7 +1047,7 @@ class ManifestReader:
                                 "step": int(match[1]),
                                 "file": item.name,
                                 "bytes": info.st_size,
-                                "time": info.st_mtime,
+                                "time": self._not_ahead(info.st_mtime, item.name),
                             }
                         )
             return sorted(found, key=lambda e: e["step"])[-limit:]
@@ -1122,4 +1122,23 @@ class ManifestReader:
                 f"a checkpoint record of {self.path.name} has an impossible step or time: skipped"
             )
             return None
-        return {"step": step, "file": name, "bytes": min(max(size, 0), _MAX_INT), "time": at}
+        return {
+            "step": step,
+            "file": name,
+            "bytes": min(max(size, 0), _MAX_INT),
+            "time": self._not_ahead(at, name),
+        }
+
+    def _not_ahead(self, at: float, name: str) -> float:
+        """A checkpoint's time, no later than now: the pod and its agent share the host's
+        clock, so a time ahead of it (a clock set back, a record made up) is taken as the
+        moment it was read. Recorded as stamped, it would count as newer than the
+        checkpoints after it and as saved after the interruption it preceded."""
+        now = time.time()
+        if at <= now:
+            return at
+        self._problem(
+            f"checkpoint {name[:80]!r} is stamped ahead of this host's clock: "
+            "recorded at the time it was read"
+        )
+        return now

@@ -251,6 +251,27 @@ def test_it_reads_the_lines_after_the_offset_it_is_given(root):
     assert runner.ManifestReader(directory, offset=start).new_entries() == []
 
 
+def test_a_checkpoint_stamped_ahead_of_the_clock_is_taken_as_read_now(root):
+    directory = root / "ckpt"
+    directory.mkdir()
+    reader = runner.ManifestReader(directory)
+    ahead = time.time() + 3600
+    line = json.dumps({"step": 5, "file": "ckpt-000000000005.pkl", "time": ahead})
+    (directory / "manifest.jsonl").write_text(line + "\n")
+    before = time.time()
+    [entry] = reader.new_entries()
+    assert before <= entry["time"] <= time.time()
+    assert reader.problems == [
+        "checkpoint 'ckpt-000000000005.pkl' is stamped ahead of this host's clock: "
+        "recorded at the time it was read"
+    ]
+    unannounced = directory / "ckpt-000000000006.pkl"  # a file's time, set ahead too
+    unannounced.write_bytes(b"x")
+    os.utime(unannounced, (ahead, ahead))
+    [found] = reader.unannounced()
+    assert found["step"] == 6 and found["time"] <= time.time()
+
+
 def test_it_takes_at_most_the_newest_records_of_a_burst(root):
     directory = root / "ckpt"
     directory.mkdir()
