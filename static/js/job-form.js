@@ -100,6 +100,15 @@
   });
   update();
 
+  // Each shown role's spot price panel is asked again every 30 s (its hx-trigger listens for
+  // price-tick); a hidden one is not. Here rather than in an htmx filter: filters are eval'd,
+  // which the Content-Security-Policy forbids.
+  window.setInterval(function () {
+    form.querySelectorAll(".market-panel").forEach(function (panel) {
+      if (panel.offsetParent !== null && window.htmx) window.htmx.trigger(panel, "price-tick");
+    });
+  }, 30000);
+
   // A rejected form: the summary of what to fix takes the focus (a screen reader reads it,
   // the page scrolls to it), and each of its links puts the cursor in the input it names.
   var summary = document.getElementById("form-errors");

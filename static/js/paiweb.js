@@ -161,6 +161,14 @@
     if (event.detail.successful) connectionLost(false);
   });
 
+  // A read-only field to copy from (a new access key's id and secret) is selected whole
+  // when it takes the focus.
+  document.addEventListener("focusin", function (event) {
+    if (event.target.matches && event.target.matches("input[data-select-on-focus]")) {
+      event.target.select();
+    }
+  });
+
   // Buttons only needed without JavaScript (the workspace switcher's "Switch").
   document.addEventListener("DOMContentLoaded", function () {
     document.querySelectorAll("[data-hide-with-js]").forEach(function (el) {

@@ -239,3 +239,23 @@ def test_the_language_switch_on_the_sign_in_page_goes_back_to_it(client, db):
         headers={"referer": "http://testserver/login/?next=/jobs/"},
     )
     assert response["Location"] == "/login/?next=/jobs/"
+
+
+def test_every_page_forbids_inline_scripts_eval_and_framing(alice_client, client):
+    """Content-Security-Policy: scripts from this site's files only, in the console, on the
+    sign-in page and in the admin."""
+    for response in (
+        alice_client.get(reverse("jobs:list")),
+        client.get("/login/"),
+        client.get("/admin/login/"),
+    ):
+        policy = dict(
+            directive.strip().split(" ", 1)
+            for directive in response["Content-Security-Policy"].split(";")
+        )
+        assert policy["script-src"] == "'self'"
+        assert policy["object-src"] == "'none'" and policy["frame-ancestors"] == "'none'"
+    # what the policy would refuse in the browser: an inline script, an event-handler
+    # attribute (htmx's hx-on too), an htmx trigger filter (an event name, then [expression])
+    refused = re.compile(r"<script(?![^>]*\bsrc=)|\s(on\w+|hx-on[:-]\S*)=|\b(every \w+|load) *\[")
+    assert [t.name for t in TEMPLATES.rglob("*.html") if refused.search(t.read_text())] == []
