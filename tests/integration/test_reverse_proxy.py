@@ -192,3 +192,20 @@ def test_a_long_api_query_reaches_the_app_and_a_too_long_one_is_refused_in_json(
     assert refused.status == 414
     assert refused.getheader("Content-Type") == "application/json"
     assert json.loads(refused.body)["Code"] == "InvalidParameter"
+
+
+def test_flower_and_the_static_files_may_not_be_framed_or_sniffed(servers):
+    """Flower's pages (Revoke, Shut down) were framable by any site once its login was cached
+    in the browser, and the static files nginx serves lacked nosniff: the app's own headers
+    never reach what it does not answer."""
+    login = "Basic " + base64.b64encode(FLOWER_LOGIN.encode()).decode()
+    for response in (
+        _https(servers, "GET", "/flower/", headers={"Authorization": login}),
+        _https(servers, "GET", "/flower/"),  # its refusal too
+    ):
+        assert response.getheader("X-Frame-Options") == "DENY"
+        assert "frame-ancestors 'none'" in response.getheader("Content-Security-Policy", "")
+        assert response.getheader("X-Content-Type-Options") == "nosniff"
+    css = _https(servers, "GET", "/static/css/paiweb.css")
+    assert css.status == 200 and css.getheader("X-Content-Type-Options") == "nosniff"
+    assert css.getheader("Cache-Control")  # nginx's expires, kept
