@@ -69,7 +69,8 @@ def test_no_page_scrolls_sideways_on_a_phone(browser_page, live_server, personas
     login(page, live_server, "ops", "ops-password-1")
     page.set_viewport_size(PHONE)
     page.goto(f"{live_server.url}{reverse('workspaces:preferences')}")
-    page.select_option("#language-switch", language)  # the header's switcher
+    with page.expect_navigation():  # the switch reloads the page: the next goto waits for it
+        page.select_option("#language-switch", language)  # the header's switcher
     page.goto(f"{live_server.url}{reverse('whatif:index')}")
     page.fill("textarea[name=cluster_file]", BIGGER)
     page.fill("input[name=policies]", "ours,kueue")
