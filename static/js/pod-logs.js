@@ -35,7 +35,8 @@
       matches.textContent = found.join("\n");
       matches.hidden = false;
       text.hidden = true;
-      count.textContent = found.length + " of " + lines.length + " lines";
+      count.textContent = (count.dataset.format || "{found} of {total} lines")
+        .replace("{found}", found.length).replace("{total}", lines.length);
       if (follow.checked) matches.scrollTop = matches.scrollHeight;
     }
 

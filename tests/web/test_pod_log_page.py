@@ -76,3 +76,19 @@ def test_an_empty_log_says_so_in_one_sentence_in_chinese(
     assert "尚无输出：Pod 尚未启动。</p>" in html.content.decode()
     html = alice_client.get(reverse("pods:logs", args=[running.pod_id]), headers=zh)
     assert "尚无输出。</p>" in html.content.decode()
+
+
+def test_the_search_count_is_in_the_readers_language(alice_client, personas, settings, tmp_path):
+    """The count the search shows ("3 of 40 lines") was put together in English by the
+    page's script: the script fills in the page's own words."""
+    from apps.agent import shim
+    from apps.agent.logs import pod_log_path
+
+    settings.POD_WORK_ROOT = tmp_path
+    pod = Pod.objects.get(job=make_job(personas, pods=1))
+    writer = shim.LogWriter(pod_log_path(pod), max_bytes=10_000)
+    writer.write(b"loss 0.5\n")
+    writer.close()
+    url = reverse("pods:logs", args=[pod.pod_id])
+    html = alice_client.get(url, headers={"accept-language": "zh-Hans"}).content.decode()
+    assert 'data-format="{total} 行中的 {found} 行"' in html
