@@ -491,3 +491,15 @@ def test_a_requeued_job_is_said_to_resume_from_the_checkpoint_it_can_load(person
     assert list(borrower.events.filter(kind="Resumed").values_list("message", flat=True)) == [
         "Resumed from checkpoint at step 20"
     ]
+
+
+def test_a_pod_recorded_on_loan_is_reclaimed_by_an_owner_who_comes_later(personas):
+    kept, newer = _full_cluster(personas)
+    submit(personas, gpu=1, name="alice-more")  # a tick records the loan; nobody needs it yet
+    assert list(newer.pods.values_list("in_quota", flat=True)) == [False]
+    owner = submit(personas, ws="ws_b", user="charlie", quota="team-b", gpu=4, name="bob-next")
+    assert owner.pending_reason == "borrowers being reclaimed: 1 job"
+    newer.refresh_from_db()
+    assert newer.status == JobStatus.QUEUING and newer.reason_code == "JobPreempted"
+    kept.refresh_from_db()
+    assert kept.status == JobStatus.RUNNING

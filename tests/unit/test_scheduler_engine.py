@@ -541,6 +541,20 @@ def test_a_lowered_min_lends_what_its_quota_runs_above_it_to_an_owner_short_of_i
     assert waiting(result, 1).code == "WaitingForReclaim"
 
 
+def test_a_loan_recorded_by_an_earlier_plan_stays_reclaimable():
+    """The live tick marks a loan's pods Not in Quota; a later owner still reclaims them."""
+    quotas = [quota(1, "team-a", 4), quota(2, "team-b", 12)]
+    run = [
+        running(9, 1, (1, 4), idle="off", in_quota=True, started=NOW - 7200),
+        running(10, 1, (1, 4), idle="off", in_quota=False, name="alice-big"),
+        running(11, 2, (2, 8), idle="off", in_quota=True),
+    ]
+    result = plan(snapshot(machines(1, 2), quotas, run, [queued(1, 2, 4)]), now=NOW)
+    assert result.loans == ()  # recorded already
+    (preemption,) = result.preemptions
+    assert (preemption.job_id, preemption.by_job_id) == (10, 1)
+
+
 def test_a_lowered_min_keeps_the_victim_rules_of_any_borrower():
     quotas = [quota(1, "team-a", 4), quota(2, "team-b", 12)]
     run = [

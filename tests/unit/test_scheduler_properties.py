@@ -321,10 +321,102 @@ def lowered(draw) -> Snapshot:
         replace(q, min=replace(q.min, gpu=draw(st.sampled_from([q.min.gpu, q.min.gpu // 2, 0]))))
         for q in shot.quotas
     )
-    return replace(shot, quotas=quotas)
+    shot = replace(shot, quotas=quotas)
+    if draw(st.booleans()):
+        shot = recorded(shot, plan(shot, now=NOW, config=CONFIG).loans)
+    return shot
 
 
-WITH_LOWERED_MINS = st.one_of(SCENARIOS, lowered())
+@st.composite
+def lent(draw) -> Snapshot:
+    """Quota 2 runs regular jobs In Quota up to its min (and maybe borrowers), then the
+    admin moves part of its min to quota 1, whose owners queue: the loans an owner reclaims,
+    found in this plan or recorded by an earlier one."""
+    nodes = [
+        Node(id=n, pool_id=1, capacity=Resources(gpu=8, cpu=32000, memory=65536), schedulable=True)
+        for n in range(1, draw(st.integers(1, 3)) + 1)
+    ]
+    total = 8 * len(nodes)
+    before = draw(st.sampled_from([total, total // 2 or 8]))
+    moved = draw(st.sampled_from([before, before // 2, 4]))
+    room = {n.id: vec(n.capacity) for n in nodes}
+    running: list[RunningJob] = []
+    used = 0
+    for jid in range(100, 100 + draw(st.integers(1, 6))):
+        size = draw(st.sampled_from(POD_SIZES[:4]))
+        mode = draw(st.sampled_from(["off", "off", "off", "acceptable", "only_idle"]))
+        in_quota = mode != "only_idle" and used + size[0] <= before
+        options = [n for n in room if fits(size, room[n])]
+        if not options or (mode == "off" and not in_quota):
+            continue
+        node = draw(st.sampled_from(options))
+        room[node] = add(room[node], size, -1)
+        used += size[0] if in_quota else 0
+        running.append(
+            RunningJob(
+                jid,
+                f"r{jid}",
+                2,
+                mode,
+                draw(st.integers(1, 3)),
+                NOW - draw(st.sampled_from([3600, 600, 90, 20])),
+                draw(st.sampled_from([None, NOW - 60, NOW - 300])),
+                (
+                    RunningPod(
+                        jid * 10,
+                        node,
+                        Resources(gpu=size[0], cpu=size[1], memory=size[2]),
+                        in_quota,
+                    ),
+                ),
+            )
+        )
+    big = Resources(gpu=0, cpu=10**6, memory=10**7)
+    quotas = (
+        Quota(1, "q1", None, 1, replace(big, gpu=moved), "BestEffortFIFO"),
+        Quota(2, "q2", None, 1, replace(big, gpu=before - moved), "BestEffortFIFO"),
+    )
+    pending = tuple(
+        PendingJob(
+            jid,
+            f"p{jid}",
+            1,
+            "off",
+            draw(st.integers(1, 2)),
+            NOW - jid,
+            tuple(
+                PodRequest(f"worker-{i}", Resources(gpu=size[0], cpu=size[1], memory=size[2]))
+                for i, size in enumerate(
+                    draw(st.lists(st.sampled_from(POD_SIZES[:4]), min_size=1, max_size=2))
+                )
+            ),
+        )
+        for jid in range(1, draw(st.integers(1, 3)) + 1)
+    )
+    shot = Snapshot(tuple(nodes), quotas, tuple(running), pending)
+    if draw(st.booleans()):
+        shot = recorded(shot, plan(shot, now=NOW, config=CONFIG).loans)
+    return shot
+
+
+def recorded(shot: Snapshot, loans: tuple[int, ...]) -> Snapshot:
+    """The snapshot after a tick recorded the loans: their pods read Not in Quota."""
+    lent = set(loans)
+    return replace(
+        shot,
+        running=tuple(
+            replace(
+                j,
+                pods=tuple(
+                    replace(p, in_quota=p.in_quota and p.pod_id not in lent) for p in j.pods
+                ),
+            )
+            for j in shot.running
+        ),
+    )
+
+
+WITH_LOWERED_MINS = st.one_of(SCENARIOS, lowered(), lent())
 
 
 # --- helpers over a plan -------------------------------------------------------------------
@@ -456,7 +548,10 @@ def test_it_gives_no_one_the_room_held_for_a_reclaiming_owner(shot, chooser):
         j.job_id
         for j in shot.running
         if j.stopping
-        or (waits_for_young and (j.idle_mode != "off" or any(p.pod_id in loans for p in j.pods)))
+        or (
+            waits_for_young
+            and (j.idle_mode != "off" or any(not p.in_quota or p.pod_id in loans for p in j.pods))
+        )
     }
     room = room_without(shot, leaving | {p.job_id for p in result.preemptions})
     for node_id, size, _, _ in admitted_pods(shot, result):
@@ -591,6 +686,22 @@ def test_it_gives_the_queue_head_its_quota_back_from_borrowers(shot, chooser):
         return
     reason = next(w.reason for w in result.waiting if w.job_id == head.job_id)
     assert "minimum" in reason or "being freed" in reason, reason
+
+
+@CHOOSERS
+@TWICE
+@given(shot=st.one_of(lowered(), lent()))
+def test_a_recorded_loan_changes_no_decision(shot, chooser):
+    """The live tick records the loans a plan finds on their pods (Not in Quota from then
+    on); the next plan decides as it would had they not been recorded."""
+    first = planned(shot, chooser)
+    again = planned(recorded(shot, first.loans), chooser)
+    assert again.loans == ()
+    assert again.admissions == first.admissions
+    assert again.preemptions == first.preemptions
+    assert [(w.job_id, w.reason, w.reserved) for w in again.waiting] == [
+        (w.job_id, w.reason, w.reserved) for w in first.waiting
+    ]
 
 
 @FAST

@@ -33,6 +33,8 @@ How a pass runs (design.md §4):
 6. A min lowered under what its quota's jobs run In Quota: the part above it is on loan
    (`ClusterState._on_loan`), counted Not in Quota and reclaimable like any borrower's,
    the newest jobs first; nothing is preempted until an owner short of its min reclaims.
+   A loan the live tick has recorded reads Not in Quota on its pods from then on, and a
+   regular job with pods Not in Quota stays reclaimable (`_lent`).
 """
 
 from __future__ import annotations
@@ -300,12 +302,19 @@ class ClusterState:
         pods = tuple(replace(p, in_quota=False) if p.pod_id in on_loan else p for p in job.pods)
         return replace(job, pods=pods)
 
+    def _lent(self, job: RunningJob) -> bool:
+        """A regular job runs Not in Quota only on loan: found so now, or in an earlier
+        plan (the live tick records it on the pods, which then read Not in Quota)."""
+        if job.job_id in self.loans:
+            return True
+        return job.quota_id is not None and any(not pod.in_quota for pod in job.pods)
+
     def _add(self, job: RunningJob, *, built: bool) -> None:
         if job.job_id in self.running:
             raise SchedulerError("duplicate running job ids in the snapshot")
         job = self._on_loan(job)
         self.running[job.job_id] = job
-        if job.idle_mode != "off" or job.stopping or job.job_id in self.loans:
+        if job.idle_mode != "off" or job.stopping or self._lent(job):
             self.reclaimable[job.job_id] = job
             self.frees[job.job_id] = self._frees(job)
         self._count(job, sign=-1, built=built)
