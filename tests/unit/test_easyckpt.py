@@ -60,6 +60,31 @@ def test_it_keeps_the_last_k(ckpt_dir, monkeypatch):
     assert easyckpt.load_latest() == (5, {"step": 5})
 
 
+def damage(path: Path) -> None:
+    data = path.read_bytes()
+    path.write_bytes(data[:-5] + b"xxxxx")
+
+
+def test_damaged_checkpoints_do_not_count_among_those_kept(ckpt_dir):
+    """Three saves damaged on disk one after another: the cleanup after each save keeps the
+    newest three whole checkpoints, so the last whole one is still there to resume from."""
+    for step in (1, 2, 3):
+        easyckpt.save({"step": step}, step)
+    easyckpt.wait()
+    for step in (4, 5, 6):
+        easyckpt.save({"step": step}, step)
+        easyckpt.wait()
+        damage(ckpt_dir / f"ckpt-{step:012d}.pkl")
+    assert easyckpt.load_latest() == (3, {"step": 3})
+    easyckpt.save({"step": 7}, 7)
+    easyckpt.wait()
+    assert files(ckpt_dir) == [
+        "ckpt-000000000002.pkl",
+        "ckpt-000000000003.pkl",
+        "ckpt-000000000007.pkl",
+    ]
+
+
 def test_it_ignores_temporary_and_damaged_files(ckpt_dir):
     easyckpt.save({"ok": True}, 7)
     easyckpt.wait()

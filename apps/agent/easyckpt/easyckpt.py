@@ -17,8 +17,10 @@ save() pickles the state immediately (later changes to it do not leak into the c
 and a background thread writes it atomically: a temporary file in the same directory,
 fsync, rename to `ckpt-<step>.pkl`, fsync the directory. A reader therefore sees a whole
 checkpoint or none, and each file carries a SHA-256 of its payload so a damaged one is
-skipped. The newest PAIWEB_CKPT_KEEP (default 3) are kept. Each saved checkpoint appends a
-line to `manifest.jsonl`, which the node agent watches to show checkpoints in the console.
+skipped. The newest PAIWEB_CKPT_KEEP (default 3) whole ones are kept: a damaged one never
+counts among them (it is removed), so damaged saves never push out the last loadable one.
+Each saved checkpoint appends a line to `manifest.jsonl`, which the node agent watches to
+show checkpoints in the console.
 
 Save from one rank (RANK 0) when several pods share the directory.
 """
@@ -89,8 +91,43 @@ def _write(directory: Path, step: int, payload: bytes, keep: int) -> None:
         manifest.write(line + "\n")
         manifest.flush()
         os.fsync(manifest.fileno())
-    for _, old in _complete(directory)[:-keep]:
-        old.unlink(missing_ok=True)
+    _whole.add(_identity(final))
+    _clean(directory, keep)
+
+
+# Files known whole (written by this process, or read and checked), by (name, inode, size,
+# mtime): the cleanup after each save reads only the files it has not checked yet.
+_whole: set[tuple[str, int, int, int]] = set()
+
+
+def _identity(path: Path) -> tuple[str, int, int, int]:
+    info = path.stat()
+    return (path.name, info.st_ino, info.st_size, info.st_mtime_ns)
+
+
+def _is_whole(path: Path) -> bool:
+    try:
+        identity = _identity(path)
+    except OSError:
+        return False
+    if identity in _whole:
+        return True
+    if _read(path) is None:
+        return False
+    _whole.add(identity)
+    return True
+
+
+def _clean(directory: Path, keep: int) -> None:
+    """Keep the newest `keep` whole checkpoints; remove the older files and the damaged
+    ones (which load_latest would pass over), so a run of damaged saves never pushes out
+    the last checkpoint a restart can load."""
+    kept = 0
+    for _, path in reversed(_complete(directory)):
+        if kept < keep and _is_whole(path):
+            kept += 1
+        else:
+            path.unlink(missing_ok=True)
 
 
 def _complete(directory: Path) -> list[tuple[int, Path]]:
