@@ -546,9 +546,10 @@ def _is_real_dir(dir_fd: int, name: str) -> bool:
 
 def _prune_checkpoints(job_fd: int, job_pk: int, keep: int) -> None:
     """Keep manifest.jsonl and the newest `keep` checkpoint files the Checkpoint rows name
-    (files directly in checkpoints/ that are still there); remove everything else. Newest by
-    step, as EasyCkpt loads and keeps them (`lifecycle.resume_step`): a clock ahead stamps
-    an older step later."""
+    (files directly in checkpoints/ that are still there, and not found damaged); remove
+    everything else. Newest by step, as EasyCkpt loads and keeps them
+    (`lifecycle.resume_step`): a clock ahead stamps an older step later, and a damaged file
+    would take the place of one a restart can load."""
     st = os.lstat(CHECKPOINTS, dir_fd=job_fd)
     ckpt_fd = _open_dir_at(job_fd, CHECKPOINTS, st.st_dev, st.st_ino)
     if ckpt_fd is None:
@@ -556,7 +557,7 @@ def _prune_checkpoints(job_fd: int, job_pk: int, keep: int) -> None:
     try:
         kept: list[str] = []
         for path in (
-            Checkpoint.objects.filter(job_id=job_pk)
+            Checkpoint.objects.filter(job_id=job_pk, damaged_at__isnull=True)
             .order_by("-step", "-created_at", "-id")
             .values_list("path", flat=True)
             .iterator()

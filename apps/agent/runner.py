@@ -930,6 +930,7 @@ CHECKPOINT_PATH_MAX = 512  # a recorded path (the directory's and the name): Che
 # hold up the agent's watch of every other pod. The newest are kept: EasyCkpt appends in
 # order, and the newest checkpoint is what resuming and the work lost go by.
 MANIFEST_ENTRIES_MAX = 16
+MANIFEST_DAMAGED_MAX = 64  # files a load passed over, named in one record
 _MAX_INT = 2**62
 
 
@@ -1090,32 +1091,14 @@ class ManifestReader:
             return None
         try:
             raw = json.loads(line)
+            if isinstance(raw, dict) and "resumed" in raw:
+                return self._parse_resumed(raw)
             step, name = int(raw["step"]), str(raw["file"])
             size, at = int(raw.get("bytes", 0)), float(raw["time"])
         except (ValueError, KeyError, TypeError, RecursionError, OverflowError):
             self._problem(f"a line of {self.path.name} is not a checkpoint record: skipped")
             return None
-        path = Path(name)
-        if (
-            not name
-            or path.is_absolute()
-            or ".." in path.parts
-            or len(name) > CHECKPOINT_PATH_MAX
-            or "\x00" in name
-        ):
-            self._problem(
-                f"checkpoint file {name[:80]!r} is not inside the checkpoint directory: skipped"
-            )
-            return None
-        try:  # the record's path, as the database stores it: UTF-8, and not too long
-            stored = len(str(self.path.parent / name).encode("utf-8"))
-        except UnicodeEncodeError:  # a lone surrogate ("\udc80" in JSON)
-            stored = None
-        if stored is None or stored > CHECKPOINT_PATH_MAX:
-            self._problem(
-                f"checkpoint file {name[:80]!r} cannot be recorded (not UTF-8, or its path "
-                f"longer than {CHECKPOINT_PATH_MAX} bytes): skipped"
-            )
+        if not self._name_ok(name):
             return None
         if not (0 <= step < _MAX_INT) or not math.isfinite(at) or not 0 < at < 4102444800:
             self._problem(
@@ -1128,6 +1111,53 @@ class ManifestReader:
             "bytes": min(max(size, 0), _MAX_INT),
             "time": self._not_ahead(at, name),
         }
+
+    def _parse_resumed(self, raw: dict) -> dict | None:
+        """EasyCkpt's word of what a load resumed from (`resumed`: the step, or null for the
+        start, and its `file`) and the newer files it passed over as `damaged`, checked as
+        a checkpoint record is: {"resumed": step | None, "file": name | None, "damaged":
+        [names]} (at most MANIFEST_DAMAGED_MAX of them), or None."""
+        step, name, damaged = raw["resumed"], raw.get("file"), raw.get("damaged")
+        if step is not None:
+            step = int(step)
+            if not 0 <= step < _MAX_INT or not isinstance(name, str):
+                raise ValueError(step)
+        elif name is not None:
+            raise ValueError(name)
+        if not isinstance(damaged, list) or not damaged:
+            raise ValueError(damaged)
+        damaged = [str(d) for d in damaged[:MANIFEST_DAMAGED_MAX]]
+        if (name is not None and not self._name_ok(name)) or not all(
+            self._name_ok(d) for d in damaged
+        ):
+            return None
+        return {"resumed": step, "file": name, "damaged": damaged}
+
+    def _name_ok(self, name: str) -> bool:
+        """A checkpoint file named by the pod is inside its directory and can be recorded."""
+        path = Path(name)
+        if (
+            not name
+            or path.is_absolute()
+            or ".." in path.parts
+            or len(name) > CHECKPOINT_PATH_MAX
+            or "\x00" in name
+        ):
+            self._problem(
+                f"checkpoint file {name[:80]!r} is not inside the checkpoint directory: skipped"
+            )
+            return False
+        try:  # the record's path, as the database stores it: UTF-8, and not too long
+            stored = len(str(self.path.parent / name).encode("utf-8"))
+        except UnicodeEncodeError:  # a lone surrogate ("\udc80" in JSON)
+            stored = None
+        if stored is None or stored > CHECKPOINT_PATH_MAX:
+            self._problem(
+                f"checkpoint file {name[:80]!r} cannot be recorded (not UTF-8, or its path "
+                f"longer than {CHECKPOINT_PATH_MAX} bytes): skipped"
+            )
+            return False
+        return True
 
     def _not_ahead(self, at: float, name: str) -> float:
         """A checkpoint's time, no later than now: the pod and its agent share the host's

@@ -584,8 +584,10 @@ def _replacements(*, job: Job, pods: Iterable[Pod], now: datetime) -> None:
         else say("Starting attempt {attempt}", attempt=job.attempt),
     )
     step = lifecycle.resume_step(
-        (step, removed_at is None)
-        for step, removed_at in job.checkpoints.values_list("step", "removed_at")
+        (step, removed_at is None and damaged_at is None)
+        for step, removed_at, damaged_at in job.checkpoints.values_list(
+            "step", "removed_at", "damaged_at"
+        )
     )
     values = {"used": job.restart_times, "most": job.max_restarts, "count": len(new)}
     job_event(
@@ -759,34 +761,55 @@ def checkpoint_report(*, job_pk: int, step: int, path: str, size_bytes: int, at:
     Job.objects.filter(pk=job_pk).filter(
         Q(last_checkpoint_at__isnull=True) | Q(last_checkpoint_at__lt=at)
     ).update(last_checkpoint_at=at)
-    _lost_work_revised(job_pk=job_pk, step=step, at=at)
+    restart = JobRestart.objects.filter(job_id=job_pk).order_by("-number").first()
+    if restart is not None and restart.lost_gpu_seconds > 0:
+        _lost_work_revised(restart=restart, checkpoint_at=at, now=at, step=step)
     return True
 
 
-def _lost_work_revised(*, job_pk: int, step: int, at: datetime) -> None:
-    """A checkpoint the interrupted attempt saved after the one its interruption counted from:
-    on its way out (SIGTERM, in the grace period, as examples/train.py does), or just before
-    the interruption and read from its manifest a moment after. The next attempt resumes from
-    it, so the work that interruption lost is counted from it again (less, never more), and an
-    event says so: the restart said 11 GPU-seconds lost, the pod saved the step it stopped at
-    and the next attempt resumed from it, nothing lost. A checkpoint saved once a pod of the
-    next attempt had started is that attempt's own."""
-    restart = JobRestart.objects.filter(job_id=job_pk).order_by("-number").first()
-    if restart is None or restart.lost_gpu_seconds <= 0:
+def _lost_work_revised(
+    *,
+    restart: JobRestart,
+    checkpoint_at: datetime | None,
+    now: datetime,
+    step: int | None,
+    resumed: bool = False,
+) -> None:
+    """The work interruption `restart` lost counts from the checkpoint its next attempt
+    resumes from (none: from the interrupted pods' start), and an event says when that
+    changes the figure. Two things show it: a checkpoint the interrupted attempt saved after
+    the one the interruption counted from (on its way out, in the grace period, as
+    examples/train.py does, or just before and read from its manifest a moment after) —
+    less lost, never more: the restart said 11 GPU-seconds, the pod saved the step it
+    stopped at and the next attempt resumed from it, nothing lost; and (`resumed`) the next
+    attempt's own word of what it loaded, when it passed over a damaged newer checkpoint —
+    more lost, from the older one. A checkpoint saved once a pod of the next attempt had
+    started is that attempt's own."""
+    job = restart.job
+    if (
+        checkpoint_at is not None
+        and Pod.objects.filter(
+            job=job, attempt=restart.number, started_at__lte=checkpoint_at
+        ).exists()
+    ):
         return
-    if Pod.objects.filter(job_id=job_pk, attempt=restart.number, started_at__lte=at).exists():
-        return
-    job = Job.objects.get(pk=job_pk)
     if restart.cause == "PodFailed" and job.execution_mode == ExecutionMode.ASYNC:
         return  # its other pods ran on: their checkpoints are not the failed pod's save
     interrupted = Pod.objects.filter(
-        job_id=job_pk, attempt=restart.number - 1, finished_at=restart.at
+        job=job, attempt=restart.number - 1, finished_at=restart.at
     ).select_related("role")
-    lost = pods_lost_gpu_seconds(job=job, pods=interrupted, now=restart.at, checkpoint_at=at)
-    if lost >= restart.lost_gpu_seconds:
-        return
+    lost = pods_lost_gpu_seconds(
+        job=job,
+        pods=interrupted,
+        now=restart.at,
+        checkpoint_at=checkpoint_at,
+        from_start=checkpoint_at is None,
+    )
     was = restart.lost_gpu_seconds
+    if lost == was or (lost > was and not resumed):
+        return
     JobRestart.objects.filter(pk=restart.pk).update(lost_gpu_seconds=lost)
+    values = {"number": restart.number, "lost": f"{lost:,.0f}", "was": f"{was:,.0f}"}
     job_event(
         job=job,
         kind="LostWorkRevised",
@@ -794,11 +817,77 @@ def _lost_work_revised(*, job_pk: int, step: int, at: datetime) -> None:
             "Checkpoint at step {step} saved by the interrupted attempt: the work lost at "
             "interruption {number} is {lost} GPU-seconds, not {was}",
             step=step,
-            number=restart.number,
-            lost=f"{lost:,.0f}",
-            was=f"{was:,.0f}",
+            **values,
+        )
+        if not resumed
+        else say(
+            "Attempt {number} resumed from checkpoint at step {step}: the work lost at "
+            "interruption {number} is {lost} GPU-seconds, not {was}",
+            step=step,
+            **values,
+        )
+        if step is not None
+        else say(
+            "Attempt {number} resumed from the start: the work lost at interruption {number} "
+            "is {lost} GPU-seconds, not {was}",
+            **values,
         ),
+        now=now,
+    )
+
+
+def checkpoint_resumed(
+    *, pod_pk: int, step: int | None, path: str | None, damaged: Sequence[str], at: datetime
+) -> None:
+    """A pod's EasyCkpt load (`load_latest`) said what it resumed from: `step` and its file
+    `path` (None: from the start), passing over the newer files `damaged` (their SHA-256 or
+    pickle did not check). Those are marked damaged, once, so no later restart is said to
+    resume from them (`lifecycle.resume_step`). When that is news and the pod starts an
+    attempt after an interruption, the "Resumed" event the restart wrote (before the pod
+    ran, naming a damaged step) is followed by one naming the step really loaded, and the
+    work the interruption lost is counted from that checkpoint (`_lost_work_revised`)."""
+    pod = Pod.objects.select_related("job").filter(pk=pod_pk).first()
+    if pod is None or not damaged:
+        return
+    job = pod.job
+    newly = list(
+        Checkpoint.objects.filter(job=job, path__in=damaged[:64], damaged_at__isnull=True)
+        .order_by("step")
+        .values_list("pk", "path")
+    )
+    if not newly:
+        return
+    Checkpoint.objects.filter(pk__in=[pk for pk, _ in newly]).update(damaged_at=at)
+    names = ", ".join(Path(p).name for _, p in newly)
+    restart = JobRestart.objects.filter(job=job, number=pod.attempt).first()
+    if restart is None or pod.attempt != job.attempt:
+        return  # a first attempt, or a late word from an attempt already over
+    loaded = (
+        Checkpoint.objects.filter(job=job, step=step, path=path).order_by("-created_at").first()
+        if step is not None and path is not None
+        else None
+    )
+    if step is not None and loaded is None:
+        return  # a checkpoint never recorded: its time, the work lost from it, unknown
+    job_event(
+        job=job,
+        pod=pod,
+        kind="Resumed",
+        message=say(
+            "Resumed from checkpoint at step {step}: passed over {files} (damaged)",
+            step=step,
+            files=names,
+        )
+        if step is not None
+        else say("Resumed from the start: passed over {files} (damaged)", files=names),
         now=at,
+    )
+    _lost_work_revised(
+        restart=restart,
+        checkpoint_at=loaded.created_at if loaded is not None else None,
+        now=at,
+        step=step,
+        resumed=True,
     )
 
 

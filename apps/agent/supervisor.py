@@ -1134,6 +1134,15 @@ def _report_checkpoints(entry: _Entry, *, last: bool = False) -> None:
         named = {entry["file"] for entry in entries}
         entries += [e for e in manifest.unannounced() if e["file"] not in named]
     for found in entries:
+        if "resumed" in found:
+            services.checkpoint_resumed(
+                pod_pk=launch.pod_pk,
+                step=found["resumed"],
+                path=str(manifest.path.parent / found["file"]) if found["file"] else None,
+                damaged=[str(manifest.path.parent / name) for name in found["damaged"]],
+                at=timezone.now(),
+            )
+            continue
         path = str(manifest.path.parent / found["file"])
         services.checkpoint_report(
             job_pk=launch.job_pk,

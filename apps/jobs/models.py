@@ -574,6 +574,9 @@ class Checkpoint(models.Model):
     # when the agent found its file gone (EasyCkpt keeps only the latest, the job's own code
     # or the work-dir sweep removed it): the row stays, for the job's history
     removed_at = models.DateTimeField(_("removed at"), null=True, blank=True)
+    # when a restarted attempt's EasyCkpt load passed over its file as damaged (its SHA-256
+    # or its pickle did not check): no later restart is said to resume from it
+    damaged_at = models.DateTimeField(_("found damaged at"), null=True, blank=True)
 
     class Meta:
         verbose_name = _("checkpoint")

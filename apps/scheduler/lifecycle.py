@@ -35,10 +35,11 @@ def lost_gpu_seconds(
 
 def resume_step(checkpoints: Iterable[tuple[int, bool]]) -> int | None:
     """The step a job's next attempt resumes from, of its recorded checkpoints as
-    (step, file still there): the highest step whose file is left — EasyCkpt's
-    `load_latest` goes by step, not by the time a checkpoint records (a clock ahead makes an
-    older step look newer), and a file already removed cannot be loaded. None: from the
-    start. The "Resumed" and "Restarted" events both ask here."""
+    (step, loadable: its file still there and not found damaged): the highest loadable step
+    — EasyCkpt's `load_latest` goes by step, not by the time a checkpoint records (a clock
+    ahead makes an older step look newer), and a file already removed, or one an earlier
+    load passed over as damaged, cannot be loaded. None: from the start. The "Resumed" and
+    "Restarted" events both ask here."""
     return max((step for step, left in checkpoints if left), default=None)
 
 

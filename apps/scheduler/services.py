@@ -76,10 +76,10 @@ def resumed_events(*, jobs: list[Job], now: datetime) -> list[JobEvent]:
     if not resumed:
         return []
     recorded: dict[int, list[tuple[int, bool]]] = {pk: [] for pk in resumed}
-    for job_id, saved, removed_at in Checkpoint.objects.filter(job_id__in=resumed).values_list(
-        "job_id", "step", "removed_at"
-    ):
-        recorded[job_id].append((saved, removed_at is None))
+    for job_id, saved, removed_at, damaged_at in Checkpoint.objects.filter(
+        job_id__in=resumed
+    ).values_list("job_id", "step", "removed_at", "damaged_at"):
+        recorded[job_id].append((saved, removed_at is None and damaged_at is None))
     events = []
     for pk in resumed:
         step = lifecycle.resume_step(recorded[pk])
@@ -500,12 +500,18 @@ class Interruption:
 
 
 def pods_lost_gpu_seconds(
-    *, job: Job, pods: Iterable[Pod], now: datetime, checkpoint_at: datetime | None = None
+    *,
+    job: Job,
+    pods: Iterable[Pod],
+    now: datetime,
+    checkpoint_at: datetime | None = None,
+    from_start: bool = False,
 ) -> float:
     """The work an interruption at `now` throws away (`lifecycle.lost_gpu_seconds`): each
-    pod's GPU-seconds since the job's last checkpoint (or `checkpoint_at`, one found later)
-    or its own start, up to its end if it has ended; a pod that never started lost nothing."""
-    checkpoint = _ts(checkpoint_at or job.last_checkpoint_at)
+    pod's GPU-seconds since the job's last checkpoint (or `checkpoint_at`, the one the next
+    attempt resumed from; none with `from_start`) or its own start, up to its end if it has
+    ended; a pod that never started lost nothing."""
+    checkpoint = None if from_start else _ts(checkpoint_at or job.last_checkpoint_at)
     lost = 0.0
     for pod in pods:
         if pod.started_at is not None:

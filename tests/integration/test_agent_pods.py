@@ -528,3 +528,43 @@ def test_checkpoints_easyckpt_rotates_away_are_marked_removed(personas, agent_ba
     assert [step for step, removed in sorted(rows.items()) if removed is None] == [4, 5]
     left = sorted(p.name for p in Path(job.checkpoints.get(step=5).path).parent.iterdir())
     assert left == ["ckpt-000000000004.pkl", "ckpt-000000000005.pkl", "manifest.jsonl"]
+
+
+def test_a_restart_past_a_damaged_checkpoint_says_the_step_it_resumed_from(personas, agent_backend):
+    """The first attempt saves steps 1 and 2, its step 2 file is damaged, and it fails: the
+    restart in place names step 2, the one recorded last. The next attempt's EasyCkpt load
+    passes over step 2 for step 1 and says so through the manifest: the job's latest resume
+    event names step 1, step 2 is marked damaged, and the work lost counts from step 1."""
+    command = (
+        'python -c "import easyckpt, os, pathlib, time\n'
+        "resumed = easyckpt.load_latest()\n"
+        "if resumed:\n"
+        "    print('resumed from', resumed[0]); raise SystemExit(0)\n"
+        "easyckpt.save({'step': 1}, 1); easyckpt.wait(); time.sleep(1)\n"
+        "easyckpt.save({'step': 2}, 2); easyckpt.wait(); time.sleep(1)\n"
+        "two = pathlib.Path(os.environ['PAIWEB_CHECKPOINT_DIR']) / 'ckpt-000000000002.pkl'\n"
+        "two.write_bytes(two.read_bytes()[:-5] + b'xxxxx')\n"
+        'raise SystemExit(5)"'
+    )
+    job = submit(personas, command=command, aimaster=True)
+    job_in(job, JobStatus.SUCCEEDED, agent=agent_backend)
+    assert job.restart_times == 1
+    assert "resumed from 1" in pod_log(job.pods.get(attempt=1))
+    restarted = job.events.get(kind="Restarted")
+    assert "resuming from checkpoint at step 2" in restarted.message
+    wait_for(
+        lambda: job.events.filter(kind="Resumed").exists(),
+        what="the resume's word",
+        agent=agent_backend,
+    )
+    assert job.events.get(kind="Resumed").message == (
+        "Resumed from checkpoint at step 1: passed over ckpt-000000000002.pkl (damaged)"
+    )
+    one, two = job.checkpoints.get(step=1), job.checkpoints.get(step=2)
+    assert two.damaged_at is not None and one.damaged_at is None
+    restart = job.restarts.get()
+    failed = job.pods.get(attempt=0)
+    assert restart.lost_gpu_seconds == pytest.approx(
+        (failed.finished_at - max(one.created_at, failed.started_at)).total_seconds(), abs=0.01
+    )
+    assert job.events.filter(kind="LostWorkRevised").exists()

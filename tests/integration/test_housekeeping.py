@@ -170,6 +170,20 @@ def test_retention_keeps_the_highest_steps_whatever_time_a_clock_ahead_recorded(
     ]
 
 
+def test_retention_keeps_no_checkpoint_a_restart_found_damaged(root, outside, personas):
+    job = make_job(personas, status=JobStatus.SUCCEEDED)
+    job_dir = lay_out(root, job.job_id, outside, job=job)
+    job.checkpoints.filter(step=60).update(damaged_at=timezone.now())
+
+    sweep(root, keep=2)
+
+    assert sorted(p.name for p in (job_dir / "checkpoints").iterdir()) == [
+        "ckpt-20.pkl",
+        "ckpt-40.pkl",
+        "manifest.jsonl",
+    ]
+
+
 def test_links_out_of_a_work_dir_are_never_followed(root, outside, personas):
     job = make_job(personas, status=JobStatus.FAILED)
     job_dir = lay_out(root, job.job_id, outside, job=job)

@@ -16,7 +16,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from apps.agent.models import PodProcess
-from apps.agent.services import checkpoint_report, pod_report_running
+from apps.agent.services import checkpoint_report, checkpoint_resumed, pod_report_running
 from apps.billing.models import BillLine, PodMeter
 from apps.billing.services import billing_accrue
 from apps.cluster.models import InstanceType
@@ -778,6 +778,58 @@ def test_a_checkpoint_saved_on_the_way_out_of_a_reclaim_revises_the_work_lost(pe
     checkpoint_report(job_pk=job.pk, step=4, path="/ckpt/4", size_bytes=1, at=at(3.5))
     restart.refresh_from_db()
     assert restart.lost_gpu_seconds == 0
+
+
+def test_a_resume_past_a_damaged_checkpoint_revises_the_resumed_event_and_the_work_lost(
+    personas, replay
+):
+    """Reclaimed 30 s after its checkpoint at step 2, whose file the next attempt's EasyCkpt
+    load finds damaged: it resumes from step 1, saved 50 s before the reclaim, and says so
+    through the manifest. The "Resumed" event written at placement named step 2 and the
+    restart counted 60 GPU-seconds lost; an event names step 1 and the file passed over,
+    the work lost is 100, and the next interruption's resume never names step 2 again."""
+    gn7 = "ecs.gn7i-c8g1.2xlarge"  # 1 GPU
+    replay(
+        [
+            (NOW, gn7, "3.00"),
+            (at(1), gn7, "5.00"),
+            (at(3), gn7, "3.00"),
+            (at(5), gn7, "5.00"),
+            (at(7), gn7, "3.00"),
+        ]
+    )
+    job = submit(personas, itype=gn7, pods=2, discount="0.5", aimaster=True)
+    step(at(0))
+    one, two = "/ckpt/ckpt-000000000001.pkl", "/ckpt/ckpt-000000000002.pkl"
+    checkpoint_report(job_pk=job.pk, step=1, path=one, size_bytes=1, at=at(0, 10))
+    checkpoint_report(job_pk=job.pk, step=2, path=two, size_bytes=1, at=at(0.5))
+    step(at(1))  # reclaimed: 2 GPUs × 30 s since step 2
+    step(at(3))  # running again
+    reload(job)
+    assert job.status == JobStatus.RUNNING and job.attempt == 1
+    restart = job.restarts.get()
+    assert restart.lost_gpu_seconds == pytest.approx(2 * 30)
+    rank0 = job.pods.get(attempt=1, index=0)
+    for _ in range(2):  # a repeated word changes nothing
+        checkpoint_resumed(pod_pk=rank0.pk, step=1, path=one, damaged=[two], at=at(3, 5))
+    restart.refresh_from_db()
+    assert restart.lost_gpu_seconds == pytest.approx(2 * 50)
+    resumed = job.events.filter(kind="Resumed").order_by("at", "id")
+    assert list(resumed.values_list("message", flat=True)) == [
+        "Resumed from checkpoint at step 2",
+        "Resumed from checkpoint at step 1: passed over ckpt-000000000002.pkl (damaged)",
+    ]
+    assert list(job.events.filter(kind="LostWorkRevised").values_list("message", flat=True)) == [
+        "Attempt 1 resumed from checkpoint at step 1: the work lost at interruption 1 is 100 "
+        "GPU-seconds, not 60"
+    ]
+    assert job.checkpoints.get(step=2).damaged_at == at(3, 5)
+    step(at(5))  # reclaimed again: 2 GPUs × 120 s since this attempt started from step 1
+    step(at(7))
+    reload(job)
+    assert job.status == JobStatus.RUNNING and job.attempt == 2
+    assert job.restarts.get(number=2).lost_gpu_seconds == pytest.approx(2 * 120)
+    assert resumed.last().message == "Resumed from checkpoint at step 1"
 
 
 def test_the_next_attempts_checkpoint_does_not_revise_the_work_lost(personas, replay):

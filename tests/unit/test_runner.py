@@ -272,6 +272,43 @@ def test_a_checkpoint_stamped_ahead_of_the_clock_is_taken_as_read_now(root):
     assert found["step"] == 6 and found["time"] <= time.time()
 
 
+def test_it_reads_what_an_easyckpt_load_passed_over(root, monkeypatch):
+    """EasyCkpt's load, passing over a damaged checkpoint, says so in the manifest; the
+    reader gives that word back, and skips a malformed or escaping one with a problem."""
+    from apps.agent.easyckpt import easyckpt
+
+    directory = root / "ckpt"
+    monkeypatch.setenv("PAIWEB_CHECKPOINT_DIR", str(directory))
+    for step in (1, 2):
+        easyckpt.save({"step": step}, step)
+    easyckpt.wait()
+    reader = runner.ManifestReader(directory)
+    two = directory / "ckpt-000000000002.pkl"
+    two.write_bytes(two.read_bytes()[:-5] + b"xxxxx")
+    assert easyckpt.load_latest() == (1, {"step": 1})
+    assert reader.new_entries() == [
+        {"resumed": 1, "file": "ckpt-000000000001.pkl", "damaged": ["ckpt-000000000002.pkl"]}
+    ]
+    with (directory / "manifest.jsonl").open("a") as out:
+        for record in (
+            {"resumed": None, "file": None, "damaged": ["ckpt-000000000001.pkl"]},
+            {"resumed": 1, "file": None, "damaged": ["x"]},
+            {"resumed": None, "file": "x", "damaged": ["x"]},
+            {"resumed": 1, "file": "x", "damaged": []},
+            {"resumed": 1, "file": "x", "damaged": "x"},
+            {"resumed": -1, "file": "x", "damaged": ["x"]},
+            {"resumed": 1, "file": "x", "damaged": ["../../etc/passwd"]},
+        ):
+            out.write(json.dumps(record) + "\n")
+    assert reader.new_entries() == [
+        {"resumed": None, "file": None, "damaged": ["ckpt-000000000001.pkl"]}
+    ]
+    assert reader.problems == [
+        "a line of manifest.jsonl is not a checkpoint record: skipped",
+        "checkpoint file '../../etc/passwd' is not inside the checkpoint directory: skipped",
+    ]
+
+
 def test_it_takes_at_most_the_newest_records_of_a_burst(root):
     directory = root / "ckpt"
     directory.mkdir()

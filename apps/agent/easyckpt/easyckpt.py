@@ -214,18 +214,45 @@ def _read(path: Path) -> tuple[int, Any] | None:
     return int(step), state
 
 
+def _report_resumed(
+    directory: Path, loaded: Path | None, step: int | None, skipped: list[str]
+) -> None:
+    """Tell the node agent, through the manifest, what a load passed over and what it
+    resumed from instead: the platform named the newest recorded step before the pod ran,
+    and revises that, and the work lost, from this line. Only in a pod (best effort)."""
+    if not os.environ.get("PAIWEB_CHECKPOINT_DIR"):
+        return
+    line = json.dumps(
+        {
+            "resumed": step,
+            "file": loaded.name if loaded is not None else None,
+            "damaged": skipped,
+            "time": time.time(),
+        }
+    )
+    try:
+        with open(directory / MANIFEST, "a", encoding="utf-8") as manifest:
+            manifest.write(line + "\n")
+    except OSError:
+        pass
+
+
 def load_latest() -> tuple[int, Any] | None:
     """(step, state) of the newest complete checkpoint, or None when there is none. Each
     newer file passed over (damaged: its SHA-256 or its pickle does not check) is named on
-    stderr, in the pod's log, with the step resumed from instead."""
+    stderr, in the pod's log, with the step resumed from instead, and in the manifest for
+    the node agent."""
     skipped = []
-    for _, path in reversed(_complete(checkpoint_dir())):
+    directory = checkpoint_dir()
+    path = None
+    for _, path in reversed(_complete(directory)):
         if (loaded := _read(path)) is not None:
             break
         skipped.append(path.name)
     else:
-        loaded = None
+        loaded, path = None, None
     if skipped:
+        _report_resumed(directory, path, loaded[0] if loaded is not None else None, skipped)
         instead = f"step {loaded[0]}" if loaded is not None else "the start"
         print(
             f"easyckpt: {', '.join(skipped)} damaged (checksum or contents): resuming from "
