@@ -25,6 +25,7 @@ from apps.jobs.models import (
     StatusTransition,
 )
 from apps.jobs.selectors import job_restarts
+from apps.scheduler import lifecycle
 from apps.scheduler.lifecycle import PLATFORM_REASONS
 
 
@@ -57,6 +58,13 @@ class JobLive:
     @property
     def latest_checkpoint(self) -> Checkpoint | None:
         return self.checkpoints[0] if self.checkpoints else None
+
+    @property
+    def resume_step(self) -> int | None:
+        """The step the job's next attempt resumes from (`lifecycle.resume_step`): the
+        highest of those whose files are left and not found damaged, not the one saved
+        last (a clock ahead stamps an older step later)."""
+        return lifecycle.resume_step((c.step, c.damaged_at is None) for c in self.checkpoints)
 
     @property
     def recent_checkpoints(self) -> list[Checkpoint]:

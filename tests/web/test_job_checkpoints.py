@@ -8,7 +8,7 @@ from datetime import timedelta
 from django.urls import reverse
 from django.utils import timezone
 
-from apps.jobs.models import Checkpoint
+from apps.jobs.models import Checkpoint, Job, JobRestart, JobStatus
 from tests.web.test_job_story import section, text
 from tests.web.test_jobs_views import make_job
 
@@ -88,3 +88,30 @@ def test_the_overview_says_easyckpt_off_truthfully_when_the_job_saved_checkpoint
     job.enable_easyckpt = True
     job.save(update_fields=["enable_easyckpt"])
     assert "EasyCkpt On " in text(alice_client.get(url))
+
+
+def test_a_requeued_job_is_said_to_resume_from_the_step_its_load_will_take(alice_client, personas):
+    """The waiting job's page names the step EasyCkpt will load (`lifecycle.resume_step`),
+    as its Resumed event will: not one stamped later by a clock ahead, not a damaged one
+    (marked so in the list), not one whose file is gone."""
+    job = make_job(personas, status=JobStatus.QUEUING)
+    Job.objects.filter(pk=job.pk).update(attempt=1)
+    now = timezone.now()
+    JobRestart.objects.create(job=job, number=1, at=now, cause="JobPreempted")
+    for step, at, removed, damaged in [
+        (20, now - timedelta(seconds=20), None, None),
+        (30, now - timedelta(seconds=10), None, now),  # its load passed over it
+        (40, now - timedelta(seconds=5), now, None),  # its file is gone
+        (10, now + timedelta(hours=1), None, None),  # a clock ahead stamped it
+    ]:
+        job.checkpoints.create(
+            step=step,
+            path=f"/ckpt/ckpt-{step:012d}.pkl",
+            created_at=at,
+            removed_at=removed,
+            damaged_at=damaged,
+        )
+    response = alice_client.get(reverse("jobs:detail", args=[job.job_id]))
+    assert "it resumes from the checkpoint at step 20." in section(response, "pending")
+    rows = section(response, "checkpoints")
+    assert rows.count(">damaged</span>") == 1
