@@ -112,6 +112,16 @@ class Limits:
             return 1024
         return max(2, self.cpu_millicores * 1024 // 1000)
 
+    def tcp_buffer_bytes(self, host_tcp_pressure_bytes: int | None) -> int:
+        """v1 memory.kmem.tcp.limit_in_bytes: the most the pod's TCP sockets may hold in
+        kernel buffers. cgroup v1 charges them to no limit unless one is written, and they
+        count against the host's TCP memory (net.ipv4.tcp_mem), which every socket of the
+        host shares: past it, PostgreSQL's and Redis's connections could not send either.
+        At most the pod's memory, and at most a quarter of the host's pressure threshold
+        (tcp_mem's second figure), so one pod alone never reaches it."""
+        caps = [c for c in (self.memory_bytes, (host_tcp_pressure_bytes or 0) // 4) if c > 0]
+        return min(caps) if caps else 0
+
     def cpu_weight(self) -> int:
         """v2 cpu.weight: 100 (the kernel default) is one CPU, the same scale as v1's 1024
         shares, clamped to the kernel's 1..10000."""
@@ -452,12 +462,27 @@ class CgroupHost:
                     _write(memory / counter, "0")
                 except CgroupError:
                     pass
+        tcp = memory / "memory.kmem.tcp.limit_in_bytes"
+        tcp_bytes = limits.tcp_buffer_bytes(host_tcp_pressure_bytes())
+        if tcp_bytes and tcp.exists():
+            _write(tcp, str(tcp_bytes))
         _write(group._dir("pids") / "pids.max", str(limits.pids) if limits.pids else "max")
         if self.has_cpu:
             cpu = group._dir("cpu")
             _write(cpu / "cpu.cfs_period_us", str(CPU_PERIOD_US))
             _write(cpu / "cpu.cfs_quota_us", str(limits.cfs_quota_us()))
             _write(cpu / "cpu.shares", str(limits.cpu_shares()))
+
+
+def host_tcp_pressure_bytes(path: Path = Path("/proc/sys/net/ipv4/tcp_mem")) -> int | None:
+    """Where the kernel starts to press every TCP socket of the host to shrink its buffers
+    (tcp_mem's second figure, in pages), in bytes; None where it cannot be read. On cgroup
+    v2 a pod's socket buffers are charged to its memory.max: this is for v1."""
+    try:
+        text = _read(path)
+        return int(text.split()[1]) * os.sysconf("SC_PAGE_SIZE") if text else None
+    except (IndexError, ValueError, OSError):
+        return None
 
 
 def _set_v1_memory(directory: Path, memory_bytes: int) -> None:
