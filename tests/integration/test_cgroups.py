@@ -101,6 +101,9 @@ def test_limits_are_written_before_anyone_joins(host: CgroupHost, prefix: str):
         assert int(knob(group, "memory", "memory.limit_in_bytes")) == 64 * MIB
         if (group._dir("memory") / "memory.memsw.limit_in_bytes").exists():
             assert int(knob(group, "memory", "memory.memsw.limit_in_bytes")) == 64 * MIB
+        if (group._dir("memory") / "memory.kmem.tcp.limit_in_bytes").exists():
+            tcp = Limits(memory_bytes=64 * MIB).tcp_buffer_bytes(cgroups.host_tcp_pressure_bytes())
+            assert int(knob(group, "memory", "memory.kmem.tcp.limit_in_bytes")) == tcp <= 64 * MIB
         assert knob(group, "pids", "pids.max") == "20"
         assert knob(group, "cpu", "cpu.cfs_period_us") == "100000"
         assert knob(group, "cpu", "cpu.cfs_quota_us") == "20000"
@@ -437,6 +440,18 @@ def test_limits_arithmetic_and_validation(tmp_path: Path):
         100,
     )
     assert Limits(cpu_millicores=5).cpu_weight() == 1
+    # TCP buffers (v1): the pod's memory, at most a quarter of the host's pressure threshold
+    assert Limits(memory_bytes=256 * MIB).tcp_buffer_bytes(4096 * MIB) == 256 * MIB
+    assert Limits(memory_bytes=16384 * MIB).tcp_buffer_bytes(4096 * MIB) == 1024 * MIB
+    assert Limits().tcp_buffer_bytes(4096 * MIB) == 1024 * MIB
+    assert Limits(memory_bytes=256 * MIB).tcp_buffer_bytes(None) == 256 * MIB
+    assert Limits().tcp_buffer_bytes(None) == 0
+    tcp_mem = tmp_path / "tcp_mem"
+    tcp_mem.write_text("287916\t383888\t575832\n")
+    assert cgroups.host_tcp_pressure_bytes(tcp_mem) == 383888 * os.sysconf("SC_PAGE_SIZE")
+    tcp_mem.write_text("garbage\n")
+    assert cgroups.host_tcp_pressure_bytes(tcp_mem) is None
+    assert cgroups.host_tcp_pressure_bytes(tmp_path / "absent") is None
     with pytest.raises(ValueError):
         Limits(memory_bytes=-1)
     fake = CgroupHost(version=1, root=tmp_path, hierarchies={"memory": tmp_path})
