@@ -11,11 +11,13 @@ minutes from `billed_until` up to the pod's end (or `now`), inserts one BillLine
 (pod, minute) — a unique key, inserted with ignore_conflicts — and moves the meter on, all
 in one transaction: a crash leaves nothing half-done, and a replayed run bills nothing twice.
 
-Prices: spot minutes at the market price in force at the minute's start (the PricePoint
-history; `pricing.price_for_minute`), except a pod's first, partial minute, which is charged
-at the price in force when the pod's process started (with node agents; else when the market
-started it), never an earlier one above the bid. Pay-as-you-go minutes at the instance
-type's original price. Quota jobs are prepaid: they get no meter and no bill lines.
+Prices: one rule for both kinds (`pricing.pod_minute_price`): a minute at the price in
+force at its start, a pod's first, partial minute at the price in force when its process
+started (with node agents; else when the market started it), never an earlier one above a
+spot bid. Spot minutes read the market price history (PricePoint), pay-as-you-go minutes
+the instance type's original price history (OriginalPrice): an admin's change of the
+original price reaches only the minutes that start after it. Quota jobs are prepaid: they
+get no meter and no bill lines.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from django.db import connection, transaction
 from django.db.models import QuerySet
 
 from apps.billing.models import BillDay, BillLine, PayType, PodMeter
-from apps.cluster.models import InstanceType
+from apps.cluster.selectors import original_price_histories
 from apps.core import pricing
 from apps.core.db import Epoch, pks_update, rows_insert
 from apps.jobs.execution import pods_reported_until
@@ -330,12 +332,15 @@ def _minutes(meter: _Meter, now: datetime, *, earlier_end: float | None) -> tupl
 
 
 class _PriceBook:
-    """Prices for the run: spot history per type, and original prices."""
+    """Prices for the run, per type: the market price history (spot) and the original price
+    history (pay-as-you-go), each over the minutes to bill."""
 
     def __init__(
-        self, histories: dict[int, list[pricing.PricePoint]], originals: dict[int, Decimal]
+        self,
+        spot: dict[int, list[pricing.PricePoint]],
+        originals: dict[int, list[pricing.PricePoint]],
     ) -> None:
-        self.histories = histories
+        self.spot = spot
         self.originals = originals
 
     def charges(self, meter: _Meter, minutes: list[int]) -> list[Line] | None:
@@ -364,15 +369,10 @@ class _PriceBook:
         return lines
 
     def _price(self, meter: _Meter, type_id: int, minute: int, started: float) -> Decimal | None:
-        if meter.source != ResourceSource.SPOT:
-            return self.originals[type_id]
-        history = self.histories.get(type_id, [])
-        if minute * 60 < started:  # the pod's first, partial minute
-            return pricing.replay_price_at(history, started)
-        try:
-            return pricing.price_for_minute(history, minute)
-        except pricing.MarketError:
-            return None
+        history = (self.spot if meter.source == ResourceSource.SPOT else self.originals).get(
+            type_id, []
+        )
+        return pricing.pod_minute_price(history, minute, started=started)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -387,17 +387,19 @@ def _minute_charge(price: Decimal) -> Decimal:
 
 
 def _price_book(meters: list[_Meter], plans: dict, now: datetime) -> _PriceBook:
-    spot = [m for m in meters if m.source == ResourceSource.SPOT and plans[m.pod_id][0]]
     histories = {}
-    if spot:
-        first = min(plans[m.pod_id][0][0] for m in spot) * 60
-        histories = price_histories(
-            type_ids={m.type_id for m in spot if m.type_id is not None},
-            since=datetime.fromtimestamp(first, UTC),
-            until=now,
-        )
-    type_ids = {m.type_id for m in meters if m.type_id is not None}
-    originals = dict(
-        InstanceType.objects.filter(pk__in=type_ids).values_list("pk", "price_per_hour")
+    for source, read in (
+        (ResourceSource.SPOT, price_histories),
+        (ResourceSource.PUBLIC, original_price_histories),
+    ):
+        billed = [m for m in meters if m.source == source and plans[m.pod_id][0]]
+        if billed:
+            first = min(plans[m.pod_id][0][0] for m in billed) * 60
+            histories[source] = read(
+                type_ids={m.type_id for m in billed if m.type_id is not None},
+                since=datetime.fromtimestamp(first, UTC),
+                until=now,
+            )
+    return _PriceBook(
+        histories.get(ResourceSource.SPOT, {}), histories.get(ResourceSource.PUBLIC, {})
     )
-    return _PriceBook(histories, originals)

@@ -9,7 +9,7 @@ from django.http import HttpRequest
 from django.utils.translation import gettext_lazy as _
 
 from apps.cluster.clusterfile import cluster_file_check, path_of
-from apps.cluster.models import Image, InstanceType, Node, Quota, ResourcePool
+from apps.cluster.models import Image, InstanceType, Node, OriginalPrice, Quota, ResourcePool
 from apps.cluster.selectors import cluster_state
 
 
@@ -21,8 +21,25 @@ def gib_text(mib: int) -> str:
     return f"{mib / 1024:g}"
 
 
+class OriginalPriceInline(admin.TabularInline):
+    """The type's original price history, recorded by every save that changes the price
+    (bills read it): shown, never edited."""
+
+    model = OriginalPrice
+    fields = ("at", "price_per_hour")
+    readonly_fields = fields
+    ordering = ("-at",)
+    extra = 0
+    can_delete = False
+    show_change_link = False
+
+    def has_add_permission(self, request: HttpRequest, obj=None) -> bool:
+        return False
+
+
 @admin.register(InstanceType)
 class InstanceTypeAdmin(admin.ModelAdmin):
+    inlines = [OriginalPriceInline]
     list_display = (
         "name",
         "resource_type",

@@ -13,9 +13,11 @@ from decimal import Decimal
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import Q
+from django.utils import timezone
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
+from apps.cluster.signals import original_price_changed
 from apps.core import pricing
 from apps.core.limits import MAX_NODE_GPUS
 
@@ -63,6 +65,15 @@ class InstanceType(models.Model):
     def __str__(self) -> str:
         return self.name
 
+    def save(self, *args, **kwargs) -> None:
+        """Save, and record the original price in its history when it changed (whoever
+        saves: the Django admin, the cluster file): a minute is billed at the price in
+        force at its start, so a change must not reach back to minutes run before it."""
+        super().save(*args, **kwargs)
+        fields = kwargs.get("update_fields")
+        if fields is None or "price_per_hour" in fields:
+            original_price_record(self, at=timezone.now())
+
     @property
     def vcpus(self) -> float:
         return self.cpu / 1000
@@ -70,6 +81,48 @@ class InstanceType(models.Model):
     @property
     def memory_gib(self) -> float:
         return self.memory / 1024
+
+
+class OriginalPrice(models.Model):
+    """An instance type's original (pay-as-you-go) price in force from `at` until the type's
+    next change (a step function). The first change recorded holds from the start: a type's
+    price before it was first recorded is the one first recorded."""
+
+    instance_type = models.ForeignKey(
+        InstanceType,
+        on_delete=models.CASCADE,
+        related_name="original_prices",
+        verbose_name=_("Instance type"),
+    )
+    at = models.DateTimeField(_("at"))
+    price_per_hour = models.DecimalField(_("price per hour"), max_digits=12, decimal_places=4)
+
+    class Meta:
+        verbose_name = _("original price change")
+        verbose_name_plural = _("original price changes")
+        constraints = [
+            models.UniqueConstraint(fields=["instance_type", "at"], name="original_price_type_at"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.instance_type_id} @ {self.at:%Y-%m-%d %H:%M:%S}: ¥{self.price_per_hour}/h"
+
+
+def original_price_record(instance_type: InstanceType, *, at) -> None:
+    """Record the type's original price as in force from `at` if it differs from the last
+    one recorded, and announce the change (`original_price_changed`: the market moves the
+    type's market price with it)."""
+    new = Decimal(instance_type.price_per_hour)
+    last = instance_type.original_prices.order_by("-at").first()
+    if last is not None and last.price_per_hour == new:
+        return
+    OriginalPrice.objects.update_or_create(
+        instance_type=instance_type, at=at, defaults={"price_per_hour": new}
+    )
+    old = None if last is None else last.price_per_hour
+    original_price_changed.send(
+        sender=InstanceType, instance_type_id=instance_type.pk, old=old, new=new, at=at
+    )
 
 
 class ResourcePool(models.Model):

@@ -3,11 +3,13 @@ workspaces use, what the cluster file is checked against, and the market's tunin
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
 
 from django.contrib.auth import get_user_model
-from django.db.models import Prefetch, QuerySet
+from django.db.models import Model, OuterRef, Prefetch, QuerySet, Subquery
 
 from apps.cluster.clusterfile import (
     ClusterState,
@@ -22,14 +24,78 @@ from apps.cluster.models import (
     InstanceType,
     MarketParameters,
     Node,
+    OriginalPrice,
     Quota,
     ResourcePool,
     ResourceType,
 )
 from apps.core import pricing
-from apps.core.db import ReusedSql
+from apps.core.db import Epoch, ReusedSql
 from apps.workspaces.models import AccessKey, Workspace
 from apps.workspaces.selectors import workspace_list
+
+
+def type_price_histories(
+    model: type[Model], *, type_ids: Iterable[int], since: datetime, until: datetime
+) -> dict[int, list[pricing.PricePoint]]:
+    """Each type's price history over [since, until] from `model`'s points (instance_type,
+    at, price_per_hour: a step function), starting with the point in force at `since`
+    (which may lie before it). Types without any point by `until` are left out."""
+    type_ids = list(type_ids)
+    if not type_ids:
+        return {}
+    # Times are read as epoch seconds (`Epoch`): the market tick reads thousands of points.
+    points = model._default_manager
+    before = points.filter(instance_type=OuterRef("pk"), at__lte=since).order_by("-at")
+    firsts = (
+        InstanceType.objects.filter(pk__in=type_ids)
+        .annotate(
+            first_at=Epoch(Subquery(before.values("at")[:1])),
+            first_price=Subquery(before.values("price_per_hour")[:1]),
+        )
+        .values_list("pk", "first_at", "first_price")
+    )
+    histories: dict[int, list[pricing.PricePoint]] = {}
+    for type_id, at, price in firsts:
+        if at is not None:
+            histories[type_id] = [(at, price)]
+    rows = (
+        points.filter(instance_type_id__in=type_ids, at__gt=since, at__lte=until)
+        .order_by("instance_type_id", "at")
+        .annotate(seconds=Epoch("at"))
+        .values_list("instance_type_id", "seconds", "price_per_hour")
+    )
+    for type_id, at, price in rows:
+        histories.setdefault(type_id, []).append((at, price))
+    return histories
+
+
+def original_price_histories(
+    *, type_ids: Iterable[int], since: datetime, until: datetime
+) -> dict[int, list[pricing.PricePoint]]:
+    """Each type's original (pay-as-you-go) price history over [since, until], as
+    `type_price_histories`, every type included: the first price recorded holds from the
+    start, and a type with none recorded (written around `InstanceType.save`) has its
+    current price."""
+    type_ids = list(type_ids)
+    histories = type_price_histories(OriginalPrice, type_ids=type_ids, since=since, until=until)
+    for points in histories.values():
+        if points[0][0] > since.timestamp():  # recorded since `since` only
+            points.insert(0, (float("-inf"), points[0][1]))
+    missing = [t for t in type_ids if t not in histories]
+    if missing:
+        firsts: dict[int, Decimal] = dict(
+            InstanceType.objects.filter(pk__in=missing).values_list("pk", "price_per_hour")
+        )
+        for t, price in (
+            OriginalPrice.objects.filter(instance_type_id__in=missing)
+            .order_by("instance_type_id", "-at")
+            .values_list("instance_type_id", "price_per_hour")
+        ):
+            firsts[t] = price  # the earliest comes last
+        for t, price in firsts.items():
+            histories[t] = [(float("-inf"), price)]
+    return histories
 
 
 def instance_type_list(

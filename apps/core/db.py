@@ -48,7 +48,7 @@ def sqlite_functions(sender, connection, **kwargs) -> None:
         connection.connection.create_function("paiweb_epoch", 1, _sqlite_epoch, deterministic=True)
 
 
-def transaction_lock(name: str) -> bool:
+def transaction_lock(name: str, *, wait: bool = False) -> bool:
     """Take the database lock `name` for the rest of the current transaction, without
     waiting: False when another transaction holds it (and is doing the same work).
 
@@ -58,12 +58,19 @@ def transaction_lock(name: str) -> bool:
     room the other just gave away. On PostgreSQL an advisory transaction lock, released at
     commit or rollback; call it first in the transaction, before anything is read. On
     SQLite always True: paiweb's SQLite transactions are IMMEDIATE (settings), so each holds
-    the database's write lock from its first statement and two never overlap."""
+    the database's write lock from its first statement and two never overlap.
+
+    `wait`: wait for the lock instead (always True then): a write that the tick must not
+    overwrite with what it read before (an admin's change of a price) waits for a tick in
+    flight to commit, and a tick that starts meanwhile finds the lock taken and skips."""
     assert connection.in_atomic_block, "a transaction lock lives as long as its transaction"
     if connection.vendor != "postgresql":
         return True
     key = int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big", signed=True)
     with connection.cursor() as cursor:
+        if wait:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [key])
+            return True
         cursor.execute("SELECT pg_try_advisory_xact_lock(%s)", [key])
         return bool(cursor.fetchone()[0])
 

@@ -203,12 +203,44 @@ def next_price(market: TypeMarket, *, params: MarketParams, rng: random.Random) 
     return _clamp(quantize_price(moved), floor, ceiling)
 
 
-def system_average(history: Sequence[PricePoint], *, now: float, window: float) -> Decimal:
+def price_following_original(
+    price: Decimal,
+    *,
+    old_original: Decimal,
+    new_original: Decimal,
+    floor_ratio: Decimal = DEFAULT_FLOOR_RATIO,
+) -> Decimal:
+    """A type's market price once its original price changes from `old_original` to
+    `new_original`: the same share of the original as before, on the grid, within the new
+    [floor, original]. A SpotDiscountLimit bid is a share of the original too, so a bid
+    that held against the market price still holds, and one that did not still does not;
+    the market then moves on from there with demand, as it would have. (Left where it was,
+    the price would be clamped to the new original on a cut and reclaim every discount bid
+    below 100%.) A type that was free (original 0) opens at its new floor."""
+    floor = price_floor(new_original, floor_ratio)
+    if old_original <= 0:
+        return floor
+    return _clamp(quantize_price(price * new_original / old_original), floor, new_original)
+
+
+def system_average(
+    history: Sequence[PricePoint],
+    *,
+    now: float,
+    window: float,
+    originals: Sequence[PricePoint] = (),
+) -> Decimal:
     """Time-weighted average of a step-function price history over [now − window, now].
 
     `history` is sorted by time; each price holds until the next point. The price in force
     at the window's start counts from the start; points after `now` are ignored. When the
     history begins inside the window, the average covers the part with a price.
+
+    `originals`, the type's original price history (same shape), when given: each price
+    counts as the same share of the original price in force at `now` as it was of the one
+    in force then, so a change of the original moves the average with it at once, as it
+    moves the market price (`price_following_original`), instead of holding a Lingjun
+    discount bid to an hour of prices from before the change.
     """
     start = now - window
     first = max(bisect_right(history, start, key=_at) - 1, 0)
@@ -216,15 +248,32 @@ def system_average(history: Sequence[PricePoint], *, now: float, window: float) 
     if not points:
         raise MarketError("NoPriceHistory", f"no market price at or before {now}")
     ends = [t for t, _ in points[1:]] + [now]
+    current = replay_price_at(originals, now) if originals else None
     total, covered = Decimal(0), Decimal(0)
     for (t, price), end in zip(points, ends, strict=True):
-        duration = _float(end - max(t, start))
-        if duration > 0:
-            total += price * duration
-            covered += duration
+        begin = max(t, start)
+        for piece_start, piece_end, scale in _original_pieces(originals, current, begin, end):
+            duration = _float(piece_end - piece_start)
+            if duration > 0:
+                total += price * scale * duration
+                covered += duration
     if covered == 0:
         return quantize_price(points[-1][1])  # a zero window: the price at `now`
     return quantize_price(total / covered)
+
+
+def _original_pieces(
+    originals: Sequence[PricePoint], current: Decimal | None, begin: float, end: float
+) -> Iterable[tuple[float, float, Decimal]]:
+    """[begin, end) cut where the original price changed, each piece with the factor that
+    takes a price of then to the same share of the `current` original (1 without one)."""
+    if current is None:
+        yield begin, end, Decimal(1)
+        return
+    cuts = [t for t, _ in originals if begin < t < end]
+    for piece_start, piece_end in zip([begin, *cuts], [*cuts, end], strict=True):
+        then = replay_price_at(originals, piece_start)
+        yield piece_start, piece_end, current / then if then else Decimal(1)
 
 
 def _clamp(value: Decimal, low: Decimal, high: Decimal) -> Decimal:
@@ -1055,6 +1104,17 @@ def price_for_minute(history: Sequence[PricePoint], minute: int) -> Decimal:
     if price is None:
         raise MarketError("NoPriceHistory", f"no price at or before minute {minute}")
     return price
+
+
+def pod_minute_price(
+    history: Sequence[PricePoint], minute: int, *, started: float
+) -> Decimal | None:
+    """The per-hour price a pod's minute is charged at, spot (the market price history) and
+    pay-as-you-go (the original price history) alike: the one in force at the minute's
+    start, or for the pod's first, partial minute the one in force when it started (never
+    an earlier one, which a spot bid may not have covered). None when the history has no
+    price then."""
+    return replay_price_at(history, max(minute * 60, started))
 
 
 def minute_charge(price_per_hour: Decimal) -> Decimal:

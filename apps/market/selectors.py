@@ -14,16 +14,19 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import NamedTuple
 
-from django.db.models import Count, OuterRef, Q, Subquery, Sum
+from django.db.models import Count, Q, Sum
 from django.http import Http404
 from django.utils import timezone
 from django.utils.translation import gettext
 
 from apps.cluster.models import InstanceType, ResourceType
-from apps.cluster.selectors import market_params
+from apps.cluster.selectors import (
+    market_params,
+    original_price_histories,
+    type_price_histories,
+)
 from apps.core import pricing
 from apps.core.charts import Chart, chart_build
-from apps.core.db import Epoch
 from apps.core.words import say
 from apps.jobs.execution import jobs_winding_down
 from apps.jobs.models import (
@@ -108,45 +111,28 @@ def bidding_demand() -> dict[int, int]:
 def price_histories(
     *, type_ids: Iterable[int], since: datetime, until: datetime
 ) -> dict[int, History]:
-    """Each type's price history over [since, until], starting with the point in force at
-    `since` (which may lie before it). Types without any point by `until` are left out."""
-    type_ids = list(type_ids)
-    if not type_ids:
-        return {}
-    # Times are read as epoch seconds (`Epoch`): the market tick reads thousands of points.
-    before = PricePoint.objects.filter(instance_type=OuterRef("pk"), at__lte=since).order_by("-at")
-    firsts = (
-        InstanceType.objects.filter(pk__in=type_ids)
-        .annotate(
-            first_at=Epoch(Subquery(before.values("at")[:1])),
-            first_price=Subquery(before.values("price_per_hour")[:1]),
-        )
-        .values_list("pk", "first_at", "first_price")
-    )
-    histories: dict[int, History] = {}
-    for type_id, at, price in firsts:
-        if at is not None:
-            histories[type_id] = [(at, price)]
-    rows = (
-        PricePoint.objects.filter(instance_type_id__in=type_ids, at__gt=since, at__lte=until)
-        .order_by("instance_type_id", "at")
-        .annotate(seconds=Epoch("at"))
-        .values_list("instance_type_id", "seconds", "price_per_hour")
-    )
-    for type_id, at, price in rows:
-        histories.setdefault(type_id, []).append((at, price))
-    return histories
+    """Each type's market price history over [since, until], starting with the point in
+    force at `since` (which may lie before it). Types without any point by `until` are left
+    out."""
+    return type_price_histories(PricePoint, type_ids=type_ids, since=since, until=until)
 
 
 def system_averages(
     *, types: Sequence[InstanceType | int], now: datetime, window_seconds: float
 ) -> dict[int, Decimal]:
-    """Lingjun's system average price per type id over the window ending at `now`."""
+    """Lingjun's system average price per type id over the window ending at `now`, each
+    price at its share of the original price then (`pricing.system_average`)."""
     ids = [t if isinstance(t, int) else t.pk for t in types]
     since = now - timedelta(seconds=window_seconds)
     histories = price_histories(type_ids=ids, since=since, until=now)
+    originals = original_price_histories(type_ids=list(histories), since=since, until=now)
     return {
-        type_id: pricing.system_average(history, now=now.timestamp(), window=window_seconds)
+        type_id: pricing.system_average(
+            history,
+            now=now.timestamp(),
+            window=window_seconds,
+            originals=originals.get(type_id, ()),
+        )
         for type_id, history in histories.items()
     }
 

@@ -118,6 +118,45 @@ def market_params_set(**values) -> MarketParameters:
     return row
 
 
+def market_price_follow_original(
+    *, instance_type_id: int, old: Decimal | None, new: Decimal, at: datetime
+) -> None:
+    """An admin changed the type's original price from `old` to `new` at `at` (the Django
+    admin, the cluster file): its market price keeps its share of the original from that
+    moment (`pricing.price_following_original`), in the history too, so the discount bids
+    running on it hold as they did and its spot minutes after `at` are billed at the moved
+    price. In the caller's transaction, after any market tick in flight has committed (a
+    tick that read the old price would write it back over the moved one)."""
+    if old is None:
+        return  # a new type: the market opens it at its floor
+    transaction_lock("market-step", wait=True)
+    state = (
+        MarketState.objects.select_for_update()
+        .select_related("instance_type")
+        .filter(instance_type_id=instance_type_id)
+        .first()
+    )
+    if state is None:
+        return  # not priced yet
+    floor_ratio = MarketParameters.load().to_params().floor_ratio
+    price = pricing.price_following_original(
+        state.price_per_hour, old_original=old, new_original=new, floor_ratio=floor_ratio
+    )
+    average = state.average_per_hour
+    if average is not None:
+        average = pricing.price_following_original(
+            average, old_original=old, new_original=new, floor_ratio=floor_ratio
+        )
+    resource_type = cast(pricing.ResourceType, state.instance_type.resource_type)
+    asked, _ = pricing.asked_price(resource_type, price, average)
+    MarketState.objects.filter(pk=state.pk).update(
+        price_per_hour=price, average_per_hour=average, asked_per_hour=asked, recorded_at=at
+    )
+    PricePoint.objects.update_or_create(
+        instance_type_id=instance_type_id, at=at, defaults={"price_per_hour": price}
+    )
+
+
 def market_rng(*, now: datetime) -> random.Random:
     """The tick's random generator: seeded from MARKET_SEED and the tick's time when the
     seed is set (a run can be repeated exactly), from the OS otherwise."""

@@ -57,3 +57,33 @@ def test_bill_days_are_summed_from_the_lines_billed_before_the_upgrade(
     assert workspace_daily_bills(user=personas["alice"], workspace=personas["ws_a"]) == days
     spot_day = BillDay.objects.get(job=spot)
     assert (spot_day.low, spot_day.high, spot_day.minutes) == (D("0.3000"), D("0.4500"), 5)
+
+
+def test_the_original_price_history_starts_with_each_types_price_at_the_upgrade(
+    personas, settings, tmp_path
+):
+    """A pay-as-you-go job runs through the upgrade that adds the original price history:
+    its minutes, billed or not, keep the price they had, and a change after the upgrade
+    reaches only the minutes after it."""
+    from apps.cluster.models import InstanceType, OriginalPrice
+
+    replay_writer(settings, tmp_path)([(NOW, G7, "0.30")])
+    job = submit(personas, source="public", name="through-the-upgrade")
+    step(at(0))
+    billing_accrue(now=at(1, 30))
+
+    migrate(("cluster", "0008_node_draining_names"))  # the last release: no history
+    migrate(("cluster", "0009_original_price"))
+
+    assert sorted(OriginalPrice.objects.values_list("instance_type__name", "price_per_hour")) == (
+        sorted(InstanceType.objects.values_list("name", "price_per_hour"))
+    )
+    billing_accrue(now=at(3, 30))
+    assert (
+        list(
+            BillLine.objects.filter(job=job)
+            .order_by("minute")
+            .values_list("price_per_hour", flat=True)
+        )
+        == [D("0.8000")] * 4
+    )
