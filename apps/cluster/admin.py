@@ -37,6 +37,27 @@ class OriginalPriceInline(admin.TabularInline):
         return False
 
 
+@admin.register(OriginalPrice)
+class OriginalPriceAdmin(admin.ModelAdmin):
+    """The original price history: written by the saves that change a price, never here
+    (bills read it)."""
+
+    list_display = ["instance_type", "at", "price_per_hour"]
+    list_filter = ["instance_type"]
+    search_fields = ["instance_type__name"]
+    date_hierarchy = "at"
+    list_select_related = ["instance_type"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj=None) -> bool:
+        return False
+
+
 @admin.register(InstanceType)
 class InstanceTypeAdmin(admin.ModelAdmin):
     inlines = [OriginalPriceInline]
