@@ -28,7 +28,9 @@ from apps.core.pricing import (
     minute_charges,
     next_price,
     per_minute_to_hour,
+    pod_minute_price,
     price_floor,
+    price_following_original,
     price_for_minute,
     price_limit_range,
     replay_price_at,
@@ -251,6 +253,43 @@ def test_it_ignores_prices_after_now():
 def test_it_averages_only_the_part_of_the_window_with_prices():
     history = [(NOW - 600, D("1.00")), (NOW - 300, D("2.00"))]
     assert system_average(history, now=NOW, window=3600) == D("1.5000")
+
+
+def test_it_averages_past_prices_at_their_share_of_the_original_then():
+    """The original halved 15 minutes ago: the ¥1.00 of before counts as ¥0.50, its share
+    of the original now, as the market's own point at the change says."""
+    originals = [(float("-inf"), D("2.00")), (NOW - 900, D("1.00"))]
+    history = [(NOW - 3600, D("1.00")), (NOW - 900, D("0.50"))]
+    assert system_average(history, now=NOW, window=3600, originals=originals) == D("0.5000")
+    assert system_average(history, now=NOW, window=3600) == D("0.8750")
+    # without a market point at the change, each part at its own original's share
+    lone = [(NOW - 3600, D("1.00"))]
+    assert system_average(lone, now=NOW, window=3600, originals=originals) == D("0.6250")
+
+
+def test_a_market_price_keeps_its_share_of_a_changed_original():
+    assert price_following_original(D("0.40"), old_original=D("0.80"), new_original=D("0.40")) == D(
+        "0.2000"
+    )
+    assert price_following_original(D("0.72"), old_original=D("0.80"), new_original=D("1.60")) == D(
+        "1.4400"
+    )
+    # on the new grid and within its [floor, original]
+    assert price_following_original(
+        D("0.0800"), old_original=D("0.80"), new_original=D("0.0333")
+    ) == D("0.0033")
+    assert price_following_original(D("5"), old_original=D("0"), new_original=D("1")) == D("0.1")
+
+
+def test_a_pods_minute_is_priced_at_its_start_or_at_the_pods_start():
+    minute = int(NOW // 60)
+    start = minute * 60
+    history = [(start - 60, D("1.00")), (start + 10, D("2.00")), (start + 70, D("3.00"))]
+    assert pod_minute_price(history, minute, started=start - 600) == D("1.00")
+    assert pod_minute_price(history, minute, started=start + 20) == D("2.00")  # first, partial
+    assert pod_minute_price(history, minute + 1, started=start + 20) == D("2.00")
+    assert pod_minute_price(history, minute + 2, started=start + 20) == D("3.00")
+    assert pod_minute_price(history, minute - 5, started=start - 600) is None
 
 
 def test_it_refuses_an_average_without_any_price():
