@@ -89,6 +89,7 @@ _TOP_LEVEL = {
     "envs": "Envs",
     "data_sources": "DataSources",
     "code_source": "CodeSource",
+    "code_source.mount_path": "CodeSource.MountPath",
     "priority": "Priority",
     "max_running_time_minutes": "JobMaxRunningTimeMinutes",
     "success_policy": "SuccessPolicy",

@@ -550,19 +550,7 @@ def _check_basics(spec: JobSpec, errors: _Errors) -> None:
                 most=MAX_DATA_SOURCES,
             ),
         )
-    mounted: set[str] = set()
-    for i, source in enumerate(spec.data_sources[:MAX_DATA_SOURCES]):
-        mount = str(source.get("mount_path", ""))
-        if not source.get("uri"):
-            errors.add(f"data_sources[{i}].uri", say("is required"))
-        if not mount.startswith("/mnt/data/") or ".." in mount.split("/"):
-            errors.add(f"data_sources[{i}].mount_path", say("must be a path under /mnt/data/"))
-        elif posixpath.normpath(mount) in mounted:
-            errors.add(
-                f"data_sources[{i}].mount_path",
-                say("is the mount path of a data source before it: each needs its own"),
-            )
-        mounted.add(posixpath.normpath(mount))
+    _check_mounts(spec, errors)
     if spec.max_restarts is None or not 0 <= spec.max_restarts <= 100:
         errors.add("max_restarts", say("must be from 0 to 100"))
     if spec.execution_mode not in ExecutionMode.values:
@@ -579,6 +567,88 @@ def _check_basics(spec: JobSpec, errors: _Errors) -> None:
                     most=MAX_HANG_SECONDS,
                 ),
             )
+
+
+DATA_MOUNT_ROOT = "/mnt/data"  # where every data source is mounted in a pod
+# Trees of the pod's own system: no code source is mounted over them.
+SYSTEM_MOUNTS = (
+    "/bin",
+    "/boot",
+    "/dev",
+    "/etc",
+    "/lib",
+    "/lib64",
+    "/proc",
+    "/sbin",
+    "/sys",
+    "/usr",
+)
+
+
+def _nested(path: str, other: str) -> bool:
+    """Whether two normalised absolute paths are one, or one is inside the other."""
+    return (
+        path == other
+        or path.startswith(other.rstrip("/") + "/")
+        or other.startswith(path.rstrip("/") + "/")
+    )
+
+
+def _mount_path_problem(mount: str, *, data: bool) -> str | None:
+    """Why `mount` cannot be a mount path (None if it can): a data source's is a path
+    strictly under /mnt/data/; any other (the code source's) is an absolute path, not `/`
+    and not in or over a system tree (SYSTEM_MOUNTS) or /mnt/data; neither has a `..`
+    part or control characters."""
+    normal = posixpath.normpath(mount) if mount.startswith("/") else ""
+    if data:
+        if not normal.startswith(DATA_MOUNT_ROOT + "/") or ".." in mount.split("/"):
+            return say("must be a path under /mnt/data/")
+    elif not normal or ".." in mount.split("/"):
+        return say("must be an absolute path without a .. part")
+    if has_control_characters(mount):
+        return say("must not contain control characters")
+    if not data and (
+        normal == "/" or any(_nested(normal, tree) for tree in (*SYSTEM_MOUNTS, DATA_MOUNT_ROOT))
+    ):
+        return say(
+            "must not be /, a system directory ({trees}) or /mnt/data (the data sources')",
+            trees=", ".join(SYSTEM_MOUNTS),
+        )
+    return None
+
+
+def _check_mounts(spec: JobSpec, errors: _Errors) -> None:
+    """Every data source at its own path under /mnt/data/, none inside another's (a later
+    one's files would hide the earlier one's), and the code source's MountPath, when
+    given, by the same rule outside /mnt/data."""
+    mounted: list[str] = []
+    for i, source in enumerate(spec.data_sources[:MAX_DATA_SOURCES]):
+        mount = str(source.get("mount_path", ""))
+        path = f"data_sources[{i}].mount_path"
+        if not source.get("uri"):
+            errors.add(f"data_sources[{i}].uri", say("is required"))
+        if problem := _mount_path_problem(mount, data=True):
+            errors.add(path, problem)
+            continue
+        normal = posixpath.normpath(mount)
+        if normal in mounted:
+            errors.add(
+                path, say("is the mount path of a data source before it: each needs its own")
+            )
+        elif other := next((m for m in mounted if _nested(normal, m)), None):
+            errors.add(
+                path,
+                say(
+                    "is inside or around {other}, the mount path of a data source before it: "
+                    "mount paths must not nest",
+                    other=other,
+                ),
+            )
+        mounted.append(normal)
+    code_mount = spec.code_source.get("mount_path")
+    if code_mount:
+        if problem := _mount_path_problem(str(code_mount), data=False):
+            errors.add("code_source.mount_path", problem)
 
 
 def _check_image(image: str, path: str, errors: _Errors) -> None:

@@ -152,6 +152,52 @@ def _role(**fields):
             ["DataSources[1].MountPath: is the mount path of a data source before it"],
         ),
         (
+            lambda ws: quota_job_body(
+                ws,
+                DataSources=[
+                    {"Uri": "oss://b/a", "MountPath": "/mnt/data/x/y"},
+                    {"Uri": "oss://b/b", "MountPath": "/mnt/data/x"},
+                    {"Uri": "oss://b/c", "MountPath": "/mnt/data/xy"},
+                    {"Uri": "oss://b/d", "MountPath": "/mnt/data/xy/z/"},
+                ],
+            ),
+            [
+                "DataSources[1].MountPath: is inside or around /mnt/data/x/y",
+                "DataSources[3].MountPath: is inside or around /mnt/data/xy,",
+                "mount paths must not nest",
+            ],
+        ),
+        (
+            lambda ws: quota_job_body(
+                ws, DataSources=[{"Uri": "oss://b/", "MountPath": "/mnt/data/"}]
+            ),
+            ["DataSources[0].MountPath: must be a path under /mnt/data/"],
+        ),
+        (
+            lambda ws: quota_job_body(
+                ws, CodeSource={"CodeSourceId": "code-1", "MountPath": "code"}
+            ),
+            ["CodeSource.MountPath: must be an absolute path without a .. part"],
+        ),
+        (
+            lambda ws: quota_job_body(
+                ws, CodeSource={"CodeSourceId": "code-1", "MountPath": "/root/../etc/"}
+            ),
+            ["CodeSource.MountPath: must be an absolute path without a .. part"],
+        ),
+        (
+            lambda ws: quota_job_body(
+                ws, CodeSource={"CodeSourceId": "code-1", "MountPath": "/usr/local/code"}
+            ),
+            ["CodeSource.MountPath: must not be /, a system directory"],
+        ),
+        (
+            lambda ws: quota_job_body(
+                ws, CodeSource={"CodeSourceId": "code-1", "MountPath": "/mnt"}
+            ),
+            ["CodeSource.MountPath: must not be /, a system directory", "/mnt/data"],
+        ),
+        (
             lambda ws: spot_job_body(
                 ws, JobSpecs=_role(Image="bad image", SpotSpec={"SpotDiscountLimit": 0.4})
             ),
@@ -209,6 +255,12 @@ def _role(**fields):
         "gpu-share-on-an-instance",
         "mount-path",
         "same-mount-path",
+        "nested-mount-paths",
+        "mount-at-the-data-root",
+        "code-mount-relative",
+        "code-mount-dot-dot",
+        "code-mount-system",
+        "code-mount-over-data",
         "image-with-a-space",
         "second-role-image",
         "running-time",

@@ -104,6 +104,7 @@ def test_get_job_reports_every_field_in_the_sdk_types(dlc, create_job, ws_a):
             ws_a,
             Envs={"EPOCHS": "3"},
             DataSources=[{"Uri": "oss://bucket/imagenet/", "MountPath": "/mnt/data/imagenet/"}],
+            CodeSource={"CodeSourceId": "code-1", "Branch": "main", "MountPath": "/root/code/"},
             UserVpc={"VpcId": "vpc-1", "SwitchId": "vsw-1", "SecurityGroupId": "sg-1"},
         )
     )
@@ -120,6 +121,10 @@ def test_get_job_reports_every_field_in_the_sdk_types(dlc, create_job, ws_a):
     assert body.envs == {"EPOCHS": "3"}
     assert body.data_sources[0].uri == "oss://bucket/imagenet/"
     assert body.data_sources[0].mount_path == "/mnt/data/imagenet/"
+    assert (body.code_source.code_source_id, body.code_source.mount_path) == (
+        "code-1",
+        "/root/code/",
+    )
     history = [h.status for h in body.status_history]
     assert history[:3] == ["Creating", "Queuing", "EnvPreparing"] and history[-1] == body.status
     assert all(ISO_UTC.match(h.start_time) for h in body.status_history)

@@ -445,8 +445,15 @@ MOUNTED = "mount_path is the mount path of a data source before it: each needs i
         ("oss://b /etc\noss://c /tmp", [f"line 1: {UNDER_DATA}", f"line 2: {UNDER_DATA}"]),
         ("\n\noss://b /etc", [f"line 3: {UNDER_DATA}"]),
         ("oss://a /mnt/data/x\noss://b x/\noss://c y", [f"line 2: {MOUNTED}"]),
+        (
+            "oss://a x/y\noss://b /mnt/data/x",
+            [
+                "line 2: mount_path is inside or around /mnt/data/x/y, the mount path of a data "
+                "source before it: mount paths must not nest"
+            ],
+        ),
     ],
-    ids=["format-and-paths", "two-paths", "after-blank-lines", "same-mount-path"],
+    ids=["format-and-paths", "two-paths", "after-blank-lines", "same-mount-path", "nested"],
 )
 def test_it_says_every_bad_data_source_line(alice_client, lines, says):
     response = alice_client.post(reverse("jobs:create"), spot_form(data_sources=lines))
