@@ -614,7 +614,8 @@ def _events(call: Call, job: Job, pod: Pod | None = None) -> list[str]:
     start, end = start or call.now - DEFAULT_LIST_WINDOW, end or call.now
     limit = parsing.query_int(call.query, "MaxEventsNum", default=MAX_EVENTS, maximum=MAX_EVENTS)
     events = job_events(job=job, since=start, until=end, pod=pod)
-    return [serializers.event_line(e) for e in events[:limit]]
+    newest = list(events.reverse()[:limit])  # the newest MaxEventsNum, oldest first
+    return [serializers.event_line(e) for e in reversed(newest)]
 
 
 def get_job_events(call: Call, job_id: str) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from django.utils import timezone
 
 from apps.agent.logs import pod_log_path
 from apps.jobs.models import Job, JobStatus, Pod, PodStatus
+from apps.jobs.services import job_event
 from tests.api.conftest import quota_job_body, sdk_error, spot_job_body
 
 ISO_UTC = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$")
@@ -385,6 +386,28 @@ def test_it_returns_the_lines_a_pod_wrote_within_a_time_window(
     assert "StartTime" in str(caught.value)
 
 
+def test_max_events_num_keeps_the_newest_events_in_time_order(dlc, create_job, ws_a):
+    """MaxEventsNum caps a long history to its latest events (what happened last is what
+    a user polling a job looks for), still oldest first as without it."""
+    job_id = create_job(quota_job_body(ws_a))
+    job = Job.objects.get(job_id=job_id)
+    start = timezone.now() - timedelta(hours=1)
+    for n in range(5):
+        job_event(job=job, kind="Note", message=f"note {n}", now=start + timedelta(minutes=n))
+    everything = dlc.get_job_events(job_id, GetJobEventsRequest()).body.events
+    assert [e.split(": ", 1)[1] for e in everything[:5]] == [f"note {n}" for n in range(5)]
+
+    newest = dlc.get_job_events(job_id, GetJobEventsRequest(max_events_num=3)).body.events
+    assert newest == everything[-3:]
+    window = GetJobEventsRequest(
+        max_events_num=2,
+        start_time=start.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        end_time=(start + timedelta(minutes=3, seconds=30)).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    )
+    said = dlc.get_job_events(job_id, window).body.events
+    assert [e.split(": ", 1)[1] for e in said] == ["note 2", "note 3"]
+
+
 def test_it_lists_job_and_pod_events_and_empty_logs(dlc, create_job, ws_a, settings, tmp_path):
     settings.POD_WORK_ROOT = tmp_path  # no pod has written anything here
     job_id = create_job(quota_job_body(ws_a))
@@ -393,7 +416,7 @@ def test_it_lists_job_and_pod_events_and_empty_logs(dlc, create_job, ws_a, setti
     assert [e.split(" ")[1].rstrip(":") for e in events.events][:2] == ["Submitted", "Enqueued"]
     assert all(ISO_UTC.match(e.split(" ")[0]) for e in events.events)
     limited = dlc.get_job_events(job_id, GetJobEventsRequest(max_events_num=1)).body
-    assert len(limited.events) == 1
+    assert limited.events == events.events[-1:]
 
     pod = dlc.get_job(job_id, GetJobRequest()).body.pods[0]
     logs = dlc.get_pod_logs(job_id, pod.pod_id, GetPodLogsRequest()).body
