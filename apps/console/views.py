@@ -47,7 +47,7 @@ from apps.jobs.forms import (
     clone_initial,
     template_initial,
 )
-from apps.jobs.models import Job
+from apps.jobs.models import Job, JobStatus
 from apps.jobs.services import (
     PRIORITY_EDITABLE,
     job_delete,
@@ -406,6 +406,9 @@ def job_bulk_stop(request: HtmxHttpRequest) -> HttpResponse:
     for job in jobs:
         if job.pk not in manageable:
             refused.append(job)
+            continue
+        if job.status == JobStatus.STOPPED:  # job_stop leaves it as it is: say so
+            ended.append(job)
             continue
         try:
             job_stop(job=job, by=request.user)

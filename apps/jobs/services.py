@@ -387,17 +387,23 @@ def _locked(job: Job) -> Job:
 def job_stop(*, job: Job, by, now: datetime | None = None) -> Job:
     """Stop a job. Pending jobs stop at once. Running pods are marked Stopped and their
     processes told to stop (SIGTERM, the grace period, SIGKILL); while any has not exited
-    the job is Stopping, and Stopped once they all have (`job_stop_finish`)."""
+    the job is Stopping, and Stopped once they all have (`job_stop_finish`). A Stopping or
+    Stopped job is left as it is (stopping is asked for again: a retry, a second user);
+    a Succeeded or Failed one is refused, 409 JobAlreadyFinished: it ended by itself."""
     now = now or timezone.now()
     job = _locked(job)
+    if job.status in (JobStatus.STOPPING, JobStatus.STOPPED):
+        return job
     if job.status in FINISHED_STATUSES:
         raise ApplicationError(
             "JobAlreadyFinished",
-            say("job {job} has already ended ({status})", job=job.job_id, status=job.status),
+            say(
+                "job {job} has already ended ({status}): there is nothing to stop",
+                job=job.job_id,
+                status=job.status,
+            ),
             status=409,
         )
-    if job.status == JobStatus.STOPPING:
-        return job
     stopped = (
         say("Stopped by {user}", user=by.get_username())
         if by is not None

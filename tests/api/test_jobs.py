@@ -218,15 +218,33 @@ def test_list_jobs_filters_sorts_and_pages(dlc, dlc_for, raw, create_job, ws_a):
     assert item.job_specs[0].pod_count == 2 and item.settings.oversold_type == "AcceptQuotaOverSold"
 
 
-def test_it_stops_a_job_and_refuses_to_stop_it_twice(dlc, create_job, ws_a):
+def test_it_stops_a_job_and_a_second_stop_changes_nothing(dlc, create_job, ws_a):
+    """A script that stops a job again (a retry, a cleanup step) gets the JobId back, as
+    from the first call; the job keeps its stop time and gains no event."""
     job_id = create_job(spot_job_body(ws_a))
     assert dlc.stop_job(job_id).body.job_id == job_id
     body = dlc.get_job(job_id, GetJobRequest()).body
     assert body.status == "Stopped" and body.reason_code == "JobStoppedByUser"
     assert ISO_UTC.match(body.gmt_stopped_time) and body.gmt_finish_time == body.gmt_stopped_time
+    events = dlc.get_job_events(job_id, GetJobEventsRequest()).body.events
+
+    assert dlc.stop_job(job_id).body.job_id == job_id
+    again = dlc.get_job(job_id, GetJobRequest()).body
+    assert (again.status, again.gmt_stopped_time) == ("Stopped", body.gmt_stopped_time)
+    assert dlc.get_job_events(job_id, GetJobEventsRequest()).body.events == events
+
+
+@pytest.mark.parametrize("status", [JobStatus.SUCCEEDED, JobStatus.FAILED])
+def test_it_refuses_to_stop_a_job_that_ended_by_itself(dlc, create_job, ws_a, status):
+    job_id = create_job(spot_job_body(ws_a))
+    Job.objects.filter(job_id=job_id).update(status=status, finished_at=timezone.now())
     with pytest.raises(Exception) as caught:
         dlc.stop_job(job_id)
     assert sdk_error(caught) == ("JobAlreadyFinished", 409)
+    assert f"job {job_id} has already ended ({status}): there is nothing to stop" in str(
+        caught.value
+    )
+    assert Job.objects.get(job_id=job_id).status == status
 
 
 def test_it_deletes_only_finished_jobs(dlc, create_job, ws_a):

@@ -5,7 +5,7 @@ from decimal import Decimal
 import pytest
 
 from apps.cluster.models import InstanceType
-from apps.core.errors import ApplicationError, ValidationFailed
+from apps.core.errors import ValidationFailed
 from apps.jobs.models import Job, JobStatus
 from apps.jobs.services import job_stop, job_submit
 from apps.jobs.specs import JobSpec, RoleSpec
@@ -150,12 +150,14 @@ def test_it_refuses_idle_mode_without_a_quota(personas):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_it_stops_a_job_and_refuses_a_second_stop(personas):
+def test_it_stops_a_job_and_leaves_it_as_it_is_on_a_second_stop(personas):
     job = job_submit(workspace=personas["ws_a"], user=personas["alice"], spec=quota_spec())
     job_stop(job=job, by=personas["alice"])
     job.refresh_from_db()
     assert job.status == JobStatus.STOPPED
     assert job.reason_message == "Stopped by alice"
-    with pytest.raises(ApplicationError) as caught:
-        job_stop(job=job, by=personas["alice"])
-    assert caught.value.code == "JobAlreadyFinished"
+    events = job.events.count()
+    job_stop(job=job, by=personas["bob"])
+    job.refresh_from_db()
+    assert (job.status, job.reason_message) == (JobStatus.STOPPED, "Stopped by alice")
+    assert job.events.count() == events

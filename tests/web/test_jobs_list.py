@@ -500,10 +500,11 @@ def test_it_refuses_every_job_to_an_outsider(client, personas, jobs):
 
 def test_it_reports_jobs_that_had_already_ended(alice_client, personas, jobs):
     done = make_job(personas, name="done", status=JobStatus.SUCCEEDED)
-    said = messages_of(bulk_stop(alice_client, done.job_id, jobs["alice"].job_id))
+    stopped = make_job(personas, name="stopped", status=JobStatus.STOPPED)
+    said = messages_of(bulk_stop(alice_client, done.job_id, stopped.job_id, jobs["alice"].job_id))
     assert said == [
         f"Stopped 1 job: alices-job ({jobs['alice'].job_id}).",
-        f"Already ended, not stopped: done ({done.job_id}).",
+        f"Already ended, not stopped: done ({done.job_id}), stopped ({stopped.job_id}).",
     ]
     assert status_of(done) == JobStatus.SUCCEEDED
 
