@@ -51,6 +51,7 @@ from apps.jobs.models import (
     JobStatus,
     JobTemplate,
     JobTemplateVersion,
+    JobType,
     Pod,
     ResourceSource,
 )
@@ -400,6 +401,9 @@ JOB_SORT = {
 }
 # Statuses DLC documents; the *Reserving ones are accepted and never produced.
 KNOWN_STATUSES = {*JobStatus.values, "SucceededReserving", "FailedReserving"}
+# JobTypes ListJobs filters on, by name in any case: paiweb's and the others the SDK
+# documents (OneFlowJob, ElasticBatchJob: accepted, never run here).
+LISTED_JOB_TYPES = {t: t for t in (*JobType.values, "OneFlowJob", "ElasticBatchJob")}
 
 
 def list_jobs(call: Call) -> dict[str, Any]:
@@ -441,7 +445,7 @@ def _job_filters(call: Call) -> JobFilters:
         filters["display_name_contains"] = display_name
     if job_id := query.get("JobId"):
         filters["job_id"] = job_id
-    if job_type := query.get("JobType"):
+    if job_type := parsing.query_choice(query, "JobType", LISTED_JOB_TYPES):
         filters["job_type"] = job_type
     if username := query.get("Username"):
         filters["username_contains"] = username

@@ -209,6 +209,12 @@ def test_list_jobs_filters_sorts_and_pages(dlc, dlc_for, raw, create_job, ws_a):
     assert ids(workspace_id=ws_a, page_size=2, page_number=2) == [quota_id]
     tomorrow = (timezone.now() + timedelta(days=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
     assert ids(start_time=tomorrow) == []
+    assert ids(job_type="PyTorchJob") == ids(job_type="pytorchjob") == [bob_id, spot_id, quota_id]
+    assert ids(job_type="TFJob") == ids(job_type="OneFlowJob") == []
+    with pytest.raises(Exception) as caught:
+        dlc.list_jobs(ListJobsRequest(job_type="PyTorch"))
+    assert sdk_error(caught) == ("InvalidParameter", 400)
+    assert "JobType: must be one of PyTorchJob, TFJob" in str(caught.value)
 
     page = dlc.list_jobs(ListJobsRequest(page_size=1)).body
     assert page.total_count == 3 and len(page.jobs) == 1
