@@ -540,7 +540,12 @@ def job_accessibility_update(
     if accessibility not in Accessibility.values:
         raise ApplicationError(
             "InvalidParameter",
-            say("Accessibility must be one of {choices}", choices=", ".join(Accessibility.values)),
+            say(
+                "{field}: {message}",
+                field="Accessibility",
+                message=say("must be one of {choices}", choices=", ".join(Accessibility.values)),
+            ),
+            field="accessibility",
         )
     now = now or timezone.now()
     job = _locked(job)

@@ -69,6 +69,7 @@ def test_accessibility_takes_only_public_or_private(dlc, create_job, ws_a):
     with pytest.raises(Exception) as caught:
         dlc.update_job(job, UpdateJobRequest(accessibility="secret"))
     assert sdk_error(caught) == ("InvalidParameter", 400)
+    assert "Accessibility: must be one of PUBLIC, PRIVATE" in str(caught.value)
     with pytest.raises(Exception) as caught:
         dlc.list_jobs(ListJobsRequest(accessibility="ALL"))
     assert sdk_error(caught) == ("InvalidParameter", 400)
