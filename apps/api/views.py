@@ -65,6 +65,7 @@ from apps.jobs.selectors import (
     job_parts,
     job_pod,
     jobs_with_roles,
+    pod_slot,
     template_get_for_user,
     template_version,
     templates_visible,
@@ -644,9 +645,14 @@ def get_job_cost(call: Call, job_id: str) -> dict[str, Any]:
 
 
 def _pod(call: Call, job: Job, pod_id: str) -> Pod:
+    """The pod `PodId` names, or, with a `PodUid` of another attempt of its slot (a history
+    pod: DLC gives every attempt of a pod one PodId and tells them apart by PodUid), that
+    attempt."""
     pod = job_pod(job=job, pod_id=pod_id)
     uid = call.query.get("PodUid")
-    if pod is None or (uid and uid != serializers.pod_uid(pod)):
+    if pod is not None and uid and uid != serializers.pod_uid(pod):
+        pod = next((p for p in pod_slot(pod=pod) if serializers.pod_uid(p) == uid), None)
+    if pod is None:
         raise not_found("Pod", uid or pod_id)
     return pod
 

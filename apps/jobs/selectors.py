@@ -540,6 +540,14 @@ def job_pod(*, job: Job, pod_id: str) -> Pod | None:
     return job.pods.select_related("role").filter(pod_id=pod_id).first()
 
 
+def pod_slot(*, pod: Pod) -> QuerySet[Pod]:
+    """Every attempt of `pod`'s slot (its job, role and index): the pod, the pods it
+    replaced and any that replaced it, each with its role."""
+    return Pod.objects.select_related("role").filter(
+        job_id=pod.job_id, role_id=pod.role_id, index=pod.index
+    )
+
+
 def job_events(
     *, job: Job, since: datetime, until: datetime, pod: Pod | None = None
 ) -> QuerySet[JobEvent]:

@@ -177,6 +177,46 @@ def test_get_job_shows_the_pods_a_restart_replaced_as_history_pods(dlc, create_j
         assert history.pod_uid != pod.pod_uid
 
 
+def test_pod_events_and_logs_of_a_history_pod_by_its_pod_uid(dlc, create_job, ws_a):
+    """As on DLC, a history pod is reached by its own PodId, or by the PodId of the pod that
+    replaced it with the history pod's PodUid (DLC gives every attempt one PodId); a PodUid
+    of another slot's pod is a 404."""
+    job_id = create_job(quota_job_body(ws_a, Settings=AIMASTER))
+    job = Job.objects.get(job_id=job_id)
+    first = list(job.pods.order_by("index"))
+    now = timezone.now()
+    job.pods.update(status=PodStatus.PREEMPTED, reason="Preempted", finished_at=now)
+    Job.objects.filter(pk=job.pk).update(attempt=1, restart_times=1)
+    for old in first:
+        job_event(job=job, pod=old, kind="PodPreempted", message=f"{old.index} preempted", now=now)
+        Pod.objects.create(
+            job=job,
+            role=old.role,
+            index=old.index,
+            attempt=1,
+            pod_id=old.pod_id.replace("-a0", "-a1"),
+            node=old.node,
+            status=PodStatus.RUNNING,
+            started_at=now + timedelta(seconds=5),
+        )
+    pods = dlc.get_job(job_id, GetJobRequest()).body.pods
+    current, [history] = pods[0], pods[0].history_pods
+    other_history = pods[1].history_pods[0]
+
+    for pod_id in (history.pod_id, current.pod_id):
+        request = GetPodEventsRequest(pod_uid=history.pod_uid)
+        said = dlc.get_pod_events(job_id, pod_id, request).body
+        assert (said.pod_id, said.pod_uid) == (history.pod_id, history.pod_uid)
+        assert [e.split(": ", 1)[1] for e in said.events] == ["0 preempted"]
+        logs = dlc.get_pod_logs(job_id, pod_id, GetPodLogsRequest(pod_uid=history.pod_uid))
+        assert (logs.body.pod_id, logs.body.logs) == (history.pod_id, [])
+    with pytest.raises(Exception) as caught:
+        dlc.get_pod_events(
+            job_id, current.pod_id, GetPodEventsRequest(pod_uid=other_history.pod_uid)
+        )
+    assert sdk_error(caught) == ("EntityNotExist.Pod", 404)
+
+
 def test_list_jobs_filters_sorts_and_pages(dlc, dlc_for, raw, create_job, ws_a):
     quota_id = create_job(
         quota_job_body(
