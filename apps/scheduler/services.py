@@ -35,6 +35,7 @@ from apps.jobs.models import (
     ACTIVE_STATUSES,
     LIVE_POD_STATUSES,
     Checkpoint,
+    IdleMode,
     Job,
     JobEvent,
     JobRestart,
@@ -103,7 +104,8 @@ def scheduler_snapshot(*, now: datetime | None = None) -> engine.Snapshot:
 
 def _load(*, now: datetime | None) -> _Loaded:
     pending, shown = _pending_jobs()
-    if not pending:  # nobody to place or reclaim for: the rest need not be read
+    if not pending and not _on_loan_exists():
+        # nobody to place or reclaim for, and no loan to give back: the rest need not be read
         return _Loaded(
             snapshot=engine.Snapshot(nodes=(), quotas=(), running=(), pending=()), shown={}
         )
@@ -115,6 +117,17 @@ def _load(*, now: datetime | None) -> _Loaded:
         ),
         shown=shown,
     )
+
+
+def _on_loan_exists() -> bool:
+    """Whether some regular job runs pods Not in Quota: on loan, which its quota's min,
+    if raised since, may hold again."""
+    return Pod.objects.filter(
+        status__in=LIVE_POD_STATUSES,
+        in_quota=False,
+        job__idle_mode=IdleMode.OFF,
+        job__quota__isnull=False,
+    ).exists()
 
 
 def scheduler_cluster(
@@ -307,10 +320,15 @@ def scheduler_tick(*, now: datetime) -> TickReport:
     if not transaction_lock("scheduler-tick"):
         return TickReport(admitted=0, preempted=0, waiting=0)
     loaded = _load(now=now)
-    if not loaded.snapshot.pending:
-        return TickReport(admitted=0, preempted=0, waiting=0)  # nobody to place or reclaim for
-    plan = engine.plan(loaded.snapshot, now=now.timestamp(), config=scheduler_config(now=now))
+    shot = loaded.snapshot
+    if not shot.pending and not any(
+        job.idle_mode == "off" and not all(p.in_quota for p in job.pods) for job in shot.running
+    ):
+        # nobody to place or reclaim for, and no loan its quota's min may hold again
+        return TickReport(admitted=0, preempted=0, waiting=0)
+    plan = engine.plan(shot, now=now.timestamp(), config=scheduler_config(now=now))
     _record_loans(plan.loans, now=now)  # first: a victim on loan is preempted as one
+    _record_returns(plan.returns, now=now)
     preempted = _apply_preemptions(plan.preemptions, now=now)
     admitted = _apply_admissions(plan.admissions, now=now)
     _record_waiting(plan.waiting, loaded.shown)
@@ -342,6 +360,37 @@ def _record_loans(loans: tuple[int, ...], *, now: datetime) -> None:
                     " below what its jobs use, and an owner short of its own may reclaim it",
                     "{count} pods now run Not in Quota: the min of quota {quota} was lowered"
                     " below what its jobs use, and an owner short of its own may reclaim them",
+                    quota=_quota_name(job),
+                ),
+                at=now,
+            )
+            for job in jobs
+        ]
+    )
+
+
+def _record_returns(returns: tuple[int, ...], *, now: datetime) -> None:
+    """The pods on loan that their quota's min holds again (an admin raised it) are In
+    Quota from now on, each job with an event saying so."""
+    if not returns:
+        return
+    pods: dict[int, list[Pod]] = defaultdict(list)
+    for ids in id_chunks(sorted(returns)):
+        for pod in Pod.objects.filter(pk__in=ids, in_quota=False, status__in=LIVE_POD_STATUSES):
+            pods[pod.job_id].append(pod)
+    if not pods:
+        return
+    rows_update(Pod, ["in_quota"], [(pod.pk, True) for on in pods.values() for pod in on])
+    jobs = Job.objects.filter(pk__in=list(pods)).select_related("quota").order_by("id")
+    JobEvent.objects.bulk_create(
+        [
+            JobEvent(
+                job=job,
+                kind="BackInQuota",
+                message=say_n(
+                    len(pods[job.pk]),
+                    "{count} pod runs In Quota again: the min of quota {quota} holds it",
+                    "{count} pods run In Quota again: the min of quota {quota} holds them",
                     quota=_quota_name(job),
                 ),
                 at=now,

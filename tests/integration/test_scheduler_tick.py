@@ -503,3 +503,32 @@ def test_a_pod_recorded_on_loan_is_reclaimed_by_an_owner_who_comes_later(persona
     assert newer.status == JobStatus.QUEUING and newer.reason_code == "JobPreempted"
     kept.refresh_from_db()
     assert kept.status == JobStatus.RUNNING
+
+
+def test_a_pod_on_loan_is_back_in_quota_once_its_min_is_raised_again(personas, client):
+    from django.urls import reverse
+
+    from apps.jobs.waiting import NOT_IN_QUOTA, sub_status
+
+    kept, newer = _full_cluster(personas)
+    waits = submit(personas, gpu=1, name="alice-more")  # a tick records the loan
+    assert list(newer.pods.values_list("in_quota", flat=True)) == [False]
+    waits.delete()
+    _set_min_gpu("team-b", 8)
+    _set_min_gpu("team-a", 8)
+    scheduler_tick(now=timezone.now() + timedelta(seconds=1))  # nothing queues
+    newer.refresh_from_db()
+    assert newer.status == JobStatus.RUNNING and sub_status(newer) != NOT_IN_QUOTA
+    assert list(newer.pods.values_list("in_quota", flat=True)) == [True]
+    assert list(newer.events.filter(kind="BackInQuota").values_list("message", flat=True)) == [
+        "1 pod runs In Quota again: the min of quota team-a holds it"
+    ]
+    scheduler_tick(now=timezone.now() + timedelta(seconds=2))  # once only
+    assert newer.events.filter(kind="BackInQuota").count() == 1
+    owner = submit(personas, ws="ws_b", user="charlie", quota="team-b", gpu=4, name="bob-next")
+    assert owner.status == JobStatus.QUEUING
+    newer.refresh_from_db()
+    assert newer.status == JobStatus.RUNNING
+    client.force_login(personas["alice"])
+    page = client.get(reverse("jobs:detail", args=[newer.job_id])).content.decode()
+    assert '<span class="tag tag-out">Not in Quota</span>' not in page

@@ -555,6 +555,24 @@ def test_a_loan_recorded_by_an_earlier_plan_stays_reclaimable():
     assert (preemption.job_id, preemption.by_job_id) == (10, 1)
 
 
+def test_a_loan_its_raised_min_holds_again_is_back_in_quota():
+    """team-a's min went back from 4 to 8 GPUs: its job on loan runs In Quota again, and
+    team-b's owner, short of its min, has nothing to reclaim there."""
+    quotas = [quota(1, "team-a", 8), quota(2, "team-b", 12)]
+    run = [
+        running(9, 1, (1, 4), idle="off", in_quota=True, started=NOW - 7200),
+        running(10, 1, (1, 4), idle="off", in_quota=False, name="alice-big"),
+        running(11, 2, (2, 8), idle="off", in_quota=True),
+    ]
+    result = plan(snapshot(machines(1, 2), quotas, run, [queued(1, 2, 4)]), now=NOW)
+    assert result.returns == (1000,)
+    assert result.preemptions == ()
+    half = [quota(1, "team-a", 6), quota(2, "team-b", 12)]  # holds 2 of its 4 GPUs: not all
+    result = plan(snapshot(machines(1, 2), half, run, [queued(1, 2, 4)]), now=NOW)
+    assert result.returns == ()
+    assert [p.job_id for p in result.preemptions] == [10]
+
+
 def test_a_lowered_min_keeps_the_victim_rules_of_any_borrower():
     quotas = [quota(1, "team-a", 4), quota(2, "team-b", 12)]
     run = [

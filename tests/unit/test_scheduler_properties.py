@@ -396,6 +396,12 @@ def lent(draw) -> Snapshot:
     shot = Snapshot(tuple(nodes), quotas, tuple(running), pending)
     if draw(st.booleans()):
         shot = recorded(shot, plan(shot, now=NOW, config=CONFIG).loans)
+        if draw(st.booleans()):  # and then the admin gave quota 2 some of its min back
+            back = draw(st.sampled_from([moved, moved // 2, 1]))
+            shot = replace(
+                shot,
+                quotas=(quotas[0], replace(quotas[1], min=replace(big, gpu=before - moved + back))),
+            )
     return shot
 
 
@@ -457,9 +463,13 @@ def in_pool(room: dict[int, Vec], shot: Snapshot, pool_id: int) -> dict[int, Vec
 
 
 def eligible_borrowers(
-    shot: Snapshot, pool_id: int, loans: frozenset[int] = frozenset()
+    shot: Snapshot,
+    pool_id: int,
+    loans: frozenset[int] = frozenset(),
+    returns: frozenset[int] = frozenset(),
 ) -> set[int]:
-    """Old enough jobs with pods Not in Quota in the pool: placed so, or on loan."""
+    """Old enough jobs with pods Not in Quota in the pool: placed so, or on loan (but for
+    those a raised min gives back)."""
     pools = {n.id: n.pool_id for n in shot.nodes}
     return {
         j.job_id
@@ -467,7 +477,9 @@ def eligible_borrowers(
         if not j.stopping
         and NOW - j.started_at >= CONFIG.min_run_seconds
         and any(
-            (not p.in_quota or p.pod_id in loans) and pools[p.node_id] == pool_id for p in j.pods
+            ((not p.in_quota and p.pod_id not in returns) or p.pod_id in loans)
+            and pools[p.node_id] == pool_id
+            for p in j.pods
         )
     }
 
@@ -514,13 +526,14 @@ def test_it_keeps_in_quota_use_and_held_quota_within_every_min(shot, chooser):
             placed[q.id] = add(placed[q.id], size)
     # pods go on loan only where a quota's min is lowered under its use, and then some do
     assert bool(result.loans) == any(not fits(placed[qid], vec(q.min)) for qid, q in quotas.items())
-    loans = set(result.loans)
+    loans, returns = set(result.loans), set(result.returns)
+    assert not loans & returns
     used = {qid: (0, 0, 0) for qid in quotas}
     pods = [
         (j.quota_id, vec(p.resources))
         for j in shot.running
         for p in j.pods
-        if p.in_quota and p.pod_id not in loans
+        if (p.in_quota and p.pod_id not in loans) or p.pod_id in returns
     ]
     pods += [
         (job.quota_id, size) for _, size, in_quota, job in admitted_pods(shot, result) if in_quota
@@ -543,14 +556,20 @@ def test_it_gives_no_one_the_room_held_for_a_reclaiming_owner(shot, chooser):
     loan ones too."""
     result = planned(shot, chooser)
     waits_for_young = any("minimum" in w.reason for w in result.waiting)
-    loans = set(result.loans)
+    loans, returns = set(result.loans), set(result.returns)
     leaving = {
         j.job_id
         for j in shot.running
         if j.stopping
         or (
             waits_for_young
-            and (j.idle_mode != "off" or any(not p.in_quota or p.pod_id in loans for p in j.pods))
+            and (
+                j.idle_mode != "off"
+                or any(
+                    (not p.in_quota and p.pod_id not in returns) or p.pod_id in loans
+                    for p in j.pods
+                )
+            )
         )
     }
     room = room_without(shot, leaving | {p.job_id for p in result.preemptions})
@@ -590,7 +609,7 @@ def test_it_only_preempts_old_borrowers_running_on_idle_room(shot, chooser):
     """Borrowers: jobs with pods Not in Quota, placed so or on loan (a min lowered under
     them)."""
     result = planned(shot, chooser)
-    loans = set(result.loans)
+    loans, returns = set(result.loans), set(result.returns)
     running = {j.job_id: j for j in shot.running}
     jobs = pending_by_id(shot)
     pools = {n.id: n.pool_id for n in shot.nodes}
@@ -602,7 +621,9 @@ def test_it_only_preempts_old_borrowers_running_on_idle_room(shot, chooser):
         assert NOW - victim.started_at >= CONFIG.min_run_seconds
         pool = quotas[owner.quota_id].pool_id
         assert any(
-            (not p.in_quota or p.pod_id in loans) and pools[p.node_id] == pool for p in victim.pods
+            ((not p.in_quota and p.pod_id not in returns) or p.pod_id in loans)
+            and pools[p.node_id] == pool
+            for p in victim.pods
         )
         assert owner.idle_mode == "off" and preemption.job_id not in jobs
         assert preemption.by_quota_id == owner.quota_id
@@ -659,12 +680,12 @@ def test_it_gives_the_queue_head_its_quota_back_from_borrowers(shot, chooser):
         return
     head = min(live, key=queue_key)
     result = planned(shot, chooser)
-    loans = frozenset(result.loans)
+    loans, returns = frozenset(result.loans), frozenset(result.returns)
     quotas = {q.id: q for q in shot.quotas}
     used = {qid: (0, 0, 0) for qid in quotas}
     for job in shot.running:
         for pod in job.pods:
-            if pod.in_quota and pod.pod_id not in loans:
+            if (pod.in_quota and pod.pod_id not in loans) or pod.pod_id in returns:
                 for q in chain(quotas, job.quota_id):
                     used[q.id] = add(used[q.id], vec(pod.resources))
     need = (0, 0, 0)
@@ -676,7 +697,7 @@ def test_it_gives_the_queue_head_its_quota_back_from_borrowers(shot, chooser):
         return
     pool = quotas[head.quota_id].pool_id
     stopping = {j.job_id for j in shot.running if j.stopping}
-    old = eligible_borrowers(shot, pool, loans)
+    old = eligible_borrowers(shot, pool, loans, returns)
     room = in_pool(room_without(shot, stopping | old), shot, pool)
     if not fits_somehow([vec(p.resources) for p in head.pods], room):
         return
@@ -696,12 +717,43 @@ def test_a_recorded_loan_changes_no_decision(shot, chooser):
     on); the next plan decides as it would had they not been recorded."""
     first = planned(shot, chooser)
     again = planned(recorded(shot, first.loans), chooser)
-    assert again.loans == ()
+    assert again.loans == () and again.returns == first.returns
     assert again.admissions == first.admissions
     assert again.preemptions == first.preemptions
     assert [(w.job_id, w.reason, w.reserved) for w in again.waiting] == [
         (w.job_id, w.reason, w.reserved) for w in first.waiting
     ]
+
+
+@CHOOSERS
+@TWICE
+@given(shot=lent())
+def test_it_gives_back_in_quota_what_a_raised_min_holds(shot, chooser):
+    """Pods on loan come back In Quota exactly as far as their quota's min holds them,
+    after every pod In Quota (a pod placed so first): one more that fits would have come
+    back too."""
+    result = planned(shot, chooser)
+    returns, loans = set(result.returns), set(result.loans)
+    quotas = {q.id: q for q in shot.quotas}
+    kept = {qid: (0, 0, 0) for qid in quotas}
+    used = {qid: (0, 0, 0) for qid in quotas}
+    for j in shot.running:
+        for p in j.pods:
+            for q in chain(quotas, j.quota_id):
+                if p.in_quota or p.pod_id in returns:
+                    used[q.id] = add(used[q.id], vec(p.resources))
+                if (p.in_quota and p.pod_id not in loans) or p.pod_id in returns:
+                    kept[q.id] = add(kept[q.id], vec(p.resources))
+    assert all(fits(kept[qid], vec(q.min)) for qid, q in quotas.items())
+    assert not (returns and loans)
+    for j in shot.running:
+        for p in j.pods:
+            if j.idle_mode == "off" and not p.in_quota and p.pod_id not in returns:
+                assert not all(
+                    fits(add(used[q.id], vec(p.resources)), vec(q.min))
+                    for q in chain(quotas, j.quota_id)
+                )
+    assert not returns & {p.pod_id for j in shot.running for p in j.pods if j.idle_mode != "off"}
 
 
 @FAST

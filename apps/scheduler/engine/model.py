@@ -201,12 +201,15 @@ class Waiting:
 @dataclass(frozen=True, slots=True)
 class Plan:
     """`loans`: the ids of the running pods placed In Quota that their quota's min no
-    longer holds (lowered under its jobs' use), counted Not in Quota from this plan on."""
+    longer holds (lowered under its jobs' use), counted Not in Quota from this plan on.
+    `returns`: the ids of pods on loan (recorded Not in Quota) that their quota's min holds
+    again (raised since), counted In Quota from this plan on."""
 
     admissions: tuple[Admission, ...]
     preemptions: tuple[Preemption, ...]
     waiting: tuple[Waiting, ...]
     loans: tuple[int, ...] = ()
+    returns: tuple[int, ...] = ()
 
 
 def vec(r: Resources) -> Vec:

@@ -34,7 +34,8 @@ How a pass runs (design.md §4):
    (`ClusterState._on_loan`), counted Not in Quota and reclaimable like any borrower's,
    the newest jobs first; nothing is preempted until an owner short of its min reclaims.
    A loan the live tick has recorded reads Not in Quota on its pods from then on, and a
-   regular job with pods Not in Quota stays reclaimable (`_lent`).
+   regular job with pods Not in Quota stays reclaimable (`_lent`) until its quota's min,
+   raised again, holds it: then it is back In Quota (`ClusterState._returned`).
 """
 
 from __future__ import annotations
@@ -155,7 +156,8 @@ class ClusterState:
         # Not in Quota: job id -> the job as placed, and the ids of the pods now on loan
         self.placed: dict[int, RunningJob] = {}
         self.loans: dict[int, tuple[int, ...]] = {}
-        jobs = tuple(running)
+        self.returns: tuple[int, ...] = ()
+        jobs = self._returned(tuple(running))
         if self._over_min(jobs):
             jobs = tuple(sorted(jobs, key=_keep_order))
         for job in jobs:
@@ -254,6 +256,41 @@ class ClusterState:
         )
         if self.planning:
             shares.begin()
+
+    def _returned(self, jobs: tuple[RunningJob, ...]) -> tuple[RunningJob, ...]:
+        """The jobs with the pods on loan that their quota chain's min holds again (an
+        admin raised it since the loan was recorded) back In Quota (`returns`): after
+        every pod In Quota is counted, the longest kept first (`_keep_order`)."""
+        lent = [j for j in jobs if j.idle_mode == "off" and self._lent(j)]
+        if not lent:
+            return jobs
+        use = {qid: [0, 0, 0] for qid in self.chains}
+        for job in jobs:
+            chain = self.chains.get(job.quota_id) if job.quota_id is not None else None
+            for pod in job.pods:
+                if chain and pod.in_quota:
+                    for quota in chain:
+                        grow(use[quota.id], milli_vec(pod.resources, pod.gpu_milli))
+        back: dict[int, RunningJob] = {}
+        returned: list[int] = []
+        for job in sorted(lent, key=_keep_order):
+            chain = self.chains[job.quota_id]  # type: ignore[index]  # _lent: a quota job
+            flags = []
+            for pod in job.pods:
+                v = milli_vec(pod.resources, pod.gpu_milli)
+                holds = pod.in_quota or all(
+                    fits(sum_of((use[q.id], v)), milli_vec(q.min)) for q in chain
+                )
+                if holds and not pod.in_quota:
+                    for quota in chain:
+                        grow(use[quota.id], v)
+                    returned.append(pod.pod_id)
+                flags.append(holds)
+            if not all(p.in_quota == f for p, f in zip(job.pods, flags, strict=True)):
+                pods = tuple(replace(p, in_quota=f) for p, f in zip(job.pods, flags, strict=True))
+                back[job.job_id] = replace(job, pods=pods)
+        self.returns = tuple(sorted(returned))
+        return tuple(back.get(j.job_id, j) for j in jobs)
 
     def _over_min(self, jobs: tuple[RunningJob, ...]) -> bool:
         """True when some quota's In Quota use, with its descendants', exceeds its min."""
@@ -542,7 +579,10 @@ class _Planner:
         for job in deferred:
             self._borrowers_pass(job)
         loans = tuple(sorted(pod_id for pods in self.state.loans.values() for pod_id in pods))
-        return Plan(tuple(self.admissions), tuple(self.preemptions), self._waiting(jobs), loans)
+        waiting = self._waiting(jobs)
+        return Plan(
+            tuple(self.admissions), tuple(self.preemptions), waiting, loans, self.state.returns
+        )
 
     # -- the two passes --
 
