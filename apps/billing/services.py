@@ -3,7 +3,10 @@ and a minute in which a pod replaced another in its slot of the job (a lost or r
 pod, then its next attempt) once for the slot, to the pod that ran in it first. A running
 pod is billed no further than its agent's last heartbeat (`pods_reported_until`): a silent
 node's pods end there when it is declared Lost, so no minute after it is billed meanwhile,
-and if the agent was only late its next heartbeat bills the minutes it vouches for.
+and if the agent was only late its next heartbeat bills the minutes it vouches for. A
+heartbeat vouches for the agent, not for each pod: a pod's end reported after a run billed
+past it (its agent restarted, or had not yet looked) has those minutes taken back by the
+next run (`_bills_past_ends_withdraw`).
 
 Each pod of a pay-as-you-go or spot job has a PodMeter (opened with the pod by the market;
 any running such pod without one is adopted). `billing_accrue` bills each open meter's
@@ -22,6 +25,7 @@ get no meter and no bill lines.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 from collections import defaultdict
@@ -32,20 +36,23 @@ from decimal import Decimal
 from typing import NamedTuple
 
 from django.db import connection, transaction
-from django.db.models import QuerySet
+from django.db.models import Count, Max, Min, QuerySet, Sum
 
 from apps.billing.models import BillDay, BillLine, PayType, PodMeter
 from apps.cluster.selectors import original_price_histories
 from apps.core import pricing
 from apps.core.db import Epoch, pks_update, rows_insert
+from apps.core.words import say_n
 from apps.jobs.execution import pods_reported_until
 from apps.jobs.models import (
     LIVE_POD_STATUSES,
+    Job,
     Pod,
     PodStatus,
     ResourceSource,
     pod_instance_type,
 )
+from apps.jobs.services import job_event
 from apps.market.selectors import price_histories
 
 log = logging.getLogger(__name__)
@@ -227,6 +234,7 @@ def billing_accrue(*, now: datetime) -> AccrueReport:
             "pod__attempt",
         )
     ]
+    meters = _bills_past_ends_withdraw(meters, now)
     earlier = _earlier_ends(meters, now)
     reported = pods_reported_until(
         pod_ids=[m.pod_id for m in meters if m.finished_at is None and m.started_at is not None]
@@ -254,6 +262,92 @@ def billing_accrue(*, now: datetime) -> AccrueReport:
         pks_update(PodMeter, pod_ids, billed_until=billed_until)
     pks_update(PodMeter, closed, closed=True)
     return AccrueReport(pods=len(meters), lines=count, amount=amount, closed=len(closed))
+
+
+def _bills_past_ends_withdraw(meters: list[_Meter], now: datetime) -> list[_Meter]:
+    """Take back the minutes billed after the end of a pod whose end was reported late.
+
+    A heartbeat says an agent is alive, not that it has looked at each of its pods: one that
+    restarts answers before it reports the exit of a pod that ended while it was down (and
+    any agent reports an exit up to a watch round after it). Billing meanwhile bills such a
+    pod up to the heartbeat; when its end arrives, earlier, the lines of the minutes that
+    start at or after it are removed, their days reduced to the lines left, the meter moved
+    back to the end, and the job told (BillCorrected), in the caller's transaction. Returns
+    the meters as they now stand."""
+    past = {}
+    for m in meters:
+        if m.finished_at is not None and m.started_at is not None and m.billed_until is not None:
+            stop = -int(-m.finished_at // 60)  # the first minute that starts at its end or later
+            if m.billed_until > stop:
+                past[m.pod_id] = stop
+    if not past:
+        return meters
+    extra = BillLine.objects.none()
+    for pod_id, stop in past.items():
+        extra |= BillLine.objects.filter(pod_id=pod_id, minute__gte=stop)
+    found = list(extra.values_list("pod_id", "day", "amount"))
+    BillLine.objects.filter(pk__in=list(extra.values_list("pk", flat=True))).delete()
+    days = {(pod_id, day) for pod_id, day, _ in found}
+    for day in BillDay.objects.filter(
+        pod_id__in={pod_id for pod_id, _ in days}, day__in={day for _, day in days}
+    ):
+        if (day.pod_id, day.day) in days:
+            _bill_day_resum(day)
+    for pod_id, stop in past.items():
+        PodMeter.objects.filter(pk=pod_id).update(billed_until=stop)
+    taken: dict[int, tuple[int, Decimal]] = {}
+    for pod_id, _, amount in found:
+        count, total = taken.get(pod_id, (0, Decimal(0)))
+        taken[pod_id] = (count + 1, total + amount)
+    jobs = Job.objects.in_bulk({m.job_id for m in meters if m.pod_id in taken})
+    pods = Pod.objects.in_bulk(list(taken))
+    for meter in meters:
+        if meter.pod_id in taken:
+            count, total = taken[meter.pod_id]
+            log.warning("pod %s: %d minute(s) billed past its end taken back", meter.pod_id, count)
+            job_event(
+                job=jobs[meter.job_id],
+                pod=pods[meter.pod_id],
+                kind="BillCorrected",
+                now=now,
+                message=say_n(
+                    count,
+                    "Its end was reported after it had been billed {count} minute past it; "
+                    "that minute (¥{amount}) was taken back",
+                    "Its end was reported after it had been billed {count} minutes past it; "
+                    "those minutes (¥{amount}) were taken back",
+                    amount=f"{total.normalize():f}",
+                ),
+            )
+    return [
+        dataclasses.replace(m, billed_until=past[m.pod_id]) if m.pod_id in past else m
+        for m in meters
+    ]
+
+
+def _bill_day_resum(day: BillDay) -> None:
+    """A pod's day, summed again from the lines it has left (none left: no day)."""
+    left = BillLine.objects.filter(
+        pod_id=day.pod_id, day=day.day, instance_type_id=day.instance_type_id, pay_type=day.pay_type
+    ).aggregate(
+        n=Count("id"),
+        total=Sum("amount"),
+        first=Min("minute"),
+        last=Max("minute"),
+        low=Min("price_per_hour"),
+        high=Max("price_per_hour"),
+    )
+    if not left["n"]:
+        day.delete()
+        return
+    BillDay.objects.filter(pk=day.pk).update(
+        minutes=left["n"],
+        amount=left["total"],
+        first_minute=left["first"],
+        last_minute=left["last"],
+        low=left["low"],
+        high=left["high"],
+    )
 
 
 Slot = tuple[int, int, int]  # a job's pk, a role's pk, a pod index: one instance to its user

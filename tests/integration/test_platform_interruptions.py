@@ -674,3 +674,43 @@ def test_the_job_page_shows_a_platform_interruption_as_not_counted(personas, ali
     assert "by a platform interruption, not counted," in first[: first.index("</h3>")]
     second = content[content.index('id="attempt-1"') :]
     assert "by restart 1/3" in second[: second.index("</h3>")]
+
+
+def test_a_pods_exit_reported_after_a_later_heartbeat_takes_back_the_minutes_billed_past_it(
+    personas, replay, sent
+):
+    """A heartbeat says the agent is alive, not that it has looked at each pod: an agent
+    that restarts (or is slow to report) answers before it reports an exit that happened
+    earlier. Billing meanwhile bills up to the heartbeat; when the exit arrives, the minutes
+    after the pod's end are taken back, lines and days alike, and the job says so."""
+    from apps.billing.models import BillDay
+    from apps.core.services import heartbeat_record
+
+    replay([(market.NOW, market.G7, "0.30")])
+    job = market.submit(personas, source="public", name="late-exit")
+    market.step(market.at(0))
+    pod = job.pods.get()
+    PodProcess.objects.filter(pod=pod).update(state="running", agent="agent@slow")
+    Pod.objects.filter(pk=pod.pk).update(status=PodStatus.RUNNING, started_at=market.at(0, 10))
+    base = int(market.NOW.timestamp()) // 60
+
+    def billed() -> list[int]:
+        minutes = BillLine.objects.filter(pod=pod).order_by("minute")
+        return [m - base for m in minutes.values_list("minute", flat=True)]
+
+    heartbeat_record(name="agent:agent@slow", now=market.at(1, 5))  # before it saw the exit
+    billing_accrue(now=market.at(1, 10))
+    assert billed() == [0, 1]
+    services.pod_report_exit(pod_id=pod.pod_id, exit_code=0, now=market.at(0, 58))
+    billing_accrue(now=market.at(1, 20))
+    assert billed() == [0]  # it ran in minute 0 only
+    days = BillDay.objects.filter(pod=pod)
+    lines = BillLine.objects.filter(pod=pod)
+    assert [(d.minutes, d.amount, d.first_minute - base, d.last_minute - base) for d in days] == [
+        (1, lines.get().amount, 0, 0)
+    ]
+    assert pod.meter.billed_until == base + 1
+    assert job.events.filter(kind="BillCorrected", pod=pod).count() == 1
+    billing_accrue(now=market.at(2, 0))  # nothing more: the meter is closed
+    assert billed() == [0]
+    assert job.events.filter(kind="BillCorrected").count() == 1
