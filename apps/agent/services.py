@@ -874,12 +874,12 @@ def checkpoint_resumed(
         pod=pod,
         kind="Resumed",
         message=say(
-            "Resumed from checkpoint at step {step}: passed over {files} (damaged)",
+            "Damaged checkpoints passed over: {files}; resumed from checkpoint at step {step}",
             step=step,
             files=names,
         )
         if step is not None
-        else say("Resumed from the start: passed over {files} (damaged)", files=names),
+        else say("Damaged checkpoints passed over: {files}; resumed from the start", files=names),
         now=at,
     )
     _lost_work_revised(

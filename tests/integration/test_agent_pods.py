@@ -558,7 +558,7 @@ def test_a_restart_past_a_damaged_checkpoint_says_the_step_it_resumed_from(perso
         agent=agent_backend,
     )
     assert job.events.get(kind="Resumed").message == (
-        "Resumed from checkpoint at step 1: passed over ckpt-000000000002.pkl (damaged)"
+        "Damaged checkpoints passed over: ckpt-000000000002.pkl; resumed from checkpoint at step 1"
     )
     one, two = job.checkpoints.get(step=1), job.checkpoints.get(step=2)
     assert two.damaged_at is not None and one.damaged_at is None

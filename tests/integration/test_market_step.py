@@ -817,7 +817,7 @@ def test_a_resume_past_a_damaged_checkpoint_revises_the_resumed_event_and_the_wo
     resumed = job.events.filter(kind="Resumed").order_by("at", "id")
     assert list(resumed.values_list("message", flat=True)) == [
         "Resumed from checkpoint at step 2",
-        "Resumed from checkpoint at step 1: passed over ckpt-000000000002.pkl (damaged)",
+        "Damaged checkpoints passed over: ckpt-000000000002.pkl; resumed from checkpoint at step 1",
     ]
     assert list(job.events.filter(kind="LostWorkRevised").values_list("message", flat=True)) == [
         "Attempt 1 resumed from checkpoint at step 1: the work lost at interruption 1 is 100 "
