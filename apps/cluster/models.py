@@ -105,7 +105,8 @@ class OriginalPrice(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.instance_type_id} @ {self.at:%Y-%m-%d %H:%M:%S}: ¥{self.price_per_hour}/h"
+        name = self.instance_type.name  # the admin titles each row of a type's history by it
+        return f"{name} @ {self.at:%Y-%m-%d %H:%M:%S}: ¥{self.price_per_hour}/h"
 
 
 def original_price_record(instance_type: InstanceType, *, at) -> None:

@@ -125,6 +125,19 @@ def test_it_shows_nodes_under_a_pool(admin_client, cluster):
     assert b"gpu-node-3" in body
 
 
+def test_an_instance_types_price_history_names_the_type_not_its_row_number(admin_client):
+    itype = InstanceType.objects.create(
+        name="ecs.g7.xlarge", resource_type="ECS", cpu=4000, memory=16384, price_per_hour="0.80"
+    )
+    itype.price_per_hour = "1.60"
+    itype.save()
+    page = admin_client.get(reverse("admin:cluster_instancetype_change", args=[itype.pk]))
+    body = page.content.decode()
+    # Each history row is titled by the change itself: the type's name, never its row id.
+    assert re.search(r"ecs\.g7\.xlarge @ \d{4}-\d\d-\d\d \d\d:\d\d:\d\d: ¥1\.6000/h", body)
+    assert not re.search(rf"<p>\s*{itype.pk} @ ", body)
+
+
 def test_it_cordons_nodes(admin_client, cluster):
     ids = [n.pk for n in cluster["nodes"][:2]]
     admin_client.post(
