@@ -332,6 +332,13 @@ def _next_url(request: HttpRequest, default: str) -> str:
 @require_POST
 def job_stop_view(request: HtmxHttpRequest, job_id: str) -> HttpResponse:
     job = _get_job_to_manage(request, job_id, action="stop")
+    if job.status == JobStatus.STOPPED:  # job_stop leaves it as it is: say so, as bulk stop does
+        messages.info(
+            request,
+            gettext("Job %(job_id)s was already stopped: nothing changed.")
+            % {"job_id": job.job_id},
+        )
+        return redirect(_next_url(request, reverse("jobs:detail", args=[job.job_id])))
     try:
         job_stop(job=job, by=request.user)
     except ApplicationError as error:

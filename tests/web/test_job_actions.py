@@ -114,3 +114,14 @@ def test_a_running_jobs_priority_is_shown_not_offered(alice_client, personas):
         reverse("jobs:priority", args=[job.job_id]), {"priority": "5"}, follow=True
     )
     assert "the priority of a Running job cannot change" in response.content.decode()
+
+
+def test_stopping_a_stopped_job_again_says_it_was_already_stopped(alice_client, personas):
+    job = submit(personas)
+    job_stop(job=job, by=personas["alice"])  # stopped in another tab, or by another user
+    job.refresh_from_db()
+    assert job.status == JobStatus.STOPPED
+    response = alice_client.post(reverse("jobs:stop", args=[job.job_id]), follow=True)
+    content = html.unescape(response.content.decode())
+    assert f"Job {job.job_id} was already stopped: nothing changed." in content
+    assert f"Job {job.job_id} stopped." not in content
