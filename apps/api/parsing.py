@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -821,6 +821,14 @@ def query_time_range(query) -> tuple[datetime | None, datetime | None]:
     start, end = query_time(query, "StartTime"), query_time(query, "EndTime")
     time_order(start, end)
     return start, end
+
+
+def query_time_window(query, *, now: datetime, span: timedelta) -> tuple[datetime, datetime]:
+    """StartTime and EndTime with DLC's defaults, each on its own: StartTime `span` before
+    `now`, EndTime `now`. EndTime alone is still bounded below (by `now` - `span`, where
+    an EndTime older than that leaves the window empty), StartTime alone above."""
+    start, end = query_time_range(query)
+    return (now - span if start is None else start), (now if end is None else end)
 
 
 def time_order(start: datetime | None, end: datetime | None) -> None:

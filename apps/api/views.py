@@ -106,7 +106,7 @@ logger = logging.getLogger(__name__)
 DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 1000
 MAX_PAGE_NUMBER = 1_000_000  # keeps the row offset far inside a bigint
-DEFAULT_LIST_WINDOW = timedelta(days=7)  # ListJobs without StartTime/EndTime, as DLC does
+DEFAULT_LIST_WINDOW = timedelta(days=7)  # StartTime's default: 7 days before now, as DLC
 MAX_EVENTS = 2000
 INTERNAL_ERROR = ApplicationError(
     "InternalError", say("The request processing has failed due to some unknown error."), status=500
@@ -480,9 +480,10 @@ def _job_filters(call: Call) -> JobFilters:
         raise invalid_parameter(
             unsupported[0], say("not supported here (docs/api.md lists what ListJobs takes)")
         )
-    start, end = parsing.query_time_range(query)
-    if start is None and end is None and not {"job_id", "job_ids"} & filters.keys():
-        start = call.now - DEFAULT_LIST_WINDOW  # named jobs are found however old
+    if {"job_id", "job_ids"} & filters.keys():  # named jobs are found however old
+        start, end = parsing.query_time_range(query)
+    else:
+        start, end = parsing.query_time_window(query, now=call.now, span=DEFAULT_LIST_WINDOW)
     if start is not None:
         filters["created_from"] = start
     if end is not None:
@@ -615,8 +616,7 @@ def stop_job(call: Call, job_id: str) -> dict[str, Any]:
 
 
 def _events(call: Call, job: Job, pod: Pod | None = None) -> list[str]:
-    start, end = parsing.query_time_range(call.query)
-    start, end = start or call.now - DEFAULT_LIST_WINDOW, end or call.now
+    start, end = parsing.query_time_window(call.query, now=call.now, span=DEFAULT_LIST_WINDOW)
     limit = parsing.query_int(call.query, "MaxEventsNum", default=MAX_EVENTS, maximum=MAX_EVENTS)
     events = job_events(job=job, since=start, until=end, pod=pod)
     newest = list(events.reverse()[:limit])  # the newest MaxEventsNum, oldest first
@@ -676,11 +676,11 @@ def get_pod_logs(call: Call, job_id: str, pod_id: str) -> dict[str, Any]:
     pod = _pod(call, job, pod_id)
     pod.job = job
     lines = parsing.query_int(call.query, "MaxLines", default=2000, maximum=100_000)
-    start, end = parsing.query_time_range(call.query)
+    start, end = parsing.query_time_window(call.query, now=call.now, span=DEFAULT_LIST_WINDOW)
     found = log_window(
         pod_log_path(pod),
-        since=(start or call.now - DEFAULT_LIST_WINDOW).timestamp(),
-        until=(end or call.now).timestamp(),
+        since=start.timestamp(),
+        until=end.timestamp(),
         lines=lines,
     )
     return {

@@ -120,6 +120,35 @@ def test_list_jobs_finds_the_jobs_it_names_however_old(raw, dlc, ws_a):
     assert old not in {j.job_id for j in default.jobs} and other in {j.job_id for j in default.jobs}
 
 
+def test_list_jobs_bounds_start_time_and_end_time_alone_as_the_sdk_documents(dlc, ws_a):
+    """The SDK's ListJobsRequest: StartTime defaults to 7 days ago, EndTime to now, each on
+    its own; EndTime alone does not reach back past the default StartTime."""
+    from datetime import timedelta
+
+    from alibabacloud_pai_dlc20201203.models import ListJobsRequest
+    from django.utils import timezone
+
+    old, mid, new, ahead = (_create(dlc, quota_job_body(ws_a, DisplayName=n)) for n in "abcd")
+    now = timezone.now()
+    for job_id, age in ((old, timedelta(days=40)), (mid, timedelta(days=3))):
+        Job.objects.filter(job_id=job_id).update(created_at=now - age)
+    Job.objects.filter(job_id=ahead).update(created_at=now + timedelta(days=1))
+
+    def ids(**times) -> set[str]:
+        times = {k: f"{v:%Y-%m-%dT%H:%M:%SZ}" for k, v in times.items()}
+        return {j.job_id for j in dlc.list_jobs(ListJobsRequest(**times)).body.jobs}
+
+    assert ids(end_time=now - timedelta(days=1)) == {mid}  # from 7 days ago
+    assert ids(end_time=now - timedelta(days=30)) == set()  # before the default StartTime
+    assert ids(start_time=now - timedelta(days=60)) == {old, mid, new}  # up to now
+    assert ids(start_time=now - timedelta(days=60), end_time=now + timedelta(days=2)) == {
+        old,
+        mid,
+        new,
+        ahead,
+    }
+
+
 def test_list_jobs_searches_commands_and_reasons(raw, dlc, ws_a):
     train = _create(dlc, quota_job_body(ws_a, UserCommand="python train.py --lr 0.1"))
     _create(dlc, quota_job_body(ws_a, UserCommand="python eval.py"))
