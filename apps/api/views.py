@@ -48,12 +48,12 @@ from apps.core.words import say
 from apps.jobs.models import (
     Accessibility,
     Job,
-    JobStatus,
     JobTemplate,
     JobTemplateVersion,
     JobType,
     Pod,
     ResourceSource,
+    job_status_named,
 )
 from apps.jobs.selectors import (
     ALL_WORKSPACES,
@@ -400,8 +400,6 @@ JOB_SORT = {
     "JobType": "job_type",
     "Status": "status",
 }
-# Statuses DLC documents; the *Reserving ones are accepted and never produced.
-KNOWN_STATUSES = {*JobStatus.values, "SucceededReserving", "FailedReserving"}
 # JobTypes ListJobs filters on, by name in any case: paiweb's and the others the SDK
 # documents (OneFlowJob, ElasticBatchJob: accepted, never run here).
 LISTED_JOB_TYPES = {t: t for t in (*JobType.values, "OneFlowJob", "ElasticBatchJob")}
@@ -424,16 +422,17 @@ def _job_filters(call: Call) -> JobFilters:
     """ListJobs' query as the job list's filters, checked in the order DLC names them."""
     query = call.query
     filters: JobFilters = {}
-    if statuses := [s.strip() for s in query.get("Status", "").split(",") if s.strip()]:
-        if unknown := [s for s in statuses if s not in KNOWN_STATUSES]:
+    if names := [s.strip() for s in query.get("Status", "").split(",") if s.strip()]:
+        statuses = [job_status_named(name) for name in names]
+        if None in statuses:
             raise invalid_parameter(
                 "Status",
                 say(
                     "{unknown} is not a job status",
-                    unknown=f"{unknown[0]!r}",
+                    unknown=f"{names[statuses.index(None)]!r}",
                 ),
             )
-        filters["statuses"] = statuses
+        filters["statuses"] = [s for s in statuses if s is not None]
     if source := parsing.query_choice(query, "PaymentType", PAYMENT_TYPES):
         filters["resource_sources"] = [source]
     if oversold := query.get("OversoldInfo"):

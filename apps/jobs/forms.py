@@ -35,6 +35,7 @@ from apps.jobs.models import (
     ResourceSource,
     SuccessPolicy,
     gpu_text,
+    job_status_named,
 )
 from apps.jobs.selectors import JOB_SORT_DEFAULT, JOB_SORTS, PriceInfo
 from apps.jobs.specs import (
@@ -697,11 +698,23 @@ def _scaled(value: Decimal | None, factor: int) -> int | None:
     return None if value is None else int(value * factor)
 
 
+class JobStatusField(forms.ChoiceField):
+    """A job status named in any case (`?status=running`), as ListJobs reads its Status;
+    shown (the select's choice) and filtered on as the status it names."""
+
+    def to_python(self, value):
+        text = super().to_python(value)
+        return job_status_named(text, JobStatus.values) or text
+
+    def bound_data(self, data, initial):
+        return self.to_python(data) if isinstance(data, str) else data
+
+
 class JobFilterForm(forms.Form):
     """The job list's filters, read from the query string."""
 
     q = forms.CharField(label=_("Name, job id or tag"), required=False)
-    status = forms.ChoiceField(
+    status = JobStatusField(
         label=_("Status"), required=False, choices=[("", _("Any status"))] + JobStatus.choices
     )
     payment_type = forms.ChoiceField(

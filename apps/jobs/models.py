@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import secrets
+from collections.abc import Iterable
 from decimal import Decimal
 
 from django.conf import settings
@@ -58,6 +59,18 @@ class JobStatus(models.TextChoices):
     SUCCEEDED = "Succeeded", pgettext_lazy("status", "Succeeded")
     FAILED = "Failed", pgettext_lazy("status", "Failed")
     STOPPED = "Stopped", pgettext_lazy("status", "Stopped")
+
+
+# The statuses DLC documents, as ListJobs filters on them: paiweb's, and SucceededReserving and
+# FailedReserving, which it accepts and never produces.
+DOCUMENTED_STATUSES = (*JobStatus.values, "SucceededReserving", "FailedReserving")
+
+
+def job_status_named(name: str, statuses: Iterable[str] = DOCUMENTED_STATUSES) -> str | None:
+    """The status of `statuses` that `name` names in any case ("running" → "Running"), as
+    the API and the console's job list read a status filter; None if it names none."""
+    folded = name.strip().lower()
+    return next((s for s in statuses if s.lower() == folded), None)
 
 
 FINISHED_STATUSES = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED})

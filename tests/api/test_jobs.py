@@ -236,6 +236,12 @@ def test_list_jobs_filters_sorts_and_pages(dlc, dlc_for, raw, create_job, ws_a):
     assert ids() == [bob_id, spot_id, quota_id]  # newest first
     assert ids(sort_by="DisplayName", order="asc") == [quota_id, spot_id, bob_id]
     assert ids(status="Bidding") == [bob_id, spot_id]
+    # Status in any case, as SortBy, Order and JobType
+    assert ids(status="bidding") == ids(status="BIDDING, stopped") == [bob_id, spot_id]
+    with pytest.raises(Exception) as caught:
+        dlc.list_jobs(ListJobsRequest(status="Bidding,Walking"))
+    assert sdk_error(caught) == ("InvalidParameter", 400)
+    assert "Status: 'Walking' is not a job status" in str(caught.value)
     assert ids(payment_type="PrePaid") == [quota_id]
     assert ids(payment_type="Spot") == [bob_id, spot_id]
     assert ids(payment_type="PostPaid") == []

@@ -124,6 +124,16 @@ def test_it_polls_the_list_it_shows_with_its_filters_and_order(alice_client, per
     )
 
 
+def test_it_filters_on_a_status_named_in_any_case(alice_client, personas):
+    """As ListJobs' Status: ?status=running filters (and shows) Running, not every job."""
+    make_job(personas, name="going", status=JobStatus.RUNNING)
+    make_job(personas, name="broken", status=JobStatus.FAILED)
+    for value in ("Running", "running", "RUNNING"):
+        page = listing(alice_client, {"status": value})
+        assert names(page) == ["going"], value
+        assert '<option value="Running" selected>' in page.content.decode(), value
+
+
 @pytest.mark.django_db(transaction=True)
 def test_it_shows_a_preempted_borrower_on_the_next_poll(client, personas, settings):
     """charlie's borrower runs on idle resources (Not in Quota); alice's team-a job takes
