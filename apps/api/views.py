@@ -648,12 +648,23 @@ def _pod(call: Call, job: Job, pod_id: str) -> Pod:
     pod: DLC gives every attempt of a pod one PodId and tells them apart by PodUid), that
     attempt."""
     pod = job_pod(job=job, pod_id=pod_id)
-    uid = call.query.get("PodUid")
-    if pod is not None and uid and uid != serializers.pod_uid(pod):
-        pod = next((p for p in pod_slot(pod=pod) if serializers.pod_uid(p) == uid), None)
     if pod is None:
-        raise not_found("Pod", uid or pod_id)
-    return pod
+        raise not_found("Pod", pod_id)
+    uid = call.query.get("PodUid")
+    if not uid or uid == serializers.pod_uid(pod):
+        return pod
+    attempt = next((p for p in pod_slot(pod=pod) if serializers.pod_uid(p) == uid), None)
+    if attempt is None:
+        raise ApplicationError(
+            "EntityNotExist.Pod",
+            say(
+                "The pod {pod} has no attempt with PodUid {uid}.",
+                pod=repr(pod_id[:64]),
+                uid=repr(uid[:64]),
+            ),
+            status=404,
+        )
+    return attempt
 
 
 def get_pod_events(call: Call, job_id: str, pod_id: str) -> dict[str, Any]:

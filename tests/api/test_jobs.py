@@ -215,6 +215,12 @@ def test_pod_events_and_logs_of_a_history_pod_by_its_pod_uid(dlc, create_job, ws
             job_id, current.pod_id, GetPodEventsRequest(pod_uid=other_history.pod_uid)
         )
     assert sdk_error(caught) == ("EntityNotExist.Pod", 404)
+    # the PodId checked and the PodUid not found among its attempts, both
+    said = f"The pod {current.pod_id!r} has no attempt with PodUid {other_history.pod_uid!r}."
+    assert said in str(caught.value)
+    with pytest.raises(Exception) as caught:
+        dlc.get_pod_logs(job_id, current.pod_id, GetPodLogsRequest(pod_uid=other_history.pod_uid))
+    assert sdk_error(caught) == ("EntityNotExist.Pod", 404) and said in str(caught.value)
 
 
 def test_list_jobs_filters_sorts_and_pages(dlc, dlc_for, raw, create_job, ws_a):
