@@ -403,6 +403,7 @@ JOB_SORT = {
 # JobTypes ListJobs filters on, by name in any case: paiweb's and the others the SDK
 # documents (OneFlowJob, ElasticBatchJob: accepted, never run here).
 LISTED_JOB_TYPES = {t: t for t in (*JobType.values, "OneFlowJob", "ElasticBatchJob")}
+LISTED_ACCESSIBILITY = {a: a for a in Accessibility.values}  # in any case, as JobType
 
 
 def list_jobs(call: Call) -> dict[str, Any]:
@@ -453,15 +454,7 @@ def _job_filters(call: Call) -> JobFilters:
         filters["submitter"] = call.user
     if (job_ids := _listed(query, "JobIds")) and "job_id" not in filters:
         filters["job_ids"] = job_ids  # JobId, when given, wins (as the SDK documents)
-    if accessibility := query.get("Accessibility", "").strip():
-        if accessibility not in Accessibility.values:
-            raise invalid_parameter(
-                "Accessibility",
-                say(
-                    "must be one of {choices}",
-                    choices=", ".join(Accessibility.values),
-                ),
-            )
+    if accessibility := parsing.query_choice(query, "Accessibility", LISTED_ACCESSIBILITY):
         filters["accessibility"] = accessibility
     if quotas := _listed(query, "ResourceIds"):
         filters["quotas"] = quotas
@@ -533,7 +526,8 @@ def _listed(query, name: str) -> list[str] | None:
 def _oversold_filters(value: str, sources: list[str] | None) -> JobFilters:
     """DLC's OversoldInfo: quota jobs of the idle mode, and for AcceptQuotaOverSold-true/-false
     whether the job actually runs on idle resources now. `sources` is PaymentType's, if any."""
-    mode, _, used = value.partition("-")
+    mode, _, used = value.strip().partition("-")
+    mode = next((m for m in serializers.IDLE_MODE if m.lower() == mode.lower()), mode)
     if (
         mode not in serializers.IDLE_MODE
         or (used and mode != "AcceptQuotaOverSold")

@@ -42,6 +42,8 @@ def test_a_private_job_is_seen_by_its_submitter_and_admins_only(
     assert _ids(alice, workspace_id=ws_a) == {secret, shared}
     assert _ids(alice, workspace_id=ws_a, accessibility="PRIVATE") == {secret}
     assert _ids(alice, workspace_id=ws_a, accessibility="PUBLIC") == {shared}
+    # in any case, as ListJobs' other choices (Status, JobType, SortBy, Order)
+    assert _ids(alice, workspace_id=ws_a, accessibility="private") == {secret}
 
     # bob's own private job is his to see; alice, the workspace's owner, sees it too
     his = create_job(spot_job_body(ws_a, DisplayName="his", Accessibility="PRIVATE"), client=bob)

@@ -253,6 +253,7 @@ def test_list_jobs_filters_sorts_and_pages(dlc, dlc_for, raw, create_job, ws_a):
     assert ids(payment_type="PostPaid") == []
     assert ids(oversold_info="AcceptQuotaOverSold") == [quota_id]
     assert ids(oversold_info="AcceptQuotaOverSold-false") == [quota_id]  # all pods In Quota
+    assert ids(oversold_info="acceptquotaoversold-FALSE") == [quota_id]  # in any case
     assert ids(oversold_info="AcceptQuotaOverSold-true") == []
     assert ids(oversold_info="ForbiddenQuotaOverSold") == []
     assert ids(resource_quota_name="team") == [quota_id]
