@@ -680,6 +680,7 @@ def get_pod_logs(call: Call, job_id: str, pod_id: str) -> dict[str, Any]:
     pod = _pod(call, job, pod_id)
     pod.job = job
     lines = parsing.query_int(call.query, "MaxLines", default=2000, maximum=100_000)
+    parsing.query_bool(call.query, "DownloadToFile")  # read, not applied, as GetJob's NeedDetail
     start, end = parsing.query_time_window(call.query, now=call.now, span=DEFAULT_LIST_WINDOW)
     found = log_window(
         pod_log_path(pod),

@@ -339,6 +339,21 @@ def test_get_job_reads_need_detail_as_true_or_false(raw, ws_a, create_job):
     )
 
 
+def test_get_pod_logs_reads_download_to_file_as_true_or_false(raw, ws_a, create_job):
+    """As GetJob's NeedDetail: accepted and not applied, but never any text."""
+    job_id = create_job(quota_job_body(ws_a))
+    pod_id = Job.objects.get(job_id=job_id).pods.first().pod_id
+    path = f"/api/v1/jobs/{job_id}/pods/{pod_id}/logs"
+    for value in ("True", "false"):  # as the SDK sends its bool
+        response = raw.send("GET", path, query={"DownloadToFile": value})
+        assert response.status_code == 200 and response.json()["PodId"] == pod_id
+    response = raw.send("GET", path, query={"DownloadToFile": "maybe"})
+    assert (response.status_code, response.json()["Message"]) == (
+        400,
+        "DownloadToFile: must be true or false",
+    )
+
+
 def test_a_failure_while_an_error_is_written_is_still_a_json_answer(raw, ws_a, monkeypatch):
     """A refusal whose message could not be written (as 1,200 problems once could not) was
     the server's own 500 page, which the SDK cannot read."""
