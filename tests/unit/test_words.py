@@ -96,11 +96,11 @@ def test_the_most_specific_template_wins():
 
 
 VALUE = st.from_regex(r"[a-z][a-z0-9]{0,8}[0-9]", fullmatch=True)  # no catalogue word
-COUNT = st.from_regex(r"[1-9][0-9]{0,3}", fullmatch=True)  # what a {count} holds
+COUNT = st.from_regex(r"[1-9][0-9]{0,3}", fullmatch=True)  # what a {count} or {step} holds
 
 
 def _value(data, name: str) -> str:
-    return data.draw(COUNT if name == "count" else VALUE)
+    return data.draw(COUNT if name in ("count", "step") else VALUE)
 
 
 @settings(max_examples=300, deadline=None)
@@ -143,7 +143,7 @@ def test_no_template_of_the_catalogue_is_taken_for_another():
     assert len(TEMPLATES) > 90
     for msgid, msgstr in TEMPLATES:
         values = {
-            name: str(i + 2) if name == "count" else f"v{i}x9"
+            name: str(i + 2) if name in ("count", "step") else f"v{i}x9"
             for i, name in enumerate(sorted(set(fields(msgid))))
         }
         english, chinese = _filled(msgid, msgstr, values)

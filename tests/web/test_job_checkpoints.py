@@ -9,7 +9,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from apps.jobs.models import Checkpoint, Job, JobRestart, JobStatus
-from tests.web.test_job_story import section, text
+from tests.web.test_job_story import section, text, text_of
 from tests.web.test_jobs_views import make_job
 
 
@@ -115,3 +115,21 @@ def test_a_requeued_job_is_said_to_resume_from_the_step_its_load_will_take(alice
     assert "it resumes from the checkpoint at step 20." in section(response, "pending")
     rows = section(response, "checkpoints")
     assert rows.count(">damaged</span>") == 1
+
+
+def test_a_resume_past_a_damaged_checkpoint_reads_whole_in_chinese(alice_client, personas):
+    """The Resumed event naming the file passed over reads as its own message in Chinese, not
+    as the shorter "Resumed from checkpoint at step {step}" holding the English rest as its
+    step, inside "{message} ({reason})"."""
+    job = make_job(personas, status=JobStatus.RUNNING)
+    job.events.create(
+        at=timezone.now(),
+        kind="Resumed",
+        message="Resumed from checkpoint at step 220: passed over ckpt-000000000230.pkl (damaged)",
+    )
+    response = alice_client.get(
+        reverse("jobs:detail", args=[job.job_id]), headers={"accept-language": "zh-CN"}
+    )
+    events = text_of(section(response, "events"))
+    assert "已从第 220 步的检查点恢复：跳过了 ckpt-000000000230.pkl（已损坏）" in events
+    assert "passed over" not in events
