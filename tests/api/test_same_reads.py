@@ -362,7 +362,7 @@ def test_it_answers_pod_events_with_job_pod_and_job_events(api_get, story):
     found = job_pod(job=job, pod_id=pod.pod_id)
     events = job_events(job=job, since=NOW - timedelta(days=7), until=timezone.now(), pod=found)
     assert body["PodUid"] == serializers.pod_uid(found)
-    assert body["Events"] == [serializers.event_line(events[0])]  # MaxEventsNum: the oldest
+    assert body["Events"] == [serializers.event_line(list(events)[-1])]  # MaxEventsNum: the newest
     assert [e.message for e in events] == ["20h", "2h", "1h"]
 
 

@@ -125,11 +125,14 @@ def test_a_resume_past_a_damaged_checkpoint_reads_whole_in_chinese(alice_client,
     job.events.create(
         at=timezone.now(),
         kind="Resumed",
-        message="Resumed from checkpoint at step 220: passed over ckpt-000000000230.pkl (damaged)",
+        message=(
+            "Damaged checkpoints passed over: ckpt-000000000230.pkl;"
+            " resumed from checkpoint at step 220"
+        ),
     )
     response = alice_client.get(
         reverse("jobs:detail", args=[job.job_id]), headers={"accept-language": "zh-CN"}
     )
     events = text_of(section(response, "events"))
-    assert "已从第 220 步的检查点恢复：跳过了 ckpt-000000000230.pkl（已损坏）" in events
+    assert "已跳过损坏的检查点：ckpt-000000000230.pkl；已从第 220 步的检查点恢复" in events
     assert "passed over" not in events

@@ -166,9 +166,14 @@ STORED_EARLIER = {
 }
 
 
+# Said by Django's own admin, whose catalogue has no Chinese for it: this one gives it.
+DJANGO_ADMIN = {"Filter by %(field_name)s"}
+
+
 def test_the_catalogue_holds_no_message_that_nothing_says():
     before, after = _extracted()
-    gone = sorted(m for _, m, _ in _keys(before) - _keys(after) if m not in STORED_EARLIER)
+    kept = STORED_EARLIER | DJANGO_ADMIN
+    gone = sorted(m for _, m, _ in _keys(before) - _keys(after) if m not in kept)
     assert not gone, f"no code or template says these any more: {gone}"
 
 
