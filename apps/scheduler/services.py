@@ -10,7 +10,7 @@ bulk: a tick over ten thousand queued jobs must stay well under the tick interva
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import cast
@@ -339,62 +339,63 @@ def _record_loans(loans: tuple[int, ...], *, now: datetime) -> None:
     """The running pods the plan found on loan (their quota's min lowered under what its
     jobs use) are Not in Quota from now on, for the job page, the quotas page and every
     later plan, each job with an event saying why it may now be preempted."""
-    if not loans:
-        return
-    pods: dict[int, list[Pod]] = defaultdict(list)
-    for ids in id_chunks(sorted(loans)):
-        for pod in Pod.objects.filter(pk__in=ids, in_quota=True, status__in=LIVE_POD_STATUSES):
-            pods[pod.job_id].append(pod)
-    if not pods:
-        return
-    rows_update(Pod, ["in_quota"], [(pod.pk, False) for on in pods.values() for pod in on])
-    jobs = Job.objects.filter(pk__in=list(pods)).select_related("quota").order_by("id")
-    JobEvent.objects.bulk_create(
-        [
-            JobEvent(
-                job=job,
-                kind="OnLoan",
-                message=say_n(
-                    len(pods[job.pk]),
-                    "{count} pod now runs Not in Quota: the min of quota {quota} was lowered"
-                    " below what its jobs use, and an owner short of its own may reclaim it",
-                    "{count} pods now run Not in Quota: the min of quota {quota} was lowered"
-                    " below what its jobs use, and an owner short of its own may reclaim them",
-                    quota=_quota_name(job),
-                ),
-                at=now,
-            )
-            for job in jobs
-        ]
-    )
+
+    def said(count: int, quota: str) -> str:
+        return say_n(
+            count,
+            "{count} pod now runs Not in Quota: the min of quota {quota} was lowered"
+            " below what its jobs use, and an owner short of its own may reclaim it",
+            "{count} pods now run Not in Quota: the min of quota {quota} was lowered"
+            " below what its jobs use, and an owner short of its own may reclaim them",
+            quota=quota,
+        )
+
+    _mark_in_quota(loans, in_quota=False, kind="OnLoan", said=said, now=now)
 
 
 def _record_returns(returns: tuple[int, ...], *, now: datetime) -> None:
     """The pods on loan that their quota's min holds again (an admin raised it) are In
     Quota from now on, each job with an event saying so."""
-    if not returns:
+
+    def said(count: int, quota: str) -> str:
+        return say_n(
+            count,
+            "{count} pod runs In Quota again: the min of quota {quota} holds it",
+            "{count} pods run In Quota again: the min of quota {quota} holds them",
+            quota=quota,
+        )
+
+    _mark_in_quota(returns, in_quota=True, kind="BackInQuota", said=said, now=now)
+
+
+def _mark_in_quota(
+    pod_ids: tuple[int, ...],
+    *,
+    in_quota: bool,
+    kind: str,
+    said: Callable[[int, str], str],
+    now: datetime,
+) -> None:
+    """Mark these live pods In Quota or Not (those not so already), and tell each of their
+    jobs with one event: `said(how many of its pods, its quota's name)`."""
+    if not pod_ids:
         return
-    pods: dict[int, list[Pod]] = defaultdict(list)
-    for ids in id_chunks(sorted(returns)):
-        for pod in Pod.objects.filter(pk__in=ids, in_quota=False, status__in=LIVE_POD_STATUSES):
-            pods[pod.job_id].append(pod)
-    if not pods:
+    pods: dict[int, int] = defaultdict(int)
+    changed: list[tuple[int, bool]] = []
+    for ids in id_chunks(sorted(pod_ids)):
+        marked = Pod.objects.filter(
+            pk__in=ids, in_quota=not in_quota, status__in=LIVE_POD_STATUSES
+        ).values_list("pk", "job_id")
+        for pk, job_id in marked:
+            pods[job_id] += 1
+            changed.append((pk, in_quota))
+    if not changed:
         return
-    rows_update(Pod, ["in_quota"], [(pod.pk, True) for on in pods.values() for pod in on])
+    rows_update(Pod, ["in_quota"], changed)
     jobs = Job.objects.filter(pk__in=list(pods)).select_related("quota").order_by("id")
     JobEvent.objects.bulk_create(
         [
-            JobEvent(
-                job=job,
-                kind="BackInQuota",
-                message=say_n(
-                    len(pods[job.pk]),
-                    "{count} pod runs In Quota again: the min of quota {quota} holds it",
-                    "{count} pods run In Quota again: the min of quota {quota} holds them",
-                    quota=_quota_name(job),
-                ),
-                at=now,
-            )
+            JobEvent(job=job, kind=kind, message=said(pods[job.pk], _quota_name(job)), at=now)
             for job in jobs
         ]
     )
