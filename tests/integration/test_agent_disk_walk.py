@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
+from apps.agent import housekeeping
 from apps.agent.models import PodProcess
 from apps.jobs.models import JobStatus
 from apps.jobs.services import job_stop
@@ -38,6 +40,12 @@ def agent(django_db_setup, django_db_blocker):
 TREE = "python -c 'import os\nfor i in range(80_000): os.mkdir(str(i))' && echo made && sleep 120"
 
 
+def walk_seconds(path: Path) -> float:
+    began = time.monotonic()
+    housekeeping.disk_usage(path)
+    return time.monotonic() - began
+
+
 def test_a_job_with_many_files_does_not_hold_up_the_other_pods_exits(personas, agent_backend):
     trees = [
         submit(personas, command=TREE, name="tree-a"),
@@ -53,16 +61,23 @@ def test_a_job_with_many_files_does_not_hold_up_the_other_pods_exits(personas, a
             timeout=60,
         )
     time.sleep(2)  # the walks of both trees are under way
+    work_dir = Path(PodProcess.objects.get(pod=trees[0].pods.get()).work_dir)
+    walks = [walk_seconds(work_dir)]
     delays = []
-    for _ in range(3):
+    for _ in range(5):
         quick = submit(personas, command="true", name="quick")
         job_in(quick, JobStatus.SUCCEEDED, JobStatus.FAILED, agent=agent_backend, timeout=30)
         seen = time.time()
         pod = quick.pods.get()
         assert quick.status == JobStatus.SUCCEEDED, (pod.reason, pod.message)
         delays.append(seen - pod.finished_at.timestamp())
-    # the watch loop's round is a second: an exit is reported within it (and the poll's 0.1 s)
-    assert max(delays) < 1.6, delays
+    walks.append(walk_seconds(work_dir))
+    # The watch loop's round is a second: an exit is reported within it (and the poll's
+    # 0.1 s). Walked on the watch loop, each round would also take both trees' walks, and an
+    # exit would wait up to a second and two walks. The bound grows with the walk measured
+    # here, on the machine as loaded as it is for the agent.
+    walk = sum(walks) / len(walks)
+    assert max(delays) < 1.0 + walk / 2, (delays, walks)
     for tree in trees:
         tree.refresh_from_db()
         assert tree.status == JobStatus.RUNNING  # far under its quota of files and bytes
