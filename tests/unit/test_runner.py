@@ -416,7 +416,7 @@ def test_a_fifo_or_a_link_for_a_manifest_never_blocks_and_becomes_a_problem(root
         started = time.monotonic()
         reader = runner.ManifestReader(directory)
         assert reader.new_entries() == []
-        assert time.monotonic() - started < 1
+        assert time.monotonic() - started < 10  # a blocked open would wait for ever
         assert reader.problems, directory
 
 
