@@ -843,9 +843,10 @@ def checkpoint_resumed(
     `path` (None: from the start), passing over the newer files `damaged` (their SHA-256 or
     pickle did not check). Those are marked damaged, once, so no later restart is said to
     resume from them (`lifecycle.resume_step`). When that is news and the pod starts an
-    attempt after an interruption, the "Resumed" event the restart wrote (before the pod
-    ran, naming a damaged step) is followed by one naming the step really loaded, and the
-    work the interruption lost is counted from that checkpoint (`_lost_work_revised`)."""
+    attempt after an interruption, the "Resuming" event the restart wrote (before the pod
+    ran, naming a damaged step as the one its load would try) is followed by one naming the
+    step really loaded (`lifecycle.resume_message`), and the work the interruption lost is
+    counted from that checkpoint (`_lost_work_revised`)."""
     pod = Pod.objects.select_related("job").filter(pk=pod_pk).first()
     if pod is None or not damaged:
         return
@@ -858,7 +859,7 @@ def checkpoint_resumed(
     if not newly:
         return
     Checkpoint.objects.filter(pk__in=[pk for pk, _ in newly]).update(damaged_at=at)
-    names = ", ".join(Path(p).name for _, p in newly)
+    names = [Path(p).name for _, p in newly]
     restart = JobRestart.objects.filter(job=job, number=pod.attempt).first()
     if restart is None or pod.attempt != job.attempt:
         return  # a first attempt, or a late word from an attempt already over
@@ -873,13 +874,7 @@ def checkpoint_resumed(
         job=job,
         pod=pod,
         kind="Resumed",
-        message=say(
-            "Damaged checkpoints passed over: {files}; resumed from checkpoint at step {step}",
-            step=step,
-            files=names,
-        )
-        if step is not None
-        else say("Damaged checkpoints passed over: {files}; resumed from the start", files=names),
+        message=lifecycle.resume_message(step, passed_over=names),
         now=at,
     )
     _lost_work_revised(

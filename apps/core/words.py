@@ -27,7 +27,7 @@ NESTED = re.compile(r"(reason|message|needs)$")  # placeholders that hold a mess
 # What some placeholders can hold, so that "{field}: {message}" does not take "a: b; c: d"
 # for one field: a parameter's name (JobSpecs[0].PodCount), a code (OOMKilled, 137), a node's
 # name (no space: "{node} ×{count} (In Quota)" must not take "Scheduled on a ×1 (In Quota);
-# b" for one node), a count, a checkpoint's step ("Resumed from checkpoint at step {step}"
+# b" for one node), a count, a checkpoint's step ("Resuming from checkpoint at step {step}"
 # must not take "220: passed over ckpt-….pkl" for a step inside "{message} ({reason})").
 VALUES = {
     "field": r"[\w.\[\]-]+",

@@ -10,7 +10,7 @@ succeeded (`success_outcome`).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -41,6 +41,31 @@ def resume_step(checkpoints: Iterable[tuple[int, bool]]) -> int | None:
     load passed over as damaged, cannot be loaded. None: from the start. The "Resumed" and
     "Restarted" events both ask here."""
     return max((step for step, left in checkpoints if left), default=None)
+
+
+def resume_message(step: int | None, *, passed_over: Sequence[str] = ()) -> str:
+    """What a restarted job's events say it resumes from. Before its pods run (no
+    `passed_over`), only the step its load will try (`resume_step`): "Resuming from
+    checkpoint at step 230", an intent. Once the load passed over damaged files (their
+    names, `passed_over`), the step it really loaded (None: from the start), which is what
+    the job resumed from: "Damaged checkpoints passed over: …; resumed from checkpoint at
+    step 220". So the job's events read a plan, then what came of it, and never two
+    resumes from different steps. The scheduler, the market and the agent all word it
+    here; an in-place restart's "Restarted" event says the same intent in its own words."""
+    if passed_over:
+        files = ", ".join(passed_over)
+        if step is None:
+            return say(
+                "Damaged checkpoints passed over: {files}; resumed from the start", files=files
+            )
+        return say(
+            "Damaged checkpoints passed over: {files}; resumed from checkpoint at step {step}",
+            step=step,
+            files=files,
+        )
+    if step is None:
+        return say("Resuming from the start (no checkpoint yet)")
+    return say("Resuming from checkpoint at step {step}", step=step)
 
 
 def hang_message(*, quiet_since: float | None, interval: int | None, now: float) -> str | None:

@@ -70,9 +70,11 @@ class _Loaded:
 
 
 def resumed_events(*, jobs: list[Job], now: datetime) -> list[JobEvent]:
-    """A "Resumed from checkpoint at step N" event (unsaved) for each job restarting after
+    """A "Resuming from checkpoint at step N" event (unsaved) for each job restarting after
     an interruption (attempt > 0): the step `lifecycle.resume_step` says its next attempt
-    loads, the checkpoints of all the jobs read in one query."""
+    will load, worded by `lifecycle.resume_message` as the intent it is (the load, which
+    runs later, may pass over a damaged file and say so), the checkpoints of all the jobs
+    read in one query."""
     resumed = [job.pk for job in jobs if job.attempt > 0]
     if not resumed:
         return []
@@ -83,12 +85,7 @@ def resumed_events(*, jobs: list[Job], now: datetime) -> list[JobEvent]:
         recorded[job_id].append((saved, removed_at is None and damaged_at is None))
     events = []
     for pk in resumed:
-        step = lifecycle.resume_step(recorded[pk])
-        message = (
-            say("Resumed from checkpoint at step {step}", step=step)
-            if step is not None
-            else say("Resumed from the start (no checkpoint yet)")
-        )
+        message = lifecycle.resume_message(lifecycle.resume_step(recorded[pk]))
         events.append(JobEvent(job_id=pk, kind="Resumed", message=message, at=now))
     return events
 

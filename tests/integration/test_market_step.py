@@ -785,9 +785,10 @@ def test_a_resume_past_a_damaged_checkpoint_revises_the_resumed_event_and_the_wo
 ):
     """Reclaimed 30 s after its checkpoint at step 2, whose file the next attempt's EasyCkpt
     load finds damaged: it resumes from step 1, saved 50 s before the reclaim, and says so
-    through the manifest. The "Resumed" event written at placement named step 2 and the
-    restart counted 60 GPU-seconds lost; an event names step 1 and the file passed over,
-    the work lost is 100, and the next interruption's resume never names step 2 again."""
+    through the manifest. The "Resumed" event written at placement said the step the load
+    would try, step 2, as an intent, and the restart counted 60 GPU-seconds lost; an event
+    names step 1, the one resumed from, and the file passed over, the work lost is 100, and
+    the next interruption's resume never names step 2 again."""
     gn7 = "ecs.gn7i-c8g1.2xlarge"  # 1 GPU
     replay(
         [
@@ -816,7 +817,7 @@ def test_a_resume_past_a_damaged_checkpoint_revises_the_resumed_event_and_the_wo
     assert restart.lost_gpu_seconds == pytest.approx(2 * 50)
     resumed = job.events.filter(kind="Resumed").order_by("at", "id")
     assert list(resumed.values_list("message", flat=True)) == [
-        "Resumed from checkpoint at step 2",
+        "Resuming from checkpoint at step 2",
         "Damaged checkpoints passed over: ckpt-000000000002.pkl; resumed from checkpoint at step 1",
     ]
     assert list(job.events.filter(kind="LostWorkRevised").values_list("message", flat=True)) == [
@@ -829,7 +830,7 @@ def test_a_resume_past_a_damaged_checkpoint_revises_the_resumed_event_and_the_wo
     reload(job)
     assert job.status == JobStatus.RUNNING and job.attempt == 2
     assert job.restarts.get(number=2).lost_gpu_seconds == pytest.approx(2 * 120)
-    assert resumed.last().message == "Resumed from checkpoint at step 1"
+    assert resumed.last().message == "Resuming from checkpoint at step 1"
 
 
 def test_the_next_attempts_checkpoint_does_not_revise_the_work_lost(personas, replay):

@@ -489,7 +489,7 @@ def test_a_requeued_job_is_said_to_resume_from_the_checkpoint_it_can_load(person
     borrower.refresh_from_db()
     assert borrower.status == JobStatus.RUNNING
     assert list(borrower.events.filter(kind="Resumed").values_list("message", flat=True)) == [
-        "Resumed from checkpoint at step 20"
+        "Resuming from checkpoint at step 20"
     ]
 
 

@@ -614,3 +614,16 @@ def test_a_resume_loads_the_highest_step_whose_file_is_left():
     assert lifecycle.resume_step([]) is None
     assert lifecycle.resume_step([(30, False)]) is None
     assert lifecycle.resume_step([(20, True), (30, False), (10, True)]) == 20
+
+
+def test_a_resume_is_said_as_an_intent_until_its_load_says_what_it_loaded():
+    """Before the pods run the platform names the step the load will try; after a load
+    that passed over damaged files, the step it really resumed from."""
+    assert lifecycle.resume_message(230) == "Resuming from checkpoint at step 230"
+    assert lifecycle.resume_message(None) == "Resuming from the start (no checkpoint yet)"
+    assert lifecycle.resume_message(220, passed_over=["a.pkl", "b.pkl"]) == (
+        "Damaged checkpoints passed over: a.pkl, b.pkl; resumed from checkpoint at step 220"
+    )
+    assert lifecycle.resume_message(None, passed_over=["a.pkl"]) == (
+        "Damaged checkpoints passed over: a.pkl; resumed from the start"
+    )

@@ -8,7 +8,9 @@ from datetime import timedelta
 from django.urls import reverse
 from django.utils import timezone
 
-from apps.jobs.models import Checkpoint, Job, JobRestart, JobStatus
+from apps.agent.services import checkpoint_resumed
+from apps.jobs.models import Checkpoint, Job, JobEvent, JobRestart, JobStatus, Pod
+from apps.scheduler.services import resumed_events
 from tests.web.test_job_story import section, text, text_of
 from tests.web.test_jobs_views import make_job
 
@@ -119,8 +121,8 @@ def test_a_requeued_job_is_said_to_resume_from_the_step_its_load_will_take(alice
 
 def test_a_resume_past_a_damaged_checkpoint_reads_whole_in_chinese(alice_client, personas):
     """The Resumed event naming the file passed over reads as its own message in Chinese, not
-    as the shorter "Resumed from checkpoint at step {step}" holding the English rest as its
-    step, inside "{message} ({reason})"."""
+    as a shorter template ("{message} ({reason})", "{message}; {more_message}") holding the
+    English rest."""
     job = make_job(personas, status=JobStatus.RUNNING)
     job.events.create(
         at=timezone.now(),
@@ -136,3 +138,51 @@ def test_a_resume_past_a_damaged_checkpoint_reads_whole_in_chinese(alice_client,
     events = text_of(section(response, "events"))
     assert "已跳过损坏的检查点：ckpt-000000000230.pkl；已从第 220 步的检查点恢复" in events
     assert "passed over" not in events
+
+
+def test_a_resume_past_a_damaged_checkpoint_reads_as_a_plan_then_what_came_of_it(
+    alice_client, personas
+):
+    """Placed again after an interruption, the job's event says the step its load will try,
+    230, as an intent; the load passes over that step's damaged file for step 220 and says
+    so. The events read a plan, then what came of it, never two resumes from different
+    steps, in English and in Chinese; the page shows the step really resumed from."""
+    job = make_job(personas, status=JobStatus.RUNNING, pods=1)
+    Job.objects.filter(pk=job.pk).update(attempt=1)
+    Pod.objects.filter(job=job).update(attempt=1)
+    job.refresh_from_db()
+    now = timezone.now()
+    JobRestart.objects.create(
+        job=job, number=1, at=now - timedelta(minutes=1), cause="JobPreempted"
+    )
+    for step in (220, 230):
+        job.checkpoints.create(
+            step=step,
+            path=f"/ckpt/ckpt-{step:012d}.pkl",
+            created_at=now - timedelta(minutes=300 - step),
+        )
+    JobEvent.objects.bulk_create(resumed_events(jobs=[job], now=now - timedelta(seconds=20)))
+    checkpoint_resumed(
+        pod_pk=job.pods.get().pk,
+        step=220,
+        path="/ckpt/ckpt-000000000220.pkl",
+        damaged=["/ckpt/ckpt-000000000230.pkl"],
+        at=now - timedelta(seconds=10),
+    )
+    url = reverse("jobs:detail", args=[job.job_id])
+    response = alice_client.get(url)
+    events = text_of(section(response, "events"))
+    loaded = (
+        "Damaged checkpoints passed over: ckpt-000000000230.pkl;"
+        " resumed from checkpoint at step 220"
+    )
+    assert "Resuming from checkpoint at step 230" in events and loaded in events
+    assert events.index(loaded) < events.index(
+        "Resuming from checkpoint at step 230"
+    )  # newest first
+    assert "Resumed from checkpoint at step 230" not in events
+    assert loaded in text_of(section(response, "resumed"))
+    zh = text_of(section(alice_client.get(url, headers={"accept-language": "zh-CN"}), "events"))
+    assert "将从第 230 步的检查点恢复" in zh
+    assert "已跳过损坏的检查点：ckpt-000000000230.pkl；已从第 220 步的检查点恢复" in zh
+    assert "Resuming" not in zh

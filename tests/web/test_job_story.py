@@ -276,8 +276,8 @@ def test_it_shows_the_resume_from_the_checkpoint_once_it_runs_again(
     assert borrower.status == JobStatus.RUNNING
     response = detail(charlie_client, borrower)
     assert 'id="pending"' not in response.content.decode()
-    assert f"Resumed Resumed from checkpoint at step {CKPT_STEP}" in text(response)
-    assert f"Resumed from checkpoint at step {CKPT_STEP}" in section(response, "events")
+    assert f"Resumed Resuming from checkpoint at step {CKPT_STEP}" in text(response)
+    assert f"Resuming from checkpoint at step {CKPT_STEP}" in section(response, "events")
     pods, history = section(response, "pods"), section(response, "history-pods")
     assert pods.count('class="badge badge-running">Running</span>') == 4
     assert "Preempted" not in pods
