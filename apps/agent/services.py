@@ -761,7 +761,11 @@ def checkpoint_report(*, job_pk: int, step: int, path: str, size_bytes: int, at:
     Job.objects.filter(pk=job_pk).filter(
         Q(last_checkpoint_at__isnull=True) | Q(last_checkpoint_at__lt=at)
     ).update(last_checkpoint_at=at)
-    restart = JobRestart.objects.filter(job_id=job_pk).order_by("-number").first()
+    job = Job.objects.get(pk=job_pk)
+    if job.ended_lost_gpu_seconds is not None:  # the interruption that ended it: the latest
+        _ended_lost_work_revised(job=job, checkpoint_at=at, step=step)
+        return True
+    restart = JobRestart.objects.filter(job=job).order_by("-number").first()
     if restart is not None and restart.lost_gpu_seconds > 0:
         _lost_work_revised(restart=restart, checkpoint_at=at, now=at, step=step)
     return True
@@ -776,40 +780,96 @@ def _lost_work_revised(
     resumed: bool = False,
 ) -> None:
     """The work interruption `restart` lost counts from the checkpoint its next attempt
-    resumes from (none: from the interrupted pods' start), and an event says when that
-    changes the figure. Two things show it: a checkpoint the interrupted attempt saved after
-    the one the interruption counted from (on its way out, in the grace period, as
-    examples/train.py does, or just before and read from its manifest a moment after) —
-    less lost, never more: the restart said 11 GPU-seconds, the pod saved the step it
-    stopped at and the next attempt resumed from it, nothing lost; and (`resumed`) the next
-    attempt's own word of what it loaded, when it passed over a damaged newer checkpoint —
-    more lost, from the older one. A checkpoint saved once a pod of the next attempt had
-    started is that attempt's own."""
+    resumes from (none: from the interrupted pods' start), as `lifecycle.lost_work_revised`
+    rules, and an event says when that changes the figure. Two things show it: a
+    checkpoint the interrupted attempt saved after the one the interruption counted from
+    (on its way out, in the grace period, as examples/train.py does, or just before and
+    read from its manifest a moment after): the restart said 11 GPU-seconds, the pod saved
+    the step it stopped at and the next attempt resumed from it, nothing lost; and
+    (`resumed`) the next attempt's own word of what it loaded, when it passed over a
+    damaged newer checkpoint: more lost, from the older one. A checkpoint saved once a pod
+    of the next attempt had started is that attempt's own — in Async mode the pods that ran
+    on through a restart of the failed ones are such pods, so what they save is never taken
+    for the failed pods' save; what the failed pods' replacements loaded still counts."""
     job = restart.job
     if (
-        checkpoint_at is not None
+        not resumed
+        and checkpoint_at is not None
         and Pod.objects.filter(
             job=job, attempt=restart.number, started_at__lte=checkpoint_at
         ).exists()
     ):
         return
-    if restart.cause == "PodFailed" and job.execution_mode == ExecutionMode.ASYNC:
-        return  # its other pods ran on: their checkpoints are not the failed pod's save
-    interrupted = Pod.objects.filter(
-        job=job, attempt=restart.number - 1, finished_at=restart.at
-    ).select_related("role")
-    lost = pods_lost_gpu_seconds(
+    lost = _lost_work_recount(
         job=job,
-        pods=interrupted,
-        now=restart.at,
+        number=restart.number,
+        interrupted_attempt=restart.number - 1,
+        at=restart.at,
+        was=restart.lost_gpu_seconds,
         checkpoint_at=checkpoint_at,
-        from_start=checkpoint_at is None,
+        now=now,
+        step=step,
+        resumed=resumed,
     )
-    was = restart.lost_gpu_seconds
-    if lost == was or (lost > was and not resumed):
+    if lost is not None:
+        JobRestart.objects.filter(pk=restart.pk).update(lost_gpu_seconds=lost)
+
+
+def _ended_lost_work_revised(*, job: Job, checkpoint_at: datetime, step: int) -> None:
+    """The interruption that ended the job (no AIMaster, or no restart left): its pods'
+    save on the way out counts as a requeued one's does (`_lost_work_revised`), and the
+    job's `ended_lost_gpu_seconds` is revised with an event. No attempt follows, so every
+    checkpoint reported now is the interrupted pods'."""
+    if job.finished_at is None or job.ended_lost_gpu_seconds is None:
         return
-    JobRestart.objects.filter(pk=restart.pk).update(lost_gpu_seconds=lost)
-    values = {"number": restart.number, "lost": f"{lost:,.0f}", "was": f"{was:,.0f}"}
+    lost = _lost_work_recount(
+        job=job,
+        number=job.attempt + 1,  # after the restarts that requeued it (1 … attempt)
+        interrupted_attempt=job.attempt,
+        at=job.finished_at,
+        was=job.ended_lost_gpu_seconds,
+        checkpoint_at=checkpoint_at,
+        now=checkpoint_at,
+        step=step,
+        resumed=False,
+    )
+    if lost is not None:
+        Job.objects.filter(pk=job.pk).update(ended_lost_gpu_seconds=lost)
+
+
+def _lost_work_recount(
+    *,
+    job: Job,
+    number: int,
+    interrupted_attempt: int,
+    at: datetime,
+    was: float,
+    checkpoint_at: datetime | None,
+    now: datetime,
+    step: int | None,
+    resumed: bool,
+) -> float | None:
+    """Interruption `number` (at `at`, of attempt `interrupted_attempt`) counted again from
+    `checkpoint_at` (None: from its pods' start): the new figure, with a LostWorkRevised
+    event saying why, or None when `lifecycle.lost_work_revised` keeps `was`. The pods it
+    interrupted are those of that attempt that ended with it."""
+    interrupted = Pod.objects.filter(
+        job=job, attempt=interrupted_attempt, finished_at=at
+    ).select_related("role")
+    lost = lifecycle.lost_work_revised(
+        was=was,
+        recounted=pods_lost_gpu_seconds(
+            job=job,
+            pods=interrupted,
+            now=at,
+            checkpoint_at=checkpoint_at,
+            from_start=checkpoint_at is None,
+        ),
+        resumed=resumed,
+    )
+    if lost is None:
+        return None
+    values = {"number": number, "lost": f"{lost:,.0f}", "was": f"{was:,.0f}"}
     job_event(
         job=job,
         kind="LostWorkRevised",
@@ -834,6 +894,7 @@ def _lost_work_revised(
         ),
         now=now,
     )
+    return lost
 
 
 def checkpoint_resumed(

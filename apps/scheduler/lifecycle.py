@@ -68,6 +68,22 @@ def resume_message(step: int | None, *, passed_over: Sequence[str] = ()) -> str:
     return say("Resuming from checkpoint at step {step}", step=step)
 
 
+def lost_work_revised(*, was: float, recounted: float, resumed: bool) -> float | None:
+    """The work an interruption lost, `was`, counted again (`recounted`, by
+    `lost_gpu_seconds`) from a checkpoint learnt of after it, or None when `was` stands.
+    The interruption's cost is the work since the checkpoint the job goes on from, so:
+    a checkpoint the interrupted pods saved after the one counted from (on their way out,
+    in the grace period, or read from the manifest a moment late) only lowers it — a save
+    older than the one counted from is not what the job goes on from; the next attempt's
+    own word of what its load resumed from (`resumed`: it passed over damaged files for an
+    older checkpoint, or for the start) sets it, more or less. The same for every
+    interruption: a requeue, a restart in place (the whole job, or in Async mode only the
+    failed pods), or the one that ended the job."""
+    if recounted == was or (recounted > was and not resumed):
+        return None
+    return recounted
+
+
 def hang_message(*, quiet_since: float | None, interval: int | None, now: float) -> str | None:
     """AIMaster's hang detection: why the job is hung — no pod of its attempt has written
     any output since `quiet_since` (the newest output or pod start, whichever is later),

@@ -429,6 +429,50 @@ def test_it_restarts_only_the_failed_pod_in_async_mode(personas, agent_backend):
     assert len(ports) == 1  # the replacement rejoins the same master
 
 
+def test_an_async_restart_past_a_damaged_checkpoint_counts_the_work_lost_from_the_one_loaded(
+    personas, agent_backend
+):
+    """Async: rank 0 saves steps 1 and 2, damages step 2's file and runs on; rank 1 then
+    fails, and only it restarts in place. Its replacement's EasyCkpt load passes over step 2
+    for step 1, which rank 0's agent reads from the manifest: the failed pod's work lost
+    counts from step 1, as after a requeue or a whole restart."""
+    command = (
+        'python -c "import easyckpt, os, pathlib, time\n'
+        "d = pathlib.Path(os.environ['PAIWEB_CHECKPOINT_DIR'])\n"
+        "def wait(name):\n"
+        "    for _ in range(600):\n"
+        "        if (d / name).exists(): return\n"
+        "        time.sleep(0.1)\n"
+        "if os.environ['RANK'] == '1' and not (d / 'rank1-failed').exists():\n"
+        "    wait('damaged'); time.sleep(3); (d / 'rank1-failed').touch(); raise SystemExit(4)\n"
+        "if os.environ['RANK'] == '1':\n"
+        "    resumed = easyckpt.load_latest(); (d / 'loaded').touch()\n"
+        "    print('resumed from', resumed[0]); raise SystemExit(0)\n"
+        "easyckpt.save({'step': 1}, 1); easyckpt.wait(); time.sleep(1)\n"
+        "easyckpt.save({'step': 2}, 2); easyckpt.wait(); time.sleep(1)\n"
+        "two = d / 'ckpt-000000000002.pkl'\n"
+        "two.write_bytes(two.read_bytes()[:-5] + b'xxxxx'); (d / 'damaged').touch()\n"
+        "wait('loaded'); time.sleep(3)\""
+    )
+    job = submit(personas, command=command, pods=2, aimaster=True, execution_mode="Async")
+    job_in(job, JobStatus.SUCCEEDED, agent=agent_backend, timeout=90)
+    assert job.restart_times == 1
+    failed, replacement = job.pods.filter(index=1).order_by("attempt")
+    assert "resumed from 1" in pod_log(replacement)
+    wait_for(
+        lambda: job.events.filter(kind="Resumed").exists(),
+        what="the resume's word",
+        agent=agent_backend,
+    )
+    assert job.events.get(kind="Resumed").message == (
+        "Damaged checkpoints passed over: ckpt-000000000002.pkl; resumed from checkpoint at step 1"
+    )
+    one = job.checkpoints.get(step=1)
+    assert job.restarts.get().lost_gpu_seconds == pytest.approx(
+        (failed.finished_at - max(one.created_at, failed.started_at)).total_seconds(), abs=0.01
+    )
+
+
 def test_aimaster_restarts_a_job_that_prints_nothing_for_its_hang_interval(personas, agent_backend):
     """The first attempt prints once and hangs; AIMaster's hang detection (10 s) restarts
     it. The second prints every second for longer than the interval, and is left alone."""

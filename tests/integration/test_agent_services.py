@@ -45,6 +45,7 @@ def submit(
     aimaster=False,
     max_restarts=3,
     success_policy="AllWorkers",
+    execution_mode="Sync",
     idle="off",
     ws="ws_a",
     user="alice",
@@ -59,6 +60,7 @@ def submit(
         enable_aimaster=aimaster,
         max_restarts=max_restarts,
         success_policy=success_policy,
+        execution_mode=execution_mode,
         roles=roles or [RoleSpec(pod_count=pods, cpu=4000, memory=16384, gpu=gpu)],
     )
     job = job_submit(workspace=personas[ws], user=personas[user], spec=spec)
@@ -373,6 +375,68 @@ def test_it_counts_the_lost_work_of_a_resumed_attempt_from_its_own_start(persona
     services.pod_report_exit(pod_id=first.pod_id, exit_code=1, now=again + timedelta(seconds=30))
     lost = list(job.restarts.order_by("number").values_list("lost_gpu_seconds", flat=True))
     assert lost == [pytest.approx(2 * 2 * 40), pytest.approx(2 * 2 * 30)]  # not 2 × 2 × 870
+
+
+def test_an_async_restart_past_a_damaged_checkpoint_counts_the_work_lost_from_the_one_loaded(
+    personas, sent
+):
+    """Async: worker 1 fails and only it restarts in place, worker 0 runs on. The
+    replacement's load passes over step 60, damaged, for step 50 (rank 0's agent reads
+    that from the manifest): the failed pod lost its work since step 50, not since 60.
+    What worker 0, running on, saves later is its own and revises nothing."""
+    job = submit(personas, pods=2, gpu=2, aimaster=True, execution_mode="Async")
+    first, second = run_all(job)
+    start = timezone.now() - timedelta(seconds=100)
+    Pod.objects.filter(job=job).update(started_at=start)
+    fifty, sixty = "/ckpt/ckpt-000000000050.pkl", "/ckpt/ckpt-000000000060.pkl"
+    for step, path, after in [(50, fifty, 30), (60, sixty, 60)]:
+        services.checkpoint_report(
+            job_pk=job.pk, step=step, path=path, size_bytes=10, at=start + timedelta(seconds=after)
+        )
+    now = start + timedelta(seconds=100)
+    services.pod_report_exit(pod_id=second.pod_id, exit_code=1, now=now)
+    job.refresh_from_db()
+    assert job.events.get(kind="Restarted").message.startswith("AIMaster restart 1/3: 1 pod(s)")
+    restart = job.restarts.get()
+    assert restart.lost_gpu_seconds == pytest.approx(2 * 40)  # the failed pod, since step 60
+    run_all(job)  # its replacement starts
+    services.checkpoint_resumed(
+        pod_pk=first.pk, step=50, path=fifty, damaged=[sixty], at=now + timedelta(seconds=5)
+    )
+    restart.refresh_from_db()
+    assert restart.lost_gpu_seconds == pytest.approx(2 * 70)
+    assert list(job.events.filter(kind="LostWorkRevised").values_list("message", flat=True)) == [
+        "Attempt 1 resumed from checkpoint at step 50: the work lost at interruption 1 is 140 "
+        "GPU-seconds, not 80"
+    ]
+    services.checkpoint_report(
+        job_pk=job.pk, step=70, path="/ckpt/70", size_bytes=10, at=timezone.now()
+    )
+    restart.refresh_from_db()
+    assert restart.lost_gpu_seconds == pytest.approx(2 * 70)
+
+
+def test_an_async_job_requeued_after_a_failure_counts_its_save_on_the_way_out(personas, sent):
+    """A failed pod's node is gone, so the Async job is placed again, every pod stopped:
+    rank 0's save in the grace period is what the next attempt resumes from, and the work
+    lost is counted again from it, as for any requeue."""
+    job = submit(personas, pods=2, gpu=2, aimaster=True, execution_mode="Async")
+    first, second = run_all(job)
+    start = timezone.now() - timedelta(seconds=100)
+    Pod.objects.filter(job=job).update(started_at=start)
+    services.checkpoint_report(
+        job_pk=job.pk, step=50, path="/ckpt/50", size_bytes=10, at=start + timedelta(seconds=60)
+    )
+    Node.objects.filter(pk=second.node_id).update(status=Node.Status.CORDONED)
+    now = start + timedelta(seconds=100)
+    services.pod_report_exit(pod_id=second.pod_id, exit_code=1, now=now)
+    restart = job.restarts.get()
+    assert (restart.cause, restart.lost_gpu_seconds) == ("PodFailed", pytest.approx(2 * 2 * 40))
+    services.checkpoint_report(
+        job_pk=job.pk, step=58, path="/ckpt/58", size_bytes=10, at=now + timedelta(seconds=1)
+    )
+    restart.refresh_from_db()
+    assert restart.lost_gpu_seconds == 0
 
 
 def test_it_requeues_instead_when_a_node_of_the_job_is_gone(personas, sent):

@@ -780,6 +780,34 @@ def test_a_checkpoint_saved_on_the_way_out_of_a_reclaim_revises_the_work_lost(pe
     assert restart.lost_gpu_seconds == 0
 
 
+def test_a_checkpoint_saved_on_the_way_out_of_a_reclaim_that_ended_the_job_revises_its_work_lost(
+    personas, replay
+):
+    """Without AIMaster a reclaim ends the job, and the work it lost is the job's own
+    (`ended_lost_gpu_seconds`): its pods' save on SIGTERM revises it as a requeued job's
+    would, and the page and GetJob read 0, not 60."""
+    gn7 = "ecs.gn7i-c8g1.2xlarge"  # 1 GPU
+    replay([(NOW, gn7, "3.00"), (at(1), gn7, "5.00")])
+    job = submit(personas, itype=gn7, pods=2, discount="0.5")
+    step(at(0))
+    checkpoint_report(job_pk=job.pk, step=1, path="/ckpt/1", size_bytes=1, at=at(0.5))
+    step(at(1))  # reclaimed: 2 GPUs × 30 s since the checkpoint, and the job ends
+    reload(job)
+    assert job.status == JobStatus.FAILED and not job.restarts.exists()
+    assert job.ended_lost_gpu_seconds == pytest.approx(2 * 30)
+    # an older checkpoint read late is not what the job goes on from: nothing changes
+    checkpoint_report(job_pk=job.pk, step=0, path="/ckpt/0", size_bytes=1, at=at(0.2))
+    checkpoint_report(
+        job_pk=job.pk, step=2, path="/ckpt/2", size_bytes=1, at=at(1) + timedelta(seconds=1)
+    )
+    reload(job)
+    assert job.ended_lost_gpu_seconds == 0
+    assert list(job.events.filter(kind="LostWorkRevised").values_list("message", flat=True)) == [
+        "Checkpoint at step 2 saved by the interrupted attempt: the work lost at interruption 1 "
+        "is 0 GPU-seconds, not 60"
+    ]
+
+
 def test_a_resume_past_a_damaged_checkpoint_revises_the_resumed_event_and_the_work_lost(
     personas, replay
 ):

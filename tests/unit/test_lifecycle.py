@@ -627,3 +627,13 @@ def test_a_resume_is_said_as_an_intent_until_its_load_says_what_it_loaded():
     assert lifecycle.resume_message(None, passed_over=["a.pkl"]) == (
         "Damaged checkpoints passed over: a.pkl; resumed from the start"
     )
+
+
+def test_a_save_only_lowers_the_work_lost_and_a_resume_sets_it():
+    revised = lifecycle.lost_work_revised
+    assert revised(was=60, recounted=0, resumed=False) == 0  # saved on the way out
+    assert revised(was=60, recounted=90, resumed=False) is None  # an older save: not gone on from
+    assert revised(was=60, recounted=60, resumed=False) is None
+    assert revised(was=60, recounted=100, resumed=True) == 100  # the load passed over the newer
+    assert revised(was=60, recounted=20, resumed=True) == 20
+    assert revised(was=60, recounted=60, resumed=True) is None
