@@ -159,10 +159,14 @@ def test_makemessages_finds_no_text_the_catalogue_lacks():
 
 
 # Said by no code now, and kept: rows an earlier version wrote hold this text (a job's, its
-# pods' and its events' preemption reason), which is translated by the catalogue when shown.
+# pods' and its events' preemption reason, a resume's event), which is translated by the
+# catalogue when shown.
 STORED_EARLIER = {
     "preempted by job {job} of quota {quota}, which reclaims its guaranteed resources; "
     "{lost} GPU-seconds of work since the last checkpoint lost",
+    # a requeued job's resume, now said as an intent ("Resuming from …") until its load
+    "Resumed from checkpoint at step {step}",
+    "Resumed from the start (no checkpoint yet)",
 }
 
 
