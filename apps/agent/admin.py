@@ -125,7 +125,7 @@ class NodeAdmin(admin.ModelAdmin):
     list_select_related = ("pool", "instance_type")
     search_fields = ("name", "gpu_model", "instance_type__name")
     autocomplete_fields = ("instance_type",)
-    readonly_fields = ("last_heartbeat", "lost_at")
+    readonly_fields = ("last_heartbeat", "pods_watched_at", "lost_at")
     actions = ["cordon", "drain", "uncordon"]
 
     def get_deleted_objects(self, objs, request: HttpRequest):

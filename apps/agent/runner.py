@@ -808,6 +808,15 @@ class PodProcess:
             self.popen.wait()  # reap our shim
         return self._exit
 
+    def ending_since(self) -> float | None:
+        """While its exit is not yet written: when its shim said the pod's process ended
+        (the modification time of shim.ENDING, never after the end exit.json will say),
+        else None (it runs, or a shim from before does not say)."""
+        try:
+            return (self.state_dir / shim.ENDING).stat().st_mtime
+        except OSError:
+            return None
+
     def poll(self) -> int | None:
         """The exit code once the pod ended (-1 if it vanished without one), else None."""
         ended = self.result()

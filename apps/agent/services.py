@@ -31,7 +31,13 @@ from apps.core.models import Heartbeat
 from apps.core.services import heartbeat_record
 from apps.core.tasks import hint_on_commit, task_soon
 from apps.core.words import say, say_n
-from apps.jobs.execution import PodsStop, pods_winding_down, silent_before
+from apps.jobs.execution import (
+    PodsStop,
+    pods_vouched_until,
+    pods_watched_recorded,
+    pods_winding_down,
+    silent_before,
+)
 from apps.jobs.models import (
     LIVE_POD_STATUSES,
     Checkpoint,
@@ -1171,11 +1177,26 @@ def agent_heartbeat(
     sandbox: str,
     now: datetime,
     pod_cidr: str = "",
+    reports_rounds: bool = False,
+    pods_watched_at: datetime | None = None,
 ) -> int:
-    """An agent answered: its nodes are alive (a Lost one is Ready again). Returns how many
-    nodes it serves."""
+    """An agent answered: its nodes are alive (a Lost one is Ready again). An agent that
+    reports its watch rounds (`reports_rounds`) says when its last complete one began
+    (`pods_watched_at`, None before its first), recorded on its nodes and its own row by
+    `pods_watched_recorded`; one from before says nothing, and its heartbeat alone bounds
+    its pods' bills. Returns how many nodes it serves."""
     served = list(Node.objects.filter(name__in=list(nodes)))
-    Node.objects.filter(pk__in=[n.pk for n in served]).update(last_heartbeat=now, lost_at=None)
+    for node in served:
+        Node.objects.filter(pk=node.pk).update(
+            last_heartbeat=now,
+            lost_at=None,
+            pods_watched_at=pods_watched_recorded(
+                reported=pods_watched_at,
+                reports_rounds=reports_rounds,
+                heartbeat=node.last_heartbeat,
+                watched=node.pods_watched_at,
+            ),
+        )
     for node in served:
         if node.status == Node.Status.LOST:
             Node.objects.filter(pk=node.pk, status=Node.Status.LOST).update(
@@ -1211,7 +1232,18 @@ def agent_heartbeat(
             address=address,
             code=sandbox,
         )
-    heartbeat_record(name=_agent_beat(worker), now=now, detail=what[:200])
+    before = Heartbeat.objects.filter(name=_agent_beat(worker)).first()
+    heartbeat_record(
+        name=_agent_beat(worker),
+        now=now,
+        detail=what[:200],
+        pods_watched_at=pods_watched_recorded(
+            reported=pods_watched_at,
+            reports_rounds=reports_rounds,
+            heartbeat=before.last_seen if before else None,
+            watched=before.pods_watched_at if before else None,
+        ),
+    )
     return len(served)
 
 
@@ -1264,7 +1296,8 @@ def nodes_mark_lost(*, now: datetime) -> list[str]:
 def public_pods_lost(*, cutoff: datetime, now: datetime) -> list[str]:
     """Pods of the public pool have no node to go Lost: they are lost with their agent.
     Each agent running such pods that has not reported since `cutoff` loses them (NodeLost,
-    as of its last heartbeat), and their jobs are requeued as a platform interruption.
+    as of its last heartbeat, no later than its last complete watch round:
+    `pods_vouched_until`), and their jobs are requeued as a platform interruption.
     Returns the silent agents' names."""
     agents = set(
         PodProcess.objects.filter(
@@ -1273,13 +1306,14 @@ def public_pods_lost(*, cutoff: datetime, now: datetime) -> list[str]:
             state__in=[PodProcess.State.STARTING, PodProcess.State.RUNNING],
         ).values_list("agent", flat=True)
     )
-    beats = dict(
-        Heartbeat.objects.filter(name__in=[_agent_beat(a) for a in agents]).values_list(
-            "name", "last_seen"
-        )
-    )
+    beats = {
+        name: (seen, watched)
+        for name, seen, watched in Heartbeat.objects.filter(
+            name__in=[_agent_beat(a) for a in agents]
+        ).values_list("name", "last_seen", "pods_watched_at")
+    }
     silent = sorted(
-        a for a in agents if beats.get(_agent_beat(a)) and beats[_agent_beat(a)] < cutoff
+        a for a in agents if _agent_beat(a) in beats and beats[_agent_beat(a)][0] < cutoff
     )
     for agent in silent:
         message = say(
@@ -1297,7 +1331,10 @@ def public_pods_lost(*, cutoff: datetime, now: datetime) -> list[str]:
                 _pods_lost(
                     job=job,
                     pods=list(pods.filter(job=job)),
-                    seen=beats[_agent_beat(agent)],
+                    seen=pods_vouched_until(
+                        heartbeat=beats[_agent_beat(agent)][0],
+                        watched=beats[_agent_beat(agent)][1],
+                    ),
                     message=message,
                     now=now,
                 )
@@ -1307,21 +1344,27 @@ def public_pods_lost(*, cutoff: datetime, now: datetime) -> list[str]:
 
 
 def pods_reported_until(*, pod_ids: Sequence[int]) -> dict[int, datetime]:
-    """`apps.jobs.execution.pods_reported_until`: the heartbeat the watchdog would end each
-    pod at if its node (or, for the public pool, its agent) were lost now (see
-    `node_fail_pods`, `public_pods_lost`). Two queries."""
+    """`apps.jobs.execution.pods_reported_until`: the time the watchdog would end each pod
+    at if its node (or, for the public pool, its agent) were lost now (see
+    `node_fail_pods`, `public_pods_lost`): `pods_vouched_until` of its node's last
+    heartbeat and watch round, or its agent's. Two queries."""
     found: dict[int, datetime] = {}
     agents: dict[int, str] = {}
-    for pk, node_seen, agent in Pod.objects.filter(pk__in=list(pod_ids)).values_list(
-        "pk", "node__last_heartbeat", "process__agent"
+    for pk, node_seen, node_watched, agent in Pod.objects.filter(pk__in=list(pod_ids)).values_list(
+        "pk", "node__last_heartbeat", "node__pods_watched_at", "process__agent"
     ):
-        if node_seen is not None:
-            found[pk] = node_seen
+        vouched = pods_vouched_until(heartbeat=node_seen, watched=node_watched)
+        if vouched is not None:
+            found[pk] = vouched
         elif agent:
             agents[pk] = _agent_beat(agent)
-    beats = dict(
-        Heartbeat.objects.filter(name__in=set(agents.values())).values_list("name", "last_seen")
-    )
+    beats = {
+        name: vouched
+        for name, seen, watched in Heartbeat.objects.filter(
+            name__in=set(agents.values())
+        ).values_list("name", "last_seen", "pods_watched_at")
+        if (vouched := pods_vouched_until(heartbeat=seen, watched=watched)) is not None
+    }
     found.update({pk: beats[name] for pk, name in agents.items() if name in beats})
     return found
 
@@ -1332,7 +1375,8 @@ def _agent_beat(worker: str) -> str:
 
 
 def node_fail_pods(*, node: Node, now: datetime) -> int:
-    """The node is gone: its live pods fail (NodeLost) as of its last heartbeat, the rest of
+    """The node is gone: its live pods fail (NodeLost) as of its last heartbeat (no later
+    than its agent's last complete watch round: `pods_vouched_until`), the rest of
     each job is stopped and the job requeued — a platform interruption, so no job fails and
     no AIMaster restart is spent. Returns how many jobs were affected."""
     message = say(
@@ -1347,7 +1391,9 @@ def node_fail_pods(*, node: Node, now: datetime) -> int:
             _pods_lost(
                 job=job,
                 pods=list(Pod.objects.filter(job=job, node=node, status__in=LIVE_POD_STATUSES)),
-                seen=node.last_heartbeat,
+                seen=pods_vouched_until(
+                    heartbeat=node.last_heartbeat, watched=node.pods_watched_at
+                ),
                 message=message,
                 now=now,
             )
@@ -1372,8 +1418,10 @@ def _current_pods(job: Job) -> list[Pod]:
 def _pods_lost(
     *, job: Job, pods: Sequence[Pod], seen: datetime | None, message: str, now: datetime
 ) -> None:
-    """Fail the job's live `pods`, lost with their node or agent, as of `seen` (its last
-    heartbeat: the last time anything knew their processes were alive), so their bills (cut
+    """Fail the job's live `pods`, lost with their node or agent, as of `seen` (as far as
+    it vouched for them, `pods_vouched_until`: its last heartbeat, no later than its last
+    complete watch round: the last time anything knew their processes were alive, and
+    where billing stopped), so their bills (cut
     at Pod.finished_at) and lost work stop there; never before a pod started, nor before
     one that never started was created. A process that still runs is told to stop, and the
     job (locked by the caller) is requeued."""

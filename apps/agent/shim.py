@@ -16,6 +16,8 @@ STATE_DIR is the agent's (mode 0700, outside anything a pod can see):
     spec.json     the agent, before the start: argv, cwd, log file and cap, cgroup, fds
     started.json  the shim, once the pod's process runs: {"shim", "pid", "at"}
     stop          the agent, to stop the pod: the grace period in seconds (SIGUSR1 wakes us)
+    ending.json   the shim, the moment the pod's process ended, before its last output is
+                  collected: its modification time is never after the end exit.json says
     exit.json     the shim, when the pod ended: {"code", "at"} (or {"error"} if it never ran)
 
 Lean on purpose, since one runs per pod: the standard library only, one thread, no Django.
@@ -44,6 +46,7 @@ TICK = 0.2  # seconds between checks of the stop file and the kill deadline
 DISCARD_RATE = 4 * 1024 * 1024
 TIMES_SUFFIX = ".times"  # beside the log: when its bytes were written (LogWriter)
 SPEC, STARTED, STOP, EXIT = "spec.json", "started.json", "stop", "exit.json"
+ENDING = "ending.json"  # the pod's process ended; its exit is being written
 # The environment of the pod's chain up to its own user (runner._env_argv sets the pod's):
 # nothing of the job's reaches a process that runs as root.
 CHAIN_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
@@ -467,6 +470,10 @@ def serve(state: Path) -> int:
             pod.request_stop(grace)
         pod.tick()
         pod.drain(TICK)
+    # Said at once, before the last output is collected (seconds at most): until exit.json
+    # is written the agent sees this shim alive, and must not vouch for the pod past this
+    # file's time (runner.PodProcess.ending_since). The end is read after it, never before.
+    _try_write(state / ENDING, {})
     ended = time.time()
     code = pod.finish()
     # The exit is the pod's outcome: never lost to a full disk. The agent sees this shim

@@ -16,7 +16,8 @@ and so of database connections, whatever the number of pods:
   code and the time the process ended, so a bill stops then), status (a stop or preemption
   whose message was missed), the job's deadline, checkpoint manifests and the disk quota;
   and every POD_METRICS_SECONDS each pod's figures (CPU, memory, GPU, network, disk), all
-  stored in one insert.
+  stored in one insert. When its last complete round began goes with the heartbeats
+  (`pods_watched_at`): billing bills no pod past it.
 - The disk walker measures each running job's files every POD_DISK_CHECK_SECONDS, off the
   watch loop (a large tree takes a second), and hands the figure to it.
 
@@ -79,6 +80,10 @@ class _Entry:
 _lock = threading.Lock()
 _running: dict[str, _Entry] = {}
 _starting: dict[str, float | None] = {}  # claimed, no process yet → a stop's grace, if any
+_starts_began: dict[str, float] = {}  # the same pods → when their start began (epoch)
+# "at": when the last complete watch round began (epoch; `pods_watched_at`); "adopted":
+# whether a reconcile has re-adopted every pod an earlier agent of this name left.
+_watched: dict = {"at": None, "adopted": False}
 _shutting_down = threading.Event()
 _loops_stop = threading.Event()
 _loops: list[threading.Thread] = []
@@ -104,6 +109,15 @@ def is_agent() -> bool:
 def running_pods() -> list[str]:
     with _lock:
         return sorted(_running)
+
+
+def pods_watched_at() -> float | None:
+    """When this agent's last complete watch round began (epoch seconds): every pod it runs
+    that had ended by then has had its end reported. Reported with its heartbeats; billing
+    bills a running pod no further (`apps.jobs.execution.pods_vouched_until`). None until
+    the first such round, which follows the re-adoption of the pods an earlier agent left:
+    a restarted agent vouches for nothing new until it has looked at them."""
+    return _watched["at"]
 
 
 # --- the pod's directories, environment and sandbox ------------------------------------
@@ -428,6 +442,7 @@ def pod_start(*, pod_id: str) -> bool:
         if pod_id in _running or pod_id in _starting or _shutting_down.is_set():
             return False
         _starting[pod_id] = None
+        _starts_began[pod_id] = time.time()
     try:
         launch = services.pod_claim(
             pod_id=pod_id, agent=agent_name(), hostname=socket.gethostname(), now=timezone.now()
@@ -438,6 +453,7 @@ def pod_start(*, pod_id: str) -> bool:
     finally:
         with _lock:
             _starting.pop(pod_id, None)
+            _starts_began.pop(pod_id, None)
 
 
 def _launch(launch: services.PodLaunch) -> bool:
@@ -662,11 +678,16 @@ def reconcile_once(*, starts: bool = True) -> None:
     on_disk = {p.name for p in root.iterdir() if p.is_dir()} if root.is_dir() else set()
     with _lock:
         known = set(_running) | set(_starting)
+    adopted = True
     for pod_id in sorted((set(work.claimed) | on_disk) - known):
         try:
             _adopt(pod_id, work.claimed.get(pod_id))
         except Exception:
             logger.exception("could not re-adopt pod %s", pod_id)
+            adopted = False
+    if adopted:
+        with _lock:  # the watch rounds that begin from now on look at every pod it runs
+            _watched["adopted"] = True
     for pod_id in work.queued if starts else ():
         if _shutting_down.is_set():
             return
@@ -813,18 +834,29 @@ def shutdown(*, grace_cap: float = 10.0) -> None:
 
 
 def watch_once() -> None:
-    """One round over every pod: report those that ended, check the others."""
+    """One round over every pod: report those that ended, check the others.
+
+    A round that reported every end it found is complete, and its start is what the agent
+    vouches for (`pods_watched_at`): no further than when a start under way began (its
+    process may have ended before this round could see it), nor than when a shim said its
+    pod had ended without saying how yet (`runner.PodProcess.ending_since`). Rounds before
+    the pods of an earlier agent are re-adopted vouch for nothing."""
     with _lock:
+        began = time.time()
         entries = list(_running.values())
-    if not entries:
-        return
+        adopted = _watched["adopted"]
+        bounds = [began, *_starts_began.values()]
     for entry in entries:
         if entry.exit is None:
             entry.exit = entry.process.result()
+    complete = True
     for entry in entries:
         if entry.exit is not None:
-            _finish(entry)
+            complete = _finish(entry) and complete
     live = [e for e in entries if e.exit is None]
+    if complete and adopted:
+        bounds += [at for e in live if (at := e.process.ending_since()) is not None]
+        _watched["at"] = min(bounds)
     if not live:
         return
     watches = services.pods_watch(pod_pks=[e.launch.pod_pk for e in live])
@@ -837,9 +869,9 @@ def watch_once() -> None:
     _sample_metrics(live)
 
 
-def _finish(entry: _Entry) -> None:
+def _finish(entry: _Entry) -> bool:
     """The pod's process ended: why, release its namespace and cgroup (once), report the
-    exit at the time it happened, then forget it. A failed report is tried again."""
+    exit at the time it happened, then forget it. A failed report is tried again: False."""
     launch, ended = entry.launch, entry.exit
     if entry.ending is None:
         try:
@@ -852,7 +884,7 @@ def _finish(entry: _Entry) -> None:
     if not entry.running_reported:  # it started and ended before it was reported running
         _report_running(entry)
         if not entry.running_reported:
-            return
+            return False
     try:
         services.pod_report_exit(
             pod_id=launch.pod_id,
@@ -864,12 +896,13 @@ def _finish(entry: _Entry) -> None:
     except Exception:
         logger.exception("could not report pod %s's exit; trying again", launch.pod_id)
         connection.close()
-        return
+        return False
     entry.process.discard()
     with _lock:
         _running.pop(launch.pod_id, None)
         if not any(e.launch.job_pk == launch.job_pk for e in _running.values()):
             _disk_seen.pop(launch.job_pk, None)
+    return True
 
 
 def _release(cgroup, netns_name: str) -> None:

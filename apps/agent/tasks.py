@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+from datetime import UTC, datetime
 
 from celery import shared_task
 from celery.signals import worker_ready, worker_shutdown
@@ -64,8 +65,21 @@ def agents_ping(*, timeout: float) -> int:
                     sandbox=info.get("sandbox", ""),
                     now=now,
                     pod_cidr=str(info.get("pod_cidr") or ""),
+                    # an agent from before does not report its watch rounds
+                    reports_rounds="pods_watched_at" in info,
+                    pods_watched_at=_epoch(info.get("pods_watched_at")),
                 )
     return served
+
+
+def _epoch(value) -> datetime | None:
+    """An agent's epoch seconds as a time; None for anything else (no round yet)."""
+    if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
+        try:
+            return datetime.fromtimestamp(value, UTC)
+        except (OverflowError, OSError, ValueError):
+            return None
+    return None
 
 
 @shared_task
@@ -114,6 +128,7 @@ def _info(nodes: list[str], public: bool) -> dict:
         "sandbox": runner.isolation_status(settings.SANDBOX).mode,
         "pod_cidr": settings.POD_CIDR,
         "pods": len(supervisor.running_pods()),
+        "pods_watched_at": supervisor.pods_watched_at(),
     }
 
 
@@ -172,6 +187,8 @@ def _agent_ready(sender=None, **kwargs) -> None:
             sandbox=info["sandbox"],
             now=timezone.now(),
             pod_cidr=info["pod_cidr"],
+            reports_rounds=True,
+            pods_watched_at=_epoch(info["pods_watched_at"]),
         )
     except Exception:
         logger.exception("agent %s could not report in", sender.hostname)

@@ -1,12 +1,19 @@
 """Billing: charge every started minute of every pod of a public or spot job, exactly once;
 and a minute in which a pod replaced another in its slot of the job (a lost or reclaimed
-pod, then its next attempt) once for the slot, to the pod that ran in it first. A running
-pod is billed no further than its agent's last heartbeat (`pods_reported_until`): a silent
-node's pods end there when it is declared Lost, so no minute after it is billed meanwhile,
-and if the agent was only late its next heartbeat bills the minutes it vouches for. A
-heartbeat vouches for the agent, not for each pod: a pod's end reported after a run billed
-past it (its agent restarted, or had not yet looked) has those minutes taken back by the
-next run (`_bills_past_ends_withdraw`).
+pod, then its next attempt) once for the slot, to the pod that ran in it first.
+
+A running pod is billed no further than its agent vouches for it (`pods_reported_until`,
+one rule: `apps.jobs.execution.pods_vouched_until`): its last heartbeat, and no later than
+the start of its last complete watch round. A heartbeat says the agent is alive; a watch
+round that looked at every pod it runs says each pod that had ended by its start has had
+its end reported, so no minute past a pod's end is billed even when the end is reported
+after a later heartbeat (an agent that restarted, which vouches for nothing new until its
+first round; an exit late in a minute; a watch loop held up). A silent node's pods end
+there when it is declared Lost, so no minute after it is billed meanwhile, and an agent
+that was only late has the minutes it vouches for billed on its next heartbeat. An agent
+from before watch rounds were reported is bounded by its heartbeat alone: a pod's end
+reported after a run billed past it has those minutes taken back by the next run
+(`_bills_past_ends_withdraw`, `BillCorrected`), the safety net for whatever slips by.
 
 Each pod of a pay-as-you-go or spot job has a PodMeter (opened with the pod by the market;
 any running such pod without one is adopted). `billing_accrue` bills each open meter's
@@ -267,10 +274,11 @@ def billing_accrue(*, now: datetime) -> AccrueReport:
 def _bills_past_ends_withdraw(meters: list[_Meter], now: datetime) -> list[_Meter]:
     """Take back the minutes billed after the end of a pod whose end was reported late.
 
-    A heartbeat says an agent is alive, not that it has looked at each of its pods: one that
-    restarts answers before it reports the exit of a pod that ended while it was down (and
-    any agent reports an exit up to a watch round after it). Billing meanwhile bills such a
-    pod up to the heartbeat; when its end arrives, earlier, the lines of the minutes that
+    The safety net: a running pod is billed no further than its agent's last complete
+    watch round, so an end is not reported after a run billed past it, except with an
+    agent that does not report its rounds (one from before), bounded by its heartbeat
+    alone, or a pod whose shim started before shims said at once that a pod had ended.
+    When such an end arrives, the lines of the minutes that
     start at or after it are removed, their days reduced to the lines left, the meter moved
     back to the end, and the job told (BillCorrected), in the caller's transaction. Returns
     the meters as they now stand."""

@@ -178,6 +178,16 @@ class Node(models.Model):
         _("Status"), max_length=16, choices=Status.choices, default=Status.READY
     )
     last_heartbeat = models.DateTimeField(_("last heartbeat"), null=True, blank=True)
+    # Reported with each heartbeat: when its agent's last watch round that looked at every
+    # pod it runs began (every pod ended before then has had its end reported). A running
+    # pod is billed no further (`apps.jobs.execution.pods_vouched_until`). Null: its agent
+    # does not report rounds (one from before), and its heartbeat alone bounds.
+    pods_watched_at = models.DateTimeField(
+        _("pods watched at"),
+        null=True,
+        blank=True,
+        help_text=_("the start of its agent's last watch round over every pod it runs"),
+    )
     # When the watchdog found it silent, whatever its status (a Cordoned or Draining one
     # stays so): its processes are gone as far as anyone knows until its agent answers.
     lost_at = models.DateTimeField(_("found silent at"), null=True, blank=True)

@@ -106,9 +106,44 @@ def pods_stopping_bulk(*, stops: Sequence[PodsStop], now: datetime) -> None:
         executor().pods_terminate_bulk(stops=stops, now=now)
 
 
+def pods_vouched_until(*, heartbeat: datetime | None, watched: datetime | None) -> datetime | None:
+    """How far an agent vouches for each pod it runs that has not been reported ended: its
+    last heartbeat says the agent is alive, not that it has looked at each pod, so no
+    further than the start of its last complete watch round (`watched`: every pod that had
+    ended by then has had its end reported). None for `watched`: an agent that does not say
+    (one from before watch rounds were reported), whose heartbeat alone bounds.
+
+    The one rule for both: billing bills a running pod no further (`pods_reported_until`),
+    and a silent agent's pods end there when it is declared lost."""
+    if watched is None or heartbeat is None:
+        return heartbeat if watched is None else watched
+    return min(heartbeat, watched)
+
+
+def pods_watched_recorded(
+    *,
+    reported: datetime | None,
+    reports_rounds: bool,
+    heartbeat: datetime | None,
+    watched: datetime | None,
+) -> datetime | None:
+    """The watch-round time a heartbeat leaves on record, given the previous record
+    (`heartbeat`, `watched`). An agent that reports its rounds (`reports_rounds`) and has
+    completed one: the start of its last (`reported`). One that has not completed one yet
+    (it has just started: the pods it re-adopts may have ended while it was down) vouches
+    for nothing new: as far as the previous record did (`pods_vouched_until`). An agent
+    that does not report rounds: None, its heartbeat alone bounds."""
+    if not reports_rounds:
+        return None
+    if reported is not None:
+        return reported
+    return pods_vouched_until(heartbeat=heartbeat, watched=watched)
+
+
 def pods_reported_until(*, pod_ids: Sequence[int]) -> dict[int, datetime]:
-    """When whatever runs each of these pods last said it was alive: its node's last
-    heartbeat, or for a pod of the public pool its agent's. A pod runs no longer than that as
+    """How far whatever runs each of these running pods vouches for it
+    (`pods_vouched_until`): its node's last heartbeat and its agent's last complete watch
+    round, or for a pod of the public pool its agent's. A pod runs no longer than that as
     far as anyone knows (a silent node's pods end there when it is declared Lost), so billing
     goes no further. Pods with no such report are left out; with EXECUTION_BACKEND "none"
     there are no agents, and all are."""

@@ -25,6 +25,12 @@ def migrate(target) -> None:
     executor.migrate([target])
 
 
+def latest(app: str) -> tuple[str, str]:
+    """The app's last migration: where a test that went back leaves the database."""
+    [leaf] = MigrationExecutor(connection).loader.graph.leaf_nodes(app)
+    return leaf
+
+
 def test_bill_days_are_summed_from_the_lines_billed_before_the_upgrade(
     personas, settings, tmp_path
 ):
@@ -73,7 +79,7 @@ def test_the_original_price_history_starts_with_each_types_price_at_the_upgrade(
     billing_accrue(now=at(1, 30))
 
     migrate(("cluster", "0008_node_draining_names"))  # the last release: no history
-    migrate(("cluster", "0009_original_price"))
+    migrate(latest("cluster"))
 
     assert sorted(OriginalPrice.objects.values_list("instance_type__name", "price_per_hour")) == (
         sorted(InstanceType.objects.values_list("name", "price_per_hour"))
@@ -87,3 +93,35 @@ def test_the_original_price_history_starts_with_each_types_price_at_the_upgrade(
         )
         == [D("0.8000")] * 4
     )
+
+
+def test_after_the_upgrade_that_records_watch_rounds_pods_are_billed_up_to_the_heartbeat(
+    personas, settings, tmp_path
+):
+    """Nodes and agents recorded before the upgrade say nothing of their watch rounds (null):
+    their pods are billed up to the heartbeat, as before, until their agent reports one."""
+    from apps.agent.models import PodProcess
+    from apps.cluster.models import Node
+    from apps.core.models import Heartbeat
+    from apps.core.services import heartbeat_record
+    from apps.jobs.models import Pod, PodStatus
+
+    replay_writer(settings, tmp_path)([(NOW, G7, "0.30")])
+    job = submit(personas, source="public", name="watched-upgrade")
+    step(at(0))
+    pod = job.pods.get()
+    PodProcess.objects.filter(pod=pod).update(state="running", agent="agent@before")
+    Pod.objects.filter(pk=pod.pk).update(status=PodStatus.RUNNING, started_at=at(0, 10))
+    heartbeat_record(name="agent:agent@before", now=at(2, 5))
+
+    migrate(("core", "0002_verbose_names"))  # the last release: no watch rounds
+    migrate(("cluster", "0009_original_price"))
+    migrate(latest("core"))
+    migrate(latest("cluster"))
+
+    assert not Node.objects.filter(pods_watched_at__isnull=False).exists()
+    assert Heartbeat.objects.get(name="agent:agent@before").pods_watched_at is None
+    billing_accrue(now=at(2, 10))
+    base = int(NOW.timestamp()) // 60
+    minutes = BillLine.objects.filter(pod=pod).order_by("minute").values_list("minute", flat=True)
+    assert [m - base for m in minutes] == [0, 1, 2]

@@ -714,3 +714,95 @@ def test_a_pods_exit_reported_after_a_later_heartbeat_takes_back_the_minutes_bil
     billing_accrue(now=market.at(2, 0))  # nothing more: the meter is closed
     assert billed() == [0]
     assert job.events.filter(kind="BillCorrected").count() == 1
+
+
+def _beat(worker: str, *, at, watched=None, rounds: bool = True) -> None:
+    """The agent `worker`, running pods of the public pool, answers at `at`: the start of
+    its last complete watch round is `watched` (None: none yet)."""
+    services.agent_heartbeat(
+        worker=worker,
+        hostname="h",
+        address="10.0.0.9",
+        nodes=[],
+        public=True,
+        sandbox="strict",
+        now=at,
+        reports_rounds=rounds,
+        pods_watched_at=watched,
+    )
+
+
+def _running_pod(personas, *, agent: str, started):
+    """A pay-as-you-go pod of the public pool that `agent` runs since `started`."""
+    job = market.submit(personas, source="public", name=agent.split("@")[1])
+    market.step(market.at(0))
+    pod = job.pods.get()
+    PodProcess.objects.filter(pod=pod).update(state="running", agent=agent)
+    Pod.objects.filter(pk=pod.pk).update(status=PodStatus.RUNNING, started_at=started)
+    return job, pod
+
+
+def _minutes(pod: Pod) -> list[int]:
+    base = int(market.NOW.timestamp()) // 60
+    lines = BillLine.objects.filter(pod=pod).order_by("minute")
+    return [m - base for m in lines.values_list("minute", flat=True)]
+
+
+def test_no_minute_past_a_pods_end_is_billed_when_its_exit_comes_after_a_later_heartbeat(
+    personas, replay, sent
+):
+    """The pod ends late in minute 0 (0:58); its agent answers at 1:05, but its last
+    complete watch round began at 0:57, before the exit (the exit still being written, the
+    watch loop held up). Billing bills up to that round, not the heartbeat: minute 1 is
+    never billed, so nothing is taken back once the exit arrives."""
+    replay([(market.NOW, market.G7, "0.30")])
+    job, pod = _running_pod(personas, agent="agent@watching", started=market.at(0, 10))
+    _beat("agent@watching", at=market.at(0, 50), watched=market.at(0, 49))
+    billing_accrue(now=market.at(0, 55))
+    assert _minutes(pod) == [0]
+    _beat("agent@watching", at=market.at(1, 5), watched=market.at(0, 57))
+    billing_accrue(now=market.at(1, 10))
+    assert _minutes(pod) == [0]  # not minute 1: no round has looked at the pod since 0:57
+    services.pod_report_exit(pod_id=pod.pod_id, exit_code=0, now=market.at(0, 58))
+    _beat("agent@watching", at=market.at(1, 20), watched=market.at(1, 19))
+    billing_accrue(now=market.at(1, 30))
+    assert _minutes(pod) == [0]
+    assert pod.meter.billed_until == int(market.NOW.timestamp()) // 60 + 1
+    assert not job.events.filter(kind="BillCorrected").exists()
+
+
+def test_a_restarted_agent_bills_nothing_new_until_it_has_looked_at_its_pods(
+    personas, replay, sent
+):
+    """The agent's last round before it went down began at 1:59; its pod ended at 2:30,
+    while it was down. The new agent answers at 3:10, before its first round: its pod is
+    billed no further than 1:59, then, the exit reported with its real time, up to 2:30.
+    Minute 3, that of the heartbeat, is never billed; nor is anything taken back."""
+    replay([(market.NOW, market.G7, "0.30")])
+    job, pod = _running_pod(personas, agent="agent@restarts", started=market.at(0, 10))
+    _beat("agent@restarts", at=market.at(2, 0), watched=market.at(1, 59))
+    billing_accrue(now=market.at(2, 5))
+    assert _minutes(pod) == [0, 1]
+    _beat("agent@restarts", at=market.at(3, 10))  # started again: no round yet
+    billing_accrue(now=market.at(3, 15))
+    assert _minutes(pod) == [0, 1]
+    assert pod.process.agent == "agent@restarts"
+    services.pod_report_exit(pod_id=pod.pod_id, exit_code=0, now=market.at(2, 30))
+    _beat("agent@restarts", at=market.at(3, 20), watched=market.at(3, 11))
+    billing_accrue(now=market.at(3, 30))
+    assert _minutes(pod) == [0, 1, 2]
+    assert not job.events.filter(kind="BillCorrected").exists()
+
+
+def test_an_agent_that_does_not_report_its_rounds_is_bounded_by_its_heartbeat(
+    personas, replay, sent
+):
+    """An agent from before watch rounds were reported: its heartbeat alone bounds (and
+    `BillCorrected` takes back what it vouched for past a pod's end), even after a newer
+    agent of that name had reported rounds."""
+    replay([(market.NOW, market.G7, "0.30")])
+    job, pod = _running_pod(personas, agent="agent@old", started=market.at(0, 10))
+    _beat("agent@old", at=market.at(1, 0), watched=market.at(0, 30))
+    _beat("agent@old", at=market.at(2, 5), rounds=False)
+    billing_accrue(now=market.at(2, 10))
+    assert _minutes(pod) == [0, 1, 2]

@@ -488,6 +488,17 @@ def test_a_pod_outlives_its_starter_and_is_adopted_with_its_real_exit(root):
     assert not state.exists()
 
 
+def test_its_shim_says_a_pod_ended_no_later_than_the_end_it_reports(root):
+    """What lets the agent's watch round vouch for no pod past its end while the shim
+    collects its last output (`supervisor.watch_once`)."""
+    process = runner.start(spec(root, "sleep 0.5; exit 4"), root / "state")
+    assert process.result() is None and process.ending_since() is None  # it runs
+    assert process.wait(timeout=30) == 4
+    ending = process.ending_since()
+    assert ending is not None and ending <= process.result().at
+    process.discard()
+
+
 def test_an_adopted_pod_is_stopped_with_its_grace_and_escalation(root):
     state, log, pid = _start_elsewhere(
         root, "trap 'echo got TERM' TERM; echo ready; while true; do sleep 0.1; done"
