@@ -243,13 +243,17 @@ def billing_accrue(*, now: datetime) -> AccrueReport:
     ]
     meters = _bills_past_ends_withdraw(meters, now)
     earlier = _earlier_ends(meters, now)
-    reported = pods_reported_until(
-        pod_ids=[m.pod_id for m in meters if m.finished_at is None and m.started_at is not None]
+    running = [m.pod_id for m in meters if m.finished_at is None and m.started_at is not None]
+    reported = pods_reported_until(pod_ids=running)
+    # An end reported after the meters were read, and before the report that vouches past
+    # it: this run leaves the pod alone, the next bills it up to its end.
+    ended = set(
+        Pod.objects.filter(pk__in=running, finished_at__isnull=False).values_list("pk", flat=True)
     )
     plans = {
-        m.pod_id: _minutes(
-            m, min(now, reported.get(m.pod_id, now)), earlier_end=earlier.get(m.pod_id)
-        )
+        m.pod_id: ([], False)
+        if m.pod_id in ended
+        else _minutes(m, min(now, reported.get(m.pod_id, now)), earlier_end=earlier.get(m.pod_id))
         for m in meters
     }
     prices = _price_book(meters, plans, now)

@@ -806,3 +806,30 @@ def test_an_agent_that_does_not_report_its_rounds_is_bounded_by_its_heartbeat(
     _beat("agent@old", at=market.at(2, 5), rounds=False)
     billing_accrue(now=market.at(2, 10))
     assert _minutes(pod) == [0, 1, 2]
+
+
+def test_an_exit_reported_while_billing_reads_is_not_billed_past(
+    personas, replay, sent, monkeypatch
+):
+    """Billing reads the meters, then how far each agent vouches: an exit reported between
+    the two, and a round that vouches past it, leave the pod to the next run, which bills
+    it up to its end (PostgreSQL reads each statement afresh)."""
+    from apps.billing import services as billing
+
+    replay([(market.NOW, market.G7, "0.30")])
+    job, pod = _running_pod(personas, agent="agent@quick", started=market.at(0, 10))
+    _beat("agent@quick", at=market.at(0, 50), watched=market.at(0, 49))
+    read = billing.pods_reported_until
+
+    def meanwhile(*, pod_ids):
+        services.pod_report_exit(pod_id=pod.pod_id, exit_code=0, now=market.at(0, 58))
+        _beat("agent@quick", at=market.at(1, 5), watched=market.at(1, 1))
+        return read(pod_ids=pod_ids)
+
+    monkeypatch.setattr(billing, "pods_reported_until", meanwhile)
+    billing_accrue(now=market.at(1, 10))
+    assert _minutes(pod) == []
+    monkeypatch.setattr(billing, "pods_reported_until", read)
+    billing_accrue(now=market.at(1, 20))
+    assert _minutes(pod) == [0]
+    assert not job.events.filter(kind="BillCorrected").exists()
