@@ -517,6 +517,18 @@ def test_it_records_heartbeats_and_requeues_the_jobs_of_a_lost_node(personas, ag
     node = Node.objects.get(name="gpu-node-0")
     assert node.last_heartbeat is not None
     assert NodeAgent.objects.get(node=node).worker == agent_backend.name
+    # With its heartbeat, when its last watch round over every pod it runs began: what
+    # billing bills its pods up to (apps.jobs.execution.pods_vouched_until).
+    wait_for(
+        lambda: (
+            agents_ping(timeout=1.0)
+            and Node.objects.get(name="gpu-node-0").pods_watched_at is not None
+        ),
+        what="a heartbeat with the agent's last complete watch round",
+        agent=agent_backend,
+    )
+    node.refresh_from_db()
+    assert node.pods_watched_at <= node.last_heartbeat  # it began before the agent answered
 
     job = submit(personas, command="sleep 30", aimaster=True)
     job_in(job, JobStatus.RUNNING, agent=agent_backend)
