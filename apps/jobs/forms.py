@@ -39,6 +39,7 @@ from apps.jobs.models import (
 )
 from apps.jobs.selectors import JOB_SORT_DEFAULT, JOB_SORTS, PriceInfo
 from apps.jobs.specs import (
+    CODE_MOUNT_DEFAULT,
     JOB_ROLE_TYPES,
     MAX_ROLES,
     MAX_RUNNING_TIME_MINUTES,
@@ -72,6 +73,8 @@ LIMIT_TYPES = [("discount", "SpotDiscountLimit"), ("price", "SpotPriceLimit")]
 # spec field → role-form field, where the form asks in friendlier units
 ROLE_FIELD_NAMES = {"cpu": "cpu_cores", "memory": "memory_gib", "gpu": "gpus"}
 JOB_FIELD_NAMES = {"code_source": "code_source_uri"}
+# spec paths of a part of a field → the form's input for it
+JOB_PATH_FIELDS = {"code_source.mount_path": "code_source_mount_path"}
 SPEC_PATH = re.compile(
     r"^(?P<name>\w+)(?:\[(?P<index>\d+)\])?(?:\.(?P<field>\w+))?"
     r"(?:\[(?P<item>\d+)\](?:\.\w+)?)?$"  # roles[0].elastic_spot_specs[1].instance_type
@@ -141,6 +144,19 @@ class JobForm(forms.Form):
     )
     code_source_uri = forms.CharField(label=_("Code source"), max_length=512, required=False)
     code_source_branch = forms.CharField(label=_("Branch"), max_length=128, required=False)
+    code_source_mount_path = forms.CharField(
+        label=_("Code mount path"),
+        max_length=1024,
+        required=False,
+        widget=forms.TextInput(attrs={"spellcheck": "false", "placeholder": CODE_MOUNT_DEFAULT}),
+        help_text=_format_lazy(
+            _(
+                "Where the code is mounted in each pod: an absolute path, not a system "
+                "directory and not under /mnt/data/. Empty: %(default)s, as DLC."
+            ),
+            {"default": CODE_MOUNT_DEFAULT},
+        ),
+    )
     priority = forms.IntegerField(
         label=_("Priority"),
         initial=1,
@@ -619,6 +635,8 @@ class JobCreateForm:
         code_source = {}
         if c.get("code_source_uri"):
             code_source = {"uri": c["code_source_uri"], "branch": c.get("code_source_branch", "")}
+        if c.get("code_source_mount_path"):
+            code_source["mount_path"] = c["code_source_mount_path"]
         return JobSpec(
             display_name=c.get("display_name", ""),
             job_type=c.get("job_type") or JobType.PYTORCH,
@@ -657,6 +675,9 @@ class JobCreateForm:
             name, index, field = (
                 (match["name"], match["index"], match["field"]) if match else (path, None, None)
             )
+            if path in JOB_PATH_FIELDS:
+                _add_errors(self.job, JOB_PATH_FIELDS[path], messages)
+                continue
             if match and match["item"] is not None:  # an ElasticSpotSpecs line
                 line = gettext("line %(line)s: %(message)s")
                 messages = [line % {"line": int(match["item"]) + 1, "message": m} for m in messages]

@@ -570,6 +570,7 @@ def _check_basics(spec: JobSpec, errors: _Errors) -> None:
 
 
 DATA_MOUNT_ROOT = "/mnt/data"  # where every data source is mounted in a pod
+CODE_MOUNT_DEFAULT = "/root/code/"  # DLC's CodeSource.MountPath when none is given
 # Trees of the pod's own system: no code source is mounted over them.
 SYSTEM_MOUNTS = (
     "/bin",
