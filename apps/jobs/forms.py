@@ -73,6 +73,8 @@ LIMIT_TYPES = [("discount", "SpotDiscountLimit"), ("price", "SpotPriceLimit")]
 # spec field → role-form field, where the form asks in friendlier units
 ROLE_FIELD_NAMES = {"cpu": "cpu_cores", "memory": "memory_gib", "gpu": "gpus"}
 JOB_FIELD_NAMES = {"code_source": "code_source_uri"}
+# a data source's spec fields (data_sources[0].mount_path) as the form's help names them
+DATA_SOURCE_PARTS = {"uri": _("URI"), "mount_path": _("mount path")}
 # spec paths of a part of a field → the form's input for it
 JOB_PATH_FIELDS = {"code_source.mount_path": "code_source_mount_path"}
 SPEC_PATH = re.compile(
@@ -690,7 +692,11 @@ class JobCreateForm:
                 if index is not None:  # data_sources[2].uri → "line 3: uri is required"
                     lines = self.job.data_source_lines if name == "data_sources" else []
                     number = lines[int(index)] if int(index) < len(lines) else int(index) + 1
-                    line = gettext("line %(line)s: %(field)s %(message)s")
+                    if field is None:
+                        line = gettext("line %(line)s: %(message)s")
+                    else:
+                        line = gettext("line %(line)s: %(field)s %(message)s")
+                        field = str(DATA_SOURCE_PARTS.get(field, field))
                     messages = [
                         line % {"line": number, "field": field, "message": m} for m in messages
                     ]

@@ -427,8 +427,8 @@ def test_it_takes_the_longest_running_time_and_an_image_with_a_registry(alice_cl
     assert Job.objects.get().max_running_time_minutes == 5_270_400
 
 
-UNDER_DATA = "mount_path must be a path under /mnt/data/"
-MOUNTED = "mount_path is the mount path of a data source before it: each needs its own"
+UNDER_DATA = "mount path must be a path under /mnt/data/"
+MOUNTED = "mount path is the mount path of a data source before it: each needs its own"
 
 
 @pytest.mark.parametrize(
@@ -448,7 +448,7 @@ MOUNTED = "mount_path is the mount path of a data source before it: each needs i
         (
             "oss://a x/y\noss://b /mnt/data/x",
             [
-                "line 2: mount_path is inside or around /mnt/data/x/y, the mount path of a data "
+                "line 2: mount path is inside or around /mnt/data/x/y, the mount path of a data "
                 "source before it: mount paths must not nest"
             ],
         ),
@@ -461,6 +461,26 @@ def test_it_says_every_bad_data_source_line(alice_client, lines, says):
     shown = field_error(response, "id_data_sources")
     assert re.split(r"\s{2,}", shown) == says
     assert Job.objects.count() == 0
+
+
+@pytest.mark.parametrize(
+    ("language", "says"),
+    [
+        ("en", "Data sources: line 1: mount path must be a path under /mnt/data/"),
+        ("zh-hans", "数据源: 第 1 行：挂载路径 必须是 /mnt/data/ 下的路径"),
+    ],
+)
+def test_a_bad_data_source_is_named_as_the_form_names_it(alice_client, language, says):
+    """The form's words (its help: "the source URI, a space, the mount path"), not the
+    spec's field name mount_path, in the reader's language."""
+    response = alice_client.post(
+        reverse("jobs:create"),
+        spot_form(data_sources="oss://b /etc"),
+        headers={"Accept-Language": language},
+    )
+    assert response.status_code == 200
+    assert error_summary(response) == [says]
+    assert "mount_path" not in field_error(response, "id_data_sources")
 
 
 def test_it_lists_parse_errors_and_rule_errors_together(alice_client):
