@@ -42,6 +42,29 @@ def test_it_submits_a_spot_job_that_waits_in_bidding(browser_page, live_server, 
     assert page.external_requests == []
 
 
+def test_it_mounts_the_code_where_the_form_says_and_the_job_page_shows_it(
+    browser_page, live_server, personas, password
+):
+    page = browser_page
+    open_create_form(page, live_server, password)
+    mount = page.locator("#id_code_source_mount_path")
+    expect(mount).to_have_attribute("placeholder", "/root/code/")
+
+    page.fill("#id_display_name", "code-mounted")
+    page.fill("#id_user_command", "ls /workspace/code")
+    page.fill("#id_code_source_uri", "https://git.local/bert.git")
+    mount.fill("/workspace/code")
+    page.check("input[name=resource_source][value=spot]")
+    page.select_option("#id_roles-0-instance_type", "ecs.g7.xlarge")
+    page.check("input[name=roles-0-spot_limit_type][value=discount]")
+    page.select_option("#id_roles-0-spot_discount_limit", "0.4")
+    page.click("#submit-job")
+
+    expect(page.locator("h1")).to_contain_text("code-mounted")
+    expect(page.locator("#code-mount-path")).to_have_text("/workspace/code")
+    assert Job.objects.get().code_source["mount_path"] == "/workspace/code"
+
+
 def test_it_shows_field_errors_and_saves_nothing(browser_page, live_server, personas, password):
     page = browser_page
     open_create_form(page, live_server, password)
