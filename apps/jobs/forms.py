@@ -146,6 +146,12 @@ class JobForm(forms.Form):
     )
     code_source_uri = forms.CharField(label=_("Code source"), max_length=512, required=False)
     code_source_branch = forms.CharField(label=_("Branch"), max_length=128, required=False)
+    code_source_commit = forms.CharField(
+        label=_("Commit"),
+        max_length=256,
+        required=False,
+        widget=forms.TextInput(attrs={"spellcheck": "false"}),
+    )
     code_source_mount_path = forms.CharField(
         label=_("Code mount path"),
         max_length=1024,
@@ -637,8 +643,9 @@ class JobCreateForm:
         code_source = {}
         if c.get("code_source_uri"):
             code_source = {"uri": c["code_source_uri"], "branch": c.get("code_source_branch", "")}
-        if c.get("code_source_mount_path"):
-            code_source["mount_path"] = c["code_source_mount_path"]
+        for key in ("commit", "mount_path"):
+            if c.get(f"code_source_{key}"):
+                code_source[key] = c[f"code_source_{key}"]
         return JobSpec(
             display_name=c.get("display_name", ""),
             job_type=c.get("job_type") or JobType.PYTORCH,
@@ -834,6 +841,7 @@ def spec_initial(
     template: JobTemplateVersion | None = None,
 ) -> CloneInitial:
     """The create form filled from a spec (a job's, or a template's)."""
+    code = spec.code_source
     initial = {
         "display_name": spec.display_name if display_name is None else display_name,
         "job_type": spec.job_type,
@@ -845,8 +853,12 @@ def spec_initial(
             f"{source.get('uri', '')} {source.get('mount_path', '')}"
             for source in spec.data_sources
         ),
-        "code_source_uri": spec.code_source.get("uri", ""),
-        "code_source_branch": spec.code_source.get("branch", ""),
+        # CreateJob's CodeSourceId, where the form's code source is given (GetJob tells the
+        # two alike)
+        "code_source_uri": code.get("uri") or code.get("code_source_id", ""),
+        "code_source_branch": code.get("branch", ""),
+        "code_source_commit": code.get("commit", ""),
+        "code_source_mount_path": code.get("mount_path", ""),
         "priority": spec.priority,
         "max_running_time_minutes": spec.max_running_time_minutes,
         "success_policy": spec.success_policy,

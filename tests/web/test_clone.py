@@ -10,6 +10,8 @@ from decimal import Decimal
 import pytest
 from django.urls import reverse
 
+from apps.api.parsing import job_spec_from_create_job
+from apps.api.serializers import code_source
 from apps.jobs.models import Job, JobStatus
 from apps.jobs.services import job_submit
 from apps.jobs.specs import JobSpec, RoleSpec, SpotFallback
@@ -158,6 +160,8 @@ def test_it_fills_the_form_with_the_jobs_fields(alice_client, spot_job):
         "data_sources": "oss://bucket/imagenet /mnt/data/imagenet",
         "code_source_uri": "https://git.local/bert.git",
         "code_source_branch": "main",
+        "code_source_commit": "",
+        "code_source_mount_path": "",
         "priority": 7,
         "max_running_time_minutes": 90,
         "success_policy": "ChiefWorker",
@@ -320,3 +324,88 @@ def test_it_says_which_roles_the_form_cannot_hold(alice_client, personas):
     assert [role.initial["role_type"] for role in form.roles] == ["Worker", "Master", "PS", "Chief"]
     assert form.roles_left_out == 1
     assert "1 more role of the job is left out" in response.content.decode()
+
+
+def api_job(personas, **overrides) -> Job:
+    """A job made as CreateJob makes it (apps.api.views.create_job: the body parsed into
+    a spec, submitted), with every field the form's clone must carry over."""
+    body = {
+        "WorkspaceId": str(personas["ws_a"].pk),
+        "DisplayName": "api-made",
+        "Description": "ResNet-50, second try: lr 0.1",
+        "Accessibility": "PRIVATE",
+        "JobType": "PyTorchJob",
+        "ResourceId": "team-a",
+        "JobSpecs": [
+            {
+                "Type": "Worker",
+                "PodCount": 2,
+                "Image": "registry.local/pytorch:2.3",
+                "ResourceConfig": {"CPU": "4", "Memory": "16Gi", "GPU": "1"},
+                "RestartPolicy": "Never",
+            },
+            {
+                "Type": "Master",
+                "PodCount": 1,
+                "Image": "registry.local/pytorch:2.3",
+                "ResourceConfig": {"CPU": "2", "Memory": "8Gi", "GPU": "0"},
+            },
+        ],
+        "UserCommand": "python train.py",
+        "Envs": {"SEED": "7"},
+        "DataSources": [
+            {"DataSourceId": "d-imagenet", "MountPath": "/mnt/data/imagenet"},
+            {"Uri": "oss://bucket/coco", "MountPath": "/mnt/data/coco"},
+        ],
+        "CodeSource": {
+            "CodeSourceId": "code-resnet",
+            "Branch": "dev",
+            "Commit": "3f2a9c1",
+            "MountPath": "/workspace/code",
+        },
+        "Priority": 4,
+        "JobMaxRunningTimeMinutes": 600,
+        "UserVpc": {"VpcId": "vpc-1", "SwitchId": "vsw-1", "SecurityGroupId": "sg-1"},
+        "Settings": {
+            "TerminationGracePeriodSeconds": 120,
+            "OversoldType": "AcceptQuotaOverSold",
+            "EnableErrorMonitoringInAIMaster": True,
+            "ErrorMonitoringArgs": "--max-num-of-job-restart=5 --enable-job-hang-detection=True "
+            "--job-hang-interval=600",
+            "AdvancedSettings": {"EnableEasyCkpt": True},
+            "Tags": {"team": "vision"},
+        },
+    }
+    body.update(overrides)
+    spec = job_spec_from_create_job(body)
+    return job_submit(workspace=personas["ws_a"], user=personas["alice"], spec=spec)
+
+
+def test_a_clone_of_an_api_job_keeps_its_code_source(alice_client, personas):
+    """CodeSourceId (in the form's code source), branch, commit and MountPath: GetJob tells
+    the copy's code source as the original's, and the job page shows it."""
+    original = api_job(personas)
+    response, form = clone_form(alice_client, original)
+    initial = {k: v for k, v in form.job.initial.items() if k.startswith("code_source")}
+    assert initial == {
+        "code_source_uri": "code-resnet",
+        "code_source_branch": "dev",
+        "code_source_commit": "3f2a9c1",
+        "code_source_mount_path": "/workspace/code",
+    }
+    assert 'name="code_source_mount_path" value="/workspace/code"' in response.content.decode()
+    assert alice_client.post(reverse("jobs:create"), as_post(form)).status_code == 302
+    copy = Job.objects.exclude(pk=original.pk).get()
+    assert (
+        code_source(copy.code_source)
+        == code_source(original.code_source)
+        == {
+            "CodeSourceId": "code-resnet",
+            "Branch": "dev",
+            "Commit": "3f2a9c1",
+            "MountPath": "/workspace/code",
+        }
+    )
+    page = alice_client.get(reverse("jobs:detail", args=[copy.job_id])).content.decode()
+    assert '<dd id="code-source"><span class="mono">code-resnet</span> @ dev' in page
+    assert '<dd id="code-mount-path"><span class="mono">/workspace/code</span></dd>' in page
