@@ -28,6 +28,7 @@ from apps.jobs.specs import (
     RoleSpec,
     SpotFallback,
     as_decimal,
+    data_source_of,
     gpu_amount,
 )
 
@@ -715,14 +716,9 @@ def _data_sources(p: Problems, body: dict) -> list[dict]:
             continue
         p.track(item, path)
         ident = p.text(item, "DataSourceId", f"{path}.DataSourceId", max_length=MAX_NAME)
-        uri = p.text(item, "Uri", f"{path}.Uri", max_length=MAX_PATH) or (
-            f"datasource://{ident}" if ident else ""
-        )
+        uri = p.text(item, "Uri", f"{path}.Uri", max_length=MAX_PATH)
         mount = p.text(item, "MountPath", f"{path}.MountPath", max_length=MAX_PATH)
-        source = {"uri": uri, "mount_path": mount}
-        if ident:
-            source["data_source_id"] = ident
-        sources.append(source)
+        sources.append(data_source_of(uri=uri, mount_path=mount, data_source_id=ident))
     return sources
 
 

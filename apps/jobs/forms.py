@@ -48,6 +48,7 @@ from apps.jobs.specs import (
     RoleSpec,
     SpotFallback,
     as_decimal,
+    data_source_of,
     gpu_amount,
     job_spec_of,
     job_spec_resolve,
@@ -311,7 +312,7 @@ class JobForm(forms.Form):
             uri, mount = parts
             if not mount.startswith("/"):
                 mount = "/mnt/data/" + mount  # a bare name mounts under /mnt/data/
-            sources.append({"uri": uri, "mount_path": mount})
+            sources.append(data_source_of(uri=uri, mount_path=mount))
             self.data_source_lines.append(n)
         if problems:
             raise forms.ValidationError(problems)

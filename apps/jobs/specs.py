@@ -586,6 +586,24 @@ SYSTEM_MOUNTS = (
 )
 
 
+DATA_SOURCE_URI = "datasource://"  # a registered data source (DataSourceId) as a URI
+
+
+def data_source_of(*, uri: str, mount_path: str, data_source_id: str = "") -> dict:
+    """A data source as a job keeps it: its URI and mount path, and a registered data
+    source's DataSourceId. A DataSourceId given without a URI is the URI
+    datasource://<id>, and that URI names the DataSourceId back (the create form, and a
+    clone of the job, give it so)."""
+    if data_source_id and not uri:
+        uri = DATA_SOURCE_URI + data_source_id
+    elif not data_source_id and uri.startswith(DATA_SOURCE_URI):
+        data_source_id = uri.removeprefix(DATA_SOURCE_URI)
+    source = {"uri": uri, "mount_path": mount_path}
+    if data_source_id:
+        source["data_source_id"] = data_source_id
+    return source
+
+
 def _nested(path: str, other: str) -> bool:
     """Whether two normalised absolute paths are one, or one is inside the other."""
     return (

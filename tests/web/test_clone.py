@@ -11,7 +11,7 @@ import pytest
 from django.urls import reverse
 
 from apps.api.parsing import job_spec_from_create_job
-from apps.api.serializers import code_source
+from apps.api.serializers import code_source, data_source
 from apps.jobs.models import Job, JobStatus
 from apps.jobs.services import job_submit
 from apps.jobs.specs import JobSpec, RoleSpec, SpotFallback
@@ -409,3 +409,24 @@ def test_a_clone_of_an_api_job_keeps_its_code_source(alice_client, personas):
     page = alice_client.get(reverse("jobs:detail", args=[copy.job_id])).content.decode()
     assert '<dd id="code-source"><span class="mono">code-resnet</span> @ dev' in page
     assert '<dd id="code-mount-path"><span class="mono">/workspace/code</span></dd>' in page
+
+
+def test_a_clone_of_an_api_job_keeps_its_data_source_ids(alice_client, personas):
+    """A DataSourceId given without a Uri is the form's line datasource://<id>, and comes
+    back as the same DataSourceId: GetJob tells the copy's data sources as the original's."""
+    original = api_job(personas)
+    _, form = clone_form(alice_client, original)
+    assert form.job.initial["data_sources"] == (
+        "datasource://d-imagenet /mnt/data/imagenet\noss://bucket/coco /mnt/data/coco"
+    )
+    assert alice_client.post(reverse("jobs:create"), as_post(form)).status_code == 302
+    copy = Job.objects.exclude(pk=original.pk).get()
+    assert copy.data_sources == original.data_sources
+    assert [data_source(s) for s in copy.data_sources] == [
+        {
+            "DataSourceId": "d-imagenet",
+            "Uri": "datasource://d-imagenet",
+            "MountPath": "/mnt/data/imagenet",
+        },
+        {"Uri": "oss://bucket/coco", "MountPath": "/mnt/data/coco"},
+    ]
