@@ -80,6 +80,8 @@ def throttling(code: str, reason: str, *, retry_at: datetime, retry_after: int) 
 # Spec field path (apps.jobs.specs) → the CreateJob parameter a DLC user wrote.
 _TOP_LEVEL = {
     "display_name": "DisplayName",
+    "description": "Description",
+    "termination_grace_seconds": "Settings.TerminationGracePeriodSeconds",
     "accessibility": "Accessibility",
     "tags": "Settings.Tags",
     "hang_seconds": "Settings.ErrorMonitoringArgs",

@@ -39,8 +39,6 @@ MAX_MEMORY_MIB = 2**31 - 1
 MAX_GPUS = 1024
 MAX_PATH = 1024  # a mount path or URI the node agent can create and pass on
 MAX_NAME = 256  # ids, branches and commits of data and code sources
-MAX_GRACE_SECONDS = 24 * 3600  # between SIGTERM and SIGKILL
-MAX_DESCRIPTION = 4096
 MAX_MONITORING_ARGS = 4096  # AIMaster's flags: a few dozen characters each
 MAX_DEPTH = 32  # JSON nesting: DLC's deepest body is 4 levels
 MAX_WORKSPACE_ID = 2**63 - 1  # a bigint key
@@ -361,15 +359,12 @@ def job_spec_from_create_job(body: dict, *, within: str = "") -> JobSpec:
 
     settings = p.mapping(body, "Settings", "Settings")
     p.track(settings, "Settings")
-    grace = p.integer(
+    grace = p.integer(  # its range is the spec's rule
         settings,
         "TerminationGracePeriodSeconds",
         "Settings.TerminationGracePeriodSeconds",
         default=30,
-        maximum=MAX_GRACE_SECONDS,
     )
-    if grace is not None and grace < 0:
-        p.add("Settings.TerminationGracePeriodSeconds", say("must be 0 or more"))
     idle_mode = _idle_mode(p, settings, role_oversold, quota=bool(quota))
     aimaster = p.boolean(
         settings, "EnableErrorMonitoringInAIMaster", "Settings.EnableErrorMonitoringInAIMaster"
@@ -390,7 +385,7 @@ def job_spec_from_create_job(body: dict, *, within: str = "") -> JobSpec:
 
     spec = JobSpec(
         display_name=p.text(body, "DisplayName", "DisplayName"),
-        description=p.text(body, "Description", "Description", max_length=MAX_DESCRIPTION),
+        description=p.text(body, "Description", "Description"),  # its length: the spec's rule
         accessibility=p.text(body, "Accessibility", "Accessibility", default="PUBLIC"),
         tags=dict(tags),
         job_type=p.text(body, "JobType", "JobType"),
@@ -416,7 +411,7 @@ def job_spec_from_create_job(body: dict, *, within: str = "") -> JobSpec:
         execution_mode=mode,
         hang_seconds=hang_seconds,
         enable_easyckpt=easyckpt,
-        termination_grace_seconds=max(grace or 0, 0),
+        termination_grace_seconds=30 if grace is None else grace,
         roles=roles,
         notes=(*_unread(p), *_aimaster_off(monitoring_args, aimaster=aimaster)),
     )

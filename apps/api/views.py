@@ -84,7 +84,13 @@ from apps.jobs.services import (
     template_update,
     template_used,
 )
-from apps.jobs.specs import JobSpec, spec_from_json, spot_price_range_per_minute, tags_problems
+from apps.jobs.specs import (
+    MAX_DESCRIPTION,
+    JobSpec,
+    spec_from_json,
+    spot_price_range_per_minute,
+    tags_problems,
+)
 from apps.market.selectors import (
     TypeUsage,
     market_states,
@@ -563,7 +569,7 @@ def update_job(call: Call, job_id: str) -> dict[str, Any]:
     problems.track(body, "")
     priority = problems.integer(body, "Priority", "Priority")
     description = problems.text(
-        body, "Description", "Description", default=None, max_length=parsing.MAX_DESCRIPTION
+        body, "Description", "Description", default=None, max_length=MAX_DESCRIPTION
     )
     accessibility = problems.text(body, "Accessibility", "Accessibility", default=None)
     for path in problems.unread():
@@ -1042,9 +1048,7 @@ def create_job_template(call: Call) -> dict[str, Any]:
     problems = parsing.Problems()
     problems.track(body, "")
     name = problems.text(body, "TemplateName", "TemplateName")
-    description = problems.text(
-        body, "Description", "Description", max_length=parsing.MAX_DESCRIPTION
-    )
+    description = problems.text(body, "Description", "Description", max_length=MAX_DESCRIPTION)
     metadata = problems.mapping(body, "Metadata", "Metadata")
     constraints = _constraints(problems, body)
     problems.get(body, "WorkspaceId")  # read below (`workspace_id_of`)
@@ -1131,7 +1135,7 @@ def update_job_template(call: Call, template_id: str) -> dict[str, Any]:
     problems.track(body, "")
     name = problems.text(body, "TemplateName", "TemplateName", default=None)
     description = problems.text(
-        body, "Description", "Description", default=None, max_length=parsing.MAX_DESCRIPTION
+        body, "Description", "Description", default=None, max_length=MAX_DESCRIPTION
     )
     metadata = problems.mapping(body, "Metadata", "Metadata") if "Metadata" in body else None
     set_as_default = problems.boolean(body, "SetAsDefault", "SetAsDefault")

@@ -41,6 +41,7 @@ from apps.jobs.selectors import JOB_SORT_DEFAULT, JOB_SORTS, PriceInfo
 from apps.jobs.specs import (
     CODE_MOUNT_DEFAULT,
     JOB_ROLE_TYPES,
+    MAX_GRACE_SECONDS,
     MAX_ROLES,
     MAX_RUNNING_TIME_MINUTES,
     SPOT_DISCOUNTS,
@@ -114,6 +115,12 @@ class JobForm(forms.Form):
 
     # Basics
     display_name = forms.CharField(label=_("Display name"), max_length=256, required=False)
+    description = forms.CharField(
+        label=_("Description"),
+        required=False,
+        strip=False,  # kept as written, as CreateJob keeps it
+        widget=forms.Textarea(attrs={"rows": 2}),
+    )
     job_type = forms.ChoiceField(
         label=_("Job type"), choices=_as_named(JobType), initial=JobType.PYTORCH, required=False
     )
@@ -251,6 +258,16 @@ class JobForm(forms.Form):
         help_text=_("Restart the job when no pod has printed anything for this long. Empty: off."),
     )
     enable_easyckpt = forms.BooleanField(label=_("EasyCkpt checkpoints"), required=False)
+    termination_grace_seconds = forms.IntegerField(
+        label=_("Termination grace period (seconds)"),
+        initial=30,
+        required=False,
+        widget=forms.NumberInput(attrs={"min": 0, "max": MAX_GRACE_SECONDS}),
+        help_text=_(
+            "How long a stopped, preempted or drained pod has between SIGTERM and SIGKILL to "
+            "save a checkpoint."
+        ),
+    )
 
     def __init__(
         self,
@@ -649,6 +666,7 @@ class JobCreateForm:
                 code_source[key] = c[f"code_source_{key}"]
         return JobSpec(
             display_name=c.get("display_name", ""),
+            description=c.get("description", ""),
             job_type=c.get("job_type") or JobType.PYTORCH,
             image=c.get("image", ""),
             user_command=c.get("user_command", ""),
@@ -672,6 +690,7 @@ class JobCreateForm:
             execution_mode=c.get("execution_mode") or ExecutionMode.SYNC,
             hang_seconds=c.get("hang_seconds") if c.get("enable_aimaster") else None,
             enable_easyckpt=bool(c.get("enable_easyckpt")),
+            termination_grace_seconds=_or(c.get("termination_grace_seconds"), 30),
             roles=[r.to_spec(resource_source=source) for r in self.enabled_roles],
         )
 
@@ -877,6 +896,8 @@ def spec_initial(
         "execution_mode": spec.execution_mode,
         "hang_seconds": spec.hang_seconds,
         "enable_easyckpt": spec.enable_easyckpt,
+        "description": spec.description,
+        "termination_grace_seconds": spec.termination_grace_seconds,
     }
     return CloneInitial(
         job=initial,

@@ -41,6 +41,8 @@ MAX_ENVS = 100
 MAX_ENV_VALUE_BYTES = 32 * 1024
 MAX_ENVS_TOTAL_BYTES = 256 * 1024  # "NAME=value" strings together
 MAX_DISPLAY_NAME = 256  # Job.display_name's max_length
+MAX_DESCRIPTION = 4096
+MAX_GRACE_SECONDS = 24 * 3600  # between SIGTERM and SIGKILL
 MAX_DATA_SOURCES = 32  # each is a bind mount in every pod of the job
 MAX_RUNNING_TIME_MINUTES = 10 * 366 * 24 * 60  # ten years: far beyond any run, within a column
 # A resource config's pod: far above any node, far below what the database columns hold.
@@ -499,6 +501,14 @@ def _check_basics(spec: JobSpec, errors: _Errors) -> None:
         errors.add("display_name", say("must be at most {most} characters", most=MAX_DISPLAY_NAME))
     elif has_control_characters(spec.display_name):
         errors.add("display_name", say("must not contain control or text-direction characters"))
+    if not isinstance(spec.description, str) or len(spec.description) > MAX_DESCRIPTION:
+        errors.add("description", say("must be at most {most} characters", most=MAX_DESCRIPTION))
+    grace = spec.termination_grace_seconds
+    if not isinstance(grace, int) or not 0 <= grace <= MAX_GRACE_SECONDS:
+        errors.add(
+            "termination_grace_seconds",
+            say("must be from {least} to {most} seconds", least=0, most=MAX_GRACE_SECONDS),
+        )
     if spec.job_type not in JobType.values:
         errors.add("job_type", say("must be one of {choices}", choices=", ".join(JobType.values)))
     if spec.accessibility not in Accessibility.values:

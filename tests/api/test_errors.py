@@ -198,6 +198,19 @@ def _role(**fields):
             ["CodeSource.MountPath: must not be /, a system directory", "/mnt/data"],
         ),
         (
+            lambda ws: quota_job_body(ws, Description="d" * 4097),
+            ["Description: must be at most 4096 characters"],
+        ),
+        *[
+            (
+                lambda ws, grace=grace: quota_job_body(
+                    ws, Settings={"TerminationGracePeriodSeconds": grace}
+                ),
+                ["Settings.TerminationGracePeriodSeconds: must be from 0 to 86400 seconds"],
+            )
+            for grace in (-1, 86401)
+        ],
+        (
             lambda ws: spot_job_body(
                 ws, JobSpecs=_role(Image="bad image", SpotSpec={"SpotDiscountLimit": 0.4})
             ),
@@ -261,6 +274,9 @@ def _role(**fields):
         "code-mount-dot-dot",
         "code-mount-system",
         "code-mount-over-data",
+        "description-too-long",
+        "grace-below-0",
+        "grace-above-a-day",
         "image-with-a-space",
         "second-role-image",
         "running-time",

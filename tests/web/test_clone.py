@@ -4,6 +4,7 @@ the job list and as the next action of a finished job."""
 
 from __future__ import annotations
 
+import dataclasses
 import html
 from decimal import Decimal
 
@@ -14,7 +15,7 @@ from apps.api.parsing import job_spec_from_create_job
 from apps.api.serializers import code_source, data_source
 from apps.jobs.models import Job, JobStatus
 from apps.jobs.services import job_submit
-from apps.jobs.specs import JobSpec, RoleSpec, SpotFallback
+from apps.jobs.specs import JobSpec, RoleSpec, SpotFallback, job_spec_of
 from tests.web.test_jobs_views import make_job
 
 JOB_FIELDS = [
@@ -40,6 +41,8 @@ JOB_FIELDS = [
     "execution_mode",
     "hang_seconds",
     "enable_easyckpt",
+    "description",
+    "termination_grace_seconds",
 ]
 ROLE_FIELDS = [
     "role_type",
@@ -179,6 +182,8 @@ def test_it_fills_the_form_with_the_jobs_fields(alice_client, spot_job):
         "execution_mode": "Async",
         "hang_seconds": 900,
         "enable_easyckpt": True,
+        "description": "",
+        "termination_grace_seconds": 30,
     }
     worker, ps, *unused = form.roles
     assert worker.initial == {
@@ -430,3 +435,35 @@ def test_a_clone_of_an_api_job_keeps_its_data_source_ids(alice_client, personas)
         },
         {"Uri": "oss://bucket/coco", "MountPath": "/mnt/data/coco"},
     ]
+
+
+def test_a_clone_of_an_api_job_keeps_its_description_and_grace_period(alice_client, personas):
+    original = api_job(personas)
+    response, form = clone_form(alice_client, original)
+    assert form.job.initial["description"] == "ResNet-50, second try: lr 0.1"
+    assert form.job.initial["termination_grace_seconds"] == 120
+    assert 'name="termination_grace_seconds" value="120"' in response.content.decode()
+    assert alice_client.post(reverse("jobs:create"), as_post(form)).status_code == 302
+    copy = Job.objects.exclude(pk=original.pk).get()
+    assert copy.description == "ResNet-50, second try: lr 0.1"
+    assert copy.termination_grace_seconds == 120
+
+
+def test_an_unchanged_clone_of_an_api_job_is_the_same_job(alice_client, personas):
+    """Every field CreateJob kept is in the clone form, and comes back from it: as the job
+    keeps it, and as GetJob tells it."""
+    original = api_job(personas)
+    _, form = clone_form(alice_client, original)
+    response = alice_client.post(reverse("jobs:create"), as_post(form))
+    assert response.status_code == 302, response.content.decode()[:2000]
+    copy = Job.objects.exclude(pk=original.pk).get()
+    roles = list(original.roles.order_by("id")), list(copy.roles.order_by("id"))
+    before, after = job_spec_of(original, roles[0]), job_spec_of(copy, roles[1])
+    assert after.display_name == "api-made-copy"
+    # the form's code source is CodeSourceId's place: GetJob tells the two the same
+    assert code_source(after.code_source) == code_source(before.code_source)
+    assert [data_source(s) for s in after.data_sources] == [
+        data_source(s) for s in before.data_sources
+    ]
+    same = {"display_name": before.display_name, "code_source": before.code_source}
+    assert dataclasses.replace(after, **same) == before

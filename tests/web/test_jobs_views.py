@@ -483,6 +483,36 @@ def test_a_bad_data_source_is_named_as_the_form_names_it(alice_client, language,
     assert "mount_path" not in field_error(response, "id_data_sources")
 
 
+def test_it_takes_a_description_and_a_grace_period(alice_client):
+    data = spot_form(description="lr 0.1, second try\n", termination_grace_seconds="300")
+    assert alice_client.post(reverse("jobs:create"), data).status_code == 302
+    job = Job.objects.get()
+    assert (job.description, job.termination_grace_seconds) == ("lr 0.1, second try\n", 300)
+    page = alice_client.get(reverse("jobs:detail", args=[job.job_id])).content.decode()
+    assert '<dd id="description">lr 0.1, second try<br></dd>' in page
+
+
+def test_an_empty_grace_period_is_the_default_30_seconds(alice_client):
+    assert alice_client.post(reverse("jobs:create"), spot_form()).status_code == 302
+    assert Job.objects.get().termination_grace_seconds == 30
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "says"),
+    [
+        ("description", "d" * 4097, "must be at most 4096 characters"),
+        ("termination_grace_seconds", "-1", "must be from 0 to 86400 seconds"),
+        ("termination_grace_seconds", "86401", "must be from 0 to 86400 seconds"),
+    ],
+)
+def test_it_refuses_a_description_or_grace_period_out_of_range(alice_client, field, value, says):
+    """CreateJob's rules (the spec's), beside the form's input."""
+    response = alice_client.post(reverse("jobs:create"), spot_form(**{field: value}))
+    assert response.status_code == 200
+    assert field_error(response, f"id_{field}") == says
+    assert not Job.objects.exists()
+
+
 def test_it_lists_parse_errors_and_rule_errors_together(alice_client):
     data = spot_form(
         display_name="", priority="high", envs="NOT A PAIR", **{"roles-0-pod_count": "0"}
