@@ -571,6 +571,22 @@ def pods_lost_gpu_seconds(
     return lost
 
 
+def ended_message(*, message: str, reason: str, lost_gpu_seconds: float) -> str:
+    """What the Failed event of an interruption that ended the job says (a preemption or a
+    reclaim without AIMaster, a failure of its own with no restart left or that its restart
+    policy does not retry): the interruption, why AIMaster does not go on, and the work it
+    lost (`pods_lost_gpu_seconds`), as a requeue's event says what it lost. The job's
+    reason (GetJob's ReasonMessage) is the same without the work lost, which a checkpoint
+    reported a moment later may still revise (LostWorkRevised). The scheduler, the market
+    and the agent all word it here."""
+    return say(
+        "{message} ({reason}); lost {lost} GPU-hours",
+        message=message,
+        reason=reason,
+        lost=gpu_hours_text(lost_gpu_seconds),
+    )
+
+
 def aimaster_budget(job: Job) -> lifecycle.Budget:
     """The job's AIMaster switch and restarts, for `lifecycle` to judge."""
     return lifecycle.Budget(
@@ -712,7 +728,10 @@ def jobs_requeue_or_fail(
             )
     for i, decision in failed:
         messages[i.job.pk] = say("{message} ({reason})", message=i.message, reason=decision.reason)
-        events.append(JobEvent(job=i.job, kind="Failed", message=messages[i.job.pk], at=now))
+        told = ended_message(
+            message=i.message, reason=decision.reason, lost_gpu_seconds=i.lost_gpu_seconds
+        )
+        events.append(JobEvent(job=i.job, kind="Failed", message=told, at=now))
         i.job.ended_lost_gpu_seconds = i.lost_gpu_seconds
     jobs_transition_bulk(
         jobs=[i.job for i, _ in failed],

@@ -220,6 +220,9 @@ def test_a_borrower_a_preemption_ended_counts_the_work_that_preemption_lost(
     page = text(detail(charlie_client, borrower))
     hours = borrower.ended_lost_gpu_seconds / 3600
     assert f"Work lost {hours:.2f} GPU-hours over 1 interruption" in page
+    # its Failed event says what it lost, as a requeue's Requeued event does
+    failed = borrower.events.get(kind="Failed").message
+    assert failed.endswith(f"(no automatic fault tolerance); lost {hours:.2f} GPU-hours")
 
 
 def test_a_little_lost_work_is_not_shown_as_none(charlie_client, personas):
