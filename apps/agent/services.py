@@ -53,7 +53,12 @@ from apps.jobs.models import (
 from apps.jobs.services import SCHEDULER_TICK_TASK, job_event, job_stop_finish, job_transition
 from apps.jobs.signals import paid_pods_created
 from apps.scheduler import lifecycle
-from apps.scheduler.services import aimaster_budget, job_requeue_or_fail, pods_lost_gpu_seconds
+from apps.scheduler.services import (
+    aimaster_budget,
+    ended_message,
+    job_requeue_or_fail,
+    pods_lost_gpu_seconds,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -461,12 +466,13 @@ def _job_after_pod_exit(*, job: Job, pod: Pod, now: datetime) -> None:
         nodes_ready=_nodes_ready(current, now),
     )
     if isinstance(decision, lifecycle.Fail):
-        _job_end(
+        _job_fail(
             job=job,
-            status=JobStatus.FAILED,
+            current=current,
             now=now,
             reason_code="PodFailed",
-            message=say("{message} ({reason})", message=what, reason=decision.reason),
+            message=what,
+            reason=decision.reason,
         )
     elif isinstance(decision, lifecycle.RestartInPlace) and decision.pods_only:
         _pods_restart(job=job, failed=[pod], now=now, message=what)
@@ -730,10 +736,50 @@ def _job_requeue(
     _tick_soon()
 
 
-def _job_end(
-    *, job: Job, status: str, now: datetime, reason_code: str, message: str, pod_reason: str = ""
+def _job_fail(
+    *,
+    job: Job,
+    current: Sequence[Pod],
+    now: datetime,
+    reason_code: str,
+    message: str,
+    reason: str,
+    pod_reason: str = "",
 ) -> None:
-    """The job Succeeded or Failed: stop whatever of it still runs, free its room."""
+    """A failure of the job's own (a pod failed, or the job hung) that AIMaster does not
+    restart (`reason`: it is off, its restarts are spent, or the restart policy declines):
+    the job ends Failed, and the work the failure threw away is kept on it
+    (`ended_lost_gpu_seconds`) and said in its Failed event (`ended_message`) — counted as
+    a restart or a requeue of the same attempt would have counted it
+    (`pods_lost_gpu_seconds` of `current`, since the last checkpoint), as a preemption or
+    a reclaim that ends a job does. A checkpoint its pods saved on the way out, reported a
+    moment later, revises it (`_ended_lost_work_revised`)."""
+    lost = pods_lost_gpu_seconds(job=job, pods=current, now=now)
+    job.ended_lost_gpu_seconds = lost
+    job.save(update_fields=["ended_lost_gpu_seconds"])
+    _job_end(
+        job=job,
+        status=JobStatus.FAILED,
+        now=now,
+        reason_code=reason_code,
+        message=say("{message} ({reason})", message=message, reason=reason),
+        event=ended_message(message=message, reason=reason, lost_gpu_seconds=lost),
+        pod_reason=pod_reason,
+    )
+
+
+def _job_end(
+    *,
+    job: Job,
+    status: str,
+    now: datetime,
+    reason_code: str,
+    message: str,
+    pod_reason: str = "",
+    event: str = "",
+) -> None:
+    """The job Succeeded or Failed: stop whatever of it still runs, free its room. Its
+    event says `message`, or `event` when given."""
     live = list(Pod.objects.filter(job=job, status__in=LIVE_POD_STATUSES))
     _pods_end(
         job=job,
@@ -744,7 +790,7 @@ def _job_end(
         now=now,
     )
     job_transition(job=job, status=status, now=now, reason_code=reason_code, reason_message=message)
-    job_event(job=job, kind=str(status), message=message, now=now)
+    job_event(job=job, kind=str(status), message=event or message, now=now)
     _tick_soon()
 
 
@@ -1103,12 +1149,13 @@ def job_hang(*, job_pk: int, now: datetime) -> bool:
         nodes_ready=_nodes_ready(current, now),
     )
     if isinstance(decision, lifecycle.Fail):
-        _job_end(
+        _job_fail(
             job=job,
-            status=JobStatus.FAILED,
+            current=current,
             now=now,
             reason_code="JobHang",
-            message=say("{message} ({reason})", message=message, reason=decision.reason),
+            message=message,
+            reason=decision.reason,
             pod_reason="JobHang",
         )
     elif isinstance(decision, lifecycle.RestartInPlace):

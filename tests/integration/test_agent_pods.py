@@ -23,7 +23,7 @@ from apps.agent.services import nodes_mark_lost
 from apps.agent.tasks import agents_ping
 from apps.agent.testing import AgentProcess
 from apps.cluster.models import Node
-from apps.jobs.models import Job, JobStatus, Pod, PodStatus
+from apps.jobs.models import Job, JobStatus, Pod, PodStatus, gpu_hours_text
 from apps.jobs.services import job_admit, job_stop, job_submit
 from apps.jobs.specs import JobSpec, RoleSpec
 from apps.scheduler.services import scheduler_tick
@@ -222,6 +222,42 @@ def test_it_fails_the_pod_and_the_job_with_the_exit_code(personas, agent_backend
     assert job.reason_code == "PodFailed"
     assert "exited with code 3" in job.reason_message
     assert "failing" in pod_log(pod)
+
+
+def test_a_failure_that_ends_the_job_counts_the_work_it_lost_from_the_last_checkpoint(
+    personas, agent_backend, client
+):
+    """No AIMaster: the pod saves a checkpoint, trains 3 s more and fails, which ends the
+    job. The work it lost is its 2 GPUs' since that checkpoint, not since its start, and
+    the job page counts it."""
+    command = (
+        'python -c "import easyckpt, time\n'
+        "time.sleep(2); easyckpt.save({'step': 1}, 1); easyckpt.wait(); time.sleep(3)\n"
+        'raise SystemExit(1)"'
+    )
+    job = submit(personas, command=command, gpu=2)
+    job_in(job, JobStatus.FAILED, agent=agent_backend)
+    assert job.reason_code == "PodFailed" and not job.restarts.exists()
+    assert job.ended_lost_gpu_seconds is not None
+    pod = job.pods.get()
+    one = wait_for(
+        lambda: job.checkpoints.filter(step=1).first(), what="the checkpoint", agent=agent_backend
+    )
+    since = max(one.created_at, pod.started_at)
+    lost = 2 * (pod.finished_at - since).total_seconds()
+    wait_for(  # read from the manifest after the exit, it revises the figure a moment later
+        lambda: Job.objects.get(pk=job.pk).ended_lost_gpu_seconds == pytest.approx(lost, abs=0.01),
+        what=f"the work lost since step 1, {lost:.2f} GPU-seconds",
+        agent=agent_backend,
+    )
+    assert 0 < lost < 2 * (pod.finished_at - pod.started_at).total_seconds() - 1
+    client.force_login(personas["alice"])
+    page = client.get(reverse("jobs:detail", args=[job.job_id])).content.decode()
+    work = page[page.index('id="work-lost"') :]
+    work = work[: work.index("</dd>")]
+    assert f"{gpu_hours_text(lost)} GPU-hours" in work and "over 1 interruption" in work
+    failed = job.events.get(kind="Failed").message  # as counted at the exit
+    assert "exited with code 1 (no automatic fault tolerance); lost " in failed
 
 
 def test_it_stops_with_sigterm_and_escalates_to_sigkill(personas, agent_backend):

@@ -12,6 +12,7 @@ from django.utils import timezone
 from apps.agent import services, tasks
 from apps.agent.models import PodProcess
 from apps.cluster.models import Node
+from apps.console.selectors import job_live
 from apps.jobs.models import Job, JobRole, JobStatus, Pod, PodStatus
 from apps.jobs.services import job_stop, job_submit
 from apps.jobs.specs import JobSpec, RoleSpec
@@ -437,6 +438,69 @@ def test_an_async_job_requeued_after_a_failure_counts_its_save_on_the_way_out(pe
     )
     restart.refresh_from_db()
     assert restart.lost_gpu_seconds == 0
+
+
+@pytest.mark.parametrize(("aimaster", "max_restarts"), [(False, 3), (True, 0)])
+def test_a_pod_failure_that_ends_the_job_keeps_the_work_it_lost(
+    personas, sent, aimaster, max_restarts
+):
+    """No AIMaster, or no restart left: the failure ends the job, and the work it lost since
+    the last checkpoint is the job's, counted as a restart in place of the same attempt
+    would have counted it, and said in its Failed event. The pods' save on the way out,
+    reported a moment later, revises it as for a preemption that ends a job."""
+    job = submit(personas, pods=2, gpu=2, aimaster=aimaster, max_restarts=max_restarts)
+    first, second = run_all(job)
+    start = timezone.now() - timedelta(seconds=100)
+    Pod.objects.filter(job=job).update(started_at=start)
+    services.checkpoint_report(
+        job_pk=job.pk, step=50, path="/ckpt/50", size_bytes=10, at=start + timedelta(seconds=60)
+    )
+    now = start + timedelta(seconds=100)
+    services.pod_report_exit(pod_id=first.pod_id, exit_code=1, now=now)
+    job.refresh_from_db()
+    assert job.status == JobStatus.FAILED and not job.restarts.exists()
+    assert job.ended_lost_gpu_seconds == pytest.approx(2 * 2 * 40)  # 2 pods × 2 GPU × 40 s
+    live = job_live(job=job)
+    assert (live.lost_gpu_seconds, live.interruptions) == (pytest.approx(160), 1)
+    failed = job.events.get(kind="Failed").message
+    assert failed.startswith(f"Pod {first.pod_id} (Worker 0) exited with code 1 (")
+    assert failed.endswith("); lost 0.04 GPU-hours")  # 160 GPU-seconds
+    assert "lost" not in job.reason_message  # GetJob's reason: the failure and why it ended
+    services.checkpoint_report(
+        job_pk=job.pk, step=58, path="/ckpt/58", size_bytes=10, at=now + timedelta(seconds=1)
+    )
+    job.refresh_from_db()
+    assert job.ended_lost_gpu_seconds == 0
+    assert list(job.events.filter(kind="LostWorkRevised").values_list("message", flat=True)) == [
+        "Checkpoint at step 58 saved by the interrupted attempt: the work lost at "
+        "interruption 1 is 0 GPU-seconds, not 160"
+    ]
+
+
+def test_a_hang_that_ends_the_job_keeps_the_work_it_lost(personas, sent):
+    """AIMaster's hang detection with no restart left fails the job: the work since the
+    last checkpoint is lost as a pod failure's is."""
+    job = submit(personas, pods=2, gpu=2, aimaster=True, max_restarts=0)
+    run_all(job)
+    start = timezone.now() - timedelta(seconds=100)
+    Pod.objects.filter(job=job).update(started_at=start)
+    Job.objects.filter(pk=job.pk).update(hang_seconds=30)
+    services.checkpoint_report(
+        job_pk=job.pk, step=50, path="/ckpt/50", size_bytes=10, at=start + timedelta(seconds=60)
+    )
+    assert services.job_hang(job_pk=job.pk, now=start + timedelta(seconds=100))
+    job.refresh_from_db()
+    assert (job.status, job.reason_code) == (JobStatus.FAILED, "JobHang")
+    assert job.ended_lost_gpu_seconds == pytest.approx(2 * 2 * 40)
+    assert job.events.get(kind="Failed").message.endswith("); lost 0.04 GPU-hours")
+
+
+def test_a_job_that_succeeds_has_lost_nothing_at_its_end(personas, sent):
+    job = submit(personas, pods=1)
+    [pod] = run_all(job)
+    services.pod_report_exit(pod_id=pod.pod_id, exit_code=0, now=timezone.now())
+    job.refresh_from_db()
+    assert job.status == JobStatus.SUCCEEDED and job.ended_lost_gpu_seconds is None
 
 
 def test_it_requeues_instead_when_a_node_of_the_job_is_gone(personas, sent):
