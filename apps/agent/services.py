@@ -1233,16 +1233,19 @@ def agent_heartbeat(
     `pods_watched_recorded`; one from before says nothing, and its heartbeat alone bounds
     its pods' bills. Returns how many nodes it serves."""
     served = list(Node.objects.filter(name__in=list(nodes)))
+    # one update per watch-round time recorded: all its nodes alike but after a restart
+    recorded: dict[datetime | None, list[int]] = defaultdict(list)
     for node in served:
-        Node.objects.filter(pk=node.pk).update(
-            last_heartbeat=now,
-            lost_at=None,
-            pods_watched_at=pods_watched_recorded(
-                reported=pods_watched_at,
-                reports_rounds=reports_rounds,
-                heartbeat=node.last_heartbeat,
-                watched=node.pods_watched_at,
-            ),
+        watched = pods_watched_recorded(
+            reported=pods_watched_at,
+            reports_rounds=reports_rounds,
+            heartbeat=node.last_heartbeat,
+            watched=node.pods_watched_at,
+        )
+        recorded[watched].append(node.pk)
+    for watched, pks in recorded.items():
+        Node.objects.filter(pk__in=pks).update(
+            last_heartbeat=now, lost_at=None, pods_watched_at=watched
         )
     for node in served:
         if node.status == Node.Status.LOST:
